@@ -1,0 +1,169 @@
+#pragma once
+// The event schema: what every process of a job appends to the attempt's event log (JSON lines).
+//
+//   {"t":1763780000.123456,"pid":4242,"src":"shim","kind":"inject","fields":{"entry":"cuMemAlloc_v2",...}}
+//
+//   t       wall-clock time (CLOCK_REALTIME) in seconds, microsecond resolution: events of several
+//           processes are ordered by it
+//   pid     the process that wrote the line
+//   src     who wrote it: "shim" (the injector), "probe" (Python or C++ probe), "runner"
+//   kind    what happened, one of the kinds below
+//   fields  the kind's fields (docs/events.md lists them)
+//
+// Each line is written with a single write(2) on a descriptor opened with O_APPEND, so lines of several
+// processes never interleave. EventLine formats into a fixed buffer: it never allocates and never throws,
+// so the shim can use it inside a hook and the C++ probe inside an OOM handler.
+
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+namespace oomh::events {
+
+// Sources.
+inline constexpr const char* kSrcShim = "shim";
+inline constexpr const char* kSrcProbe = "probe";
+inline constexpr const char* kSrcRunner = "runner";
+
+// Kinds written by the shim.
+inline constexpr const char* kShimStart = "shim_start";    // pid, ppid, exec (bool), forked (bool), rules, caps
+inline constexpr const char* kInject = "inject";           // entry, size, device, rule, reason ("rule"|"cap"), step, phase, tid, call
+inline constexpr const char* kCapChange = "cap_change";    // device, from, to, reason
+inline constexpr const char* kPlanChange = "plan_change";  // generation, rules
+inline constexpr const char* kShimExit = "shim_exit";      // per device: alloc_calls, failures, held, peak
+inline constexpr const char* kWarning = "warning";         // message
+
+// Kinds written by the probes (Python and C++).
+inline constexpr const char* kProbeStart = "probe_start";  // framework, version, allocator
+inline constexpr const char* kStep = "step";               // step, batch_size, loss, allocated, reserved
+inline constexpr const char* kPhase = "phase";             // phase (only when a fault needs it; not per step by default)
+inline constexpr const char* kOom = "oom";                 // step, batch_size, phase, message, device, size
+inline constexpr const char* kOomCaught = "oom_caught";    // step: the code caught the OOM and went on
+inline constexpr const char* kEmptyCache = "empty_cache";  // reserved_before, reserved_after
+inline constexpr const char* kSave = "checkpoint_save";    // path, step
+inline constexpr const char* kLoad = "checkpoint_load";    // path, step
+inline constexpr const char* kSamples = "samples";         // count (samples processed since the last step event)
+inline constexpr const char* kMemory = "memory";           // allocated, reserved (at a point the code chose)
+inline constexpr const char* kSnapshot = "snapshot";       // path of a saved PyTorch memory snapshot
+inline constexpr const char* kProbeExit = "probe_exit";    // reason
+
+// Kinds the runner adds to the trace (never written by a job).
+inline constexpr const char* kAttemptStart = "attempt_start";  // attempt, argv
+inline constexpr const char* kAttemptExit = "attempt_exit";    // attempt, code, signal, timed_out, oom_message
+inline constexpr const char* kObserved = "observed";           // key, value, stream, line  (a stdout/stderr regex hit)
+
+inline double now_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec / 1000) * 1e-6;
+}
+
+// One event line, formatted in place. Too long a line is cut at a field boundary and marked
+// "truncated":true, so the line stays valid JSON.
+class EventLine {
+ public:
+  static constexpr size_t kCapacity = 2048;
+
+  EventLine(const char* src, const char* kind) {
+    timespec ts{};
+    clock_gettime(CLOCK_REALTIME, &ts);
+    len_ = std::snprintf(buf_, kCapacity, "{\"t\":%lld.%06ld,\"pid\":%d,\"src\":\"%s\",\"kind\":\"%s\",\"fields\":{",
+                         static_cast<long long>(ts.tv_sec), ts.tv_nsec / 1000, static_cast<int>(getpid()), src, kind);
+  }
+
+  EventLine& add(const char* key, int64_t v) {
+    char tmp[32];
+    std::snprintf(tmp, sizeof tmp, "%lld", static_cast<long long>(v));
+    return raw(key, tmp);
+  }
+  EventLine& add(const char* key, uint64_t v) {
+    char tmp[32];
+    std::snprintf(tmp, sizeof tmp, "%llu", static_cast<unsigned long long>(v));
+    return raw(key, tmp);
+  }
+  EventLine& add(const char* key, int v) { return add(key, static_cast<int64_t>(v)); }
+  EventLine& add(const char* key, unsigned v) { return add(key, static_cast<uint64_t>(v)); }
+  EventLine& add(const char* key, long long v) { return add(key, static_cast<int64_t>(v)); }
+  EventLine& add(const char* key, unsigned long long v) { return add(key, static_cast<uint64_t>(v)); }
+  EventLine& add(const char* key, bool v) { return raw(key, v ? "true" : "false"); }
+  EventLine& add(const char* key, double v) {
+    if (!std::isfinite(v)) return raw(key, "null");
+    char tmp[40];
+    std::snprintf(tmp, sizeof tmp, "%.9g", v);
+    return raw(key, tmp);
+  }
+  EventLine& add(const char* key, const char* s) {
+    if (!s) return raw(key, "null");
+    char tmp[1024];
+    size_t n = 0;
+    tmp[n++] = '"';
+    for (const char* p = s; *p && n + 8 < sizeof tmp; ++p) {
+      unsigned char c = static_cast<unsigned char>(*p);
+      if (c == '"' || c == '\\') { tmp[n++] = '\\'; tmp[n++] = static_cast<char>(c); }
+      else if (c == '\n') { tmp[n++] = '\\'; tmp[n++] = 'n'; }
+      else if (c == '\t') { tmp[n++] = '\\'; tmp[n++] = 't'; }
+      else if (c < 0x20) { n += std::snprintf(tmp + n, sizeof tmp - n, "\\u%04x", c); }
+      else tmp[n++] = static_cast<char>(c);
+    }
+    tmp[n++] = '"';
+    tmp[n] = '\0';
+    return raw(key, tmp);
+  }
+
+  // The finished line, with its newline.
+  const char* data() {
+    finish();
+    return buf_;
+  }
+  size_t size() {
+    finish();
+    return static_cast<size_t>(len_);
+  }
+
+  // Appends the line to `fd` in one write. Returns false when the write failed or was short.
+  bool write_to(int fd) {
+    if (fd < 0) return false;
+    finish();
+    ssize_t w = ::write(fd, buf_, static_cast<size_t>(len_));
+    return w == len_;
+  }
+
+ private:
+  EventLine& raw(const char* key, const char* value) {
+    if (finished_ || truncated_) return *this;
+    size_t need = std::strlen(key) + std::strlen(value) + 4;
+    if (static_cast<size_t>(len_) + need + 32 >= kCapacity) {
+      len_ += std::snprintf(buf_ + len_, kCapacity - len_, "%s\"truncated\":true", fields_ ? "," : "");
+      truncated_ = true;
+      return *this;
+    }
+    len_ += std::snprintf(buf_ + len_, kCapacity - len_, "%s\"%s\":%s", fields_ ? "," : "", key, value);
+    ++fields_;
+    return *this;
+  }
+  void finish() {
+    if (finished_) return;
+    len_ += std::snprintf(buf_ + len_, kCapacity - len_, "}}\n");
+    finished_ = true;
+  }
+
+  char buf_[kCapacity];
+  int len_ = 0;
+  int fields_ = 0;
+  bool finished_ = false;
+  bool truncated_ = false;
+};
+
+// Opens an event log for appending (O_APPEND | O_CLOEXEC, created 0644). Returns -1 on failure.
+inline int open_event_log(const char* path) {
+  if (!path || !*path) return -1;
+  return ::open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+}
+
+}  // namespace oomh::events

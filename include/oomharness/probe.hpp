@@ -1,0 +1,131 @@
+#pragma once
+// The C++ probe: what a C++ training program (LibTorch, or the emulated trainer over the driver double)
+// tells the harness that hooks cannot see. Every call is a no-op outside the harness (no OOMH_EVENTS and
+// no OOMH_CONTROL in the environment), never throws and never allocates, so it is safe inside a
+// `catch (const c10::OutOfMemoryError&)` block.
+//
+//   oomh::probe::step(step, batch_size, loss);      // once per completed training step
+//   oomh::probe::phase(oomh::Phase::forward);        // so step- and phase-triggered faults can fire
+//   oomh::probe::oom(step, batch, "CUDA out of memory ...", /*caught=*/true);
+//   oomh::probe::empty_cache(reserved_before, reserved_after);
+//   oomh::probe::checkpoint_saved(path, step);  oomh::probe::checkpoint_loaded(path, step);
+//   oomh::probe::samples(k);                         // samples processed (for no-sample-loss checks)
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+
+#include "oomharness/control_block.h"
+#include "oomharness/events.h"
+
+namespace oomh::probe {
+
+namespace detail {
+struct State {
+  int fd = -1;
+  ControlBlock* cb = nullptr;
+  bool active = false;
+  State() {
+    const char* events = std::getenv("OOMH_EVENTS");
+    const char* control = std::getenv("OOMH_CONTROL");
+    if (events && *events) fd = events::open_event_log(events);
+    if (control && *control) cb = control_block_open(control);
+    active = fd >= 0 || cb != nullptr;
+  }
+};
+inline State& state() {
+  static State s;  // thread-safe initialisation; the constructor neither throws nor loops
+  return s;
+}
+inline void emit(events::EventLine& line) {
+  State& s = state();
+  if (s.fd >= 0 && line.write_to(s.fd) && s.cb) s.cb->events_written.fetch_add(1, std::memory_order_relaxed);
+}
+}  // namespace detail
+
+// True when running under the harness.
+inline bool active() { return detail::state().active; }
+
+inline void started(const char* framework, const char* version) {
+  if (!active()) return;
+  events::EventLine e(events::kSrcProbe, events::kProbeStart);
+  e.add("framework", framework).add("version", version);
+  detail::emit(e);
+}
+
+inline void phase(Phase p) {
+  auto& s = detail::state();
+  if (s.cb) s.cb->phase.store(static_cast<uint32_t>(p), std::memory_order_relaxed);
+}
+
+// Marks the start of `step` (so step-triggered faults fire during it) without reporting it done.
+inline void begin_step(int64_t step, int64_t batch_size = -1) {
+  auto& s = detail::state();
+  if (!s.cb) return;
+  s.cb->step.store(step, std::memory_order_relaxed);
+  if (batch_size >= 0) s.cb->batch_size.store(batch_size, std::memory_order_relaxed);
+}
+
+// Reports a completed step.
+inline void step(int64_t step, int64_t batch_size = -1, double loss = NAN, int64_t allocated = -1, int64_t reserved = -1) {
+  if (!active()) return;
+  events::EventLine e(events::kSrcProbe, events::kStep);
+  e.add("step", step);
+  if (batch_size >= 0) e.add("batch_size", batch_size);
+  if (!std::isnan(loss)) e.add("loss", loss);
+  if (allocated >= 0) e.add("allocated", allocated);
+  if (reserved >= 0) e.add("reserved", reserved);
+  detail::emit(e);
+}
+
+inline void oom(int64_t step, int64_t batch_size, const char* message, bool caught) {
+  auto& s = detail::state();
+  if (!s.active) return;
+  if (s.cb) {
+    s.cb->ooms_seen.fetch_add(1, std::memory_order_relaxed);
+    if (caught) s.cb->ooms_caught.fetch_add(1, std::memory_order_relaxed);
+  }
+  const char* ph = s.cb ? phase_name(static_cast<Phase>(s.cb->phase.load(std::memory_order_relaxed))) : "none";
+  events::EventLine e(events::kSrcProbe, events::kOom);
+  e.add("step", step).add("batch_size", batch_size).add("phase", ph).add("message", message).add("caught", caught);
+  detail::emit(e);
+}
+
+inline void empty_cache(int64_t reserved_before, int64_t reserved_after) {
+  auto& s = detail::state();
+  if (!s.active) return;
+  if (s.cb) s.cb->empty_cache_calls.fetch_add(1, std::memory_order_relaxed);
+  events::EventLine e(events::kSrcProbe, events::kEmptyCache);
+  e.add("reserved_before", reserved_before).add("reserved_after", reserved_after);
+  detail::emit(e);
+}
+
+inline void checkpoint_saved(const char* path, int64_t step) {
+  if (!active()) return;
+  events::EventLine e(events::kSrcProbe, events::kSave);
+  e.add("path", path).add("step", step);
+  detail::emit(e);
+}
+
+inline void checkpoint_loaded(const char* path, int64_t step) {
+  if (!active()) return;
+  events::EventLine e(events::kSrcProbe, events::kLoad);
+  e.add("path", path).add("step", step);
+  detail::emit(e);
+}
+
+inline void samples(int64_t count) {
+  if (!active()) return;
+  events::EventLine e(events::kSrcProbe, events::kSamples);
+  e.add("count", count);
+  detail::emit(e);
+}
+
+inline void memory(int64_t allocated, int64_t reserved) {
+  if (!active()) return;
+  events::EventLine e(events::kSrcProbe, events::kMemory);
+  e.add("allocated", allocated).add("reserved", reserved);
+  detail::emit(e);
+}
+
+}  // namespace oomh::probe

@@ -1,0 +1,59 @@
+#pragma once
+// The policy registry: every recovery check by name, with the arguments it takes. The runner validates a
+// suite's `expect:` entries against it (reporting bad ones as file:line:col) and evaluates them.
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "oomharness/policies/trace.h"
+#include "oomharness/policies/verdict.h"
+
+namespace oomh {
+
+enum class ArgType {
+  integer,   // JSON integer
+  number,    // JSON number
+  boolean,
+  string,
+  bytes,     // "8GiB" or an integer: normalised to an integer number of bytes
+  duration,  // "30s" or a number: normalised to seconds (number)
+  object,    // a nested object the policy checks itself (checkpoint_resume's `reference`)
+};
+
+struct ArgSpec {
+  std::string name;
+  ArgType type = ArgType::string;
+  bool required = false;
+  std::string help;
+};
+
+struct PolicyInfo {
+  std::string name;
+  std::string summary;                        // one line for --help and docs
+  std::vector<ArgSpec> args;
+  bool scalar_arg = false;                     // accepts a bare value: `- exit: 0`, `- peak_below: 8GiB` (the first arg)
+  bool needs_reference = false;                // wants the job run once more without faults
+  std::function<Verdict(const Trace&, const nlohmann::json& args)> evaluate;
+};
+
+// All policies, in the order they are documented.
+const std::vector<PolicyInfo>& policies();
+const PolicyInfo* find_policy(const std::string& name);
+
+// Checks and normalises a policy's arguments (sizes to bytes, durations to seconds, defaults filled in).
+// On error returns the message (naming the argument and quoting the value) and the argument's name.
+struct ArgError {
+  std::string message;
+  std::string arg;  // empty when the error is about the whole value
+};
+std::optional<ArgError> normalise_args(const PolicyInfo& policy, nlohmann::json& args);
+
+// Evaluates `policy` with `args` (already normalised) on `trace`. Recovery policies return inconclusive,
+// saying so, when every injected fault was absorbed by the framework.
+Verdict evaluate(const PolicyInfo& policy, const Trace& trace, const nlohmann::json& args);
+
+}  // namespace oomh

@@ -1,0 +1,85 @@
+#pragma once
+// The trace: everything the runner learned about one job, attempt by attempt, in time order.
+// Policies are pure functions of it (policies/README.md); the runner fills it; reports summarise it.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace oomh {
+
+// One line of an event log, or an event the runner added (src "runner").
+struct Event {
+  double t = 0;             // wall-clock seconds (CLOCK_REALTIME)
+  int pid = 0;
+  std::string src;          // "shim", "probe", "runner"
+  std::string kind;         // include/oomharness/events.h
+  nlohmann::json fields = nlohmann::json::object();
+
+  // Convenience readers: the field, or `fallback` when absent or of another type.
+  int64_t integer(const char* key, int64_t fallback = -1) const;
+  double number(const char* key, double fallback = 0) const;
+  std::string text(const char* key, const std::string& fallback = {}) const;
+  bool flag(const char* key, bool fallback = false) const;
+  bool has(const char* key) const { return fields.is_object() && fields.contains(key) && !fields[key].is_null(); }
+};
+
+// The control block sampled by the runner.
+struct MemorySample {
+  double t = 0;
+  int device = 0;
+  uint64_t held = 0;
+  uint64_t peak = 0;
+  uint64_t cap = 0;       // 0: none
+  int64_t step = -1;
+};
+
+enum class AttemptEnd {
+  exited,       // exited by itself (see exit_code)
+  signalled,    // killed by a signal it did not get from the runner
+  timed_out,    // the runner stopped it at the job's timeout
+  interrupted,  // the runner stopped it because the run was interrupted (Ctrl-C)
+  failed_to_start,
+};
+
+struct Attempt {
+  int index = 0;                   // 0-based
+  double start = 0, end = 0;       // wall-clock seconds
+  AttemptEnd end_kind = AttemptEnd::exited;
+  std::optional<int> exit_code;    // for `exited`
+  std::optional<int> signal;       // for `signalled` (and the signal that finally stopped a timed-out job)
+  bool oom_message = false;        // its output had an out-of-memory message (the runner's `oom` detector)
+  bool faults_enabled = true;      // false when `clear_faults` dropped the faults for this attempt
+  std::vector<Event> events;       // shim, probe and runner events, sorted by t
+  std::vector<MemorySample> samples;
+  std::string output_tail;         // the last lines of stdout+stderr, for reports
+  std::string log_path;            // the attempt's full output on disk
+
+  double duration() const { return end > start ? end - start : 0; }
+  bool ended_by_oom() const;       // exited non-zero (or by SIGABRT) with an OOM message or an uncaught probe `oom`
+};
+
+struct Trace {
+  std::string job;
+  std::vector<Attempt> attempts;
+  // The job run once more without faults, when a policy asked for a reference (checkpoint_resume's `reference`).
+  std::vector<Attempt> reference;
+  // What the job was asked to reach, when the suite says (`completes`' steps, or the job's `target_step`).
+  std::optional<int64_t> target_step;
+  bool simulated_device = false;   // ran on the CPU driver double, not a GPU
+
+  // All events of all attempts, in order, each with its attempt index.
+  std::vector<std::pair<int, const Event*>> all_events() const;
+};
+
+// Parses one JSON line of an event log. Returns nullopt for a line that is not a valid event.
+std::optional<Event> parse_event_line(const std::string& line);
+
+void to_json(nlohmann::json& j, const Event& e);
+void from_json(const nlohmann::json& j, Event& e);
+
+}  // namespace oomh

@@ -1,0 +1,41 @@
+#pragma once
+// A verdict: what one recovery check concluded about one job, in one sentence a user can act on.
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace oomh {
+
+enum class VerdictStatus { pass, fail, inconclusive };
+
+inline const char* to_string(VerdictStatus s) {
+  switch (s) {
+    case VerdictStatus::pass: return "pass";
+    case VerdictStatus::fail: return "fail";
+    case VerdictStatus::inconclusive: return "inconclusive";
+  }
+  return "inconclusive";
+}
+
+struct Evidence {
+  int attempt = 0;
+  double t = 0;
+  std::string what;           // "OOM at step 5 (batch 64)", "step 6 ran at batch 64"
+};
+
+struct Verdict {
+  std::string policy;         // registry name: "batch_halving"
+  nlohmann::json args = nlohmann::json::object();
+  VerdictStatus status = VerdictStatus::inconclusive;
+  std::string reason;         // one sentence: "OOM at step 5 (batch 64) was caught, but step 6 ran at batch 64 again: no halving"
+  std::vector<Evidence> evidence;
+};
+
+void to_json(nlohmann::json& j, const Evidence& e);
+void from_json(const nlohmann::json& j, Evidence& e);
+void to_json(nlohmann::json& j, const Verdict& v);
+void from_json(const nlohmann::json& j, Verdict& v);
+
+}  // namespace oomh

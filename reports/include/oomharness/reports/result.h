@@ -1,0 +1,131 @@
+#pragma once
+// The result model: what a run produced, the source of every report. Its JSON form is versioned
+// (docs/results-schema.json); `oomharness report` and `oomharness compare` read it back.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "oomharness/policies/verdict.h"
+
+namespace oomh {
+
+inline constexpr int kResultsSchemaVersion = 1;
+
+enum class JobStatus { passed, failed, error, skipped, inconclusive, interrupted };
+const char* to_string(JobStatus s);
+std::optional<JobStatus> job_status_from_string(const std::string& s);
+
+struct FaultRecord {
+  int attempt = 0;
+  double t = 0;               // seconds since the job started
+  std::string rule;           // rule name, or "cap"
+  std::string entry;          // "cuMemAlloc_v2"
+  uint64_t size = 0;
+  int device = 0;
+  int64_t step = -1;
+  std::string phase;
+  bool visible = false;       // the training code saw an OOM for it (false: absorbed by the framework)
+};
+
+struct TimelinePoint {
+  double t = 0;               // seconds since the job started
+  uint64_t held = 0;
+  uint64_t cap = 0;
+  int64_t step = -1;
+};
+
+struct Marker {               // what the timeline chart marks
+  double t = 0;               // seconds since the job started
+  int attempt = 0;
+  std::string kind;           // "inject", "oom", "empty_cache", "checkpoint_save", "checkpoint_load", "restart", "step"
+  std::string label;
+};
+
+struct AttemptResult {
+  int index = 0;
+  double start = 0;           // seconds since the job started
+  double duration = 0;
+  std::string outcome;        // "ok", "oom", "nonzero", "signal", "timeout", "interrupted", "failed_to_start"
+  std::optional<int> exit_code;
+  std::optional<int> signal;
+  bool faults_enabled = true;
+  int64_t last_step = -1;
+  std::string output_tail;    // last lines of the output
+  std::string log_path;
+};
+
+struct JobResult {
+  std::string name;
+  JobStatus status = JobStatus::passed;
+  std::string message;        // one line: the first failing verdict's reason, or the error
+  double start = 0;           // wall-clock seconds
+  double duration = 0;
+  std::vector<std::string> command;
+  std::optional<int> gpu;     // the GPU it ran on
+  std::vector<AttemptResult> attempts;
+  std::vector<Verdict> verdicts;
+  std::vector<FaultRecord> faults;
+  std::map<int, std::vector<TimelinePoint>> timeline;  // per device, downsampled (at most kTimelinePoints)
+  std::map<int, uint64_t> peak;                        // per device
+  std::vector<Marker> markers;
+  std::optional<std::string> snapshot;                 // a PyTorch memory snapshot saved at the OOM
+  std::optional<double> recovery_seconds;              // from the first visible OOM to the next completed step
+  int faults_visible() const;
+  int faults_absorbed() const;
+};
+inline constexpr size_t kTimelinePoints = 600;
+
+struct SuiteResult {
+  std::string name;
+  std::string file;           // as given on the command line
+  double start = 0;
+  double duration = 0;
+  std::vector<JobResult> jobs;
+};
+
+struct Environment {
+  std::string hostname;
+  std::string gpu_name;       // "NVIDIA H200", or "simulated (CPU driver double)"
+  std::string driver_version;
+  std::string cuda_version;
+  bool simulated_device = false;
+  std::map<std::string, std::string> frameworks;  // "torch": "2.11.0+cu130"
+  std::string harness_version;
+  std::vector<std::string> command_line;
+};
+
+struct RunResult {
+  int schema_version = kResultsSchemaVersion;
+  double start = 0;           // wall-clock seconds
+  double duration = 0;
+  bool interrupted = false;
+  Environment environment;
+  std::vector<SuiteResult> suites;
+
+  struct Counts { int total = 0, passed = 0, failed = 0, errors = 0, skipped = 0, inconclusive = 0, interrupted = 0; };
+  Counts counts() const;
+};
+
+void to_json(nlohmann::json& j, const FaultRecord& v);
+void from_json(const nlohmann::json& j, FaultRecord& v);
+void to_json(nlohmann::json& j, const TimelinePoint& v);
+void from_json(const nlohmann::json& j, TimelinePoint& v);
+void to_json(nlohmann::json& j, const Marker& v);
+void from_json(const nlohmann::json& j, Marker& v);
+void to_json(nlohmann::json& j, const AttemptResult& v);
+void from_json(const nlohmann::json& j, AttemptResult& v);
+void to_json(nlohmann::json& j, const JobResult& v);
+void from_json(const nlohmann::json& j, JobResult& v);
+void to_json(nlohmann::json& j, const SuiteResult& v);
+void from_json(const nlohmann::json& j, SuiteResult& v);
+void to_json(nlohmann::json& j, const Environment& v);
+void from_json(const nlohmann::json& j, Environment& v);
+void to_json(nlohmann::json& j, const RunResult& v);
+void from_json(const nlohmann::json& j, RunResult& v);
+
+}  // namespace oomh

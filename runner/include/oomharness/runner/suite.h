@@ -1,0 +1,113 @@
+#pragma once
+// The suite model: a YAML suite (docs/suite-format.md) after parsing, validation, matrix expansion and
+// templating. Everything the launcher needs is here, already checked; every value still knows where it
+// came from (file:line:col) so that later errors can point at it.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace oomh {
+
+struct SourceLocation {
+  std::string file;
+  int line = 0;   // 1-based
+  int column = 0; // 1-based
+  std::string str() const { return file + ":" + std::to_string(line) + ":" + std::to_string(column); }
+};
+
+// A suite error: "suite.yaml:12:7: unknown key 'tiemout' in job 'a' (did you mean 'timeout'?)".
+struct SuiteError {
+  SourceLocation where;
+  std::string message;
+  std::string str() const { return where.str() + ": " + message; }
+};
+
+struct ObserveSpec {            // `observe:` one regex per key, exactly one capture group
+  std::string key;              // "step", "batch_size", "loss", or any other name
+  std::string pattern;
+  SourceLocation where;
+};
+
+struct CapChange {              // `memory.schedule` entries
+  std::optional<int64_t> at_step;
+  std::optional<double> at_seconds;
+  uint64_t limit = 0;
+};
+
+struct MemorySpec {
+  std::optional<uint64_t> limit;          // virtual cap in bytes, every device
+  std::vector<CapChange> schedule;
+  uint64_t reserve = 0;                   // real bytes held by the reservation sidecar
+  std::optional<uint64_t> reserve_chunk;  // hold the reservation in chunks of this size (fragmentation)
+  bool snapshot = false;                  // PyTorch memory snapshot at the OOM (Python probe)
+};
+
+struct FaultSpec {
+  std::string name;
+  nlohmann::json rule;          // one rule of docs/fault-plan.md, sizes and times normalised to numbers
+  SourceLocation where;
+};
+
+struct RestartSpec {
+  int max = 0;
+  std::vector<std::string> on;  // "oom", "nonzero", "signal", "any"
+  bool clear_faults = false;
+};
+
+struct ExpectSpec {
+  std::string policy;           // registry name
+  nlohmann::json args = nlohmann::json::object();  // normalised by the registry
+  SourceLocation where;
+};
+
+enum class ProbeMode { auto_, python, none };
+
+struct JobSpec {
+  std::string name;                       // templated, unique in the suite
+  std::vector<std::string> argv;          // templated; with shell, {"/bin/sh", "-c", text}
+  bool shell = false;
+  std::map<std::string, std::string> env; // templated
+  std::optional<std::string> cwd;         // templated; default: the suite's directory
+  double timeout = 600;                   // seconds
+  double grace = 5;                       // seconds between SIGTERM and SIGKILL
+  ProbeMode probe = ProbeMode::auto_;
+  std::vector<ObserveSpec> observe;
+  MemorySpec memory;
+  std::vector<FaultSpec> faults;
+  RestartSpec restart;
+  std::vector<ExpectSpec> expect;
+  std::optional<int64_t> target_step;     // `target_step:`; also taken from `completes`
+  std::map<std::string, std::string> matrix;  // this job's matrix values
+  SourceLocation where;                   // the job's entry in the file
+
+  // The fault plan JSON (docs/fault-plan.md) for this job: its faults and memory caps.
+  nlohmann::json plan(bool with_faults = true) const;
+};
+
+struct Suite {
+  int version = 1;
+  std::string name;
+  std::string file;                       // path as given
+  std::string dir;                        // the suite file's directory ({suite_dir})
+  std::vector<JobSpec> jobs;              // expanded
+};
+
+// Loads, validates and expands a suite file. Never throws for bad input: every problem found is returned
+// (at least one when the result has no value). `{workdir}` and `{attempt}` stay in the strings: the
+// launcher substitutes them per attempt with `substitute_runtime`.
+struct SuiteLoad {
+  std::optional<Suite> suite;
+  std::vector<SuiteError> errors;
+};
+SuiteLoad load_suite(const std::string& path);
+SuiteLoad load_suite_text(const std::string& text, const std::string& file_name, const std::string& dir);
+
+// Replaces `{workdir}` and `{attempt}` in `s`.
+std::string substitute_runtime(const std::string& s, const std::string& workdir, int attempt);
+
+}  // namespace oomh

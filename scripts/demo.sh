@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The README's first command: installs what is missing, builds, and runs the demo suite. On a machine
+# with a GPU it runs real PyTorch trainers; without one, the emulated trainer on the CPU driver double.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${OOMH_BUILD_DIR:-$root/build}
+"$root/scripts/deps.sh" build
+OOMH_BUILD_TESTS=ON "$root/scripts/build.sh"
+out=${OOMH_DEMO_OUT:-$root/demo-out}
+exec "$build/runner/oomharness" demo --out "$out" "$@"

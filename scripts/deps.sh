@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Installs what oomharness needs to build and test, from Debian's packages, and only what is missing:
+# on a machine that has everything (the GPU machine, a warm CI runner) it never calls apt.
+#
+#   scripts/deps.sh build   # compilers, CMake, libraries
+#   scripts/deps.sh test    # build + GoogleTest, Google Benchmark, Python and Chromium for the tests
+set -euo pipefail
+
+what=${1:-build}
+missing=()
+
+need_file() {  # need_file PACKAGE FILE...: the package is needed unless one of the files exists
+  local pkg=$1; shift
+  for f in "$@"; do [ -e "$f" ] && return 0; done
+  missing+=("$pkg")
+}
+need_cmd() {   # need_cmd PACKAGE COMMAND
+  command -v "$2" >/dev/null 2>&1 || missing+=("$1")
+}
+
+need_cmd g++ g++
+need_cmd cmake cmake
+need_cmd ninja-build ninja
+need_cmd python3 python3
+need_file libyaml-cpp-dev /usr/include/yaml-cpp/yaml.h
+need_file nlohmann-json3-dev /usr/include/nlohmann/json.hpp
+need_file libcli11-dev /usr/include/CLI/CLI.hpp
+need_file libboost1.81-dev /usr/include/boost/process/v2/process.hpp
+need_file libgtest-dev /usr/include/gtest/gtest.h
+need_file libgmock-dev /usr/include/gmock/gmock.h
+if [ "$what" = test ]; then
+  need_file libbenchmark-dev /usr/include/benchmark/benchmark.h /usr/local/include/benchmark/benchmark.h
+  need_file python3-yaml /usr/lib/python3/dist-packages/yaml/__init__.py
+  # Reports' screenshot test renders the HTML report in headless Chromium.
+  need_cmd chromium chromium
+fi
+
+# CUDA headers: only cuda.h is needed, from CUDA 12 or newer (cuGetProcAddress_v2).
+cuda_h=""
+for d in "${CUDA_HOME:-}" /usr/local/cuda /usr/local/cuda-13.0 /usr/local/cuda-12; do
+  [ -n "$d" ] && [ -e "$d/include/cuda.h" ] && { cuda_h="$d/include/cuda.h"; break; }
+done
+if [ -z "$cuda_h" ]; then
+  echo "scripts/deps.sh: cuda.h not found: install the CUDA Toolkit (12 or newer) at /usr/local/cuda, or set CUDA_HOME" >&2
+  exit 1
+fi
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+# libboost1.81-dev conflicts with the default libboost1.74-dev: apt replaces it.
+echo "scripts/deps.sh: installing ${missing[*]}" >&2
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "scripts/deps.sh: missing ${missing[*]} and no apt-get to install them" >&2
+  exit 1
+fi
+sudo=""
+[ "$(id -u)" -ne 0 ] && sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
