@@ -29,6 +29,7 @@ struct ArgSpec {
   ArgType type = ArgType::string;
   bool required = false;
   std::string help;
+  nlohmann::json default_value;  // filled in by normalise_args when the argument is absent; null: no default
 };
 
 struct PolicyInfo {
@@ -55,5 +56,10 @@ std::optional<ArgError> normalise_args(const PolicyInfo& policy, nlohmann::json&
 // Evaluates `policy` with `args` (already normalised) on `trace`. Recovery policies return inconclusive,
 // saying so, when every injected fault was absorbed by the framework.
 Verdict evaluate(const PolicyInfo& policy, const Trace& trace, const nlohmann::json& args);
+
+// True when this use of the policy needs the job run once more without faults (Trace::reference):
+// `needs_reference` says the policy can use one; the arguments say whether this use does
+// (checkpoint_resume only with `reference`).
+bool wants_reference(const PolicyInfo& policy, const nlohmann::json& args);
 
 }  // namespace oomh

@@ -55,7 +55,7 @@ struct Attempt {
   bool oom_message = false;        // its output had an out-of-memory message (the runner's `oom` detector)
   bool faults_enabled = true;      // false when `clear_faults` dropped the faults for this attempt
   std::vector<Event> events;       // shim, probe and runner events, sorted by t
-  std::vector<MemorySample> samples;
+  std::vector<MemorySample> samples;  // in time order
   std::string output_tail;         // the last lines of stdout+stderr, for reports
   std::string log_path;            // the attempt's full output on disk
 

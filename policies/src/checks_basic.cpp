@@ -1,0 +1,188 @@
+// The checks that read one fact off the trace: exit, completes, oom_visible, peak_below, no_hang.
+
+#include <algorithm>
+#include <cstdio>
+
+#include "checks.h"
+#include "oomharness/events.h"
+#include "oomharness/units.h"
+#include "trace_view.h"
+
+namespace oomh::checks {
+
+using view::attempt_name;
+
+std::string number_text(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+std::optional<std::string> target_missed(const Trace& trace) {
+  if (trace.attempts.empty()) return std::string("the job never ran");
+  const Attempt& last = trace.attempts.back();
+  if (trace.target_step) {
+    auto reached = view::highest_step(view::steps_of(last));
+    if (reached && *reached >= *trace.target_step) return std::nullopt;
+    std::string target = std::to_string(*trace.target_step);
+    if (!reached) return "the last attempt (" + attempt_name(last.index) + ") reported no step and " + view::end_text(last) + " (target: step " + target + ")";
+    return "training stopped at step " + std::to_string(*reached) + " of " + target + " (" + attempt_name(last.index) + " " + view::end_text(last) + ")";
+  }
+  if (view::ended_normally(last)) return std::nullopt;
+  return "the last attempt (" + attempt_name(last.index) + ") " + view::end_text(last);
+}
+
+std::string target_reached(const Trace& trace) {
+  if (trace.target_step) return "reached step " + std::to_string(*trace.target_step);
+  return "finished with exit code 0";
+}
+
+Verdict exit_code(const Trace& trace, const nlohmann::json& args) {
+  if (trace.attempts.empty()) return verdict(VerdictStatus::inconclusive, "the job never ran: the trace has no attempt");
+  const Attempt& last = trace.attempts.back();
+  int64_t expected = args.value("code", int64_t{0});
+  Evidence ev{last.index, last.end, attempt_name(last.index) + " " + view::end_text(last)};
+  if (last.end_kind == AttemptEnd::interrupted)
+    return verdict(VerdictStatus::inconclusive, "the last attempt was interrupted, so its exit code says nothing", {ev});
+  if (last.end_kind == AttemptEnd::exited && last.exit_code && *last.exit_code == expected)
+    return verdict(VerdictStatus::pass, "the last attempt (" + attempt_name(last.index) + ") exited with code " +
+                                            std::to_string(expected) + " as expected", {ev});
+  std::string reason = "the last attempt (" + attempt_name(last.index) + ") " + view::end_text(last) +
+                       ", expected exit code " + std::to_string(expected);
+  if (last.oom_message || last.ended_by_oom()) reason += ", after an out-of-memory error";
+  return verdict(VerdictStatus::fail, reason, {ev});
+}
+
+Verdict completes(const Trace& trace, const nlohmann::json& args) {
+  std::optional<int64_t> target = trace.target_step;
+  if (args.contains("steps") && args["steps"].is_number()) target = args["steps"].get<int64_t>();
+  if (!target)
+    return verdict(VerdictStatus::inconclusive, "no step count to reach: write `completes: N` or set the job's target_step");
+  if (trace.attempts.empty()) return verdict(VerdictStatus::inconclusive, "the job never ran: the trace has no attempt");
+  bool any = false;
+  for (const Attempt& a : trace.attempts) any = any || !view::steps_of(a).empty();
+  if (!any)
+    return verdict(VerdictStatus::inconclusive,
+                   "no step was reported: add the probe or an `observe:` regex for `step` so progress can be seen");
+  const Attempt& last = trace.attempts.back();
+  auto steps = view::steps_of(last);
+  auto reached = view::highest_step(steps);
+  std::string goal = std::to_string(*target);
+  if (!reached)
+    return verdict(VerdictStatus::fail, "the last attempt (" + attempt_name(last.index) + ") reported no step and " +
+                                            view::end_text(last) + " (target: step " + goal + ")",
+                   {{last.index, last.end, attempt_name(last.index) + " " + view::end_text(last)}});
+  Evidence ev{last.index, steps.back().t, "highest step " + std::to_string(*reached)};
+  if (*reached >= *target)
+    return verdict(VerdictStatus::pass, "the last attempt (" + attempt_name(last.index) + ") reached step " +
+                                            std::to_string(*reached) + " (target " + goal + ")", {ev});
+  return verdict(VerdictStatus::fail, "training stopped at step " + std::to_string(*reached) + " of " + goal + ": " +
+                                          attempt_name(last.index) + " " + view::end_text(last), {ev});
+}
+
+Verdict oom_visible(const Trace& trace, const nlohmann::json&) {
+  size_t injected = view::injection_count(trace);
+  auto ooms = view::ooms_of(trace);
+  std::vector<Evidence> ev;
+  for (const Attempt& a : trace.attempts)
+    for (const Event* e : view::injections_of(a))
+      if (ev.size() < 2) ev.push_back({a.index, e->t, "fault injected into " + e->text("entry", "an allocation")});
+  for (const auto& o : ooms)
+    if (ev.size() < 4) ev.push_back({o.attempt, o.t, "the code saw an OOM at " + view::step_text(o.step)});
+  if (injected == 0)
+    return verdict(VerdictStatus::inconclusive,
+                   "no fault was injected: the fault plan never matched an allocation (check its step, phase and size filters)", ev);
+  if (ooms.empty()) return verdict(VerdictStatus::fail, view::absorbed_reason(injected), ev);
+  return verdict(VerdictStatus::pass, std::to_string(injected) + (injected == 1 ? " fault was" : " faults were") +
+                                          " injected and the code saw " + std::to_string(ooms.size()) +
+                                          (ooms.size() == 1 ? " out-of-memory error" : " out-of-memory errors"),
+                 ev);
+}
+
+Verdict peak_below(const Trace& trace, const nlohmann::json& args) {
+  uint64_t budget = args.at("bytes").get<uint64_t>();
+  struct Peak { uint64_t bytes = 0; Evidence where; bool known = false; } peak;
+  auto consider = [&](int64_t bytes, int attempt, double t, std::string what) {
+    if (bytes < 0) return;
+    if (!peak.known || static_cast<uint64_t>(bytes) > peak.bytes)
+      peak = {static_cast<uint64_t>(bytes), {attempt, t, std::move(what)}, true};
+  };
+  for (const Attempt& a : trace.attempts) {
+    for (const MemorySample& s : a.samples)
+      consider(static_cast<int64_t>(std::max(s.peak, s.held)), a.index, s.t,
+               "device " + std::to_string(s.device) + " sample" + (s.step >= 0 ? " at step " + std::to_string(s.step) : ""));
+    for (const auto& st : view::steps_of(a)) {
+      consider(st.reserved, a.index, st.t, "reserved at step " + std::to_string(st.step));
+      consider(st.allocated, a.index, st.t, "allocated at step " + std::to_string(st.step));
+    }
+    for (const Event& e : a.events) {
+      if (e.kind == events::kMemory) {
+        consider(e.integer("reserved", -1), a.index, e.t, "reserved (memory event)");
+        consider(e.integer("allocated", -1), a.index, e.t, "allocated (memory event)");
+      } else if (e.kind == events::kShimExit) {
+        consider(e.integer("peak", -1), a.index, e.t, "the shim's peak on device " + std::to_string(e.integer("device", 0)));
+      }
+    }
+  }
+  if (!peak.known)
+    return verdict(VerdictStatus::inconclusive,
+                   "no memory figures in the trace: neither control-block samples nor the probe's allocated/reserved");
+  std::string where = " (" + attempt_name(peak.where.attempt) + ", " + peak.where.what + ")";
+  peak.where.what = format_bytes(peak.bytes) + " " + peak.where.what;
+  if (peak.bytes <= budget)
+    return verdict(VerdictStatus::pass, "peak memory held was " + format_bytes(peak.bytes) + ", within the budget of " +
+                                            format_bytes(budget), {peak.where});
+  return verdict(VerdictStatus::fail, "peak memory held reached " + format_bytes(peak.bytes) + where +
+                                          ", above the budget of " + format_bytes(budget), {peak.where});
+}
+
+namespace {
+struct Stall {
+  int attempt = 0;
+  double from = 0, to = 0;
+  int64_t after_step = -1;  // -1: no step before it
+  bool at_end = false;
+};
+}  // namespace
+
+Verdict no_hang(const Trace& trace, const nlohmann::json& args) {
+  double limit = args.value("stall", 60.0);
+  bool any_step = false;
+  double longest = 0;
+  std::optional<Stall> stall;
+  for (const Attempt& a : trace.attempts) {
+    auto steps = view::steps_of(a);
+    any_step = any_step || !steps.empty();
+    std::vector<Stall> gaps;
+    for (size_t i = 1; i < steps.size(); ++i) gaps.push_back({a.index, steps[i - 1].t, steps[i].t, steps[i - 1].step, false});
+    // The time after the last step counts unless the attempt ended normally (a final save or eval is fine).
+    if (!steps.empty() && !view::ended_normally(a) && a.end > steps.back().t)
+      gaps.push_back({a.index, steps.back().t, a.end, steps.back().step, true});
+    // An attempt that never stepped counts only when the runner had to stop it: start-up may be slow.
+    if (steps.empty() && a.end_kind == AttemptEnd::timed_out) gaps.push_back({a.index, a.start, a.end, -1, true});
+    for (const Stall& g : gaps) {
+      longest = std::max(longest, g.to - g.from);
+      if (!stall && g.to - g.from > limit) stall = g;
+    }
+  }
+  if (stall) {
+    const Attempt& a = trace.attempts[static_cast<size_t>(stall->attempt)];
+    std::string reason = stall->after_step >= 0 ? "no step after step " + std::to_string(stall->after_step)
+                                                : "no step at all";
+    reason += " for " + view::seconds_text(stall->to - stall->from) + " (stall limit " + view::seconds_text(limit) + ")";
+    if (trace.attempts.size() > 1) reason += " in " + attempt_name(a.index);
+    if (stall->at_end) reason += " before it " + view::end_text(a);
+    std::string phase = view::phase_at(a, stall->to);
+    reason += phase.empty() ? ": hung (no phase known; the probe reports phases)" : ": hung in phase " + phase;
+    return verdict(VerdictStatus::fail, reason,
+                   {{a.index, stall->from, stall->after_step >= 0 ? "step " + std::to_string(stall->after_step) : "attempt start"},
+                    {a.index, stall->to, stall->at_end ? attempt_name(a.index) + " " + view::end_text(a) : "next step"}});
+  }
+  if (!any_step)
+    return verdict(VerdictStatus::inconclusive,
+                   "no step was reported: add the probe or an `observe:` regex for `step` so stalls can be seen");
+  return verdict(VerdictStatus::pass, "no gap between steps was longer than " + view::seconds_text(limit) +
+                                          " (longest " + view::seconds_text(longest) + ")");
+}
+
+}  // namespace oomh::checks

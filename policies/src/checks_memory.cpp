@@ -1,0 +1,139 @@
+// memory_stable: held memory at step boundaries does not grow, and comes back after recovery.
+//
+// Note [Measuring a leak]
+// Memory held at the same point of successive steps is flat for a healthy loop; the usual leaks (a loss kept
+// with its graph, tensors appended to a list, eval without no_grad) add a roughly constant amount per step.
+// The check fits a least-squares line of held bytes against the step number and compares its slope with
+// `growth_per_step`. The first two steps of each attempt are left out: the caching allocator and the
+// optimizer state grow there by design. Fewer than three points left is too few to call anything a trend.
+
+#include <algorithm>
+#include <cstdio>
+#include <optional>
+
+#include "checks.h"
+#include "oomharness/units.h"
+#include "trace_view.h"
+
+namespace oomh::checks {
+
+namespace {
+
+constexpr size_t kWarmUpSteps = 2;
+constexpr size_t kMinPoints = 3;
+constexpr size_t kRecoverySteps = 3;
+
+struct Point {
+  int64_t step = 0;
+  double held = 0;
+  double t = 0;
+};
+
+std::optional<double> slope(const std::vector<Point>& pts) {
+  double n = static_cast<double>(pts.size()), sx = 0, sy = 0;
+  for (const Point& p : pts) { sx += static_cast<double>(p.step); sy += p.held; }
+  double mx = sx / n, my = sy / n, sxx = 0, sxy = 0;
+  for (const Point& p : pts) {
+    double dx = static_cast<double>(p.step) - mx;
+    sxx += dx * dx;
+    sxy += dx * (p.held - my);
+  }
+  if (sxx <= 0) return std::nullopt;  // every point at one step number (retries): no trend to fit
+  return sxy / sxx;
+}
+
+std::string mib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f MiB", bytes / (1024.0 * 1024.0));
+  return buf;
+}
+
+struct Trend {
+  int attempt = 0;
+  double slope = 0;
+  int64_t from = 0, to = 0;
+  double t = 0;
+};
+
+}  // namespace
+
+Verdict memory_stable(const Trace& trace, const nlohmann::json& args) {
+  double limit = static_cast<double>(args.value("growth_per_step", uint64_t{1024 * 1024}));
+  bool after_recovery = args.value("after_recovery", true);
+  std::optional<Trend> worst;
+  std::vector<Evidence> ev;
+  for (const Attempt& a : trace.attempts) {
+    std::vector<Point> pts;
+    for (const auto& s : view::steps_of(a)) {
+      int64_t held = view::held_at(a, s);
+      if (held >= 0) pts.push_back({s.step, static_cast<double>(held), s.t});
+    }
+    if (pts.size() < kWarmUpSteps + kMinPoints) continue;
+    pts.erase(pts.begin(), pts.begin() + kWarmUpSteps);
+    auto m = slope(pts);
+    if (!m) continue;
+    Trend tr{a.index, *m, pts.front().step, pts.back().step, pts.back().t};
+    if (!worst || tr.slope > worst->slope) worst = tr;
+  }
+  auto span = [&](const Trend& tr) {
+    std::string s = "over steps " + std::to_string(tr.from) + "\xE2\x80\x93" + std::to_string(tr.to);
+    if (trace.attempts.size() > 1) s += " of " + view::attempt_name(tr.attempt);
+    return s;
+  };
+  if (worst) {
+    ev.push_back({worst->attempt, worst->t, "held memory slope " + mib(worst->slope) + " per step"});
+    if (worst->slope > limit)
+      return verdict(VerdictStatus::fail, "held memory grew by " + mib(worst->slope) + " per step " + span(*worst) + " (limit " +
+                                              mib(limit) + "): a leak, e.g. losses kept with their graph", ev);
+  }
+
+  // After the last OOM the code went on from: memory must come back to where it was before the fault.
+  std::string recovered;
+  if (after_recovery) {
+    std::optional<view::OomPoint> last;
+    for (const auto& o : view::ooms_of(trace))
+      if (o.caught) last = o;
+    if (last) {
+      const Attempt* a = nullptr;
+      for (const Attempt& x : trace.attempts)
+        if (x.index == last->attempt) a = &x;
+      auto steps = view::steps_of(*a);
+      const view::StepPoint* before = view::step_before(steps, last->t);
+      int64_t pre = before ? view::held_at(*a, *before) : -1;
+      std::vector<std::pair<const view::StepPoint*, int64_t>> after;
+      for (const auto& s : steps) {
+        if (s.t <= last->t || after.size() == kRecoverySteps) continue;
+        int64_t h = view::held_at(*a, s);
+        if (h >= 0) after.emplace_back(&s, h);
+      }
+      if (pre >= 0 && !after.empty()) {
+        bool back = false;
+        int64_t lowest = after.front().second;
+        for (size_t k = 0; k < after.size(); ++k) {
+          lowest = std::min(lowest, after[k].second);
+          back = back || static_cast<double>(after[k].second) <= static_cast<double>(pre) + limit * static_cast<double>(k + 1);
+        }
+        ev.push_back({a->index, last->t, "OOM at " + view::step_text(last->step) + " with " +
+                                              format_bytes(static_cast<uint64_t>(pre)) + " held before it"});
+        if (!back)
+          return verdict(VerdictStatus::fail, "after the OOM at " + view::step_text(last->step) + " held memory stayed at " +
+                                                  format_bytes(static_cast<uint64_t>(lowest)) + " or more for " +
+                                                  std::to_string(after.size()) + (after.size() == 1 ? " step" : " steps") + " (" +
+                                                  format_bytes(static_cast<uint64_t>(pre)) +
+                                                  " before the fault): the failed step's tensors are still referenced; drop them before going on", ev);
+        recovered = " and returned to its pre-fault level after the OOM at " + view::step_text(last->step);
+      }
+    }
+  }
+  if (!worst && recovered.empty())
+    return verdict(VerdictStatus::inconclusive, "too few steps with memory figures: need at least " +
+                                                    std::to_string(kWarmUpSteps + kMinPoints) +
+                                                    " steps in an attempt with the probe's `allocated` or the shim's samples", ev);
+  if (!worst) return verdict(VerdictStatus::pass, "held memory" + recovered.substr(std::string(" and").size()), ev);
+  std::string trend = (worst->slope > 0 ? "held memory grew by " + mib(worst->slope) + " per step "
+                                        : std::string("held memory did not grow ")) +
+                      span(*worst) + " (limit " + mib(limit) + ")";
+  return verdict(VerdictStatus::pass, trend + recovered, ev);
+}
+
+}  // namespace oomh::checks

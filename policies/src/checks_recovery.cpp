@@ -1,0 +1,397 @@
+// The recovery checks: what the code did after an OOM it saw. Each runs only when the trace has one
+// (registry.cpp, Note [Absorbed faults]).
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <regex>
+
+#include "checks.h"
+#include "oomharness/events.h"
+#include "oomharness/units.h"
+#include "trace_view.h"
+
+namespace oomh::checks {
+
+using view::attempt_name;
+using view::OomPoint;
+using view::StepPoint;
+
+namespace {
+
+// The steps of every attempt, indexed like trace.attempts.
+std::vector<std::vector<StepPoint>> all_steps(const Trace& trace) {
+  std::vector<std::vector<StepPoint>> out;
+  for (const Attempt& a : trace.attempts) out.push_back(view::steps_of(a));
+  return out;
+}
+
+size_t position_of(const Trace& trace, int attempt_index) {
+  for (size_t i = 0; i < trace.attempts.size(); ++i)
+    if (trace.attempts[i].index == attempt_index) return i;
+  return trace.attempts.size();
+}
+
+// "OOM at step 5 (batch 64)"
+std::string oom_text(const OomPoint& o) {
+  std::string s = "OOM at " + view::step_text(o.step);
+  if (o.batch > 0) s += " (batch " + std::to_string(o.batch) + ")";
+  return s;
+}
+
+// "was caught" / "ended attempt 1"
+std::string oom_outcome(const OomPoint& o) { return o.caught ? "was caught" : "ended " + attempt_name(o.attempt); }
+
+// The first step completed after the OOM: in its attempt, or, when the OOM ended that attempt, the first
+// step of a later one.
+const StepPoint* next_step(const Trace& trace, const std::vector<std::vector<StepPoint>>& steps, const OomPoint& o) {
+  size_t pos = position_of(trace, o.attempt);
+  for (size_t i = pos; i < steps.size(); ++i)
+    if (const StepPoint* s = view::step_after(steps[i], o.t)) return s;
+  return nullptr;
+}
+
+std::string step_name(const StepPoint& s, const OomPoint& o) {
+  std::string name = "step " + std::to_string(s.step);
+  return s.attempt != o.attempt ? attempt_name(s.attempt) + "'s " + name : name;
+}
+
+// Samples processed after the OOM up to (and including) the first step completed after it.
+int64_t samples_after(const Attempt& a, const OomPoint& o, const StepPoint* until) {
+  int64_t n = 0;
+  for (const Event& e : a.events) {
+    if (e.t <= o.t || e.src != events::kSrcProbe || e.kind != events::kSamples) continue;
+    if (until && until->attempt == a.index && e.t > until->t) break;
+    n += std::max<int64_t>(0, e.integer("count", 0));
+  }
+  return n;
+}
+
+}  // namespace
+
+Verdict batch_halving(const Trace& trace, const nlohmann::json& args) {
+  double factor = args.value("factor", 0.5);
+  int64_t floor_batch = args.value("min", int64_t{1});
+  bool no_sample_loss = args.value("no_sample_loss", false);
+  auto steps = all_steps(trace);
+  auto ooms = view::ooms_of(trace);
+  std::vector<Evidence> ev;
+  std::string chain;
+  for (const OomPoint& o : ooms) {
+    ev.push_back({o.attempt, o.t, oom_text(o)});
+    if (o.batch <= 0)
+      return verdict(VerdictStatus::inconclusive, "the OOM at " + view::step_text(o.step) +
+                                                      " has no batch size: report batch_size with the probe's step() or an `observe:` regex",
+                     ev);
+    const StepPoint* next = next_step(trace, steps, o);
+    if (!next)
+      return verdict(VerdictStatus::fail, oom_text(o) + " " + oom_outcome(o) + ", but no step completed afterwards", ev);
+    ev.push_back({next->attempt, next->t, step_name(*next, o) + " ran at batch " + std::to_string(next->batch)});
+    if (next->batch < 0)
+      return verdict(VerdictStatus::inconclusive, step_name(*next, o) + " after the " + oom_text(o) +
+                                                      " reported no batch size: report batch_size with the probe's step() or an `observe:` regex",
+                     ev);
+    // At the floor already, the code may go on at the floor; it cannot halve further.
+    double limit = std::max(static_cast<double>(o.batch) * factor, static_cast<double>(floor_batch));
+    std::string head = oom_text(o) + " " + oom_outcome(o) + ", but " + step_name(*next, o) + " ran at batch " +
+                       std::to_string(next->batch);
+    if (next->batch == o.batch && static_cast<double>(next->batch) > limit)
+      return verdict(VerdictStatus::fail, head + " again: no halving", ev);
+    if (next->batch > o.batch) return verdict(VerdictStatus::fail, head + ", larger than before: no halving", ev);
+    if (static_cast<double>(next->batch) > limit + 1e-9)
+      return verdict(VerdictStatus::fail, head + ", more than " + std::to_string(o.batch) + " x " + number_text(factor) +
+                                              " = " + number_text(static_cast<double>(o.batch) * factor), ev);
+    if (next->batch < floor_batch)
+      return verdict(VerdictStatus::fail, oom_text(o) + " " + oom_outcome(o) + " and " + step_name(*next, o) +
+                                              " ran at batch " + std::to_string(next->batch) + ", below the floor of " +
+                                              std::to_string(floor_batch), ev);
+    if (no_sample_loss) {
+      bool redone = false;
+      for (size_t i = position_of(trace, o.attempt); i < steps.size() && !redone; ++i)
+        for (const StepPoint& s : steps[i]) redone = redone || (s.t > o.t && s.step == o.step);
+      int64_t processed = samples_after(trace.attempts[position_of(trace, o.attempt)], o, next);
+      if (!redone && processed < o.batch)
+        return verdict(VerdictStatus::fail, oom_text(o) + " " + oom_outcome(o) + " and the batch went down to " +
+                                                std::to_string(next->batch) + ", but the failed step's " +
+                                                std::to_string(o.batch) + " samples were not processed again (" +
+                                                view::step_text(o.step) + " never completed, " + std::to_string(processed) +
+                                                " samples reported after the OOM): samples were dropped", ev);
+    }
+    if (chain.empty()) chain = std::to_string(o.batch);
+    chain += " -> " + std::to_string(next->batch);
+  }
+  std::string what = ooms.size() == 1 ? "the OOM was followed by a smaller batch (" + chain + ")"
+                                      : "each of the " + std::to_string(ooms.size()) + " OOMs was followed by a smaller batch (" + chain + ")";
+  if (auto missed = target_missed(trace))
+    return verdict(VerdictStatus::fail, what + ", but " + *missed, ev);
+  return verdict(VerdictStatus::pass, what + " and training " + target_reached(trace), ev);
+}
+
+namespace {
+
+// Did the cache shrink? The probe's reserved figures say so directly; without them, the bytes the shim
+// saw held (what empty_cache gives back to the driver) must drop across the call. nullopt: cannot tell.
+std::optional<std::pair<int64_t, int64_t>> cache_sizes(const Attempt& a, const Event& e) {
+  if (e.has("reserved_before") && e.has("reserved_after"))
+    return std::make_pair(e.integer("reserved_before"), e.integer("reserved_after"));
+  std::map<int, const MemorySample*> before, after;
+  for (const MemorySample& s : a.samples) {
+    if (s.t <= e.t) before[s.device] = &s;
+    else if (!after.count(s.device)) after[s.device] = &s;
+  }
+  if (before.empty() || after.empty()) return std::nullopt;
+  int64_t b = 0, f = 0;
+  for (const auto& [d, s] : before) b += static_cast<int64_t>(s->held);
+  for (const auto& [d, s] : after) f += static_cast<int64_t>(s->held);
+  return std::make_pair(b, f);
+}
+
+}  // namespace
+
+Verdict empty_cache_retry(const Trace& trace, const nlohmann::json& args) {
+  int64_t max_retries = args.value("max_retries", int64_t{3});
+  std::vector<Evidence> ev;
+  size_t checked = 0;
+  int64_t freed_total = 0;
+  for (const Attempt& a : trace.attempts) {
+    auto steps = view::steps_of(a);
+    auto ooms = view::ooms_of(a);
+    size_t i = 0;
+    while (i < ooms.size()) {
+      const OomPoint& first = ooms[i];
+      ev.push_back({a.index, first.t, oom_text(first)});
+      if (!first.caught)
+        return verdict(VerdictStatus::fail, "the " + oom_text(first) + " was not caught: " + attempt_name(a.index) + " " +
+                                                view::end_text(a) + "; catch the out-of-memory error, empty the cache and retry the step", ev);
+      if (first.step < 0)
+        return verdict(VerdictStatus::inconclusive, "the OOM's step is unknown: report steps with the probe so the retry can be matched to it", ev);
+      // The OOMs of one step, in a row: the first try and its retries.
+      size_t j = i;
+      while (j < ooms.size() && ooms[j].step == first.step && ooms[j].caught) ++j;
+      int64_t count = static_cast<int64_t>(j - i);
+      if (count > max_retries)
+        return verdict(VerdictStatus::fail, "step " + std::to_string(first.step) + " ran out of memory " + std::to_string(count) +
+                                                " times (max_retries " + std::to_string(max_retries) +
+                                                "): emptying the cache and retrying did not make room; lower the batch instead", ev);
+      for (size_t k = i; k < j; ++k) {
+        const OomPoint& o = ooms[k];
+        double until = k + 1 < ooms.size() ? ooms[k + 1].t : std::numeric_limits<double>::infinity();
+        for (const StepPoint& s : steps)
+          if (s.t > o.t && s.step == o.step) { until = std::min(until, s.t); break; }
+        const Event* call = nullptr;
+        for (const Event& e : a.events)
+          if (e.t > o.t && e.t <= until && e.kind == events::kEmptyCache) { call = &e; break; }
+        if (!call)
+          return verdict(VerdictStatus::fail, "after the " + oom_text(o) + " the code did not empty the cache before going on "
+                                                  "(no empty_cache event): call torch.cuda.empty_cache() before the retry", ev);
+        auto sizes = cache_sizes(a, *call);
+        if (!sizes)
+          return verdict(VerdictStatus::inconclusive, "the empty_cache call after the " + oom_text(o) +
+                                                          " reported no sizes and no memory samples surround it: cannot tell whether the cache shrank", ev);
+        ev.push_back({a.index, call->t, "empty_cache: " + format_bytes(static_cast<uint64_t>(std::max<int64_t>(0, sizes->first))) +
+                                            " -> " + format_bytes(static_cast<uint64_t>(std::max<int64_t>(0, sizes->second)))});
+        if (sizes->second >= sizes->first)
+          return verdict(VerdictStatus::fail, "after the " + oom_text(o) + " empty_cache freed nothing (reserved " +
+                                                  format_bytes(static_cast<uint64_t>(std::max<int64_t>(0, sizes->first))) +
+                                                  " before, " + format_bytes(static_cast<uint64_t>(std::max<int64_t>(0, sizes->second))) +
+                                                  " after): the failed step's tensors were still referenced; drop them before emptying the cache", ev);
+        freed_total += sizes->first - sizes->second;
+      }
+      const OomPoint& last = ooms[j - 1];
+      const StepPoint* done = nullptr;
+      for (const StepPoint& s : steps)
+        if (s.t > last.t && s.step == last.step) { done = &s; break; }
+      if (!done) {
+        const StepPoint* next = view::step_after(steps, last.t);
+        std::string then = next ? "went on with step " + std::to_string(next->step) + ": it skipped the step instead of retrying it"
+                                : attempt_name(a.index) + " " + view::end_text(a);
+        return verdict(VerdictStatus::fail, "after the " + oom_text(last) + " the code emptied the cache but step " +
+                                                std::to_string(last.step) + " never completed; it " + then, ev);
+      }
+      ev.push_back({a.index, done->t, "step " + std::to_string(done->step) + " completed"});
+      checked += static_cast<size_t>(count);
+      i = j;
+    }
+  }
+  return verdict(VerdictStatus::pass, (checked == 1 ? std::string("the OOM was") : "each of the " + std::to_string(checked) + " OOMs was") +
+                                          " followed by an empty_cache that freed " + format_bytes(static_cast<uint64_t>(freed_total)) +
+                                          (checked == 1 ? "" : " in all") + ", and the same step then completed within " +
+                                          std::to_string(max_retries) + " retries", ev);
+}
+
+namespace {
+
+struct Checkpoint {
+  int attempt = 0;
+  double t = 0;
+  std::string path;
+  int64_t step = -1;
+};
+
+bool same_path(const std::string& a, const std::string& b) {
+  return a == b || std::filesystem::path(a).lexically_normal() == std::filesystem::path(b).lexically_normal();
+}
+
+std::string checkpoint_text(const Checkpoint& c) { return c.path + " (step " + std::to_string(c.step) + ")"; }
+
+// Per step, the metric as the combined run reported it: a resumed attempt's value replaces the one of the
+// attempt that died (it redid the step).
+std::map<int64_t, double> metric_by_step(const std::vector<Attempt>& attempts, const std::string& metric) {
+  std::map<int64_t, double> out;
+  for (const Attempt& a : attempts)
+    for (const StepPoint& s : view::steps_of(a))
+      if (auto it = s.metrics.find(metric); it != s.metrics.end()) out[s.step] = it->second;
+  return out;
+}
+
+}  // namespace
+
+Verdict checkpoint_resume(const Trace& trace, const nlohmann::json& args) {
+  std::optional<int64_t> max_lost;
+  if (args.contains("max_lost_steps") && args["max_lost_steps"].is_number()) max_lost = args["max_lost_steps"].get<int64_t>();
+  std::vector<Evidence> ev;
+  std::vector<Checkpoint> saves;  // in time order, growing as attempts are walked
+  bool any_died = false;
+  std::string resumed;            // for the pass sentence
+  int64_t lost_total = 0;
+  for (size_t i = 0; i < trace.attempts.size(); ++i) {
+    const Attempt& a = trace.attempts[i];
+    for (const Event& e : a.events)
+      if (e.src == events::kSrcProbe && e.kind == events::kSave) saves.push_back({a.index, e.t, e.text("path"), e.integer("step")});
+    if (!a.ended_by_oom()) continue;
+    any_died = true;
+    auto steps = view::steps_of(a);
+    auto reached = view::highest_step(steps);
+    auto ooms = view::ooms_of(a);
+    std::string death = ooms.empty() ? "the OOM" : "the " + oom_text(ooms.back());
+    ev.push_back({a.index, a.end, attempt_name(a.index) + " died of " + death});
+    if (i + 1 >= trace.attempts.size())
+      return verdict(VerdictStatus::fail, attempt_name(a.index) + " died of " + death +
+                                              " but was not restarted: give the job `restart: {max: 1, on: [oom]}`", ev);
+    if (saves.empty())
+      return verdict(VerdictStatus::inconclusive, attempt_name(a.index) + " died of " + death +
+                                                      " before any checkpoint was saved: nothing to resume from; inject the fault after the first checkpoint_save", ev);
+    const Checkpoint& newest = saves.back();
+    ev.push_back({newest.attempt, newest.t, "checkpoint " + checkpoint_text(newest) + " saved"});
+    const Attempt& next = trace.attempts[i + 1];
+    const Event* load = nullptr;
+    for (const Event& e : next.events)
+      if (e.src == events::kSrcProbe && e.kind == events::kLoad) { load = &e; break; }
+    if (!load)
+      return verdict(VerdictStatus::fail, attempt_name(next.index) + " started from scratch: it loaded no checkpoint, though " +
+                                              checkpoint_text(newest) + " was saved before the OOM", ev);
+    Checkpoint loaded{next.index, load->t, load->text("path"), load->integer("step")};
+    ev.push_back({next.index, load->t, "loaded " + checkpoint_text(loaded)});
+    if (!same_path(loaded.path, newest.path))
+      return verdict(VerdictStatus::fail, attempt_name(next.index) + " loaded " + checkpoint_text(loaded) +
+                                              ", not the newest checkpoint " + checkpoint_text(newest) + " saved before the OOM", ev);
+    if (loaded.step != newest.step)
+      return verdict(VerdictStatus::fail, attempt_name(next.index) + " loaded " + newest.path + " but resumed its count at step " +
+                                              std::to_string(loaded.step) + ", while it was saved at step " +
+                                              std::to_string(newest.step) + ": the step counter was not restored", ev);
+    auto next_steps = view::steps_of(next);
+    if (next_steps.empty())
+      return verdict(VerdictStatus::fail, attempt_name(next.index) + " loaded " + checkpoint_text(newest) +
+                                              " but completed no step: it " + view::end_text(next), ev);
+    const StepPoint& first = next_steps.front();
+    ev.push_back({next.index, first.t, "first step " + std::to_string(first.step)});
+    if (first.step != newest.step + 1)
+      return verdict(VerdictStatus::fail, attempt_name(next.index) + " resumed at step " + std::to_string(first.step) +
+                                              ", expected step " + std::to_string(newest.step + 1) +
+                                              " (the checkpoint was saved at step " + std::to_string(newest.step) + ")", ev);
+    int64_t lost = reached ? std::max<int64_t>(0, *reached - newest.step) : 0;
+    if (max_lost && lost > *max_lost)
+      return verdict(VerdictStatus::fail, attempt_name(a.index) + " reached step " + std::to_string(reached.value_or(0)) +
+                                              " but its newest checkpoint was at step " + std::to_string(newest.step) + ": " +
+                                              std::to_string(lost) + " steps lost (limit " + std::to_string(*max_lost) +
+                                              "); checkpoint more often", ev);
+    lost_total += lost;
+    if (resumed.empty())
+      resumed = attempt_name(next.index) + " resumed from " + checkpoint_text(newest) + " at step " + std::to_string(first.step) +
+                " after the OOM ended " + attempt_name(a.index);
+  }
+  if (!any_died) {
+    size_t seen = view::ooms_of(trace).size();
+    return verdict(VerdictStatus::inconclusive, "the code saw " + std::to_string(seen) + (seen == 1 ? " OOM" : " OOMs") +
+                                                    " but no attempt died of one, so there was nothing to resume; let the OOM end the process to test resuming");
+  }
+  if (auto missed = target_missed(trace))
+    return verdict(VerdictStatus::fail, resumed + ", but " + *missed, ev);
+  std::string reason = resumed + ", lost " + std::to_string(lost_total) + (lost_total == 1 ? " step" : " steps") +
+                       " and " + target_reached(trace);
+  if (args.contains("reference") && args["reference"].is_object()) {
+    const nlohmann::json& ref = args["reference"];
+    std::string metric = ref.value("metric", std::string("loss"));
+    double rtol = ref.value("rtol", 1e-5), atol = ref.value("atol", 0.0);
+    if (trace.reference.empty())
+      return verdict(VerdictStatus::inconclusive, "resuming worked, but there is no reference run in the trace to compare " +
+                                                      metric + " with: the runner did not run the job without faults", ev);
+    auto got = metric_by_step(trace.attempts, metric);
+    auto want = metric_by_step(trace.reference, metric);
+    size_t compared = 0;
+    for (const auto& [step, expected] : want) {
+      auto it = got.find(step);
+      if (it == got.end()) continue;
+      ++compared;
+      if (std::fabs(it->second - expected) > atol + rtol * std::fabs(expected))
+        return verdict(VerdictStatus::fail, "step " + std::to_string(step) + "'s " + metric + " " + number_text(it->second) +
+                                                " differs from the uninterrupted run's " + number_text(expected) + " (rtol " +
+                                                number_text(rtol) + ", atol " + number_text(atol) +
+                                                "): the resume did not restore everything (optimizer, schedule, random or data-loader state)", ev);
+    }
+    if (compared == 0)
+      return verdict(VerdictStatus::inconclusive, "resuming worked, but the resumed and the reference runs reported no " + metric +
+                                                      " at the same steps", ev);
+    reason += ", with " + metric + " matching the uninterrupted run at " + std::to_string(compared) + " steps";
+  }
+  return verdict(VerdictStatus::pass, reason, ev);
+}
+
+Verdict graceful_exit(const Trace& trace, const nlohmann::json& args) {
+  std::optional<double> within;
+  if (args.contains("within") && args["within"].is_number()) within = args["within"].get<double>();
+  std::string pattern = args.value("message", std::string("out of memory|OutOfMemoryError"));
+  std::regex message(pattern, std::regex::ECMAScript | std::regex::icase);
+  for (const Attempt& a : trace.attempts) {
+    auto ooms = view::ooms_of(a);
+    if (ooms.empty()) continue;
+    const OomPoint& o = ooms.front();
+    std::vector<Evidence> ev{{a.index, o.t, oom_text(o)}, {a.index, a.end, attempt_name(a.index) + " " + view::end_text(a)}};
+    std::string who = attempt_name(a.index);
+    switch (a.end_kind) {
+      case AttemptEnd::interrupted:
+        return verdict(VerdictStatus::inconclusive, who + " was interrupted after the " + oom_text(o) + ", so how it would have ended is unknown", ev);
+      case AttemptEnd::timed_out:
+        return verdict(VerdictStatus::fail, who + " hung after the " + oom_text(o) + ": it " + view::end_text(a) +
+                                                "; on an OOM it cannot handle the job must exit with an error", ev);
+      case AttemptEnd::signalled:
+      case AttemptEnd::failed_to_start:
+        return verdict(VerdictStatus::fail, who + " " + view::end_text(a) + " after the " + oom_text(o) +
+                                                ": not a clean exit; let the error propagate and exit non-zero", ev);
+      case AttemptEnd::exited: break;
+    }
+    if (!a.exit_code || *a.exit_code == 0)
+      return verdict(VerdictStatus::fail, who + " exited with code 0 after the " + oom_text(o) +
+                                              ": a job that gives up on an OOM must exit non-zero so that schedulers see the failure", ev);
+    auto injections = view::injections_of(a);
+    double from = injections.empty() ? a.start : injections.front()->t;
+    std::string since = injections.empty() ? "its start" : "the first injected failure";
+    double took = a.end - from;
+    if (within && took > *within)
+      return verdict(VerdictStatus::fail, who + " took " + view::seconds_text(took) + " to exit after " + since + " (limit " +
+                                              view::seconds_text(*within) + ")", ev);
+    if (!a.oom_message && !std::regex_search(a.output_tail, message))
+      return verdict(VerdictStatus::fail, who + " " + view::end_text(a) + " after the " + oom_text(o) +
+                                              " but printed no out-of-memory message (looked for /" + pattern +
+                                              "/): let the error reach the log", ev);
+    return verdict(VerdictStatus::pass, who + " " + view::end_text(a) + " with an out-of-memory message " +
+                                            view::seconds_text(took) + " after " + since +
+                                            (within ? " (limit " + view::seconds_text(*within) + ")" : ""), ev);
+  }
+  // Unreachable through the registry (the absorption rule runs first), but a direct call may get here.
+  return verdict(VerdictStatus::inconclusive, "no out-of-memory error happened: nothing to recover from");
+}
+
+}  // namespace oomh::checks

@@ -1,0 +1,346 @@
+// The policy registry: every check by name, its arguments, their normalisation, and evaluation.
+//
+// Note [Absorbed faults]
+// The recovery checks (batch_halving, empty_cache_retry, checkpoint_resume, graceful_exit) are about what
+// the code did after an OOM. When the trace has no OOM the code saw, there is nothing to judge: the verdict
+// is inconclusive, never pass (a suite would otherwise go green while testing nothing) and never fail (the
+// code did nothing wrong). The reason says which of the two cases it was: faults were injected but the
+// caching allocator absorbed them (use a persistent fault or a cap), or nothing was injected at all.
+// The rule lives here, wrapped around each recovery check, so that every route to a check applies it.
+
+#include "oomharness/policies/registry.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <exception>
+#include <regex>
+
+#include "checks.h"
+#include "oomharness/units.h"
+#include "trace_view.h"
+
+namespace oomh {
+
+namespace {
+
+using Check = Verdict (*)(const Trace&, const nlohmann::json&);
+
+std::optional<Verdict> absorbed(const Trace& trace) {
+  if (!view::ooms_of(trace).empty()) return std::nullopt;
+  Verdict v;
+  v.status = VerdictStatus::inconclusive;
+  size_t injected = view::injection_count(trace);
+  if (injected == 0) {
+    v.reason = "no out-of-memory error happened: nothing to recover from";
+    return v;
+  }
+  v.reason = view::absorbed_reason(injected);
+  for (const Attempt& a : trace.attempts)
+    for (const Event* e : view::injections_of(a))
+      if (v.evidence.size() < 3)
+        v.evidence.push_back({a.index, e->t, "fault injected into " + e->text("entry", "an allocation") + " (" +
+                                                 format_bytes(static_cast<uint64_t>(std::max<int64_t>(0, e->integer("size", 0)))) + ")"});
+  return v;
+}
+
+std::function<Verdict(const Trace&, const nlohmann::json&)> recovery(Check check) {
+  return [check](const Trace& trace, const nlohmann::json& args) {
+    if (auto v = absorbed(trace)) return *v;
+    return check(trace, args);
+  };
+}
+
+std::vector<PolicyInfo> make_policies() {
+  using nlohmann::json;
+  std::vector<PolicyInfo> p;
+  p.push_back({"exit", "the last attempt exited with this code",
+               {{"code", ArgType::integer, false, "the expected exit code", 0}},
+               true, false, checks::exit_code});
+  p.push_back({"completes", "the last attempt reached this step (or the job's target_step)",
+               {{"steps", ArgType::integer, false, "the step to reach; default: the job's target_step", nullptr}},
+               true, false, checks::completes});
+  p.push_back({"oom_visible", "an injected fault reached the training code as an out-of-memory error",
+               {}, false, false, checks::oom_visible});
+  p.push_back({"batch_halving", "after each OOM the next step ran at a smaller batch and training reached its target",
+               {{"factor", ArgType::number, false, "the next batch is at most this fraction of the failed one", 0.5},
+                {"min", ArgType::integer, false, "the smallest batch the code may go down to", 1},
+                {"no_sample_loss", ArgType::boolean, false, "the failed step's samples were processed afterwards", false}},
+               false, false, recovery(checks::batch_halving)});
+  p.push_back({"empty_cache_retry", "after an OOM the code emptied the cache and the same step then completed",
+               {{"max_retries", ArgType::integer, false, "the most OOMs one step may take", 3}},
+               false, false, recovery(checks::empty_cache_retry)});
+  p.push_back({"checkpoint_resume", "the job died of the OOM, restarted from its newest checkpoint and reached its target",
+               {{"max_lost_steps", ArgType::integer, false, "the most steps the restart may redo; default: no limit", nullptr},
+                {"reference", ArgType::object, false,
+                 "compare a metric with an uninterrupted run: {metric: loss, rtol: 1e-5, atol: 0}", nullptr}},
+               false, true, recovery(checks::checkpoint_resume)});
+  p.push_back({"graceful_exit", "the job exited non-zero with an out-of-memory message, in time",
+               {{"within", ArgType::duration, false, "the longest the exit may take after the first injected failure", nullptr},
+                {"message", ArgType::string, false, "a regular expression the output must match",
+                 "out of memory|OutOfMemoryError"}},
+               false, false, recovery(checks::graceful_exit)});
+  p.push_back({"memory_stable", "memory held at step boundaries does not grow, and returns to its level after recovery",
+               {{"growth_per_step", ArgType::bytes, false, "the largest average growth per step", 1024 * 1024},
+                {"after_recovery", ArgType::boolean, false, "also check that memory returns after the last OOM", true}},
+               false, false, checks::memory_stable});
+  p.push_back({"peak_below", "peak memory held stayed at or under this budget",
+               {{"bytes", ArgType::bytes, true, "the budget", nullptr}},
+               true, false, checks::peak_below});
+  p.push_back({"no_hang", "the job never went longer than `stall` without a step",
+               {{"stall", ArgType::duration, false, "the longest gap allowed between steps", 60}},
+               false, false, checks::no_hang});
+  return p;
+}
+
+// Levenshtein distance, for "did you mean" suggestions.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string nearest(const std::string& name, const std::vector<std::string>& names) {
+  std::string best;
+  size_t best_d = 0;
+  for (const std::string& n : names) {
+    size_t d = edit_distance(name, n);
+    if (best.empty() || d < best_d) { best = n; best_d = d; }
+  }
+  return best;
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string s;
+  for (const std::string& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+std::string quoted(const nlohmann::json& v) { return v.is_string() ? "'" + v.get<std::string>() + "'" : v.dump(); }
+
+// A YAML scalar may reach us as text ("0.5", "true"); these accept both forms.
+std::optional<double> as_number(const nlohmann::json& v) {
+  if (v.is_number()) return v.get<double>();
+  if (!v.is_string()) return std::nullopt;
+  const std::string s = v.get<std::string>();
+  if (s.empty()) return std::nullopt;
+  char* end = nullptr;
+  double d = std::strtod(s.c_str(), &end);
+  if (end != s.c_str() + s.size() || !std::isfinite(d)) return std::nullopt;
+  return d;
+}
+
+std::optional<bool> as_bool(const nlohmann::json& v) {
+  if (v.is_boolean()) return v.get<bool>();
+  if (v.is_string()) {
+    const std::string s = v.get<std::string>();
+    if (s == "true") return true;
+    if (s == "false") return false;
+  }
+  return std::nullopt;
+}
+
+const char* type_words(ArgType t) {
+  switch (t) {
+    case ArgType::integer: return "a whole number";
+    case ArgType::number: return "a number";
+    case ArgType::boolean: return "true or false";
+    case ArgType::string: return "text";
+    case ArgType::bytes: return "a size (8GiB, 512MiB or a number of bytes)";
+    case ArgType::duration: return "a duration (30s, 5m, 250ms or a number of seconds)";
+    case ArgType::object: return "a mapping";
+  }
+  return "a value";
+}
+
+// Normalises one value to its type. Returns an error message, empty on success.
+std::string normalise_value(const std::string& where, ArgType type, nlohmann::json& v) {
+  auto wrong = [&] { return where + " must be " + type_words(type) + ", got " + quoted(v); };
+  auto negative = [&] { return where + " cannot be negative, got " + quoted(v); };
+  switch (type) {
+    case ArgType::integer: {
+      auto d = as_number(v);
+      if (!d || std::floor(*d) != *d || std::fabs(*d) > 9.0e15) return wrong();
+      if (*d < 0) return negative();
+      v = static_cast<int64_t>(*d);
+      return {};
+    }
+    case ArgType::number: {
+      auto d = as_number(v);
+      if (!d) return wrong();
+      if (*d < 0) return negative();
+      v = *d;
+      return {};
+    }
+    case ArgType::boolean: {
+      auto b = as_bool(v);
+      if (!b) return wrong();
+      v = *b;
+      return {};
+    }
+    case ArgType::string:
+      if (!v.is_string()) return wrong();
+      return {};
+    case ArgType::bytes: {
+      if (v.is_number()) {
+        double d = v.get<double>();
+        if (d < 0) return negative();
+        if (std::floor(d) != d) return wrong();
+        v = static_cast<uint64_t>(d);
+        return {};
+      }
+      if (!v.is_string()) return wrong();
+      ParseResult r = parse_bytes(v.get<std::string>());
+      if (!r) return where + ": " + r.error;
+      v = static_cast<uint64_t>(*r.value);
+      return {};
+    }
+    case ArgType::duration: {
+      if (v.is_number()) {
+        if (v.get<double>() < 0) return negative();
+        v = v.get<double>();
+        return {};
+      }
+      if (!v.is_string()) return wrong();
+      ParseResult r = parse_duration(v.get<std::string>());
+      if (!r) return where + ": " + r.error;
+      v = *r.value;
+      return {};
+    }
+    case ArgType::object:
+      if (!v.is_object()) return wrong();
+      return {};
+  }
+  return wrong();
+}
+
+// Checks `args` (an object) against `specs`, fills defaults. `owner` names the whole ("batch_halving",
+// "checkpoint_resume's reference"), `prefix` is put before argument names in ArgError::arg.
+std::optional<ArgError> normalise_object(const std::string& owner, const std::vector<ArgSpec>& specs,
+                                         nlohmann::json& args, const std::string& prefix) {
+  std::vector<std::string> names;
+  for (const ArgSpec& s : specs) names.push_back(s.name);
+  for (auto it = args.begin(); it != args.end(); ++it) {
+    const std::string& key = it.key();
+    if (std::find(names.begin(), names.end(), key) != names.end()) continue;
+    if (names.empty()) return ArgError{owner + " takes no arguments, got '" + key + "'", prefix + key};
+    return ArgError{owner + " has no argument '" + key + "': did you mean '" + nearest(key, names) +
+                        "'? (arguments: " + joined(names) + ")",
+                    prefix + key};
+  }
+  for (const ArgSpec& s : specs) {
+    auto it = args.find(s.name);
+    if (it == args.end() || it->is_null()) {
+      if (s.required)
+        return ArgError{owner + " needs '" + s.name + "' (" + type_words(s.type) + "): " + s.help, prefix + s.name};
+      if (it != args.end()) args.erase(it);
+      if (!s.default_value.is_null()) args[s.name] = s.default_value;
+      continue;
+    }
+    std::string error = normalise_value(owner + "'s '" + s.name + "'", s.type, *it);
+    if (!error.empty()) return ArgError{error, prefix + s.name};
+  }
+  return std::nullopt;
+}
+
+const std::vector<ArgSpec>& reference_specs() {
+  static const std::vector<ArgSpec> specs = {
+      {"metric", ArgType::string, false, "the per-step value to compare", "loss"},
+      {"rtol", ArgType::number, false, "relative tolerance", 1e-5},
+      {"atol", ArgType::number, false, "absolute tolerance", 0.0},
+  };
+  return specs;
+}
+
+// Checks that need more than a type: ranges, regular expressions, nested objects.
+std::optional<ArgError> check_policy_args(const PolicyInfo& policy, nlohmann::json& args) {
+  if (policy.name == "batch_halving") {
+    double f = args["factor"].get<double>();
+    if (!(f > 0 && f <= 1))
+      return ArgError{"batch_halving's 'factor' must be above 0 and at most 1, got " + args["factor"].dump(), "factor"};
+  }
+  if (policy.name == "graceful_exit") {
+    try {
+      std::regex re(args["message"].get<std::string>(), std::regex::ECMAScript | std::regex::icase);
+    } catch (const std::regex_error& e) {
+      return ArgError{"graceful_exit's 'message' is not a valid regular expression: " + quoted(args["message"]) +
+                          " (" + e.what() + ")",
+                      "message"};
+    }
+  }
+  if (policy.name == "checkpoint_resume" && args.contains("reference"))
+    return normalise_object("checkpoint_resume's reference", reference_specs(), args["reference"], "reference.");
+  return std::nullopt;
+}
+
+// Shorthands, expanded before the type checks: `reference: true` asks for the default comparison,
+// `reference: false` for none.
+std::optional<ArgError> expand_shorthands(const PolicyInfo& policy, nlohmann::json& args) {
+  if (policy.name != "checkpoint_resume" || !args.contains("reference")) return std::nullopt;
+  nlohmann::json& ref = args["reference"];
+  if (ref.is_object() || ref.is_null()) return std::nullopt;
+  auto b = as_bool(ref);
+  if (!b) return ArgError{"checkpoint_resume's 'reference' must be a mapping or true, got " + quoted(ref), "reference"};
+  if (*b) ref = nlohmann::json::object();
+  else args.erase("reference");
+  return std::nullopt;
+}
+
+}  // namespace
+
+const std::vector<PolicyInfo>& policies() {
+  static const std::vector<PolicyInfo> all = make_policies();
+  return all;
+}
+
+const PolicyInfo* find_policy(const std::string& name) {
+  for (const PolicyInfo& p : policies())
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+std::optional<ArgError> normalise_args(const PolicyInfo& policy, nlohmann::json& args) {
+  if (args.is_null()) args = nlohmann::json::object();
+  if (!args.is_object()) {
+    if (!policy.scalar_arg || policy.args.empty()) {
+      std::vector<std::string> names;
+      for (const ArgSpec& s : policy.args) names.push_back(s.name);
+      if (names.empty()) return ArgError{policy.name + " takes no arguments, got " + quoted(args), ""};
+      return ArgError{policy.name + " takes named arguments (" + joined(names) + "), not a bare value " + quoted(args), ""};
+    }
+    args = nlohmann::json{{policy.args.front().name, args}};
+  }
+  if (auto e = expand_shorthands(policy, args)) return e;
+  if (auto e = normalise_object(policy.name, policy.args, args, "")) return e;
+  return check_policy_args(policy, args);
+}
+
+Verdict evaluate(const PolicyInfo& policy, const Trace& trace, const nlohmann::json& args) {
+  Verdict v;
+  try {
+    v = policy.evaluate(trace, args);
+  } catch (const std::exception& e) {
+    // A check reading arguments that normalise_args did not produce; say so rather than crash the run.
+    v = Verdict{};
+    v.status = VerdictStatus::inconclusive;
+    v.reason = "could not evaluate " + policy.name + ": " + e.what();
+  }
+  v.policy = policy.name;
+  v.args = args.is_null() ? nlohmann::json::object() : args;
+  return v;
+}
+
+bool wants_reference(const PolicyInfo& policy, const nlohmann::json& args) {
+  return policy.needs_reference && args.is_object() && args.contains("reference") && !args["reference"].is_null();
+}
+
+}  // namespace oomh

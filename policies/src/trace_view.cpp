@@ -1,0 +1,308 @@
+// Views of a trace: steps, OOMs and injections per attempt (trace_view.h explains the merging rules).
+
+#include "trace_view.h"
+
+#include <algorithm>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cctype>
+#include <cstdlib>
+
+#include "oomharness/events.h"
+
+namespace oomh::view {
+
+namespace {
+
+bool is_probe(const Event& e, const char* kind) { return e.src == events::kSrcProbe && e.kind == kind; }
+bool is_observed(const Event& e) { return e.src == events::kSrcRunner && e.kind == events::kObserved; }
+
+// An observed value is whatever the regex captured: a number, or text holding one.
+std::optional<double> observed_number(const Event& e) {
+  if (!e.has("value")) return std::nullopt;
+  const nlohmann::json& v = e.fields["value"];
+  if (v.is_number()) return v.get<double>();
+  if (!v.is_string()) return std::nullopt;
+  std::string s = v.get<std::string>();
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+  size_t start = 0;
+  while (start < s.size() && std::isspace(static_cast<unsigned char>(s[start]))) ++start;
+  if (start == s.size()) return std::nullopt;
+  char* end = nullptr;
+  double d = std::strtod(s.c_str() + start, &end);
+  if (end != s.c_str() + s.size() || !std::isfinite(d)) return std::nullopt;
+  return d;
+}
+
+void set_known(StepPoint& p, const std::string& key, double value) {
+  if (key == "batch_size") p.batch = static_cast<int64_t>(value);
+  else if (key == "allocated") p.allocated = static_cast<int64_t>(value);
+  else if (key == "reserved") p.reserved = static_cast<int64_t>(value);
+  else p.metrics[key] = value;
+}
+
+std::vector<StepPoint> probe_steps(const Attempt& a) {
+  std::vector<StepPoint> out;
+  for (const Event& e : a.events) {
+    if (!is_probe(e, events::kStep) || !e.has("step")) continue;
+    StepPoint p;
+    p.attempt = a.index;
+    p.t = e.t;
+    p.step = e.integer("step");
+    p.batch = e.integer("batch_size", -1);
+    p.allocated = e.integer("allocated", -1);
+    p.reserved = e.integer("reserved", -1);
+    for (auto it = e.fields.begin(); it != e.fields.end(); ++it) {
+      if (!it->is_number()) continue;
+      const std::string& k = it.key();
+      if (k == "step" || k == "batch_size" || k == "allocated" || k == "reserved") continue;
+      p.metrics[k] = it->get<double>();
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+// Observed values of one output line arrive as consecutive events that share the line (Note [Two
+// sources of steps]); a group with a `step` value is one completed step. `batch_size` is sticky: a job
+// that prints "batch size now 32" once runs its later steps at 32.
+std::vector<StepPoint> observed_steps(const Attempt& a) {
+  std::vector<StepPoint> out;
+  int64_t current_batch = -1;
+  size_t i = 0;
+  const auto& ev = a.events;
+  while (i < ev.size()) {
+    if (!is_observed(ev[i])) { ++i; continue; }
+    std::map<std::string, double> group;
+    std::string line = ev[i].text("line");
+    double t = ev[i].t;
+    size_t j = i;
+    while (j < ev.size() && is_observed(ev[j]) && ev[j].text("line") == line && std::fabs(ev[j].t - t) < 0.01 &&
+           !group.count(ev[j].text("key"))) {
+      if (auto v = observed_number(ev[j])) group[ev[j].text("key")] = *v;
+      ++j;
+    }
+    if (j == i) ++j;  // a repeated key on the same line: start a new group with it
+    i = j;
+    if (auto b = group.find("batch_size"); b != group.end()) current_batch = static_cast<int64_t>(b->second);
+    auto s = group.find("step");
+    if (s == group.end()) continue;
+    StepPoint p;
+    p.attempt = a.index;
+    p.t = t;
+    p.step = static_cast<int64_t>(s->second);
+    for (const auto& [k, v] : group)
+      if (k != "step") set_known(p, k, v);
+    if (p.batch < 0) p.batch = current_batch;
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+bool oom_caught(const Attempt& a, size_t index) {
+  const Event& e = a.events[index];
+  if (e.flag("caught", false)) return true;
+  for (size_t j = index + 1; j < a.events.size(); ++j) {
+    const Event& c = a.events[j];
+    if (is_probe(c, events::kOomCaught) && (!c.has("step") || c.integer("step") == e.integer("step"))) return true;
+    if (is_probe(c, events::kOom)) break;  // the next OOM: this one was not reported caught
+  }
+  return false;
+}
+
+double attempt_end_time(const Attempt& a) {
+  if (a.end > 0) return a.end;
+  return a.events.empty() ? a.start : a.events.back().t;
+}
+
+}  // namespace
+
+std::vector<StepPoint> steps_of(const Attempt& attempt) {
+  std::vector<StepPoint> probe = probe_steps(attempt);
+  std::vector<StepPoint> observed = observed_steps(attempt);
+  if (probe.empty()) return observed;
+  for (StepPoint& p : probe) {
+    for (auto it = observed.rbegin(); it != observed.rend(); ++it) {
+      if (it->step != p.step) continue;
+      if (p.batch < 0) p.batch = it->batch;
+      if (p.allocated < 0) p.allocated = it->allocated;
+      if (p.reserved < 0) p.reserved = it->reserved;
+      for (const auto& [k, v] : it->metrics) p.metrics.emplace(k, v);
+      break;
+    }
+  }
+  return probe;
+}
+
+std::vector<OomPoint> ooms_of(const Attempt& attempt) {
+  std::vector<StepPoint> steps = steps_of(attempt);
+  std::vector<OomPoint> out;
+  bool uncaught_probe_oom = false;
+  for (size_t i = 0; i < attempt.events.size(); ++i) {
+    const Event& e = attempt.events[i];
+    if (!is_probe(e, events::kOom)) continue;
+    OomPoint o;
+    o.attempt = attempt.index;
+    o.t = e.t;
+    o.from_probe = true;
+    o.caught = oom_caught(attempt, i);
+    uncaught_probe_oom = uncaught_probe_oom || !o.caught;
+    const StepPoint* before = step_before(steps, e.t);
+    o.step = e.integer("step", -1);
+    if (o.step < 0 && before) o.step = before->step + 1;
+    o.batch = e.integer("batch_size", -1);
+    if (o.batch <= 0) o.batch = before ? before->batch : -1;
+    o.phase = e.text("phase");
+    if (o.phase == "none") o.phase.clear();
+    out.push_back(std::move(o));
+  }
+  bool died = attempt.ended_by_oom();
+  if ((died && !uncaught_probe_oom) || (out.empty() && attempt.oom_message)) {
+    // No probe told us: the OOM shows only in how the attempt ended or in its output.
+    OomPoint o;
+    o.attempt = attempt.index;
+    o.t = attempt_end_time(attempt);
+    for (const Event& e : attempt.events)
+      if (is_observed(e) && e.text("key") == "oom") { o.t = e.t; break; }
+    o.caught = !died;
+    const StepPoint* before = step_before(steps, o.t);
+    o.step = before ? before->step + 1 : -1;
+    o.batch = before ? before->batch : -1;
+    o.phase = phase_at(attempt, o.t);
+    out.push_back(std::move(o));
+  }
+  std::stable_sort(out.begin(), out.end(), [](const OomPoint& x, const OomPoint& y) { return x.t < y.t; });
+  return out;
+}
+
+std::vector<OomPoint> ooms_of(const Trace& trace) {
+  std::vector<OomPoint> out;
+  for (const Attempt& a : trace.attempts) {
+    auto o = ooms_of(a);
+    out.insert(out.end(), o.begin(), o.end());
+  }
+  return out;
+}
+
+std::vector<const Event*> injections_of(const Attempt& attempt) {
+  std::vector<const Event*> out;
+  for (const Event& e : attempt.events)
+    if (e.src == events::kSrcShim && e.kind == events::kInject) out.push_back(&e);
+  return out;
+}
+
+size_t injection_count(const Trace& trace) {
+  size_t n = 0;
+  for (const Attempt& a : trace.attempts) n += injections_of(a).size();
+  return n;
+}
+
+std::optional<int64_t> highest_step(const std::vector<StepPoint>& steps) {
+  std::optional<int64_t> best;
+  for (const StepPoint& s : steps)
+    if (!best || s.step > *best) best = s.step;
+  return best;
+}
+
+const StepPoint* step_before(const std::vector<StepPoint>& steps, double t) {
+  const StepPoint* found = nullptr;
+  for (const StepPoint& s : steps)
+    if (s.t <= t) found = &s;
+  return found;
+}
+
+const StepPoint* step_after(const std::vector<StepPoint>& steps, double t) {
+  for (const StepPoint& s : steps)
+    if (s.t > t) return &s;
+  return nullptr;
+}
+
+int64_t held_at(const Attempt& attempt, const StepPoint& step) {
+  if (step.allocated >= 0) return step.allocated;
+  // The control block is sampled every 50 ms; a sample more than a second away says nothing about this step.
+  // Samples are in time order (the runner appends them as it takes them): look only at the window.
+  const auto& all = attempt.samples;
+  auto it = std::lower_bound(all.begin(), all.end(), step.t - 1.0,
+                             [](const MemorySample& s, double t) { return s.t < t; });
+  std::map<int, const MemorySample*> nearest;
+  for (; it != all.end() && it->t <= step.t + 1.0; ++it) {
+    auto& best = nearest[it->device];
+    if (!best || std::fabs(it->t - step.t) < std::fabs(best->t - step.t)) best = &*it;
+  }
+  if (nearest.empty()) return -1;
+  uint64_t held = 0;
+  for (const auto& [device, s] : nearest) held += s->held;
+  return static_cast<int64_t>(held);
+}
+
+std::string phase_at(const Attempt& attempt, double t) {
+  std::string phase;
+  for (const Event& e : attempt.events) {
+    if (e.t > t) break;
+    if (e.kind != events::kPhase && e.kind != events::kOom && e.kind != events::kInject) continue;
+    std::string p = e.text("phase");
+    if (!p.empty() && p != "none") phase = p;
+  }
+  return phase;
+}
+
+std::string seconds_text(double seconds) {
+  char buf[32];
+  if (seconds < 1.0) std::snprintf(buf, sizeof buf, "%.0fms", seconds * 1e3);
+  else if (std::fabs(seconds - std::round(seconds)) < 0.05 || seconds >= 10) std::snprintf(buf, sizeof buf, "%.0fs", seconds);
+  else std::snprintf(buf, sizeof buf, "%.1fs", seconds);
+  return buf;
+}
+
+std::string attempt_name(int attempt) { return "attempt " + std::to_string(attempt + 1); }
+
+std::string step_text(int64_t step) { return step >= 0 ? "step " + std::to_string(step) : "an unknown step"; }
+
+bool ended_normally(const Attempt& attempt) {
+  return attempt.end_kind == AttemptEnd::exited && attempt.exit_code && *attempt.exit_code == 0;
+}
+
+namespace {
+const char* signal_name(int sig) {
+  switch (sig) {
+    case SIGHUP: return "SIGHUP";
+    case SIGINT: return "SIGINT";
+    case SIGQUIT: return "SIGQUIT";
+    case SIGILL: return "SIGILL";
+    case SIGABRT: return "SIGABRT";
+    case SIGBUS: return "SIGBUS";
+    case SIGFPE: return "SIGFPE";
+    case SIGKILL: return "SIGKILL";
+    case SIGSEGV: return "SIGSEGV";
+    case SIGPIPE: return "SIGPIPE";
+    case SIGTERM: return "SIGTERM";
+    default: return "signal";
+  }
+}
+}  // namespace
+
+std::string end_text(const Attempt& attempt) {
+  switch (attempt.end_kind) {
+    case AttemptEnd::exited:
+      return attempt.exit_code ? "exited with code " + std::to_string(*attempt.exit_code) : "exited";
+    case AttemptEnd::signalled: {
+      if (!attempt.signal) return "was killed by a signal";
+      return "was killed by signal " + std::to_string(*attempt.signal) + " (" + signal_name(*attempt.signal) + ")";
+    }
+    case AttemptEnd::timed_out: return "timed out after " + seconds_text(attempt.duration()) + " and was stopped";
+    case AttemptEnd::interrupted: return "was interrupted";
+    case AttemptEnd::failed_to_start: return "failed to start";
+  }
+  return "ended";
+}
+
+}  // namespace oomh::view
+
+namespace oomh::view {
+std::string absorbed_reason(size_t injected) {
+  return std::to_string(injected) + (injected == 1 ? " fault was" : " faults were") +
+         " injected but the code never saw an out-of-memory error: PyTorch's caching allocator retried and "
+         "absorbed " + (injected == 1 ? "it" : "them") + "; use a persistent fault (fail: {times: 2} or more) or a cap";
+}
+}  // namespace oomh::view

@@ -1,0 +1,90 @@
+#pragma once
+// Views of a trace in the words the checks use: the steps each attempt completed, the out-of-memory
+// errors the training code saw, the faults the shim injected. Every check reads the trace through these,
+// so that the two ways a job reports steps and the three ways an OOM shows up are merged in one place.
+//
+// Note [Two sources of steps]
+// A job reports its steps either through a probe (`step` events, src "probe") or, without a probe, through
+// the suite's `observe:` regexes (src "runner", kind "observed", key "step"/"batch_size"/"loss"/...).
+// Observed values of one output line arrive as several events sharing that line; they are grouped back
+// into one step. When an attempt has probe steps they win, and observed values only fill fields the probe
+// left out for the same step number.
+//
+// Note [OOMs the code saw]
+// An OOM counts as seen by the training code when a probe reported it (`oom`, caught or not), or when the
+// attempt ended by it (Attempt::ended_by_oom, e.g. a job without a probe that died printing
+// "CUDA out of memory"), or when its output carried an OOM message. Shim `inject` events alone do not count:
+// PyTorch's caching allocator retries a failed allocation once after freeing its cache, so one injected
+// failure is usually absorbed before the code sees anything.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "oomharness/policies/trace.h"
+
+namespace oomh::view {
+
+struct StepPoint {
+  int attempt = 0;
+  double t = 0;
+  int64_t step = 0;
+  int64_t batch = -1;        // -1: not reported
+  int64_t allocated = -1;    // bytes, -1: not reported
+  int64_t reserved = -1;
+  std::map<std::string, double> metrics;  // "loss" and any other numeric value reported with the step
+};
+
+struct OomPoint {
+  int attempt = 0;
+  double t = 0;
+  int64_t step = -1;         // the step in progress, -1: unknown
+  int64_t batch = -1;        // its batch size, -1: unknown
+  bool caught = false;       // the code caught it and went on
+  bool from_probe = false;   // a probe `oom` event (else deduced from the attempt's end or output)
+  std::string phase;         // empty: unknown
+};
+
+// The steps an attempt completed, in time order.
+std::vector<StepPoint> steps_of(const Attempt& attempt);
+// The OOMs the code saw in an attempt, in time order (Note [OOMs the code saw]).
+std::vector<OomPoint> ooms_of(const Attempt& attempt);
+std::vector<OomPoint> ooms_of(const Trace& trace);
+// The shim's `inject` events of an attempt / of the whole trace.
+std::vector<const Event*> injections_of(const Attempt& attempt);
+size_t injection_count(const Trace& trace);
+
+// The highest step an attempt reached; nullopt when it reported none.
+std::optional<int64_t> highest_step(const std::vector<StepPoint>& steps);
+// The last step completed at or before `t`; nullptr when none.
+const StepPoint* step_before(const std::vector<StepPoint>& steps, double t);
+// The first step completed after `t`; nullptr when none.
+const StepPoint* step_after(const std::vector<StepPoint>& steps, double t);
+
+// Held bytes at each step: the step's `allocated`, else the control-block samples nearest in time
+// (summed over devices, within a second; Attempt::samples must be in time order). -1 when neither is known.
+int64_t held_at(const Attempt& attempt, const StepPoint& step);
+
+// The last training phase known at or before `t`: from `phase`, `oom` and `inject` events.
+std::string phase_at(const Attempt& attempt, double t);
+
+// Messages: "95s", "250ms", "1.5s".
+std::string seconds_text(double seconds);
+// "attempt 2" (1-based, as users count).
+std::string attempt_name(int attempt);
+// "step 5" or "an unknown step".
+std::string step_text(int64_t step);
+
+// Did the attempt end normally (exited by itself with code 0)?
+bool ended_normally(const Attempt& attempt);
+// "exited with code 1", "was killed by signal 9 (SIGKILL)", "timed out", ...
+std::string end_text(const Attempt& attempt);
+
+}  // namespace oomh::view
+
+namespace oomh::view {
+// Note [Absorbed faults]: the sentence for a trace whose injected faults never reached the code.
+std::string absorbed_reason(size_t injected);
+}  // namespace oomh::view

@@ -1,0 +1,553 @@
+// Every policy on hand-written traces: a pass, a fail and an inconclusive case at least, each checking the
+// status and the phrase of the reason a user would act on.
+
+#include <csignal>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "oomharness/policies/registry.h"
+#include "trace_builder.h"
+
+namespace oomh {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::TraceBuilder;
+
+constexpr int64_t MiB = 1024 * 1024;
+constexpr int64_t GiB = 1024 * MiB;
+
+Verdict check(const std::string& name, const Trace& trace, nlohmann::json args = nullptr) {
+  const PolicyInfo* p = find_policy(name);
+  if (!p) {
+    ADD_FAILURE() << "no policy " << name;
+    return {};
+  }
+  auto err = normalise_args(*p, args);
+  EXPECT_FALSE(err.has_value()) << (err ? err->message : "");
+  Verdict v = evaluate(*p, trace, args);
+  EXPECT_EQ(v.policy, name);
+  return v;
+}
+
+#define EXPECT_VERDICT(v, want, phrase)                      \
+  do {                                                       \
+    Verdict v_ = (v);                                        \
+    EXPECT_EQ(v_.status, VerdictStatus::want) << v_.reason;  \
+    EXPECT_THAT(v_.reason, HasSubstr(phrase));               \
+  } while (0)
+
+// Steps first..last at one batch size.
+TraceBuilder& steps(TraceBuilder& b, int64_t first, int64_t last, int64_t batch = -1) {
+  for (int64_t s = first; s <= last; ++s) b.step(s, batch);
+  return b;
+}
+
+// ---- exit ----
+
+TEST(Exit, Pass) { EXPECT_VERDICT(check("exit", TraceBuilder().attempt().step(1).exit(0).build()), pass, "exited with code 0 as expected"); }
+
+TEST(Exit, FailWithOom) {
+  Verdict v = check("exit", TraceBuilder().attempt().exit(0).attempt().exit(1, true).build());
+  EXPECT_VERDICT(v, fail, "the last attempt (attempt 2) exited with code 1, expected exit code 0, after an out-of-memory error");
+  ASSERT_FALSE(v.evidence.empty());
+  EXPECT_EQ(v.evidence[0].attempt, 1);
+}
+
+TEST(Exit, FailBySignal) {
+  EXPECT_VERDICT(check("exit", TraceBuilder().attempt().killed(SIGKILL).build()), fail, "killed by signal 9 (SIGKILL)");
+}
+
+TEST(Exit, ScalarCode) { EXPECT_VERDICT(check("exit", TraceBuilder().attempt().exit(3).build(), 3), pass, "code 3"); }
+
+TEST(Exit, InconclusiveWithoutAttempts) { EXPECT_VERDICT(check("exit", Trace{}), inconclusive, "never ran"); }
+
+// ---- completes ----
+
+TEST(Completes, Pass) {
+  TraceBuilder b;
+  steps(b.attempt(), 1, 10).exit(0);
+  EXPECT_VERDICT(check("completes", b.build(), 10), pass, "reached step 10 (target 10)");
+}
+
+TEST(Completes, PassWithTraceTarget) {
+  TraceBuilder b;
+  steps(b.target(5).attempt(), 1, 5).exit(0);
+  EXPECT_VERDICT(check("completes", b.build()), pass, "reached step 5");
+}
+
+TEST(Completes, Fail) {
+  TraceBuilder b;
+  steps(b.attempt(), 1, 7).exit(1, true);
+  EXPECT_VERDICT(check("completes", b.build(), 10), fail, "training stopped at step 7 of 10: attempt 1 exited with code 1");
+}
+
+TEST(Completes, InconclusiveWithoutTarget) {
+  TraceBuilder b;
+  steps(b.attempt(), 1, 7).exit(0);
+  EXPECT_VERDICT(check("completes", b.build()), inconclusive, "no step count to reach");
+}
+
+TEST(Completes, InconclusiveWithoutSteps) {
+  EXPECT_VERDICT(check("completes", TraceBuilder().attempt().exit(0).build(), 10), inconclusive, "no step was reported");
+}
+
+// ---- oom_visible ----
+
+TEST(OomVisible, Pass) {
+  Trace t = TraceBuilder().attempt().step(4, 64).inject().inject().oom(5, 64).step(5, 32).exit(0).build();
+  EXPECT_VERDICT(check("oom_visible", t), pass, "2 faults were injected and the code saw 1 out-of-memory error");
+}
+
+TEST(OomVisible, PassFromOomExitWithoutProbe) {
+  Trace t = TraceBuilder().attempt().inject().inject().exit(1, true).build();
+  EXPECT_VERDICT(check("oom_visible", t), pass, "the code saw 1 out-of-memory error");
+}
+
+TEST(OomVisible, FailWhenAbsorbed) {
+  Trace t = TraceBuilder().attempt().step(4, 64).inject().inject().step(5, 64).exit(0).build();
+  Verdict v = check("oom_visible", t);
+  EXPECT_EQ(v.status, VerdictStatus::fail);
+  EXPECT_EQ(v.reason,
+            "2 faults were injected but the code never saw an out-of-memory error: PyTorch's caching allocator retried "
+            "and absorbed them; use a persistent fault (fail: {times: 2} or more) or a cap");
+}
+
+TEST(OomVisible, InconclusiveWithoutInjection) {
+  EXPECT_VERDICT(check("oom_visible", TraceBuilder().attempt().step(1).exit(0).build()), inconclusive, "no fault was injected");
+}
+
+// ---- the absorption rule (every recovery policy) ----
+
+TEST(Absorption, InjectedButAbsorbedIsInconclusive) {
+  Trace t = TraceBuilder().attempt().step(4, 64).inject().step(5, 64).exit(0).build();
+  for (const char* name : {"batch_halving", "empty_cache_retry", "checkpoint_resume", "graceful_exit"}) {
+    Verdict v = check(name, t);
+    EXPECT_EQ(v.status, VerdictStatus::inconclusive) << name;
+    EXPECT_THAT(v.reason, HasSubstr("1 fault was injected but the code never saw an out-of-memory error")) << name;
+    EXPECT_THAT(v.reason, HasSubstr("use a persistent fault")) << name;
+  }
+}
+
+TEST(Absorption, NothingHappenedIsInconclusive) {
+  Trace t = TraceBuilder().attempt().step(1, 64).step(2, 64).exit(0).build();
+  for (const char* name : {"batch_halving", "empty_cache_retry", "checkpoint_resume", "graceful_exit"})
+    EXPECT_VERDICT(check(name, t), inconclusive, "no out-of-memory error happened: nothing to recover from");
+}
+
+// ---- batch_halving ----
+
+TEST(BatchHalving, Pass) {
+  TraceBuilder b;
+  steps(b.target(8).attempt(), 1, 4, 64).inject().inject().oom(5, 64);
+  steps(b, 5, 8, 32).exit(0);
+  EXPECT_VERDICT(check("batch_halving", b.build()), pass, "the OOM was followed by a smaller batch (64 -> 32) and training reached step 8");
+}
+
+TEST(BatchHalving, FailNoHalving) {
+  TraceBuilder b;
+  steps(b.attempt(), 1, 4, 64).inject().inject().oom(5, 64).step(6, 64).exit(0);
+  Verdict v = check("batch_halving", b.build());
+  EXPECT_EQ(v.status, VerdictStatus::fail);
+  EXPECT_EQ(v.reason, "OOM at step 5 (batch 64) was caught, but step 6 ran at batch 64 again: no halving");
+  EXPECT_GE(v.evidence.size(), 2u);
+}
+
+TEST(BatchHalving, FailNotSmallEnough) {
+  TraceBuilder b;
+  steps(b.attempt(), 1, 4, 64).inject().oom(5, 64).step(5, 48).exit(0);
+  EXPECT_VERDICT(check("batch_halving", b.build()), fail, "step 5 ran at batch 48, more than 64 x 0.5 = 32");
+}
+
+TEST(BatchHalving, FailBelowFloor) {
+  TraceBuilder b;
+  steps(b.attempt(), 1, 4, 32).inject().oom(5, 32).step(5, 8).exit(0);
+  EXPECT_VERDICT(check("batch_halving", b.build(), {{"min", 16}}), fail, "ran at batch 8, below the floor of 16");
+}
+
+TEST(BatchHalving, FailTargetNotReached) {
+  TraceBuilder b;
+  steps(b.target(10).attempt(), 1, 4, 64).inject().oom(5, 64);
+  steps(b, 5, 6, 32).exit(1);
+  EXPECT_VERDICT(check("batch_halving", b.build()), fail, "(64 -> 32), but training stopped at step 6 of 10");
+}
+
+TEST(BatchHalving, FailSamplesDropped) {
+  TraceBuilder b;
+  steps(b.attempt(), 1, 4, 64).inject().oom(5, 64).samples(32).step(6, 32).exit(0);
+  EXPECT_VERDICT(check("batch_halving", b.build(), {{"no_sample_loss", true}}), fail,
+                 "the failed step's 64 samples were not processed again (step 5 never completed, 32 samples reported after the OOM)");
+}
+
+TEST(BatchHalving, PassNoSampleLossBySamples) {
+  TraceBuilder b;
+  steps(b.attempt(), 1, 4, 64).inject().oom(5, 64).samples(32).samples(32).step(6, 32).exit(0);
+  EXPECT_VERDICT(check("batch_halving", b.build(), {{"no_sample_loss", true}}), pass, "64 -> 32");
+}
+
+TEST(BatchHalving, PassNoSampleLossByRedoingTheStep) {
+  TraceBuilder b;
+  steps(b.attempt(), 1, 4, 64).inject().oom(5, 64).step(5, 32).exit(0);
+  EXPECT_VERDICT(check("batch_halving", b.build(), {{"no_sample_loss", true}}), pass, "64 -> 32");
+}
+
+TEST(BatchHalving, PassAcrossARestart) {
+  TraceBuilder b;
+  steps(b.target(8).attempt(), 1, 4, 64).inject().oom(5, 64, false).exit(1, true).attempt();
+  steps(b, 5, 8, 32).exit(0);
+  EXPECT_VERDICT(check("batch_halving", b.build()), pass, "reached step 8");
+}
+
+TEST(BatchHalving, FailAcrossARestart) {
+  TraceBuilder b;
+  steps(b.attempt(), 1, 4, 64).inject().oom(5, 64, false).exit(1, true).attempt();
+  steps(b, 5, 8, 64).exit(0);
+  EXPECT_VERDICT(check("batch_halving", b.build()), fail,
+                 "OOM at step 5 (batch 64) ended attempt 1, but attempt 2's step 5 ran at batch 64 again: no halving");
+}
+
+TEST(BatchHalving, PassFromObservedOutputWithoutProbe) {
+  // No probe: steps and batch sizes come from the suite's `observe:` regexes on stdout.
+  Trace t = TraceBuilder()
+                .attempt()
+                .observed_line("step 3 bs 64 loss 2.1", {{"step", "3"}, {"batch_size", "64"}, {"loss", "2.1"}})
+                .observed_line("step 4 bs 64 loss 2.0", {{"step", "4"}, {"batch_size", "64"}, {"loss", "2.0"}})
+                .inject()
+                .inject()
+                .observed_line("caught CUDA out of memory, halving", {{"oom", "1"}})
+                .observed_line("batch size now 32", {{"batch_size", "32"}})
+                .observed_line("step 5 loss 1.9", {{"step", "5"}, {"loss", "1.9"}})
+                .exit(0, true)
+                .build();
+  EXPECT_VERDICT(check("batch_halving", t), pass, "(64 -> 32)");
+}
+
+TEST(BatchHalving, InconclusiveWithoutBatchSizes) {
+  TraceBuilder b;
+  steps(b.attempt(), 1, 4).inject().oom(5, -1).step(5).exit(0);
+  EXPECT_VERDICT(check("batch_halving", b.build()), inconclusive, "has no batch size");
+}
+
+// ---- empty_cache_retry ----
+
+TEST(EmptyCacheRetry, Pass) {
+  TraceBuilder b;
+  steps(b.attempt(), 1, 4, 64).inject().inject().oom(5, 64).empty_cache(8 * GiB, 6 * GiB).step(5, 64).step(6, 64).exit(0);
+  EXPECT_VERDICT(check("empty_cache_retry", b.build()), pass,
+                 "the OOM was followed by an empty_cache that freed 2.00 GiB, and the same step then completed within 3 retries");
+}
+
+TEST(EmptyCacheRetry, PassBySamples) {
+  TraceBuilder b;
+  steps(b.attempt(), 1, 4, 64).inject().oom(5, 64).sample(8 * GiB).event("probe", "empty_cache").sample(5 * GiB);
+  b.step(5, 64).exit(0);
+  EXPECT_VERDICT(check("empty_cache_retry", b.build()), pass, "freed 3.00 GiB");
+}
+
+TEST(EmptyCacheRetry, FailCacheDidNotShrink) {
+  TraceBuilder b;
+  steps(b.attempt(), 1, 4, 64).inject().oom(5, 64).empty_cache(8 * GiB, 8 * GiB).step(5, 64).exit(0);
+  EXPECT_VERDICT(check("empty_cache_retry", b.build()), fail,
+                 "after the OOM at step 5 (batch 64) empty_cache freed nothing (reserved 8.00 GiB before, 8.00 GiB after)");
+}
+
+TEST(EmptyCacheRetry, FailNoEmptyCache) {
+  TraceBuilder b;
+  steps(b.attempt(), 1, 4, 64).inject().oom(5, 64).step(5, 64).exit(0);
+  EXPECT_VERDICT(check("empty_cache_retry", b.build()), fail, "did not empty the cache before going on");
+}
+
+TEST(EmptyCacheRetry, FailStepSkipped) {
+  TraceBuilder b;
+  steps(b.attempt(), 1, 4, 64).inject().oom(5, 64).empty_cache(8 * GiB, 6 * GiB).step(6, 64).exit(0);
+  EXPECT_VERDICT(check("empty_cache_retry", b.build()), fail,
+                 "step 5 never completed; it went on with step 6: it skipped the step instead of retrying it");
+}
+
+TEST(EmptyCacheRetry, FailTooManyRetries) {
+  TraceBuilder b;
+  steps(b.attempt(), 1, 4, 64).inject();
+  for (int i = 0; i < 4; ++i) b.oom(5, 64).empty_cache(8 * GiB, 6 * GiB);
+  b.step(5, 64).exit(0);
+  EXPECT_VERDICT(check("empty_cache_retry", b.build(), {{"max_retries", 3}}), fail, "step 5 ran out of memory 4 times (max_retries 3)");
+  EXPECT_VERDICT(check("empty_cache_retry", b.build(), {{"max_retries", 4}}), pass, "within 4 retries");
+}
+
+TEST(EmptyCacheRetry, FailUncaught) {
+  TraceBuilder b;
+  steps(b.attempt(), 1, 4, 64).inject().oom(5, 64, false).exit(1, true);
+  EXPECT_VERDICT(check("empty_cache_retry", b.build()), fail, "the OOM at step 5 (batch 64) was not caught: attempt 1 exited with code 1");
+}
+
+TEST(EmptyCacheRetry, InconclusiveWithoutSizes) {
+  TraceBuilder b;
+  steps(b.attempt(), 1, 4, 64).inject().oom(5, 64).event("probe", "empty_cache").step(5, 64).exit(0);
+  EXPECT_VERDICT(check("empty_cache_retry", b.build()), inconclusive, "cannot tell whether the cache shrank");
+}
+
+// ---- checkpoint_resume ----
+
+// Attempt 1 saves at steps 2 and 4, reaches 6 and dies of an OOM at step 7.
+TraceBuilder died_after_checkpoints(double loss_scale = 1.0) {
+  TraceBuilder b;
+  b.target(12).attempt();
+  for (int64_t s = 1; s <= 6; ++s) {
+    b.step(s, 32, loss_scale / static_cast<double>(s));
+    if (s == 2) b.save("ck/step-2.pt", 2);
+    if (s == 4) b.save("ck/step-4.pt", 4);
+  }
+  b.inject().oom(7, 32, false).exit(1, true);
+  return b;
+}
+
+TraceBuilder& resumed(TraceBuilder& b, int64_t from, double loss_scale = 1.0) {
+  for (int64_t s = from; s <= 12; ++s) b.step(s, 32, loss_scale / static_cast<double>(s));
+  return b.exit(0);
+}
+
+TEST(CheckpointResume, Pass) {
+  TraceBuilder b = died_after_checkpoints();
+  b.attempt().load("ck/step-4.pt", 4);
+  resumed(b, 5);
+  EXPECT_VERDICT(check("checkpoint_resume", b.build()), pass,
+                 "attempt 2 resumed from ck/step-4.pt (step 4) at step 5 after the OOM ended attempt 1, lost 2 steps and reached step 12");
+}
+
+TEST(CheckpointResume, FailLoadedAnOlderCheckpoint) {
+  TraceBuilder b = died_after_checkpoints();
+  b.attempt().load("ck/step-2.pt", 2);
+  resumed(b, 3);
+  EXPECT_VERDICT(check("checkpoint_resume", b.build()), fail,
+                 "attempt 2 loaded ck/step-2.pt (step 2), not the newest checkpoint ck/step-4.pt (step 4) saved before the OOM");
+}
+
+TEST(CheckpointResume, FailStartedFromScratch) {
+  TraceBuilder b = died_after_checkpoints();
+  b.attempt();
+  resumed(b, 1);
+  EXPECT_VERDICT(check("checkpoint_resume", b.build()), fail, "attempt 2 started from scratch: it loaded no checkpoint");
+}
+
+TEST(CheckpointResume, FailWrongFirstStep) {
+  TraceBuilder b = died_after_checkpoints();
+  b.attempt().load("ck/step-4.pt", 4);
+  resumed(b, 1);
+  EXPECT_VERDICT(check("checkpoint_resume", b.build()), fail, "attempt 2 resumed at step 1, expected step 5");
+}
+
+TEST(CheckpointResume, FailStepCounterNotRestored) {
+  TraceBuilder b = died_after_checkpoints();
+  b.attempt().load("ck/step-4.pt", 0);
+  resumed(b, 5);
+  EXPECT_VERDICT(check("checkpoint_resume", b.build()), fail, "the step counter was not restored");
+}
+
+TEST(CheckpointResume, FailTooManyStepsLost) {
+  TraceBuilder b = died_after_checkpoints();
+  b.attempt().load("ck/step-4.pt", 4);
+  resumed(b, 5);
+  EXPECT_VERDICT(check("checkpoint_resume", b.build(), {{"max_lost_steps", 1}}), fail, "2 steps lost (limit 1)");
+}
+
+TEST(CheckpointResume, FailNotRestarted) {
+  EXPECT_VERDICT(check("checkpoint_resume", died_after_checkpoints().build()), fail, "was not restarted");
+}
+
+TEST(CheckpointResume, InconclusiveWhenTheOomWasCaught) {
+  TraceBuilder b;
+  steps(b.attempt(), 1, 4, 32).inject().oom(5, 32).step(5, 16).exit(0);
+  EXPECT_VERDICT(check("checkpoint_resume", b.build()), inconclusive, "no attempt died of one");
+}
+
+TEST(CheckpointResume, InconclusiveWithoutAnyCheckpoint) {
+  TraceBuilder b;
+  steps(b.attempt(), 1, 2, 32).inject().oom(3, 32, false).exit(1, true).attempt();
+  steps(b, 1, 4, 32).exit(0);
+  EXPECT_VERDICT(check("checkpoint_resume", b.build()), inconclusive, "before any checkpoint was saved");
+}
+
+TEST(CheckpointResume, ReferencePass) {
+  TraceBuilder b = died_after_checkpoints();
+  b.attempt().load("ck/step-4.pt", 4);
+  resumed(b, 5).reference().attempt();
+  resumed(b, 1);
+  EXPECT_VERDICT(check("checkpoint_resume", b.build(), {{"reference", {{"metric", "loss"}}}}), pass,
+                 "with loss matching the uninterrupted run at 12 steps");
+}
+
+TEST(CheckpointResume, ReferenceMismatch) {
+  TraceBuilder b = died_after_checkpoints();
+  b.attempt().load("ck/step-4.pt", 4);
+  resumed(b, 5, 1.1).reference().attempt();
+  resumed(b, 1);
+  EXPECT_VERDICT(check("checkpoint_resume", b.build(), {{"reference", true}}), fail,
+                 "step 5's loss 0.22 differs from the uninterrupted run's 0.2 (rtol 1e-05, atol 0)");
+  // Within a loose tolerance it passes.
+  EXPECT_VERDICT(check("checkpoint_resume", b.build(), {{"reference", {{"rtol", 0.2}}}}), pass, "matching");
+}
+
+TEST(CheckpointResume, ReferenceMissing) {
+  TraceBuilder b = died_after_checkpoints();
+  b.attempt().load("ck/step-4.pt", 4);
+  resumed(b, 5);
+  EXPECT_VERDICT(check("checkpoint_resume", b.build(), {{"reference", true}}), inconclusive, "no reference run in the trace");
+}
+
+// ---- graceful_exit ----
+
+TEST(GracefulExit, Pass) {
+  TraceBuilder b;
+  steps(b.attempt(), 1, 4, 64).inject().oom(5, 64, false).output("torch.OutOfMemoryError: CUDA out of memory.\n").exit(1);
+  EXPECT_VERDICT(check("graceful_exit", b.build(), {{"within", "30s"}}), pass,
+                 "attempt 1 exited with code 1 with an out-of-memory message 2s after the first injected failure (limit 30s)");
+}
+
+TEST(GracefulExit, FailExitedZero) {
+  TraceBuilder b;
+  steps(b.attempt(), 1, 4, 64).inject().oom(5, 64).step(5, 64).exit(0);
+  EXPECT_VERDICT(check("graceful_exit", b.build()), fail, "attempt 1 exited with code 0 after the OOM at step 5 (batch 64)");
+}
+
+TEST(GracefulExit, FailHung) {
+  TraceBuilder b;
+  steps(b.attempt(), 1, 4, 64).inject().oom(5, 64, false).wait(600).timed_out();
+  EXPECT_VERDICT(check("graceful_exit", b.build()), fail, "attempt 1 hung after the OOM at step 5 (batch 64): it timed out after");
+}
+
+TEST(GracefulExit, FailTooSlow) {
+  TraceBuilder b;
+  steps(b.attempt(), 1, 4, 64).inject().oom(5, 64, false).wait(95).exit(1, true);
+  EXPECT_VERDICT(check("graceful_exit", b.build(), {{"within", "30s"}}), fail,
+                 "attempt 1 took 97s to exit after the first injected failure (limit 30s)");
+}
+
+TEST(GracefulExit, FailWithoutMessage) {
+  TraceBuilder b;
+  steps(b.attempt(), 1, 4, 64).inject().oom(5, 64, false).output("Traceback: RuntimeError: something else\n").exit(1);
+  EXPECT_VERDICT(check("graceful_exit", b.build()), fail, "printed no out-of-memory message (looked for /out of memory|OutOfMemoryError/)");
+}
+
+TEST(GracefulExit, CustomMessage) {
+  TraceBuilder b;
+  steps(b.attempt(), 1, 4, 64).inject().oom(5, 64, false).output("giving up: GPU full\n").exit(3);
+  EXPECT_VERDICT(check("graceful_exit", b.build(), {{"message", "GPU full"}}), pass, "exited with code 3");
+}
+
+TEST(GracefulExit, FailCrashed) {
+  TraceBuilder b;
+  steps(b.attempt(), 1, 4, 64).inject().oom(5, 64, false).killed(SIGSEGV);
+  EXPECT_VERDICT(check("graceful_exit", b.build()), fail, "was killed by signal 11 (SIGSEGV) after the OOM at step 5");
+}
+
+// ---- memory_stable ----
+
+TEST(MemoryStable, PassFlat) {
+  TraceBuilder b;
+  b.attempt();
+  for (int64_t s = 1; s <= 20; ++s) b.step(s, 32, NAN, GiB + (s % 2) * 1000);
+  b.exit(0);
+  EXPECT_VERDICT(check("memory_stable", b.build()), pass, "held memory did not grow over steps 3\xE2\x80\x93" "20 (limit 1.00 MiB)");
+}
+
+TEST(MemoryStable, FailLeak) {
+  TraceBuilder b;
+  b.attempt();
+  for (int64_t s = 1; s <= 20; ++s) b.step(s, 32, NAN, GiB + s * 4 * MiB);
+  b.exit(0);
+  Verdict v = check("memory_stable", b.build());
+  EXPECT_EQ(v.status, VerdictStatus::fail);
+  EXPECT_EQ(v.reason, "held memory grew by 4.00 MiB per step over steps 3\xE2\x80\x93" "20 (limit 1.00 MiB): a leak, e.g. losses kept with their graph");
+  // A looser limit lets it pass.
+  EXPECT_VERDICT(check("memory_stable", b.build(), {{"growth_per_step", "8MiB"}}), pass, "grew by 4.00 MiB per step");
+}
+
+TEST(MemoryStable, FailLeakFromSamples) {
+  // No `allocated` in the step events: the shim's samples nearest each step are used.
+  TraceBuilder b;
+  b.attempt();
+  for (int64_t s = 1; s <= 10; ++s) b.sample(static_cast<uint64_t>(GiB + s * 3 * MiB)).step(s, 32);
+  b.exit(0);
+  EXPECT_VERDICT(check("memory_stable", b.build()), fail, "grew by 3.00 MiB per step over steps 3\xE2\x80\x93" "10");
+}
+
+TEST(MemoryStable, FailNotBackAfterRecovery) {
+  TraceBuilder b;
+  b.attempt();
+  for (int64_t s = 1; s <= 10; ++s) b.step(s, 32, NAN, GiB);
+  b.inject().oom(11, 32);
+  for (int64_t s = 11; s <= 14; ++s) b.step(s, 32, NAN, 2 * GiB);
+  b.exit(0);
+  EXPECT_VERDICT(check("memory_stable", b.build(), {{"growth_per_step", "200MiB"}}), fail,
+                 "after the OOM at step 11 held memory stayed at 2.00 GiB or more for 3 steps (1.00 GiB before the fault)");
+  // Without the recovery check only the trend counts.
+  EXPECT_VERDICT(check("memory_stable", b.build(), {{"growth_per_step", "200MiB"}, {"after_recovery", false}}), pass, "limit 200.00 MiB");
+}
+
+TEST(MemoryStable, PassBackAfterRecovery) {
+  TraceBuilder b;
+  b.attempt();
+  for (int64_t s = 1; s <= 10; ++s) b.step(s, 32, NAN, GiB);
+  b.inject().oom(11, 32);
+  for (int64_t s = 11; s <= 14; ++s) b.step(s, 16, NAN, GiB - 100 * MiB);
+  b.exit(0);
+  EXPECT_VERDICT(check("memory_stable", b.build()), pass, "returned to its pre-fault level after the OOM at step 11");
+}
+
+TEST(MemoryStable, InconclusiveTooFewSteps) {
+  Trace t = TraceBuilder().attempt().step(1, 32, NAN, GiB).step(2, 32, NAN, GiB).step(3, 32, NAN, GiB).exit(0).build();
+  EXPECT_VERDICT(check("memory_stable", t), inconclusive, "too few steps with memory figures");
+}
+
+// ---- peak_below ----
+
+TEST(PeakBelow, Pass) {
+  Trace t = TraceBuilder().attempt().sample(2 * GiB, 3 * GiB).step(1).exit(0).build();
+  EXPECT_VERDICT(check("peak_below", t, "8GiB"), pass, "peak memory held was 3.00 GiB, within the budget of 8.00 GiB");
+}
+
+TEST(PeakBelow, Fail) {
+  Trace t = TraceBuilder().attempt().sample(2 * GiB).step(1, 32, NAN, 9 * GiB).exit(0).build();
+  EXPECT_VERDICT(check("peak_below", t, "8GiB"), fail,
+                 "peak memory held reached 9.00 GiB (attempt 1, allocated at step 1), above the budget of 8.00 GiB");
+}
+
+TEST(PeakBelow, FailFromShimExit) {
+  Trace t = TraceBuilder().attempt().step(1).event("shim", "shim_exit", {{"device", 0}, {"peak", 10 * GiB}}).exit(0).build();
+  EXPECT_VERDICT(check("peak_below", t, {{"bytes", "8GiB"}}), fail, "reached 10.00 GiB");
+}
+
+TEST(PeakBelow, InconclusiveWithoutFigures) {
+  EXPECT_VERDICT(check("peak_below", TraceBuilder().attempt().step(1).exit(0).build(), "8GiB"), inconclusive, "no memory figures");
+}
+
+// ---- no_hang ----
+
+TEST(NoHang, Pass) {
+  TraceBuilder b;
+  steps(b.attempt(), 1, 5).wait(300).exit(0);  // a long final save after the last step is fine
+  EXPECT_VERDICT(check("no_hang", b.build()), pass, "no gap between steps was longer than 60s (longest 1s)");
+}
+
+TEST(NoHang, FailStalledBetweenSteps) {
+  TraceBuilder b;
+  steps(b.attempt(), 1, 7).phase("backward").wait(93).step(8).exit(0);
+  Verdict v = check("no_hang", b.build());
+  EXPECT_EQ(v.status, VerdictStatus::fail);
+  EXPECT_EQ(v.reason, "no step after step 7 for 95s (stall limit 60s): hung in phase backward");
+}
+
+TEST(NoHang, FailStalledUntilTimeout) {
+  TraceBuilder b;
+  steps(b.attempt(), 1, 3).inject().oom(4, 8).wait(120).timed_out();
+  EXPECT_VERDICT(check("no_hang", b.build(), {{"stall", "90s"}}), fail,
+                 "no step after step 3 for 123s (stall limit 90s) before it timed out after");
+  EXPECT_VERDICT(check("no_hang", b.build(), {{"stall", "90s"}}), fail, "hung in phase forward");
+}
+
+TEST(NoHang, InconclusiveWithoutSteps) {
+  EXPECT_VERDICT(check("no_hang", TraceBuilder().attempt().wait(30).exit(0).build()), inconclusive, "no step was reported");
+}
+
+}  // namespace
+}  // namespace oomh
