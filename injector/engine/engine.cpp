@@ -1,0 +1,459 @@
+#include "engine.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <new>
+
+#include <sys/syscall.h>
+#include <unistd.h>
+
+namespace oomh::inject {
+
+namespace {
+
+bool valid_device(int d) { return d >= 0 && d < kMaxDevices; }
+
+uint64_t monotonic_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+void raise_to(std::atomic<uint32_t>& value, uint32_t at_least) {
+  uint32_t seen = value.load(std::memory_order_relaxed);
+  while (seen < at_least && !value.compare_exchange_weak(seen, at_least, std::memory_order_relaxed)) {}
+}
+
+void sub_saturating(std::atomic<uint64_t>& value, uint64_t n) {
+  uint64_t before = value.fetch_sub(n, std::memory_order_relaxed);
+  if (before < n) value.fetch_add(n - before, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+Engine::Engine(EngineSetup setup)
+    : cb_(setup.block),
+      events_fd_(setup.events_fd),
+      log_level_(setup.log),
+      log_fd_(setup.log_fd),
+      rank_(setup.rank),
+      local_rank_(setup.local_rank),
+      option_caps_(std::move(setup.option_caps)),
+      process_start_ns_(monotonic_ns()) {
+  register_process(setup.process_flags, setup.parent_pid);
+  Plan* plan = make_plan(setup.plan ? std::move(*setup.plan) : FaultPlan{});
+  if (!plan) plan = make_plan(FaultPlan{});
+  install(plan, nullptr);
+  write_start_event();
+}
+
+Engine::~Engine() {
+  delete plan_.load(std::memory_order_relaxed);
+  while (retired_) {
+    Plan* next = retired_->retired_next;
+    delete retired_;
+    retired_ = next;
+  }
+}
+
+Engine::Plan* Engine::make_plan(FaultPlan source) noexcept {
+  try {
+    std::vector<CapEntry> caps = option_caps_;
+    caps.insert(caps.end(), source.caps.begin(), source.caps.end());
+    auto* p = new Plan{std::move(source), RuleBook{}, CapSchedule(std::move(caps)), nullptr};
+    p->rules = RuleBook(p->source.rules, p->source.seed);
+    return p;
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+// Swaps in a plan and brings the caps in line with it. `reason` nullptr: at start-up (each cap_change then
+// says how its entry applied: start, step or time).
+void Engine::install(Plan* plan, const char* reason) noexcept {
+  Plan* old = plan_.exchange(plan, std::memory_order_acq_rel);
+  int64_t step = cb_->step.load(std::memory_order_relaxed);
+  for (int d = 0; d < kMaxDevices; ++d) {
+    if (plan->caps.covers(d)) apply_cap(*plan, d, step, reason);
+    else if (old && old->caps.covers(d)) set_cap(d, 0, reason ? reason : "plan");
+  }
+  if (old) {
+    old->retired_next = retired_;
+    retired_ = old;
+  }
+}
+
+size_t Engine::rule_count() const noexcept { return plan_.load(std::memory_order_acquire)->rules.size(); }
+
+void Engine::register_process(uint32_t flags, int parent_pid) noexcept {
+  int32_t pid = static_cast<int32_t>(getpid());
+  slot_ = nullptr;
+  // exec() without fork keeps the pid: the slot of the image this one replaced is ours, and what that image
+  // held died with its address space.
+  if ((flags & kProcessExecd) && parent_pid == pid) {
+    for (auto& s : cb_->processes) {
+      if (s.pid.load(std::memory_order_relaxed) != pid) continue;
+      for (int d = 0; d < kMaxDevices; ++d) {
+        uint64_t held = s.held[d].exchange(0, std::memory_order_relaxed);
+        if (held) release_bytes(cb_->devices[d], held);
+      }
+      slot_ = &s;
+      parent_pid = s.parent_pid.load(std::memory_order_relaxed);  // who forked it, not itself
+      break;
+    }
+  }
+  for (auto& s : cb_->processes) {
+    if (slot_) break;
+    int32_t expected = 0;
+    if (s.pid.compare_exchange_strong(expected, pid, std::memory_order_acq_rel)) { slot_ = &s; break; }
+  }
+  // Every slot taken: reuse one whose process is gone and gave its bytes back (a long job forks many
+  // short-lived workers).
+  for (int i = 0; !slot_ && i < kMaxProcesses; ++i) {
+    ProcessSlot& s = cb_->processes[i];
+    int32_t owner = s.pid.load(std::memory_order_relaxed);
+    if (owner == pid || owner <= 0 || kill(owner, 0) == 0 || errno != ESRCH) continue;
+    bool empty = true;
+    for (auto& h : s.held) empty = empty && h.load(std::memory_order_relaxed) == 0;
+    if (empty && s.pid.compare_exchange_strong(owner, pid, std::memory_order_acq_rel)) slot_ = &s;
+  }
+  if (!slot_) {
+    slot_ = &local_slot_;
+    slot_->pid.store(pid, std::memory_order_relaxed);
+    warn("every process slot of the control block is taken; this process's bytes count for the job but the "
+         "runner cannot see them per process");
+  }
+  for (auto& h : slot_->held) h.store(0, std::memory_order_relaxed);
+  slot_->parent_pid.store(parent_pid, std::memory_order_relaxed);
+  slot_->flags.store(flags, std::memory_order_relaxed);
+  cb_->process_count.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Engine::write_start_event() noexcept {
+  uint32_t flags = slot_->flags.load(std::memory_order_relaxed);
+  events::EventLine line(events::kSrcShim, events::kShimStart);
+  line.add("ppid", static_cast<int>(getppid()))
+      .add("exec", (flags & kProcessExecd) != 0)
+      .add("forked", (flags & kProcessForked) != 0)
+      .add("rules", static_cast<uint64_t>(rule_count()))
+      .add("cap", cb_->devices[0].cap.load(std::memory_order_relaxed));
+  emit(line);
+  log(LogLevel::info, "active in pid %d: %zu rule(s), cap on device 0: %llu bytes", static_cast<int>(getpid()),
+      rule_count(), static_cast<unsigned long long>(cb_->devices[0].cap.load(std::memory_order_relaxed)));
+}
+
+void Engine::note_device(int device) noexcept {
+  uint32_t bit = 1u << device;
+  if (used_devices_.load(std::memory_order_relaxed) & bit) return;
+  used_devices_.fetch_or(bit, std::memory_order_relaxed);
+  raise_to(cb_->device_count, static_cast<uint32_t>(device + 1));
+}
+
+double Engine::process_elapsed() const noexcept {
+  return static_cast<double>(monotonic_ns() - process_start_ns_) * 1e-9;
+}
+
+double Engine::job_elapsed() const noexcept {
+  uint64_t now = realtime_ns();
+  return now > cb_->start_ns ? static_cast<double>(now - cb_->start_ns) * 1e-9 : 0.0;
+}
+
+void Engine::poll_plan() noexcept {
+  uint32_t g = cb_->plan_generation.load(std::memory_order_relaxed);
+  if (g == seen_generation_.load(std::memory_order_relaxed) || (g & 1u)) return;
+  if (!plan_lock_.try_lock()) return;  // another thread is on it; this call goes on with the current plan
+  uint32_t size = 0;
+  uint32_t got = control_block_read_plan(cb_, plan_buffer_, size);
+  if (got != 0) {
+    seen_generation_.store(got, std::memory_order_relaxed);
+    PlanResult parsed = parse_fault_plan(std::string_view(plan_buffer_, size));
+    Plan* plan = parsed ? make_plan(std::move(*parsed.plan)) : nullptr;
+    if (plan) {
+      install(plan, "plan");
+      events::EventLine line(events::kSrcShim, events::kPlanChange);
+      line.add("generation", got).add("rules", static_cast<uint64_t>(plan->rules.size()));
+      emit(line);
+      log(LogLevel::info, "new plan from the control block (generation %u): %zu rule(s)", got, plan->rules.size());
+    } else {
+      char message[1200];
+      std::snprintf(message, sizeof message, "OOMH_CONTROL: the plan of generation %u is not usable (%s); keeping the previous plan",
+                    got, parsed ? "out of memory" : parsed.error.c_str());
+      report_warning(message);
+    }
+  }
+  plan_lock_.unlock();
+}
+
+void Engine::set_cap(int device, uint64_t limit, const char* reason) noexcept {
+  std::atomic<uint64_t>& cap = cb_->devices[device].cap;
+  uint64_t old = cap.load(std::memory_order_relaxed);
+  while (old != limit) {
+    // Every process of the job applies the same schedule; the one whose swap lands reports it.
+    if (cap.compare_exchange_weak(old, limit, std::memory_order_relaxed)) {
+      events::EventLine line(events::kSrcShim, events::kCapChange);
+      line.add("device", device).add("from", old).add("to", limit).add("reason", reason);
+      emit(line);
+      log(LogLevel::info, "cap on device %d: %llu -> %llu bytes (%s)", device, static_cast<unsigned long long>(old),
+          static_cast<unsigned long long>(limit), reason);
+      return;
+    }
+  }
+}
+
+void Engine::apply_cap(Plan& plan, int device, int64_t step, const char* reason) noexcept {
+  const char* why = "start";
+  double elapsed = plan.caps.needs_time() ? job_elapsed() : 0.0;
+  uint64_t limit = plan.caps.limit_for(device, step, elapsed, &why);
+  if (cb_->devices[device].cap.load(std::memory_order_relaxed) != limit) set_cap(device, limit, reason ? reason : why);
+}
+
+AllocDecision Engine::begin_alloc(Entry entry, const char* symbol, int device, uint64_t size) noexcept {
+  AllocDecision d;
+  if (!valid_device(device) || finished_.load(std::memory_order_relaxed)) return d;
+  d.tracked = true;
+  d.device = device;
+  // `call` in inject events: this process's Nth intercepted allocation on the device.
+  uint64_t call = alloc_calls_[device].fetch_add(1, std::memory_order_relaxed) + 1;
+  DeviceCounters& dc = cb_->devices[device];
+  dc.alloc_calls.fetch_add(1, std::memory_order_relaxed);
+  note_device(device);
+  poll_plan();
+
+  Plan& plan = *plan_.load(std::memory_order_acquire);
+  int64_t step = cb_->step.load(std::memory_order_relaxed);
+  auto phase = static_cast<Phase>(cb_->phase.load(std::memory_order_relaxed));
+  if (plan.caps.changes()) apply_cap(plan, device, step, nullptr);
+
+  if (plan.rules.size() != 0) {
+    CallFacts facts;
+    facts.entry = entry;
+    facts.size = size;
+    facts.device = device;
+    facts.rank = rank_;
+    facts.local_rank = local_rank_;
+    facts.step = step;
+    facts.phase = phase;
+    facts.elapsed_s = plan.rules.needs_time() ? process_elapsed() : 0.0;
+    facts.freed_total = ledger_.freed_total();
+    int rule = plan.rules.decide(facts);
+    if (rule >= 0) {
+      dc.failures_injected.fetch_add(1, std::memory_order_relaxed);
+      failures_[device].fetch_add(1, std::memory_order_relaxed);
+      report_inject(symbol, size, device, plan.rules.rule(static_cast<size_t>(rule)).name.c_str(), "rule", step, phase, call);
+      d.fail = true;
+      return d;
+    }
+  }
+
+  if (!reserve_bytes(dc, size)) {
+    dc.cap_failures.fetch_add(1, std::memory_order_relaxed);
+    failures_[device].fetch_add(1, std::memory_order_relaxed);
+    report_inject(symbol, size, device, "cap", "cap", step, phase, call);
+    d.fail = true;
+    return d;
+  }
+  slot_->held[device].fetch_add(size, std::memory_order_relaxed);
+  d.reserved = size;
+  return d;
+}
+
+void Engine::end_alloc(const AllocDecision& d, bool succeeded, Space space, uint64_t key, uint64_t actual_size) noexcept {
+  if (!d.tracked || d.fail) return;
+  DeviceCounters& dc = cb_->devices[d.device];
+  if (!succeeded) {
+    release_bytes(dc, d.reserved);
+    sub_saturating(slot_->held[d.device], d.reserved);
+    return;
+  }
+  // The driver may round (cuMemAllocPitch's pitch): book what it really gave. Rounding up can pass the cap
+  // by less than one row; the allocation already happened, so it is counted, not refused.
+  if (actual_size > d.reserved) {
+    uint64_t extra = actual_size - d.reserved;
+    raise_peak(dc.peak, dc.held.fetch_add(extra, std::memory_order_relaxed) + extra);
+    slot_->held[d.device].fetch_add(extra, std::memory_order_relaxed);
+  } else if (actual_size < d.reserved) {
+    release_bytes(dc, d.reserved - actual_size);
+    sub_saturating(slot_->held[d.device], d.reserved - actual_size);
+  }
+  std::optional<Allocation> replaced = ledger_.record(space, key, Allocation{actual_size, d.device});
+  if (replaced && valid_device(replaced->device)) {
+    release_bytes(cb_->devices[replaced->device], replaced->size);
+    sub_saturating(slot_->held[replaced->device], replaced->size);
+  }
+}
+
+std::optional<Allocation> Engine::begin_free(Space space, uint64_t key) noexcept {
+  if (finished_.load(std::memory_order_relaxed)) return std::nullopt;
+  std::optional<Allocation> taken = ledger_.take(space, key);
+  if (taken && valid_device(taken->device)) {
+    cb_->devices[taken->device].free_calls.fetch_add(1, std::memory_order_relaxed);
+    free_calls_[taken->device].fetch_add(1, std::memory_order_relaxed);
+  }
+  return taken;
+}
+
+void Engine::end_free(Space space, uint64_t key, const std::optional<Allocation>& taken, bool succeeded) noexcept {
+  if (!taken) return;
+  if (!succeeded) {
+    ledger_.restore(space, key, *taken);
+    return;
+  }
+  ledger_.release(*taken);
+  if (valid_device(taken->device)) {
+    release_bytes(cb_->devices[taken->device], taken->size);
+    sub_saturating(slot_->held[taken->device], taken->size);
+  }
+}
+
+MemInfo Engine::mem_info(int device, uint64_t real_free, uint64_t real_total, bool from_driver) noexcept {
+  if (!valid_device(device)) return MemInfo{real_free, real_total};
+  if (from_driver) note_physical_total(device, real_total);
+  poll_plan();
+  Plan& plan = *plan_.load(std::memory_order_acquire);
+  if (plan.caps.changes()) apply_cap(plan, device, cb_->step.load(std::memory_order_relaxed), nullptr);
+  const DeviceCounters& dc = cb_->devices[device];
+  return capped_mem_info(real_free, real_total, dc.cap.load(std::memory_order_relaxed), dc.held.load(std::memory_order_relaxed));
+}
+
+uint64_t Engine::total_mem(int device, uint64_t real_total) noexcept {
+  if (!valid_device(device)) return real_total;
+  note_physical_total(device, real_total);
+  return capped_mem_info(real_total, real_total, cb_->devices[device].cap.load(std::memory_order_relaxed), 0).total;
+}
+
+bool Engine::needs_physical_total(int device) const noexcept {
+  return valid_device(device) && !(physical_known_.load(std::memory_order_relaxed) & (1u << device));
+}
+
+void Engine::note_physical_total(int device, uint64_t bytes) noexcept {
+  if (!valid_device(device) || bytes == 0) return;
+  cb_->devices[device].physical_total.store(bytes, std::memory_order_relaxed);
+  physical_known_.fetch_or(1u << device, std::memory_order_relaxed);
+}
+
+void Engine::report_inject(const char* symbol, uint64_t size, int device, const char* rule, const char* reason,
+                           int64_t step, Phase phase, uint64_t call) noexcept {
+  log(LogLevel::debug, "failing %s of %llu bytes on device %d (%s %s, call %llu)", symbol,
+      static_cast<unsigned long long>(size), device, reason, rule, static_cast<unsigned long long>(call));
+  if (inject_events_.fetch_add(1, std::memory_order_relaxed) >= kInjectEventLimit) {
+    dropped_events_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  events::EventLine line(events::kSrcShim, events::kInject);
+  line.add("entry", symbol)
+      .add("size", size)
+      .add("device", device)
+      .add("rule", rule)
+      .add("reason", reason)
+      .add("step", step)
+      .add("phase", phase_name(phase))
+      .add("tid", static_cast<int64_t>(syscall(SYS_gettid)))
+      .add("call", call);
+  emit(line);
+}
+
+void Engine::emit(events::EventLine& line) noexcept {
+  if (events_fd_ < 0) return;
+  if (line.write_to(events_fd_)) cb_->events_written.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Engine::finish() noexcept {
+  if (finished_.exchange(true, std::memory_order_acq_rel)) return;
+  uint32_t used = used_devices_.load(std::memory_order_relaxed);
+  for (int d = 0; d < kMaxDevices; ++d) {
+    if (!(used & (1u << d))) continue;
+    const DeviceCounters& dc = cb_->devices[d];
+    events::EventLine line(events::kSrcShim, events::kShimExit);
+    line.add("device", d)
+        .add("alloc_calls", alloc_calls_[d].load(std::memory_order_relaxed))
+        .add("free_calls", free_calls_[d].load(std::memory_order_relaxed))
+        .add("failures", failures_[d].load(std::memory_order_relaxed))
+        .add("held", ledger_.held(d))
+        .add("peak", ledger_.peak(d))
+        .add("job_held", dc.held.load(std::memory_order_relaxed))
+        .add("job_peak", dc.peak.load(std::memory_order_relaxed))
+        .add("events_dropped", dropped_events_.load(std::memory_order_relaxed));
+    emit(line);
+  }
+  // The process is ending: the driver frees what it still holds, so the job no longer holds it either.
+  for (int d = 0; d < kMaxDevices; ++d) {
+    uint64_t held = slot_->held[d].exchange(0, std::memory_order_relaxed);
+    if (held) release_bytes(cb_->devices[d], held);
+  }
+}
+
+void Engine::prepare_fork() noexcept {
+  plan_lock_.lock();
+  plan_.load(std::memory_order_acquire)->rules.lock_all();
+  ledger_.lock_all();
+}
+
+void Engine::after_fork_parent() noexcept {
+  ledger_.unlock_all();
+  plan_.load(std::memory_order_acquire)->rules.unlock_all();
+  plan_lock_.unlock();
+}
+
+void Engine::after_fork_child() noexcept {
+  ledger_.unlock_all();
+  Plan* current = plan_.load(std::memory_order_acquire);
+  current->rules.unlock_all();
+  plan_lock_.unlock();
+
+  int parent = static_cast<int>(slot_->pid.load(std::memory_order_relaxed));
+  ledger_.clear();
+  for (int d = 0; d < kMaxDevices; ++d) {
+    alloc_calls_[d].store(0, std::memory_order_relaxed);
+    free_calls_[d].store(0, std::memory_order_relaxed);
+    failures_[d].store(0, std::memory_order_relaxed);
+  }
+  used_devices_.store(0, std::memory_order_relaxed);
+  inject_events_.store(0, std::memory_order_relaxed);
+  dropped_events_.store(0, std::memory_order_relaxed);
+  process_start_ns_ = monotonic_ns();
+  register_process(kProcessForked, parent);
+  // Fresh rule counters: the child's calls are its own.
+  Plan* fresh = make_plan(current->source);
+  if (fresh) {
+    current->retired_next = retired_;
+    retired_ = current;
+    plan_.store(fresh, std::memory_order_release);
+  }
+  write_start_event();
+}
+
+void Engine::report_warning(const char* message) noexcept {
+  events::EventLine line(events::kSrcShim, events::kWarning);
+  line.add("message", message);
+  emit(line);
+  log(LogLevel::warn, "%s", message);
+}
+
+void Engine::warn(const char* format, ...) noexcept {
+  va_list args;
+  va_start(args, format);
+  vlog(LogLevel::warn, format, args);
+  va_end(args);
+}
+
+void Engine::log(LogLevel level, const char* format, ...) noexcept {
+  va_list args;
+  va_start(args, format);
+  vlog(level, format, args);
+  va_end(args);
+}
+
+void Engine::vlog(LogLevel level, const char* format, va_list args) noexcept {
+  if (level > log_level_ || log_fd_ < 0) return;
+  char buf[1400];
+  int n = std::snprintf(buf, sizeof buf, "oomharness: ");
+  int m = std::vsnprintf(buf + n, sizeof buf - static_cast<size_t>(n) - 1, format, args);
+  size_t len = static_cast<size_t>(n) + (m < 0 ? 0 : std::min<size_t>(static_cast<size_t>(m), sizeof buf - static_cast<size_t>(n) - 2));
+  buf[len++] = '\n';
+  ssize_t ignored = ::write(log_fd_, buf, len);
+  (void)ignored;
+}
+
+}  // namespace oomh::inject

@@ -1,0 +1,369 @@
+#include "fault_plan.h"
+
+#include <oomharness/units.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <initializer_list>
+
+namespace oomh::inject {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kEntryNames[kEntryCount] = {"cuMemAlloc", "cuMemAllocPitch", "cuMemAllocManaged",
+                                                 "cuMemAllocAsync", "cuMemAllocFromPoolAsync", "cuMemCreate"};
+
+struct EntryGroup {
+  const char* name;
+  EntryMask mask;
+};
+constexpr EntryGroup kGroups[] = {
+    {"alloc", kAllEntries},
+    {"sync", entry_bit(Entry::mem_alloc) | entry_bit(Entry::mem_alloc_pitch) | entry_bit(Entry::mem_alloc_managed)},
+    {"async", entry_bit(Entry::mem_alloc_async) | entry_bit(Entry::mem_alloc_from_pool_async)},
+    {"vmm", entry_bit(Entry::mem_create)},
+    {"managed", entry_bit(Entry::mem_alloc_managed)},
+};
+
+// A parse failure: carries the message up to parse_fault_plan, which is the only place that catches it.
+struct PlanError {
+  std::string message;
+};
+
+[[noreturn]] void fail(const std::string& where, const std::string& problem) {
+  throw PlanError{where.empty() ? problem : where + ": " + problem};
+}
+
+std::string join(const std::string& where, const std::string& key) { return where.empty() ? key : where + "." + key; }
+
+void check_keys(const json& object, const std::string& where, std::initializer_list<const char*> allowed) {
+  for (auto it = object.begin(); it != object.end(); ++it) {
+    bool known = false;
+    for (const char* k : allowed) known = known || it.key() == k;
+    if (!known) fail(where, "unknown key '" + it.key() + "'");
+  }
+}
+
+const json& require_object(const json& v, const std::string& where) {
+  if (!v.is_object()) fail(where, "must be an object");
+  return v;
+}
+
+// Integers: JSON integers, or floats with no fraction (a YAML writer may produce 5.0).
+bool as_int64(const json& v, int64_t& out) {
+  if (v.is_number_unsigned()) {
+    uint64_t u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(INT64_MAX)) return false;
+    out = static_cast<int64_t>(u);
+    return true;
+  }
+  if (v.is_number_integer()) { out = v.get<int64_t>(); return true; }
+  if (v.is_number_float()) {
+    double d = v.get<double>();
+    if (std::floor(d) != d || std::fabs(d) > 9.0e18) return false;
+    out = static_cast<int64_t>(d);
+    return true;
+  }
+  return false;
+}
+
+int64_t int_at_least(const json& v, const std::string& where, int64_t minimum) {
+  int64_t out = 0;
+  if (!as_int64(v, out)) fail(where, "must be an integer (got " + v.dump() + ")");
+  if (out < minimum) fail(where, "must be at least " + std::to_string(minimum) + " (got " + std::to_string(out) + ")");
+  return out;
+}
+
+uint64_t bytes_value(const json& v, const std::string& where) {
+  if (v.is_string()) {
+    ParseResult r = parse_bytes(v.get<std::string>());
+    if (!r) fail(where, r.error);
+    return static_cast<uint64_t>(*r.value);
+  }
+  if (v.is_number_unsigned()) return v.get<uint64_t>();
+  int64_t i = 0;
+  if (as_int64(v, i) && i >= 0) return static_cast<uint64_t>(i);
+  fail(where, "must be a size in bytes (a number, or a string like \"1MiB\"; got " + v.dump() + ")");
+}
+
+double seconds_value(const json& v, const std::string& where) {
+  if (v.is_string()) {
+    ParseResult r = parse_duration(v.get<std::string>());
+    if (!r) fail(where, r.error);
+    return *r.value;
+  }
+  if (v.is_number()) {
+    double d = v.get<double>();
+    if (d < 0 || !std::isfinite(d)) fail(where, "must be a non-negative number of seconds (got " + v.dump() + ")");
+    return d;
+  }
+  fail(where, "must be seconds (a number, or a string like \"30s\"; got " + v.dump() + ")");
+}
+
+EntryMask entry_value(const json& name, const std::string& where) {
+  if (!name.is_string()) fail(where, "must be an entry point name (got " + name.dump() + ")");
+  std::string s = name.get<std::string>();
+  for (int i = 0; i < kEntryCount; ++i)
+    if (s == kEntryNames[i]) return entry_bit(static_cast<Entry>(i));
+  for (const auto& g : kGroups)
+    if (s == g.name) return g.mask;
+  fail(where, "unknown entry point '" + s +
+                  "' (use cuMemAlloc, cuMemAllocPitch, cuMemAllocManaged, cuMemAllocAsync, cuMemAllocFromPoolAsync, "
+                  "cuMemCreate, or a group: alloc, sync, async, vmm, managed)");
+}
+
+EntryMask entries_value(const json& v, const std::string& where) {
+  if (v.is_string()) return entry_value(v, where);
+  if (!v.is_array()) fail(where, "must be a list of entry points or groups");
+  if (v.empty()) fail(where, "must name at least one entry point or group");
+  EntryMask mask = 0;
+  for (size_t i = 0; i < v.size(); ++i) mask |= entry_value(v[i], where + "[" + std::to_string(i) + "]");
+  return mask;
+}
+
+void parse_steps(const json& v, const std::string& where, RuleWhen& w) {
+  require_object(v, where);
+  check_keys(v, where, {"from", "to"});
+  if (v.contains("from")) w.steps_from = int_at_least(v["from"], where + ".from", 0);
+  if (v.contains("to")) w.steps_to = int_at_least(v["to"], where + ".to", 0);
+  if (w.steps_from > w.steps_to) fail(where, "'from' is after 'to'");
+  w.has_steps = true;
+}
+
+RuleWhen parse_when(const json& v, const std::string& where) {
+  require_object(v, where);
+  check_keys(v, where, {"entry", "min_size", "max_size", "device", "rank", "local_rank", "step", "steps", "phase",
+                        "after", "nth", "every", "probability", "repeat"});
+  RuleWhen w;
+  if (v.contains("entry")) w.entries = entries_value(v["entry"], join(where, "entry"));
+  if (v.contains("min_size")) w.min_size = bytes_value(v["min_size"], join(where, "min_size"));
+  if (v.contains("max_size")) w.max_size = bytes_value(v["max_size"], join(where, "max_size"));
+  if (w.min_size > w.max_size) fail(where, "min_size is larger than max_size");
+  if (v.contains("device")) w.device = static_cast<int>(int_at_least(v["device"], join(where, "device"), 0));
+  if (v.contains("rank")) w.rank = static_cast<int>(int_at_least(v["rank"], join(where, "rank"), 0));
+  if (v.contains("local_rank")) w.local_rank = static_cast<int>(int_at_least(v["local_rank"], join(where, "local_rank"), 0));
+  if (v.contains("step") && v.contains("steps")) fail(where, "use either 'step' or 'steps', not both");
+  if (v.contains("step")) {
+    w.steps_from = w.steps_to = int_at_least(v["step"], join(where, "step"), 0);
+    w.has_steps = true;
+  }
+  if (v.contains("steps")) parse_steps(v["steps"], join(where, "steps"), w);
+  if (v.contains("phase")) {
+    const json& p = v["phase"];
+    Phase phase{};
+    if (!p.is_string() || !phase_from_name(p.get<std::string>().c_str(), phase) || phase == Phase::none)
+      fail(join(where, "phase"), "unknown phase " + p.dump() + " (use forward, backward, optimizer, eval, checkpoint or data)");
+    w.has_phase = true;
+    w.phase = phase;
+  }
+  if (v.contains("after")) w.after_s = seconds_value(v["after"], join(where, "after"));
+
+  int triggers = int(v.contains("nth")) + int(v.contains("every")) + int(v.contains("probability"));
+  if (triggers > 1) fail(where, "use only one of 'nth', 'every' and 'probability'");
+  if (v.contains("nth")) {
+    w.trigger = Trigger::nth;
+    w.n = static_cast<uint64_t>(int_at_least(v["nth"], join(where, "nth"), 1));
+  }
+  if (v.contains("every")) {
+    w.trigger = Trigger::every;
+    w.n = static_cast<uint64_t>(int_at_least(v["every"], join(where, "every"), 1));
+    w.repeat = 0;
+  }
+  if (v.contains("probability")) {
+    const json& p = v["probability"];
+    if (!p.is_number() || !(p.get<double>() >= 0.0 && p.get<double>() <= 1.0))
+      fail(join(where, "probability"), "must be a number from 0 to 1 (got " + p.dump() + ")");
+    w.trigger = Trigger::probability;
+    w.probability = p.get<double>();
+    w.repeat = 0;
+  }
+  if (v.contains("repeat")) w.repeat = static_cast<uint64_t>(int_at_least(v["repeat"], join(where, "repeat"), 0));
+  return w;
+}
+
+RuleFail parse_fail(const json& v, const std::string& where) {
+  require_object(v, where);
+  check_keys(v, where, {"times", "until_freed", "forever"});
+  int kinds = int(v.contains("times")) + int(v.contains("until_freed")) + int(v.contains("forever"));
+  if (kinds > 1) fail(where, "use only one of 'times', 'until_freed' and 'forever'");
+  RuleFail f;
+  if (v.contains("times")) f.times = static_cast<uint64_t>(int_at_least(v["times"], join(where, "times"), 1));
+  if (v.contains("until_freed")) {
+    f.kind = Duration::until_freed;
+    f.until_freed = bytes_value(v["until_freed"], join(where, "until_freed"));
+  }
+  if (v.contains("forever")) {
+    if (!v["forever"].is_boolean() || !v["forever"].get<bool>())
+      fail(join(where, "forever"), "must be true (leave it out for a fault that ends)");
+    f.kind = Duration::forever;
+  }
+  return f;
+}
+
+Rule parse_rule(const json& v, size_t index) {
+  std::string where = "rules[" + std::to_string(index) + "]";
+  require_object(v, where);
+  check_keys(v, where, {"name", "when", "fail"});
+  Rule r;
+  r.name = where;
+  if (v.contains("name")) {
+    if (!v["name"].is_string() || v["name"].get<std::string>().empty()) fail(where + ".name", "must be a non-empty string");
+    r.name = v["name"].get<std::string>();
+  }
+  if (v.contains("when")) r.when = parse_when(v["when"], where + ".when");
+  if (v.contains("fail")) r.fail = parse_fail(v["fail"], where + ".fail");
+  return r;
+}
+
+CapEntry parse_cap(const json& v, size_t index) {
+  std::string where = "caps[" + std::to_string(index) + "]";
+  require_object(v, where);
+  check_keys(v, where, {"limit", "device", "at"});
+  CapEntry c;
+  if (!v.contains("limit")) fail(where, "missing 'limit'");
+  c.limit = bytes_value(v["limit"], where + ".limit");
+  if (v.contains("device")) c.device = static_cast<int>(int_at_least(v["device"], where + ".device", -1));
+  if (c.device >= kMaxDevices) fail(where + ".device", "must be below " + std::to_string(kMaxDevices));
+  if (v.contains("at")) {
+    const json& at = require_object(v["at"], where + ".at");
+    check_keys(at, where + ".at", {"step", "after"});
+    if (at.contains("step") == at.contains("after")) fail(where + ".at", "give exactly one of 'step' and 'after'");
+    if (at.contains("step")) {
+      c.at = CapEntry::At::step;
+      c.at_step = int_at_least(at["step"], where + ".at.step", 0);
+    } else {
+      c.at = CapEntry::At::after;
+      c.at_after_s = seconds_value(at["after"], where + ".at.after");
+    }
+  }
+  return c;
+}
+
+FaultPlan parse_plan_object(const json& root) {
+  if (!root.is_object()) fail("", "the plan must be a JSON object");
+  check_keys(root, "", {"version", "seed", "rules", "caps"});
+  FaultPlan plan;
+  if (root.contains("version")) {
+    int64_t version = 0;
+    if (!as_int64(root["version"], version) || version != 1) fail("version", "must be 1 (got " + root["version"].dump() + ")");
+  }
+  if (root.contains("seed")) plan.seed = static_cast<uint64_t>(int_at_least(root["seed"], "seed", 0));
+  if (root.contains("rules")) {
+    const json& rules = root["rules"];
+    if (!rules.is_array()) fail("rules", "must be a list");
+    for (size_t i = 0; i < rules.size(); ++i) plan.rules.push_back(parse_rule(rules[i], i));
+  }
+  if (root.contains("caps")) {
+    const json& caps = root["caps"];
+    if (!caps.is_array()) fail("caps", "must be a list");
+    for (size_t i = 0; i < caps.size(); ++i) plan.caps.push_back(parse_cap(caps[i], i));
+  }
+  return plan;
+}
+
+// nlohmann's messages start with "[json.exception.parse_error.101] "; the user needs the rest.
+std::string json_error_text(const char* what) {
+  std::string s = what;
+  if (!s.empty() && s.front() == '[') {
+    size_t close = s.find("] ");
+    if (close != std::string::npos) s.erase(0, close + 2);
+  }
+  return "invalid JSON: " + s;
+}
+
+}  // namespace
+
+const char* entry_name(Entry e) {
+  auto i = static_cast<unsigned>(e);
+  return i < static_cast<unsigned>(kEntryCount) ? kEntryNames[i] : "?";
+}
+
+PlanResult parse_fault_plan(std::string_view text) noexcept {
+  try {
+    json root = json::parse(text.begin(), text.end());
+    return PlanResult{parse_plan_object(root), {}};
+  } catch (const PlanError& e) {
+    return PlanResult{std::nullopt, e.message};
+  } catch (const json::exception& e) {
+    return PlanResult{std::nullopt, json_error_text(e.what())};
+  } catch (const std::exception& e) {
+    return PlanResult{std::nullopt, std::string("cannot read the plan: ") + e.what()};
+  } catch (...) {
+    return PlanResult{std::nullopt, "cannot read the plan"};
+  }
+}
+
+PlanResult load_fault_plan(const char* value) noexcept {
+  try {
+    std::string_view v = value ? value : "";
+    size_t first = v.find_first_not_of(" \t\r\n");
+    if (first == std::string_view::npos) return PlanResult{std::nullopt, "empty (give the plan's JSON or the path of a file holding it)"};
+    if (v[first] == '{' || v[first] == '[') return parse_fault_plan(v);
+    std::string path(v);
+    FILE* f = std::fopen(path.c_str(), "rb");
+    if (!f) return PlanResult{std::nullopt, "cannot read '" + path + "': " + std::strerror(errno)};
+    std::string text;
+    char buf[4096];
+    size_t n = 0;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+    bool bad = std::ferror(f) != 0;
+    std::fclose(f);
+    if (bad) return PlanResult{std::nullopt, "cannot read '" + path + "'"};
+    PlanResult r = parse_fault_plan(text);
+    if (!r) r.error = path + ": " + r.error;
+    return r;
+  } catch (...) {
+    return PlanResult{std::nullopt, "cannot read the plan"};
+  }
+}
+
+CapsResult parse_cap_option(std::string_view text) noexcept {
+  CapsResult out;
+  try {
+    std::string_view rest = text;
+    if (rest.find_first_not_of(" \t") == std::string_view::npos) {
+      out.error = "empty (write a size like 8GiB, or 0=8GiB,1=4GiB)";
+      return out;
+    }
+    while (true) {
+      size_t comma = rest.find(',');
+      std::string_view item = rest.substr(0, comma);
+      CapEntry c;
+      size_t eq = item.find('=');
+      std::string_view size = item;
+      if (eq != std::string_view::npos) {
+        std::string dev(detail::trim(item.substr(0, eq)));
+        char* end = nullptr;
+        long d = dev.empty() ? -1 : std::strtol(dev.c_str(), &end, 10);
+        if (dev.empty() || *end != '\0' || d < 0 || d >= kMaxDevices) {
+          out.error = "bad device '" + dev + "' in '" + std::string(item) + "' (write DEVICE=SIZE with DEVICE from 0 to " +
+                      std::to_string(kMaxDevices - 1) + ")";
+          return out;
+        }
+        c.device = static_cast<int>(d);
+        size = item.substr(eq + 1);
+      }
+      ParseResult r = parse_bytes(size);
+      if (!r) {
+        out.error = r.error;
+        return out;
+      }
+      c.limit = static_cast<uint64_t>(*r.value);
+      out.caps.push_back(c);
+      if (comma == std::string_view::npos) break;
+      rest = rest.substr(comma + 1);
+    }
+  } catch (...) {
+    out.caps.clear();
+    out.error = "cannot read the cap";
+  }
+  return out;
+}
+
+}  // namespace oomh::inject

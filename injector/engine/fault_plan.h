@@ -1,0 +1,100 @@
+#pragma once
+// The fault plan (docs/fault-plan.md is the contract with the runner): which allocations to fail, for how
+// long, and which memory caps to apply. Parsing turns the JSON into plain values; deciding what a call does
+// lives in rule_book.h (rules) and caps.h (caps). Parsing never throws: it returns the plan or one error
+// message that names the field ("rules[0].when: unknown key 'stpe'").
+
+#include <oomharness/control_block.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace oomh::inject {
+
+// The allocation entry points by base name (docs/fault-plan.md, `entry`). The versioned and per-thread
+// variants (cuMemAlloc_v2, cuMemAllocAsync_ptsz) count as their base name.
+// (Not the driver's names: cuda.h defines cuMemAlloc and friends as macros.)
+enum class Entry : uint8_t { mem_alloc, mem_alloc_pitch, mem_alloc_managed, mem_alloc_async, mem_alloc_from_pool_async, mem_create };
+inline constexpr int kEntryCount = 6;
+using EntryMask = uint32_t;
+constexpr EntryMask entry_bit(Entry e) { return EntryMask{1} << static_cast<unsigned>(e); }
+inline constexpr EntryMask kAllEntries = (EntryMask{1} << kEntryCount) - 1;
+const char* entry_name(Entry e);
+
+enum class Trigger : uint8_t { first, nth, every, probability };
+enum class Duration : uint8_t { times, until_freed, forever };
+
+// What a call must look like for a rule to match: the target (entry, size, device, rank) and the window
+// (step, steps, phase, after).
+struct RuleWhen {
+  EntryMask entries = kAllEntries;
+  uint64_t min_size = 0;
+  uint64_t max_size = UINT64_MAX;
+  int device = -1;      // -1: any
+  int rank = -1;        // -1: any
+  int local_rank = -1;  // -1: any
+  bool has_steps = false;         // `step` or `steps`
+  int64_t steps_from = INT64_MIN;
+  int64_t steps_to = INT64_MAX;
+  bool has_phase = false;
+  Phase phase = Phase::none;
+  double after_s = 0;             // 0: no time filter
+  Trigger trigger = Trigger::first;
+  uint64_t n = 1;                 // nth / every
+  double probability = 0;
+  uint64_t repeat = 1;            // 0: unlimited
+};
+
+struct RuleFail {
+  Duration kind = Duration::times;
+  uint64_t times = 1;
+  uint64_t until_freed = 0;
+};
+
+struct Rule {
+  std::string name;
+  RuleWhen when;
+  RuleFail fail;
+};
+
+struct CapEntry {
+  enum class At : uint8_t { start, step, after };
+  int device = -1;  // -1: every device
+  uint64_t limit = 0;
+  At at = At::start;
+  int64_t at_step = 0;
+  double at_after_s = 0;
+};
+
+struct FaultPlan {
+  uint64_t seed = 0;
+  std::vector<Rule> rules;
+  std::vector<CapEntry> caps;
+};
+
+struct PlanResult {
+  std::optional<FaultPlan> plan;
+  std::string error;  // "rules[0].when: unknown key 'stpe'"
+  explicit operator bool() const { return plan.has_value(); }
+};
+
+// Parses the plan's JSON text.
+PlanResult parse_fault_plan(std::string_view json) noexcept;
+
+// Reads OOMH_PLAN's value: the JSON text itself (it starts with '{') or the path of a file holding it.
+// A file's errors are prefixed with its path: "/tmp/plan.json: rules[0]: ...".
+PlanResult load_fault_plan(const char* value) noexcept;
+
+struct CapsResult {
+  std::vector<CapEntry> caps;
+  std::string error;
+  bool ok() const { return error.empty(); }
+};
+
+// Parses OOMH_CAP: "8GiB" (every device) or "0=8GiB,1=4GiB".
+CapsResult parse_cap_option(std::string_view text) noexcept;
+
+}  // namespace oomh::inject

@@ -1,0 +1,92 @@
+#include "options.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace oomh::inject {
+
+namespace {
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+bool read_flag(std::string_view v, bool& out) {
+  if (v == "1" || v == "true" || v == "yes" || v == "on") { out = true; return true; }
+  if (v.empty() || v == "0" || v == "false" || v == "no" || v == "off") { out = false; return true; }
+  return false;
+}
+
+void assign(Options& o, std::string_view name, std::string_view value) {
+  if (name == "OOMH_PLAN") { o.plan = value; o.has_plan = true; }
+  else if (name == "OOMH_CAP") { o.cap = value; o.has_cap = true; }
+  else if (name == "OOMH_CONTROL") { o.control = value; o.has_control = !value.empty(); }
+  else if (name == "OOMH_EVENTS") { o.events = value; o.has_events = !value.empty(); }
+  else if (name == "OOMH_SHIM_PARENT") { o.shim_parent = value; o.has_shim_parent = !value.empty(); }
+  else if (name == "OOMH_DISABLE") {
+    if (!read_flag(value, o.disable)) {
+      o.disable = true;  // someone meant to turn the shim off: do so
+      o.problems.push_back("OOMH_DISABLE: '" + std::string(value) + "' is not 1 or 0; the shim is disabled");
+    }
+  } else if (name == "OOMH_LOG") {
+    if (value == "quiet") o.log = LogLevel::quiet;
+    else if (value == "warn" || value.empty()) o.log = LogLevel::warn;
+    else if (value == "info") o.log = LogLevel::info;
+    else if (value == "debug") o.log = LogLevel::debug;
+    else o.problems.push_back("OOMH_LOG: unknown level '" + std::string(value) + "' (use quiet, warn, info or debug)");
+  }
+}
+
+}  // namespace
+
+std::string closest_option(std::string_view name) {
+  std::string best;
+  size_t best_distance = 4;
+  for (const auto& spec : kOptionTable) {
+    size_t d = edit_distance(name, spec.name);
+    if (d < best_distance) {
+      best_distance = d;
+      best = spec.name;
+    }
+  }
+  return best;
+}
+
+Options read_options(char** envp) noexcept {
+  Options o;
+  try {
+    for (char** e = envp; e && *e; ++e) {
+      if (std::strncmp(*e, "OOMH_", 5) != 0) continue;
+      const char* eq = std::strchr(*e, '=');
+      if (!eq) continue;
+      std::string_view name(*e, static_cast<size_t>(eq - *e));
+      std::string_view value(eq + 1);
+      o.any_set = true;
+      bool known = false;
+      for (const auto& spec : kOptionTable) known = known || name == spec.name;
+      if (!known) {
+        std::string hint = closest_option(name);
+        o.problems.push_back("unknown variable " + std::string(name) +
+                             (hint.empty() ? std::string() : " (did you mean " + hint + "?)"));
+        continue;
+      }
+      assign(o, name, value);
+    }
+  } catch (...) {
+    o.problems.push_back("cannot read the OOMH_ variables (out of memory)");
+  }
+  return o;
+}
+
+}  // namespace oomh::inject

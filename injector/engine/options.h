@@ -1,0 +1,54 @@
+#pragma once
+// Every OOMH_ environment variable, in one table (mimalloc's habit). The shim reads them once, at start-up;
+// a name that starts with OOMH_ but is not in the table is warned about, with the closest known name.
+//
+// The shim is active (maps a control block, counts, may fail calls) when OOMH_PLAN, OOMH_CAP, OOMH_CONTROL
+// or OOMH_EVENTS is set and OOMH_DISABLE is not; the other variables belong to the probes and the runner
+// and are accepted silently. docs/injector.md lists them for users.
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace oomh::inject {
+
+enum class LogLevel { quiet = 0, warn = 1, info = 2, debug = 3 };
+
+struct OptionSpec {
+  const char* name;
+  bool configures_shim;  // setting it turns the shim on
+  const char* what;
+};
+
+inline constexpr OptionSpec kOptionTable[] = {
+    {"OOMH_PLAN", true, "the fault plan: JSON text, or the path of a file holding it (docs/fault-plan.md)"},
+    {"OOMH_CAP", true, "memory cap for the whole job: 8GiB (every device) or 0=8GiB,1=4GiB"},
+    {"OOMH_CONTROL", true, "name of the control block (/oomh-...) to map; without it the shim creates its own"},
+    {"OOMH_EVENTS", true, "event log to append JSON lines to (docs/events.md)"},
+    {"OOMH_LOG", false, "what the shim prints on stderr: quiet, warn (default), info or debug"},
+    {"OOMH_DISABLE", false, "1: the shim only forwards (a pure pass-through), whatever else is set"},
+    {"OOMH_PROBE", false, "probe settings (read by the Python and C++ probes)"},
+    {"OOMH_JOB", false, "the job's name (set by the runner)"},
+    {"OOMH_ATTEMPT", false, "the attempt number (set by the runner)"},
+    {"OOMH_SNAPSHOT", false, "where the probe saves a PyTorch memory snapshot"},
+    {"OOMH_SHIM_PARENT", false, "pid of the shim process that exec'd this one (set by the shim itself)"},
+};
+
+struct Options {
+  std::string plan, cap, control, events, shim_parent;
+  bool has_plan = false, has_cap = false, has_control = false, has_events = false, has_shim_parent = false;
+  LogLevel log = LogLevel::warn;
+  bool disable = false;
+  bool any_set = false;               // some OOMH_ variable is set
+  std::vector<std::string> problems;  // one line each: unknown names, bad values
+
+  bool active() const { return !disable && (has_plan || has_cap || has_control || has_events); }
+};
+
+// Reads the options from an environment block (environ). Never throws.
+Options read_options(char** envp) noexcept;
+
+// The known option closest to `name` (edit distance at most 3), or "" when none is close.
+std::string closest_option(std::string_view name);
+
+}  // namespace oomh::inject

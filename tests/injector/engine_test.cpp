@@ -1,0 +1,353 @@
+// The engine without preloading: caps across two "processes" sharing one control block, cap schedules,
+// memory-info capping, plan changes through the control block, events, and the inject rate limit.
+#include "engine/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <string>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+using namespace oomh::inject;
+using oomh::ControlBlock;
+
+namespace {
+
+constexpr uint64_t MiB = 1ull << 20;
+
+// A control block of its own, unlinked at the end of the test.
+class Block {
+ public:
+  Block() {
+    static int n = 0;
+    name_ = "/oomh-engine-test-" + std::to_string(getpid()) + "-" + std::to_string(n++);
+    cb_ = oomh::control_block_create(name_.c_str());
+  }
+  ~Block() {
+    oomh::control_block_close(cb_);
+    shm_unlink(name_.c_str());
+  }
+  ControlBlock* get() const { return cb_; }
+
+ private:
+  std::string name_;
+  ControlBlock* cb_;
+};
+
+class EventFile {
+ public:
+  EventFile() {
+    char path[] = "/tmp/oomh-engine-events-XXXXXX";
+    fd_ = mkstemp(path);
+    path_ = path;
+  }
+  ~EventFile() {
+    close(fd_);
+    unlink(path_.c_str());
+  }
+  int fd() const { return fd_; }
+  std::vector<nlohmann::json> read(const std::string& kind = "") const {
+    std::vector<nlohmann::json> out;
+    std::ifstream in(path_);
+    std::string line;
+    while (std::getline(in, line)) {
+      auto j = nlohmann::json::parse(line);
+      if (kind.empty() || j["kind"] == kind) out.push_back(j);
+    }
+    return out;
+  }
+
+ private:
+  std::string path_;
+  int fd_;
+};
+
+FaultPlan plan(const std::string& json) {
+  PlanResult r = parse_fault_plan(json);
+  EXPECT_TRUE(r) << r.error;
+  return r.plan ? *r.plan : FaultPlan{};
+}
+
+EngineSetup setup(ControlBlock* cb, int events_fd = -1) {
+  EngineSetup s;
+  s.block = cb;
+  s.events_fd = events_fd;
+  s.log = LogLevel::quiet;
+  return s;
+}
+
+// One allocation of `size` bytes as the preload does it, with the driver succeeding. Returns false when the
+// engine failed it.
+bool allocate(Engine& e, uint64_t key, uint64_t size, int device = 0, Entry entry = Entry::mem_alloc) {
+  AllocDecision d = e.begin_alloc(entry, "cuMemAlloc_v2", device, size);
+  if (d.fail) return false;
+  e.end_alloc(d, true, Space::device_pointer, key, size);
+  return true;
+}
+
+void release(Engine& e, uint64_t key) {
+  auto taken = e.begin_free(Space::device_pointer, key);
+  e.end_free(Space::device_pointer, key, taken, true);
+}
+
+}  // namespace
+
+TEST(CappedMemInfo, NeverAboveThePhysicalFigures) {
+  EXPECT_EQ(capped_mem_info(70, 100, 0, 0).free, 70u);  // no cap
+  MemInfo m = capped_mem_info(70, 100, 40, 10);
+  EXPECT_EQ(m.total, 40u);
+  EXPECT_EQ(m.free, 30u);  // cap - job held
+  m = capped_mem_info(5, 100, 40, 10);
+  EXPECT_EQ(m.free, 5u);  // the physical free is smaller
+  m = capped_mem_info(70, 100, 400, 10);
+  EXPECT_EQ(m.total, 100u);  // a cap above the device
+  EXPECT_EQ(m.free, 70u);
+  m = capped_mem_info(70, 100, 40, 55);
+  EXPECT_EQ(m.free, 0u);  // over the cap (the cap came down after the allocations)
+}
+
+TEST(CapSchedule, LaterEntriesOverrideAndLatch) {
+  CapSchedule s({CapEntry{-1, 8 * MiB, CapEntry::At::start, 0, 0}, CapEntry{-1, 6 * MiB, CapEntry::At::step, 8, 0},
+                 CapEntry{1, 4 * MiB, CapEntry::At::after, 0, 60}});
+  EXPECT_TRUE(s.changes());
+  EXPECT_TRUE(s.covers(3));
+  const char* why = nullptr;
+  EXPECT_EQ(s.limit_for(0, 7, 0, &why), 8 * MiB);
+  EXPECT_STREQ(why, "start");
+  EXPECT_EQ(s.limit_for(0, 8, 0, &why), 6 * MiB);
+  EXPECT_STREQ(why, "step");
+  EXPECT_EQ(s.limit_for(0, 2, 0, &why), 6 * MiB);  // latched: a resume to an earlier step keeps the cap
+  EXPECT_EQ(s.limit_for(1, 9, 59, &why), 6 * MiB);
+  EXPECT_EQ(s.limit_for(1, 9, 60, &why), 4 * MiB);
+  EXPECT_STREQ(why, "time");
+  EXPECT_EQ(s.limit_for(0, 9, 61, &why), 6 * MiB);  // device 1's entry leaves device 0 alone
+  CapSchedule only_one({CapEntry{2, MiB, CapEntry::At::start, 0, 0}});
+  EXPECT_FALSE(only_one.covers(0));
+  EXPECT_EQ(only_one.limit_for(0, 0, 0, nullptr), 0u);
+}
+
+TEST(Engine, CapCountsTheWholeJob) {
+  Block block;
+  EngineSetup a = setup(block.get());
+  a.option_caps = parse_cap_option("10MiB").caps;
+  EngineSetup b = setup(block.get());
+  b.option_caps = a.option_caps;
+  Engine first(std::move(a)), second(std::move(b));
+  EXPECT_EQ(block.get()->devices[0].cap.load(), 10 * MiB);
+  EXPECT_TRUE(allocate(first, 0x1000, 6 * MiB));
+  EXPECT_TRUE(allocate(second, 0x2000, 4 * MiB));   // exactly at the cap
+  EXPECT_FALSE(allocate(second, 0x3000, 1));        // one byte over, whoever asks
+  EXPECT_FALSE(allocate(first, 0x4000, 1));
+  EXPECT_EQ(block.get()->devices[0].held.load(), 10 * MiB);
+  EXPECT_EQ(block.get()->devices[0].cap_failures.load(), 2u);
+  EXPECT_EQ(block.get()->devices[0].alloc_calls.load(), 4u);
+  EXPECT_EQ(first.slot()->held[0].load(), 6 * MiB);
+  EXPECT_EQ(second.slot()->held[0].load(), 4 * MiB);
+  release(first, 0x1000);
+  EXPECT_EQ(block.get()->devices[0].held.load(), 4 * MiB);
+  EXPECT_EQ(block.get()->devices[0].free_calls.load(), 1u);
+  EXPECT_TRUE(allocate(second, 0x3000, 6 * MiB));  // room again
+  EXPECT_EQ(block.get()->devices[0].peak.load(), 10 * MiB);
+  // The figures a memory query answers: total = cap, free = cap - job held, never above physical.
+  MemInfo m = first.mem_info(0, 80 * MiB, 100 * MiB);
+  EXPECT_EQ(m.total, 10 * MiB);
+  EXPECT_EQ(m.free, 0u);
+  release(second, 0x2000);
+  m = first.mem_info(0, 80 * MiB, 100 * MiB);
+  EXPECT_EQ(m.free, 4 * MiB);
+  EXPECT_EQ(first.total_mem(0, 100 * MiB), 10 * MiB);
+  EXPECT_EQ(block.get()->devices[0].physical_total.load(), 100 * MiB);
+  EXPECT_EQ(block.get()->process_count.load(), 2u);
+}
+
+TEST(Engine, AFailedDriverCallGivesTheReservationBack) {
+  Block block;
+  EngineSetup s = setup(block.get());
+  s.option_caps = parse_cap_option("0=10MiB").caps;
+  Engine e(std::move(s));
+  AllocDecision d = e.begin_alloc(Entry::mem_alloc, "cuMemAlloc_v2", 0, 8 * MiB);
+  ASSERT_FALSE(d.fail);
+  EXPECT_EQ(block.get()->devices[0].held.load(), 8 * MiB);
+  e.end_alloc(d, false, Space::device_pointer, 0, 0);
+  EXPECT_EQ(block.get()->devices[0].held.load(), 0u);
+  EXPECT_EQ(e.slot()->held[0].load(), 0u);
+  // A free the driver refuses keeps the bytes on the books.
+  ASSERT_TRUE(allocate(e, 0x10, 3 * MiB));
+  auto taken = e.begin_free(Space::device_pointer, 0x10);
+  e.end_free(Space::device_pointer, 0x10, taken, false);
+  EXPECT_EQ(block.get()->devices[0].held.load(), 3 * MiB);
+  release(e, 0x10);
+  EXPECT_EQ(block.get()->devices[0].held.load(), 0u);
+  // A pitch allocation books what the driver really gave.
+  d = e.begin_alloc(Entry::mem_alloc_pitch, "cuMemAllocPitch_v2", 0, 1000);
+  e.end_alloc(d, true, Space::device_pointer, 0x20, 1024);
+  EXPECT_EQ(block.get()->devices[0].held.load(), 1024u);
+  EXPECT_EQ(e.ledger().held(0), 1024u);
+}
+
+TEST(Engine, CapScheduleChangesAtAStep) {
+  Block block;
+  EventFile events;
+  EngineSetup s = setup(block.get(), events.fd());
+  s.plan = plan(R"({"caps":[{"limit":"8MiB","device":0},{"limit":"4MiB","device":0,"at":{"step":3}}]})");
+  Engine e(std::move(s));
+  EXPECT_EQ(block.get()->devices[0].cap.load(), 8 * MiB);
+  EXPECT_EQ(block.get()->devices[1].cap.load(), 0u);  // not named: left alone
+  EXPECT_TRUE(allocate(e, 0x1, 5 * MiB));
+  block.get()->step.store(3);
+  EXPECT_FALSE(allocate(e, 0x2, 1));  // a neighbour took 4 MiB: we now hold more than the cap
+  EXPECT_EQ(block.get()->devices[0].cap.load(), 4 * MiB);
+  auto changes = events.read("cap_change");
+  ASSERT_EQ(changes.size(), 2u);
+  EXPECT_EQ(changes[0]["fields"]["reason"], "start");
+  EXPECT_EQ(changes[1]["fields"]["from"], 8 * MiB);
+  EXPECT_EQ(changes[1]["fields"]["to"], 4 * MiB);
+  EXPECT_EQ(changes[1]["fields"]["reason"], "step");
+  auto inject = events.read("inject");
+  ASSERT_EQ(inject.size(), 1u);
+  EXPECT_EQ(inject[0]["fields"]["reason"], "cap");
+  EXPECT_EQ(inject[0]["fields"]["rule"], "cap");
+  EXPECT_EQ(inject[0]["fields"]["step"], 3);
+  EXPECT_EQ(inject[0]["fields"]["call"], 2);
+}
+
+TEST(Engine, RuleFailureWritesAnInjectEvent) {
+  Block block;
+  EventFile events;
+  EngineSetup s = setup(block.get(), events.fd());
+  s.plan = plan(R"({"rules":[{"name":"second","when":{"nth":2,"phase":"forward"},"fail":{"times":2}}]})");
+  Engine e(std::move(s));
+  block.get()->phase.store(static_cast<uint32_t>(oomh::Phase::forward));
+  block.get()->step.store(7);
+  EXPECT_TRUE(allocate(e, 0x1, MiB));
+  EXPECT_FALSE(allocate(e, 0x2, 2 * MiB, 0, Entry::mem_create));
+  EXPECT_FALSE(allocate(e, 0x3, 3 * MiB));
+  EXPECT_TRUE(allocate(e, 0x4, MiB));
+  EXPECT_EQ(block.get()->devices[0].failures_injected.load(), 2u);
+  EXPECT_EQ(block.get()->devices[0].held.load(), 2 * MiB);
+  auto inject = events.read("inject");
+  ASSERT_EQ(inject.size(), 2u);
+  const auto& f = inject[0]["fields"];
+  EXPECT_EQ(f["rule"], "second");
+  EXPECT_EQ(f["reason"], "rule");
+  EXPECT_EQ(f["size"], 2 * MiB);
+  EXPECT_EQ(f["device"], 0);
+  EXPECT_EQ(f["step"], 7);
+  EXPECT_EQ(f["phase"], "forward");
+  EXPECT_EQ(f["call"], 2);
+  EXPECT_EQ(f["tid"], static_cast<int64_t>(gettid()));
+  EXPECT_EQ(inject[1]["fields"]["call"], 3);
+  EXPECT_EQ(events.read("shim_start").size(), 1u);
+  EXPECT_EQ(block.get()->events_written.load(), 3u);
+}
+
+TEST(Engine, PlanChangesThroughTheControlBlock) {
+  Block block;
+  EventFile events;
+  EngineSetup s = setup(block.get(), events.fd());
+  s.plan = plan(R"({"rules":[{"when":{"nth":100}}]})");
+  Engine e(std::move(s));
+  EXPECT_TRUE(allocate(e, 0x1, MiB));
+  std::string next = R"({"rules":[{"name":"now","when":{"every":1}}],"caps":[{"device":2,"limit":"1MiB"}]})";
+  ASSERT_TRUE(oomh::control_block_publish_plan(block.get(), next.data(), static_cast<uint32_t>(next.size())));
+  EXPECT_FALSE(allocate(e, 0x2, MiB));
+  EXPECT_EQ(e.rule_count(), 1u);
+  EXPECT_EQ(block.get()->devices[2].cap.load(), MiB);
+  auto changes = events.read("plan_change");
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0]["fields"]["generation"], 2);
+  EXPECT_EQ(events.read("cap_change").back()["fields"]["reason"], "plan");
+  // A bad plan is reported and the current one stays.
+  std::string bad = R"({"rules":[{"when":{"stpe":1}}]})";
+  ASSERT_TRUE(oomh::control_block_publish_plan(block.get(), bad.data(), static_cast<uint32_t>(bad.size())));
+  EXPECT_FALSE(allocate(e, 0x3, MiB));
+  auto warnings = events.read("warning");
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0]["fields"]["message"].get<std::string>().find("rules[0].when: unknown key 'stpe'"), std::string::npos);
+  // An empty plan lifts the cap the previous plan set.
+  std::string none = "{}";
+  ASSERT_TRUE(oomh::control_block_publish_plan(block.get(), none.data(), static_cast<uint32_t>(none.size())));
+  EXPECT_TRUE(allocate(e, 0x4, MiB));
+  EXPECT_EQ(block.get()->devices[2].cap.load(), 0u);
+}
+
+TEST(Engine, InjectEventsAreRateLimited) {
+  Block block;
+  EventFile events;
+  EngineSetup s = setup(block.get(), events.fd());
+  s.plan = plan(R"({"rules":[{"fail":{"forever":true}}]})");
+  Engine e(std::move(s));
+  const uint64_t calls = Engine::kInjectEventLimit + 250;
+  for (uint64_t i = 0; i < calls; ++i) ASSERT_FALSE(allocate(e, i + 1, 1));
+  EXPECT_EQ(events.read("inject").size(), Engine::kInjectEventLimit);
+  EXPECT_EQ(e.events_dropped(), 250u);
+  EXPECT_EQ(block.get()->devices[0].failures_injected.load(), calls);
+  e.finish();
+  auto exits = events.read("shim_exit");
+  ASSERT_EQ(exits.size(), 1u);
+  EXPECT_EQ(exits[0]["fields"]["failures"], calls);
+  EXPECT_EQ(exits[0]["fields"]["events_dropped"], 250);
+}
+
+TEST(Engine, FinishGivesTheProcessBytesBackToTheJob) {
+  Block block;
+  EventFile events;
+  Engine a(setup(block.get(), events.fd())), b(setup(block.get()));
+  ASSERT_TRUE(allocate(a, 0x1, 3 * MiB, 1));
+  ASSERT_TRUE(allocate(b, 0x2, 2 * MiB, 1));
+  a.finish();
+  EXPECT_EQ(block.get()->devices[1].held.load(), 2 * MiB);
+  EXPECT_EQ(block.get()->devices[1].peak.load(), 5 * MiB);
+  auto exits = events.read("shim_exit");
+  ASSERT_EQ(exits.size(), 1u);  // device 1 only: the one it used
+  EXPECT_EQ(exits[0]["fields"]["device"], 1);
+  EXPECT_EQ(exits[0]["fields"]["held"], 3 * MiB);
+  EXPECT_EQ(exits[0]["fields"]["alloc_calls"], 1);
+  EXPECT_EQ(block.get()->device_count.load(), 2u);
+  // After finish the engine takes no part (other libraries' destructors still free memory).
+  EXPECT_FALSE(a.begin_alloc(Entry::mem_alloc, "cuMemAlloc_v2", 1, 1).tracked);
+  release(a, 0x1);
+  EXPECT_EQ(block.get()->devices[1].held.load(), 2 * MiB);
+}
+
+TEST(Engine, ManyThreadsKeepExactTotals) {
+  Block block;
+  EngineSetup s = setup(block.get());
+  s.plan = plan(R"({"rules":[{"when":{"min_size":"1GiB"}},{"when":{"device":3}},{"when":{"step":1000}}]})");
+  Engine e(std::move(s));
+  constexpr int threads = 8, per_thread = 20000;
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&e, t] {
+      for (int i = 0; i < per_thread; ++i) {
+        uint64_t key = (static_cast<uint64_t>(t + 1) << 40) | static_cast<uint64_t>(i + 1);
+        allocate(e, key, 512);
+        if (i % 4 != 0) release(e, key);
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  const auto& d = block.get()->devices[0];
+  EXPECT_EQ(d.alloc_calls.load(), static_cast<uint64_t>(threads) * per_thread);
+  EXPECT_EQ(d.free_calls.load(), static_cast<uint64_t>(threads) * per_thread * 3 / 4);
+  EXPECT_EQ(d.held.load(), static_cast<uint64_t>(threads) * per_thread / 4 * 512);
+  EXPECT_EQ(e.slot()->held[0].load(), d.held.load());
+  EXPECT_EQ(d.failures_injected.load(), 0u);
+}
+
+TEST(Engine, RankComesFromTheSetup) {
+  Block block;
+  EngineSetup s = setup(block.get());
+  s.rank = 1;
+  s.plan = plan(R"({"rules":[{"when":{"rank":1}}]})");
+  Engine one(std::move(s));
+  EngineSetup z = setup(block.get());
+  z.plan = plan(R"({"rules":[{"when":{"rank":1}}]})");
+  Engine zero(std::move(z));
+  EXPECT_FALSE(allocate(one, 1, 1));
+  EXPECT_TRUE(allocate(zero, 2, 1));
+}

@@ -1,0 +1,60 @@
+// The OOMH_ options table: what turns the shim on, and warnings for unknown names and bad values.
+#include "engine/options.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+using namespace oomh::inject;
+
+namespace {
+Options read(std::vector<const char*> env) {
+  env.push_back(nullptr);
+  return read_options(const_cast<char**>(env.data()));
+}
+}  // namespace
+
+TEST(Options, NothingSetIsAPassThrough) {
+  Options o = read({"PATH=/bin", "HOME=/root"});
+  EXPECT_FALSE(o.any_set);
+  EXPECT_FALSE(o.active());
+  EXPECT_TRUE(o.problems.empty());
+}
+
+TEST(Options, ShimVariablesTurnItOn) {
+  for (const char* v : {"OOMH_PLAN={}", "OOMH_CAP=8GiB", "OOMH_CONTROL=/oomh-x", "OOMH_EVENTS=/tmp/e"}) {
+    EXPECT_TRUE(read({v}).active()) << v;
+  }
+  EXPECT_FALSE(read({"OOMH_CAP=8GiB", "OOMH_DISABLE=1"}).active());
+  EXPECT_TRUE(read({"OOMH_CAP=8GiB", "OOMH_DISABLE=0"}).active());
+}
+
+TEST(Options, OtherPartsVariablesAreAcceptedSilently) {
+  Options o = read({"OOMH_PROBE=1", "OOMH_JOB=demo", "OOMH_ATTEMPT=2", "OOMH_SNAPSHOT=/tmp/s", "OOMH_SHIM_PARENT=12",
+                    "OOMH_LOG=debug"});
+  EXPECT_TRUE(o.problems.empty());
+  EXPECT_FALSE(o.active());
+  EXPECT_EQ(o.log, LogLevel::debug);
+  EXPECT_TRUE(o.has_shim_parent);
+  EXPECT_EQ(o.shim_parent, "12");
+}
+
+TEST(Options, UnknownNamesGetASuggestion) {
+  Options o = read({"OOMH_CAPP=8GiB", "OOMH_TOTALLY_DIFFERENT=1"});
+  ASSERT_EQ(o.problems.size(), 2u);
+  EXPECT_EQ(o.problems[0], "unknown variable OOMH_CAPP (did you mean OOMH_CAP?)");
+  EXPECT_EQ(o.problems[1], "unknown variable OOMH_TOTALLY_DIFFERENT");
+  EXPECT_FALSE(o.active());
+}
+
+TEST(Options, BadValues) {
+  Options o = read({"OOMH_LOG=loud", "OOMH_DISABLE=maybe", "OOMH_CAP=1GiB"});
+  ASSERT_EQ(o.problems.size(), 2u);
+  EXPECT_EQ(o.problems[0], "OOMH_LOG: unknown level 'loud' (use quiet, warn, info or debug)");
+  EXPECT_EQ(o.problems[1], "OOMH_DISABLE: 'maybe' is not 1 or 0; the shim is disabled");
+  EXPECT_FALSE(o.active());
+}
+
+TEST(Options, EveryTableEntryIsKnown) {
+  for (const auto& spec : kOptionTable) EXPECT_EQ(closest_option(spec.name), spec.name);
+}
