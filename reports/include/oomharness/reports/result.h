@@ -80,6 +80,11 @@ struct JobResult {
 };
 inline constexpr size_t kTimelinePoints = 600;
 
+// Reduces a memory timeline to at most `max` points (max >= 2 keeps the first and the last) without
+// losing its peaks: the points are cut into equal buckets and each bucket keeps its lowest and its
+// highest point, in time order. A timeline already short enough is returned unchanged.
+std::vector<TimelinePoint> downsample_timeline(const std::vector<TimelinePoint>& points, size_t max = kTimelinePoints);
+
 struct SuiteResult {
   std::string name;
   std::string file;           // as given on the command line

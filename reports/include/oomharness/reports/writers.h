@@ -1,0 +1,46 @@
+#pragma once
+// The report writers: every report is rendered from a RunResult (result.h) alone, so that the same
+// results file always gives the same report (`oomharness report results.json`) and golden tests need no
+// clock. Rendering never fails; reading and writing files return an Expected that names the path and
+// never throw past this header. docs/reports.md describes each format.
+
+#include <cstddef>
+#include <string>
+
+#include "oomharness/reports/compare.h"
+#include "oomharness/reports/expected.h"
+#include "oomharness/reports/result.h"
+
+namespace oomh {
+
+
+// --json: the results file (docs/results-schema.json), pretty-printed, ending in a newline.
+std::string render_json(const RunResult& run);
+
+// Reads a results file. Fails, naming the file, on I/O errors, JSON syntax errors (with line:column),
+// another schema_version, and fields of the wrong type (with their path: "suites[0].jobs[2].status").
+Expected<RunResult> load_results(const std::string& path);
+// The same, from text already read; `name` stands for the file in messages.
+Expected<RunResult> parse_results(const std::string& text, const std::string& name);
+
+// --junit: JUnit XML as GitHub's test reporters, GitLab and Jenkins read it.
+std::string render_junit(const RunResult& run);
+
+struct HtmlOptions {
+  // The directory the HTML file will be written to: snapshot links are made relative to it.
+  std::string output_dir;
+};
+// --html: one self-contained file (inline CSS and SVG, no network), readable without JavaScript.
+std::string render_html(const RunResult& run, const HtmlOptions& options = {});
+
+// --markdown: for $GITHUB_STEP_SUMMARY and PR comments; never longer than max_bytes.
+std::string render_markdown(const RunResult& run, size_t max_bytes = size_t{1} << 20);
+
+// --perfetto: Trace Event Format JSON for ui.perfetto.dev and chrome://tracing.
+std::string render_perfetto(const RunResult& run);
+
+// Writes `content` to a temporary file in path's directory and renames it over `path`, so that a reader
+// never sees a half-written report. On failure nothing is left behind and the error names the path.
+Expected<Written> write_file_atomic(const std::string& path, const std::string& content);
+
+}  // namespace oomh

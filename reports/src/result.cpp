@@ -1,0 +1,321 @@
+// The result model's JSON form (docs/results-schema.json) and its small helpers.
+//
+// Note [Reading results back]
+// from_json throws FieldError, a std::runtime_error whose message is the path of the offending field and
+// the problem ("suites[0].jobs[2].status: unknown status 'passd'"). Each level catches what the level below
+// threw and puts its own name in front, so that a bad value deep in a file is named exactly; the loader
+// (json_report.cpp) then puts the file's name in front of that. Optional fields may be absent or null.
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "oomharness/reports/result.h"
+#include "result_json.h"
+
+namespace oomh {
+
+using nlohmann::json;
+
+const char* to_string(JobStatus s) {
+  switch (s) {
+    case JobStatus::passed: return "passed";
+    case JobStatus::failed: return "failed";
+    case JobStatus::error: return "error";
+    case JobStatus::skipped: return "skipped";
+    case JobStatus::inconclusive: return "inconclusive";
+    case JobStatus::interrupted: return "interrupted";
+  }
+  return "error";
+}
+
+std::optional<JobStatus> job_status_from_string(const std::string& s) {
+  for (JobStatus v : {JobStatus::passed, JobStatus::failed, JobStatus::error, JobStatus::skipped,
+                      JobStatus::inconclusive, JobStatus::interrupted}) {
+    if (s == to_string(v)) return v;
+  }
+  return std::nullopt;
+}
+
+int JobResult::faults_visible() const {
+  return static_cast<int>(std::count_if(faults.begin(), faults.end(), [](const FaultRecord& f) { return f.visible; }));
+}
+
+int JobResult::faults_absorbed() const { return static_cast<int>(faults.size()) - faults_visible(); }
+
+RunResult::Counts RunResult::counts() const {
+  Counts c;
+  for (const SuiteResult& suite : suites) {
+    for (const JobResult& job : suite.jobs) {
+      ++c.total;
+      switch (job.status) {
+        case JobStatus::passed: ++c.passed; break;
+        case JobStatus::failed: ++c.failed; break;
+        case JobStatus::error: ++c.errors; break;
+        case JobStatus::skipped: ++c.skipped; break;
+        case JobStatus::inconclusive: ++c.inconclusive; break;
+        case JobStatus::interrupted: ++c.interrupted; break;
+      }
+    }
+  }
+  return c;
+}
+
+std::vector<TimelinePoint> downsample_timeline(const std::vector<TimelinePoint>& points, size_t max) {
+  if (points.size() <= max) return points;
+  if (max == 0) return {};
+  if (max == 1) return {*std::max_element(points.begin(), points.end(),
+                                          [](const TimelinePoint& a, const TimelinePoint& b) { return a.held < b.held; })};
+  std::vector<TimelinePoint> out;
+  out.reserve(max);
+  out.push_back(points.front());
+  // The interior points (all but the first and the last) go into buckets of two survivors each.
+  const size_t interior = points.size() - 2;
+  const size_t buckets = (max - 2) / 2;
+  for (size_t b = 0; b < buckets; ++b) {
+    const size_t lo = 1 + b * interior / buckets;
+    const size_t hi = 1 + (b + 1) * interior / buckets;  // exclusive
+    if (lo >= hi) continue;
+    size_t min_i = lo, max_i = lo;
+    for (size_t i = lo; i < hi; ++i) {
+      if (points[i].held < points[min_i].held) min_i = i;
+      if (points[i].held > points[max_i].held) max_i = i;
+    }
+    out.push_back(points[std::min(min_i, max_i)]);
+    if (min_i != max_i) out.push_back(points[std::max(min_i, max_i)]);
+  }
+  out.push_back(points.back());
+  return out;
+}
+
+// ---- reading helpers ---------------------------------------------------------------------------------
+
+namespace detail {
+
+FieldError::FieldError(std::string path, std::string problem)
+    : std::runtime_error(path.empty() ? problem : path + ": " + problem), path_(std::move(path)), problem_(std::move(problem)) {}
+
+FieldError FieldError::within(const std::string& parent) const {
+  if (parent.empty()) return *this;
+  if (path_.empty()) return FieldError(parent, problem_);
+  return FieldError(parent + (path_.front() == '[' ? "" : ".") + path_, problem_);
+}
+
+std::string clean_json_error(const char* what) {
+  // "[json.exception.type_error.302] type must be string, but is number" -> "type must be string, but is number"
+  std::string s = what;
+  if (!s.empty() && s.front() == '[') {
+    const size_t close = s.find("] ");
+    if (close != std::string::npos) s.erase(0, close + 2);
+  }
+  return s;
+}
+
+const json* member(const json& j, const char* key) {
+  if (!j.is_object()) throw FieldError("", std::string("expected an object, found ") + j.type_name());
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+const json& required(const json& j, const char* key) {
+  const json* v = member(j, key);
+  if (!v) throw FieldError(key, "missing");
+  return *v;
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::FieldError;
+using detail::member;
+using detail::within;
+
+template <class T>
+void get(const json& j, const char* key, T& out) {
+  const json* v = member(j, key);
+  if (!v) return;  // absent: keep the default
+  within(key, [&] { v->get_to(out); });
+}
+
+template <class T>
+void get(const json& j, const char* key, std::optional<T>& out) {
+  const json* v = member(j, key);
+  if (!v) { out.reset(); return; }
+  within(key, [&] { out = v->get<T>(); });
+}
+
+template <class T>
+void get_list(const json& j, const char* key, std::vector<T>& out) {
+  out.clear();
+  const json* v = member(j, key);
+  if (!v) return;
+  within(key, [&] {
+    if (!v->is_array()) throw FieldError("", std::string("expected an array, found ") + v->type_name());
+    for (size_t i = 0; i < v->size(); ++i) {
+      within("[" + std::to_string(i) + "]", [&] { out.push_back((*v)[i].get<T>()); });
+    }
+  });
+}
+
+int device_key(const std::string& key) {
+  size_t used = 0;
+  int d = -1;
+  try { d = std::stoi(key, &used); } catch (const std::exception&) { used = 0; }
+  if (used != key.size() || d < 0) throw FieldError("", "device '" + key + "' is not a device number");
+  return d;
+}
+
+template <class T>
+void put(json& j, const char* key, const std::optional<T>& v) {
+  if (v) j[key] = *v;
+}
+
+}  // namespace
+
+void to_json(json& j, const FaultRecord& v) {
+  j = json{{"attempt", v.attempt}, {"t", v.t}, {"rule", v.rule}, {"entry", v.entry}, {"size", v.size},
+           {"device", v.device}, {"step", v.step}, {"phase", v.phase}, {"visible", v.visible}};
+}
+void from_json(const json& j, FaultRecord& v) {
+  get(j, "attempt", v.attempt); get(j, "t", v.t); get(j, "rule", v.rule); get(j, "entry", v.entry);
+  get(j, "size", v.size); get(j, "device", v.device); get(j, "step", v.step); get(j, "phase", v.phase);
+  get(j, "visible", v.visible);
+}
+
+void to_json(json& j, const TimelinePoint& v) {
+  j = json{{"t", v.t}, {"held", v.held}, {"cap", v.cap}, {"step", v.step}};
+}
+void from_json(const json& j, TimelinePoint& v) {
+  get(j, "t", v.t); get(j, "held", v.held); get(j, "cap", v.cap); get(j, "step", v.step);
+}
+
+void to_json(json& j, const Marker& v) {
+  j = json{{"t", v.t}, {"attempt", v.attempt}, {"kind", v.kind}, {"label", v.label}};
+}
+void from_json(const json& j, Marker& v) {
+  get(j, "t", v.t); get(j, "attempt", v.attempt);
+  detail::required(j, "kind");
+  get(j, "kind", v.kind); get(j, "label", v.label);
+}
+
+void to_json(json& j, const AttemptResult& v) {
+  j = json{{"index", v.index}, {"start", v.start}, {"duration", v.duration}, {"outcome", v.outcome},
+           {"faults_enabled", v.faults_enabled}, {"last_step", v.last_step}, {"output_tail", v.output_tail},
+           {"log_path", v.log_path}};
+  put(j, "exit_code", v.exit_code);
+  put(j, "signal", v.signal);
+}
+void from_json(const json& j, AttemptResult& v) {
+  get(j, "index", v.index); get(j, "start", v.start); get(j, "duration", v.duration); get(j, "outcome", v.outcome);
+  get(j, "exit_code", v.exit_code); get(j, "signal", v.signal); get(j, "faults_enabled", v.faults_enabled);
+  get(j, "last_step", v.last_step); get(j, "output_tail", v.output_tail); get(j, "log_path", v.log_path);
+}
+
+void to_json(json& j, const JobResult& v) {
+  j = json{{"name", v.name}, {"status", to_string(v.status)}, {"message", v.message}, {"start", v.start},
+           {"duration", v.duration}, {"command", v.command}};
+  put(j, "gpu", v.gpu);
+  j["attempts"] = v.attempts;
+  j["verdicts"] = v.verdicts;
+  j["faults"] = v.faults;
+  json timeline = json::object();
+  // The schema bounds a timeline; a caller that forgot to downsample still writes a bounded file.
+  for (const auto& [device, points] : v.timeline) timeline[std::to_string(device)] = downsample_timeline(points);
+  j["timeline"] = std::move(timeline);
+  json peak = json::object();
+  for (const auto& [device, bytes] : v.peak) peak[std::to_string(device)] = bytes;
+  j["peak"] = std::move(peak);
+  j["markers"] = v.markers;
+  put(j, "snapshot", v.snapshot);
+  put(j, "recovery_seconds", v.recovery_seconds);
+}
+void from_json(const json& j, JobResult& v) {
+  within("name", [&] {
+    if (!detail::required(j, "name").is_string()) throw FieldError("", "expected a string");
+  });
+  get(j, "name", v.name);
+  within("status", [&] {
+    const json& s = detail::required(j, "status");
+    if (!s.is_string()) throw FieldError("", "expected a string");
+    auto st = job_status_from_string(s.get<std::string>());
+    if (!st) throw FieldError("", "unknown status '" + s.get<std::string>() +
+                                      "' (passed, failed, error, skipped, inconclusive, interrupted)");
+    v.status = *st;
+  });
+  get(j, "message", v.message); get(j, "start", v.start); get(j, "duration", v.duration);
+  get_list(j, "command", v.command); get(j, "gpu", v.gpu);
+  get_list(j, "attempts", v.attempts); get_list(j, "verdicts", v.verdicts); get_list(j, "faults", v.faults);
+  v.timeline.clear();
+  if (const json* t = member(j, "timeline")) {
+    within("timeline", [&] {
+      if (!t->is_object()) throw FieldError("", "expected an object keyed by device");
+      for (const auto& [key, points] : t->items()) {
+        within(key, [&] {
+          auto& out = v.timeline[device_key(key)];
+          if (!points.is_array()) throw FieldError("", "expected an array of points");
+          for (size_t i = 0; i < points.size(); ++i)
+            within("[" + std::to_string(i) + "]", [&] { out.push_back(points[i].get<TimelinePoint>()); });
+        });
+      }
+    });
+  }
+  v.peak.clear();
+  if (const json* p = member(j, "peak")) {
+    within("peak", [&] {
+      if (!p->is_object()) throw FieldError("", "expected an object keyed by device");
+      for (const auto& [key, bytes] : p->items()) within(key, [&] { v.peak[device_key(key)] = bytes.get<uint64_t>(); });
+    });
+  }
+  get_list(j, "markers", v.markers);
+  get(j, "snapshot", v.snapshot);
+  get(j, "recovery_seconds", v.recovery_seconds);
+}
+
+void to_json(json& j, const SuiteResult& v) {
+  j = json{{"name", v.name}, {"file", v.file}, {"start", v.start}, {"duration", v.duration}, {"jobs", v.jobs}};
+}
+void from_json(const json& j, SuiteResult& v) {
+  get(j, "name", v.name); get(j, "file", v.file); get(j, "start", v.start); get(j, "duration", v.duration);
+  get_list(j, "jobs", v.jobs);
+}
+
+void to_json(json& j, const Environment& v) {
+  j = json{{"hostname", v.hostname}, {"gpu_name", v.gpu_name}, {"driver_version", v.driver_version},
+           {"cuda_version", v.cuda_version}, {"simulated_device", v.simulated_device},
+           {"frameworks", v.frameworks}, {"harness_version", v.harness_version}, {"command_line", v.command_line}};
+}
+void from_json(const json& j, Environment& v) {
+  get(j, "hostname", v.hostname); get(j, "gpu_name", v.gpu_name); get(j, "driver_version", v.driver_version);
+  get(j, "cuda_version", v.cuda_version); get(j, "simulated_device", v.simulated_device);
+  get(j, "frameworks", v.frameworks); get(j, "harness_version", v.harness_version);
+  get_list(j, "command_line", v.command_line);
+}
+
+void to_json(json& j, const RunResult& v) {
+  const RunResult::Counts c = v.counts();
+  // `counts` is derived (readers ignore it); it is there for `jq .counts.failed` in CI scripts.
+  j = json{{"schema_version", v.schema_version},
+           {"start", v.start},
+           {"duration", v.duration},
+           {"interrupted", v.interrupted},
+           {"counts", {{"total", c.total}, {"passed", c.passed}, {"failed", c.failed}, {"errors", c.errors},
+                       {"skipped", c.skipped}, {"inconclusive", c.inconclusive}, {"interrupted", c.interrupted}}},
+           {"environment", v.environment},
+           {"suites", v.suites}};
+}
+void from_json(const json& j, RunResult& v) {
+  within("schema_version", [&] {
+    const json& s = detail::required(j, "schema_version");
+    if (!s.is_number_integer() || s.get<int>() != kResultsSchemaVersion)
+      throw FieldError("", "version " + s.dump() + " is not supported (this oomharness reads version " +
+                               std::to_string(kResultsSchemaVersion) + ")");
+    v.schema_version = s.get<int>();
+  });
+  get(j, "start", v.start); get(j, "duration", v.duration); get(j, "interrupted", v.interrupted);
+  get(j, "environment", v.environment);
+  get_list(j, "suites", v.suites);
+}
+
+}  // namespace oomh

@@ -1,0 +1,106 @@
+// Markdown: escaping in tables and fences, and the size limit of Note [Markdown size].
+
+#include <algorithm>
+
+#include <gtest/gtest.h>
+
+#include "oomharness/reports/writers.h"
+#include "support.h"
+
+namespace oomh {
+namespace {
+
+RunResult many_jobs(int passing, int failing) {
+  RunResult run;
+  run.suites.push_back({"big", "big.yaml", 0, 0, {}});
+  for (int i = 0; i < passing + failing; ++i) {
+    JobResult job;
+    const bool fails = i >= passing;  // failures last: truncation must still keep them
+    job.name = (fails ? "failing-" : "passing-") + std::to_string(i);
+    job.status = fails ? JobStatus::failed : JobStatus::passed;
+    job.message = fails ? "no halving after the OOM at step 3" : "";
+    AttemptResult a;
+    a.outcome = "ok";
+    a.output_tail = std::string(300, 'x') + "\n";
+    job.attempts.push_back(a);
+    run.suites[0].jobs.push_back(job);
+  }
+  return run;
+}
+
+TEST(Markdown, CutToMaxBytesKeepingFailuresFirst) {
+  const RunResult run = many_jobs(3000, 5);
+  const std::string full = render_markdown(run, size_t{1} << 30);
+  EXPECT_EQ(full.find("truncated"), std::string::npos);
+  const size_t limit = 64 * 1024;
+  ASSERT_GT(full.size(), limit);
+  const std::string md = render_markdown(run, limit);
+  EXPECT_LE(md.size(), limit);
+  for (int i = 3000; i < 3005; ++i) EXPECT_NE(md.find("failing-" + std::to_string(i)), std::string::npos);
+  const size_t rows = static_cast<size_t>(std::count(md.begin(), md.end(), '\n'));
+  const size_t note = md.find("(truncated: ");
+  ASSERT_NE(note, std::string::npos);
+  const int more = std::stoi(md.substr(note + 12));
+  EXPECT_GT(more, 0);
+  // Every job is either in the table or counted in the note.
+  size_t shown = 0;
+  for (size_t p = 0; (p = md.find("| big |", p)) != std::string::npos; ++p) ++shown;
+  EXPECT_EQ(static_cast<int>(shown) + more, 3005) << rows;
+}
+
+TEST(Markdown, DefaultLimitIsOneMiB) {
+  const std::string md = render_markdown(many_jobs(20000, 1));
+  EXPECT_LE(md.size(), size_t{1} << 20);
+  EXPECT_NE(md.find("(truncated: "), std::string::npos);
+}
+
+TEST(Markdown, TinyLimitStillSaysItWasCut) {
+  const std::string md = render_markdown(many_jobs(10, 1), 60);
+  EXPECT_LE(md.size(), 60u);
+  EXPECT_NE(md.find("truncated"), std::string::npos);
+}
+
+TEST(Markdown, EscapesTableCellsAndFencesOutput) {
+  RunResult run;
+  run.suites.push_back({"s", "s.yaml", 0, 0, {}});
+  JobResult job;
+  job.name = "a|b`c";
+  job.status = JobStatus::failed;
+  job.message = "bad";
+  AttemptResult a;
+  a.outcome = "oom";
+  a.output_tail = "before\n````\nafter\n";
+  job.attempts.push_back(a);
+  run.suites[0].jobs.push_back(job);
+  const std::string md = render_markdown(run);
+  EXPECT_NE(md.find("| a\\|b\\`c |"), std::string::npos) << md;
+  EXPECT_NE(md.find("`````text\nbefore\n````\nafter\n`````\n"), std::string::npos) << md;
+}
+
+TEST(Markdown, HeadingHasCounts) {
+  const std::string md = render_markdown(test::load_fixture("run.json"));
+  EXPECT_EQ(md.rfind("## &#x274C; oomharness: 1 passed, 2 failed, 1 errors, 1 inconclusive, 1 skipped (6 jobs", 0), 0u) << md.substr(0, 200);
+  EXPECT_NE(md.find("<details><summary><b>resume-broken</b>"), std::string::npos);
+  EXPECT_NE(md.find("device simulated (CPU driver double)"), std::string::npos);
+}
+
+TEST(Markdown, HostileStringsAreEscaped) {
+  const std::string md = render_markdown(test::load_fixture("hostile.json"));
+  // Outside code fences nothing may be raw HTML that a renderer would keep.
+  std::string outside;
+  bool in_fence = false;
+  size_t pos = 0;
+  while (pos < md.size()) {
+    size_t end = md.find('\n', pos);
+    if (end == std::string::npos) end = md.size();
+    const std::string line = md.substr(pos, end - pos);
+    if (line.rfind("```", 0) == 0) in_fence = !in_fence;
+    else if (!in_fence) outside += line + "\n";
+    pos = end + 1;
+  }
+  EXPECT_EQ(outside.find("<script"), std::string::npos) << outside;
+  EXPECT_EQ(outside.find("<img"), std::string::npos) << outside;
+}
+
+}  // namespace
+}  // namespace oomh
