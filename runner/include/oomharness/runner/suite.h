@@ -17,7 +17,12 @@ struct SourceLocation {
   std::string file;
   int line = 0;   // 1-based
   int column = 0; // 1-based
-  std::string str() const { return file + ":" + std::to_string(line) + ":" + std::to_string(column); }
+  // "suite.yaml:12:7"; without a line ("suite.yaml") for problems with the whole file (it cannot be read).
+  std::string str() const {
+    if (line <= 0) return file;
+    if (column <= 0) return file + ":" + std::to_string(line);
+    return file + ":" + std::to_string(line) + ":" + std::to_string(column);
+  }
 };
 
 // A suite error: "suite.yaml:12:7: unknown key 'tiemout' in job 'a' (did you mean 'timeout'?)".
@@ -55,7 +60,7 @@ struct FaultSpec {
 
 struct RestartSpec {
   int max = 0;
-  std::vector<std::string> on;  // "oom", "nonzero", "signal", "any"
+  std::vector<std::string> on{"oom"};  // "oom", "nonzero", "signal", "any"; default: oom
   bool clear_faults = false;
 };
 
@@ -67,12 +72,15 @@ struct ExpectSpec {
 
 enum class ProbeMode { auto_, python, none };
 
+// The strings marked "runtime template" below still hold `{workdir}`, `{attempt}` and the brace escapes
+// `{{` `}}` (docs/suite-format.md, "Templates"): the launcher passes them through substitute_runtime, or
+// the whole job through resolve_runtime, for each attempt.
 struct JobSpec {
-  std::string name;                       // templated, unique in the suite
-  std::vector<std::string> argv;          // templated; with shell, {"/bin/sh", "-c", text}
+  std::string name;                       // templated, unique in the suite (fully resolved)
+  std::vector<std::string> argv;          // runtime template; with shell, {"/bin/sh", "-c", text}
   bool shell = false;
-  std::map<std::string, std::string> env; // templated
-  std::optional<std::string> cwd;         // templated; default: the suite's directory
+  std::map<std::string, std::string> env; // runtime template; only the suite's `env` (the launcher adds its own)
+  std::optional<std::string> cwd;         // runtime template, absolute (or `{workdir}...`); unset: the suite's directory
   double timeout = 600;                   // seconds
   double grace = 5;                       // seconds between SIGTERM and SIGKILL
   ProbeMode probe = ProbeMode::auto_;
@@ -82,7 +90,7 @@ struct JobSpec {
   RestartSpec restart;
   std::vector<ExpectSpec> expect;
   std::optional<int64_t> target_step;     // `target_step:`; also taken from `completes`
-  std::map<std::string, std::string> matrix;  // this job's matrix values
+  std::map<std::string, std::string> matrix;  // this job's matrix values (only the variables it uses)
   SourceLocation where;                   // the job's entry in the file
 
   // The fault plan JSON (docs/fault-plan.md) for this job: its faults and memory caps.
@@ -107,7 +115,10 @@ struct SuiteLoad {
 SuiteLoad load_suite(const std::string& path);
 SuiteLoad load_suite_text(const std::string& text, const std::string& file_name, const std::string& dir);
 
-// Replaces `{workdir}` and `{attempt}` in `s`.
+// Replaces `{workdir}` and `{attempt}` in `s`, and turns the escapes `{{` `}}` into single braces.
 std::string substitute_runtime(const std::string& s, const std::string& workdir, int attempt);
+
+// The job with substitute_runtime applied to its argv, env values and cwd: what one attempt runs.
+JobSpec resolve_runtime(const JobSpec& job, const std::string& workdir, int attempt);
 
 }  // namespace oomh

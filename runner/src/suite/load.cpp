@@ -1,0 +1,973 @@
+// Loading a suite: YAML -> checked fields -> defaults merged -> matrix expanded -> JobSpecs.
+//
+// Note [Suite validation]
+// Every key of a suite is checked, and a problem never stops the reading of the rest: the author sees
+// every mistake of the file at once, each as file:line:col with the field named and the value quoted, in
+// file order (Diagnostics::take). A value with an error is left out of the result, and a suite with any
+// error yields no Suite at all, so that nothing half-checked reaches the launcher.
+//
+// The reading happens in three passes. (1) The matrix is read first, whatever its place in the file,
+// because templates anywhere may name its variables. (2) `defaults` and each job are read into a Partial:
+// every field optional, every value already typed and checked. (3) Each job's Partial is laid over the
+// defaults' (maps such as env, observe, memory and restart merge key by key; other values replace), its
+// command is split once `shell` is known, and it is expanded over the matrix combinations of the
+// variables it uses.
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include <yaml-cpp/yaml.h>
+
+#include "oomharness/policies/registry.h"
+#include "oomharness/runner/suite.h"
+#include "suite/matrix.h"
+#include "suite/names.h"
+#include "suite/reader.h"
+#include "suite/shell_words.h"
+#include "suite/templates.h"
+
+namespace oomh {
+namespace {
+
+using suite::Combination;
+using suite::Diagnostics;
+using suite::Entry;
+using suite::Field;
+using suite::Reader;
+
+const std::vector<std::string> top_keys = {"version", "name", "defaults", "matrix", "jobs"};
+const std::vector<std::string> job_keys = {"name", "run", "shell", "cwd", "env", "timeout", "grace", "probe",
+                                           "observe", "memory", "faults", "restart", "expect", "target_step"};
+const std::vector<std::string> memory_keys = {"limit", "schedule", "reserve", "reserve_chunk", "snapshot"};
+const std::vector<std::string> schedule_keys = {"at", "limit"};
+const std::vector<std::string> at_keys = {"step", "after"};
+const std::vector<std::string> fault_keys = {"name", "when", "fail"};
+const std::vector<std::string> when_keys = {"entry", "min_size", "max_size", "device", "rank", "local_rank", "step",
+                                            "steps", "phase", "after", "nth", "every", "probability", "repeat"};
+const std::vector<std::string> steps_keys = {"from", "to"};
+const std::vector<std::string> fail_keys = {"times", "until_freed", "forever"};
+const std::vector<std::string> restart_keys = {"max", "on", "clear_faults"};
+const std::vector<std::string> restart_reasons = {"oom", "nonzero", "signal", "any"};
+const std::vector<std::string> probe_modes = {"auto", "python", "none"};
+// docs/fault-plan.md: the phases the probe reports, and the entry points and groups a rule can name.
+const std::vector<std::string> phases = {"forward", "backward", "optimizer", "eval", "checkpoint", "data"};
+const std::vector<std::string> entry_names = {"cuMemAlloc", "cuMemAllocPitch", "cuMemAllocManaged",
+                                              "cuMemAllocAsync", "cuMemAllocFromPoolAsync", "cuMemCreate",
+                                              "alloc", "sync", "async", "vmm", "managed"};
+const std::vector<std::string> reserved_variables = {"suite_dir", "workdir", "attempt"};
+
+// A string that may name template variables, with where it came from.
+struct Text {
+  std::string text;
+  SourceLocation where;
+};
+
+// One job's fields (or the defaults'), each present only when the file gives it.
+struct Partial {
+  std::optional<Text> name;
+  std::optional<Entry> run;  // interpreted once `shell` is known (defaults may set it)
+  std::optional<bool> shell;
+  std::optional<Text> cwd;
+  std::vector<std::pair<std::string, Text>> env;
+  std::optional<double> timeout, grace;
+  std::optional<ProbeMode> probe;
+  std::vector<ObserveSpec> observe;
+  std::optional<uint64_t> limit;
+  std::optional<std::vector<CapChange>> schedule;
+  std::optional<uint64_t> reserve, reserve_chunk;
+  std::optional<bool> snapshot;
+  std::optional<std::vector<FaultSpec>> faults;
+  std::optional<int> restart_max;
+  std::optional<std::vector<std::string>> restart_on;
+  std::optional<bool> clear_faults;
+  std::optional<std::vector<ExpectSpec>> expect;
+  std::optional<int64_t> target_step;
+  std::set<std::string> given;  // keys written, valid or not
+  std::set<std::string> bad;    // keys whose value had an error (reported): later checks skip them
+};
+
+template <class T>
+void take(std::optional<T>& into, const std::optional<T>& from) {
+  if (from) into = from;
+}
+
+// `over` laid over `base`: maps merge key by key, everything else replaces.
+Partial merge(Partial base, const Partial& over) {
+  take(base.name, over.name);
+  take(base.run, over.run);
+  take(base.shell, over.shell);
+  take(base.cwd, over.cwd);
+  for (const auto& [key, value] : over.env) {
+    auto it = std::find_if(base.env.begin(), base.env.end(), [&](const auto& kv) { return kv.first == key; });
+    if (it != base.env.end()) it->second = value;
+    else base.env.emplace_back(key, value);
+  }
+  take(base.timeout, over.timeout);
+  take(base.grace, over.grace);
+  take(base.probe, over.probe);
+  for (const auto& o : over.observe) {
+    auto it = std::find_if(base.observe.begin(), base.observe.end(), [&](const auto& b) { return b.key == o.key; });
+    if (it != base.observe.end()) *it = o;
+    else base.observe.push_back(o);
+  }
+  take(base.limit, over.limit);
+  take(base.schedule, over.schedule);
+  take(base.reserve, over.reserve);
+  take(base.reserve_chunk, over.reserve_chunk);
+  take(base.snapshot, over.snapshot);
+  take(base.faults, over.faults);
+  take(base.restart_max, over.restart_max);
+  take(base.restart_on, over.restart_on);
+  take(base.clear_faults, over.clear_faults);
+  take(base.expect, over.expect);
+  take(base.target_step, over.target_step);
+  base.given.insert(over.given.begin(), over.given.end());
+  base.bad.insert(over.bad.begin(), over.bad.end());
+  return base;
+}
+
+bool is_variable_name(const std::string& s) {
+  static const std::regex re("[A-Za-z_][A-Za-z0-9_]*");
+  return std::regex_match(s, re);
+}
+
+std::vector<std::string> policy_names() {
+  std::vector<std::string> out;
+  for (const auto& p : policies()) out.push_back(p.name);
+  return out;
+}
+
+class Loader {
+ public:
+  Loader(const std::string& file, const std::string& dir) : d_(file), r_(d_), dir_(dir) {}
+
+  SuiteLoad load(const std::string& text, const std::string& default_name);
+
+ private:
+  // pass 1
+  void read_matrix(const Entry& e);
+  std::optional<Combination> read_combination(const YAML::Node& node, const SourceLocation& where, const Field& f,
+                                              bool axes_only);
+  // pass 2
+  Partial read_fields(const YAML::Node& node, const SourceLocation& where, const std::string& owner, bool is_defaults);
+  void read_field(Partial& p, const Entry& e, const Field& owner);
+  void read_env(Partial& p, const Entry& e, const Field& f);
+  void read_observe(Partial& p, const Entry& e, const Field& f);
+  void read_memory(Partial& p, const Entry& e, const Field& f);
+  std::optional<CapChange> read_cap_change(const YAML::Node& node, const SourceLocation& where, const Field& f);
+  std::optional<std::vector<FaultSpec>> read_faults(const Entry& e, const Field& f);
+  std::optional<nlohmann::json> read_when(const Entry& e, const Field& f);
+  std::optional<nlohmann::json> read_fail(const Entry& e, const Field& f);
+  void read_restart(Partial& p, const Entry& e, const Field& f);
+  std::optional<std::vector<ExpectSpec>> read_expect(const Entry& e, const Field& f);
+  std::optional<ExpectSpec> read_expect_item(const YAML::Node& item, const Field& f);
+  // templates
+  std::optional<Text> text(const Entry& e, const Field& f, bool runtime_allowed);
+  bool check_template(const Text& t, const Field& f, bool runtime_allowed);
+  // pass 3
+  struct JobTemplate {
+    std::string name;               // as written, templates unexpanded
+    SourceLocation where;
+    Partial fields;
+    std::vector<Text> argv;         // run, split (or the sh -c form)
+    bool shell = false;
+  };
+  std::optional<JobTemplate> make_job(Partial job, const SourceLocation& where, const std::string& owner);
+  std::optional<std::vector<Text>> command(const Entry& run, bool shell, const Field& f);
+  void expand_job(const JobTemplate& t, std::vector<JobSpec>& out);
+  JobSpec instantiate(const JobTemplate& t, const Combination& values);
+  void check_duplicates(const std::vector<JobSpec>& jobs, const std::vector<size_t>& origin);
+
+  std::vector<std::string> variables(bool runtime_allowed) const;
+
+  Diagnostics d_;
+  Reader r_;
+  std::string dir_;
+  suite::Matrix matrix_;
+  std::vector<Combination> combinations_;
+  std::vector<std::string> matrix_variables_;
+};
+
+// ---------------------------------------------------------------------------------------------------
+// The top level.
+
+SuiteLoad Loader::load(const std::string& text, const std::string& default_name) {
+  SuiteLoad result;
+  std::vector<YAML::Node> documents;
+  try {
+    documents = YAML::LoadAll(text);
+  } catch (const YAML::ParserException& e) {
+    // yaml-cpp's marks are 0-based, like the nodes'.
+    SourceLocation where = d_.at(e.mark);
+    if (where.line == 0) where = SourceLocation{d_.file(), 1, 1};
+    result.errors.push_back(SuiteError{where, "YAML syntax error: " + e.msg});
+    return result;
+  } catch (const YAML::Exception& e) {
+    result.errors.push_back(SuiteError{d_.at(e.mark), "YAML error: " + e.msg});
+    return result;
+  }
+  const SourceLocation start{d_.file(), 1, 1};
+  if (documents.empty() || documents[0].IsNull()) {
+    result.errors.push_back(SuiteError{start, "the suite is empty: it needs at least 'version: 1' and 'jobs:'"});
+    return result;
+  }
+  if (documents.size() > 1)
+    d_.error(d_.at(documents[1]), "a suite file holds one YAML document; this is a second one ('---')");
+  const YAML::Node& root = documents[0];
+  const SourceLocation root_at = d_.at(root);
+
+  Suite suite;
+  suite.file = d_.file();
+  suite.dir = dir_;
+  suite.name = default_name;
+  auto entries = r_.map(root, root_at, Field{"the suite", ""}, top_keys);
+  if (!entries) return SuiteLoad{std::nullopt, d_.take()};
+
+  const Entry* defaults = nullptr;
+  const Entry* jobs = nullptr;
+  bool has_version = false;
+  for (const auto& e : *entries) {
+    if (e.key == "version") {
+      has_version = true;
+      auto v = r_.integer(e, Field{"", "version"});
+      if (v && *v != 1)
+        d_.error(e.value_at, "version: unsupported suite version '" + e.value.Scalar() +
+                                 "' (this oomharness reads version 1)");
+    } else if (e.key == "name") {
+      if (auto n = r_.string(e, Field{"", "name"})) suite.name = *n;
+    } else if (e.key == "matrix") {
+      read_matrix(e);
+    } else if (e.key == "defaults") {
+      defaults = &e;
+    } else if (e.key == "jobs") {
+      jobs = &e;
+    }
+  }
+  // A misspelt 'jobs' or 'version' has been reported as an unknown key with a suggestion; saying that the
+  // key is missing as well would only repeat it.
+  auto misspelt = [&](const std::string& key) {
+    for (auto it = root.begin(); it != root.end(); ++it)
+      if (it->first.IsScalar() && it->first.Scalar() != key && suite::nearest_name(it->first.Scalar(), top_keys) == key) return true;
+    return false;
+  };
+  if (!has_version && !misspelt("version")) d_.error(root_at, "missing 'version: 1' at the top of the suite");
+
+  Partial base;
+  if (defaults) base = read_fields(defaults->value, defaults->value_at, "defaults", true);
+
+  std::vector<JobTemplate> templates;
+  if (!jobs) {
+    if (!misspelt("jobs")) d_.error(root_at, "missing 'jobs:' (the list of jobs to run)");
+  } else if (auto items = r_.list(jobs->value, jobs->value_at, Field{"", "jobs"})) {
+    if (items->empty()) d_.error(jobs->value_at, "jobs: the list is empty; a suite needs at least one job");
+    for (size_t i = 0; i < items->size(); ++i) {
+      const YAML::Node& item = (*items)[i];
+      const SourceLocation at = d_.at(item);
+      std::string owner = "job #" + std::to_string(i + 1);
+      if (item.IsMap() && item["name"] && item["name"].IsScalar()) owner = "job '" + item["name"].Scalar() + "'";
+      Partial job = read_fields(item, at, owner, false);
+      if (!item.IsMap()) continue;
+      if (auto t = make_job(merge(base, job), at, owner)) templates.push_back(std::move(*t));
+    }
+  }
+
+  std::vector<size_t> origin;
+  for (size_t i = 0; i < templates.size(); ++i) {
+    const size_t before = suite.jobs.size();
+    expand_job(templates[i], suite.jobs);
+    origin.resize(suite.jobs.size(), i);
+    (void)before;
+  }
+  check_duplicates(suite.jobs, origin);
+
+  result.errors = d_.take();
+  if (result.errors.empty()) result.suite = std::move(suite);
+  return result;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The matrix (Note [Matrix expansion]).
+
+std::optional<Combination> Loader::read_combination(const YAML::Node& node, const SourceLocation& where, const Field& f,
+                                                    bool axes_only) {
+  auto entries = r_.map(node, where, f, {});
+  if (!entries) return std::nullopt;
+  Combination c;
+  bool ok = true;
+  for (const auto& e : *entries) {
+    std::vector<std::string> axes;
+    for (const auto& [name, values] : matrix_.axes) axes.push_back(name);
+    if (axes_only && std::find(axes.begin(), axes.end(), e.key) == axes.end()) {
+      d_.error(e.key_at, "unknown matrix variable '" + e.key + "' in " + f.str() + suite::suggestion(e.key, axes, "variables"));
+      ok = false;
+      continue;
+    }
+    if (!is_variable_name(e.key) || std::count(reserved_variables.begin(), reserved_variables.end(), e.key)) {
+      d_.error(e.key_at, f.str() + ": '" + e.key + "' cannot be a matrix variable (use letters, digits and _, "
+                                                    "not suite_dir, workdir or attempt)");
+      ok = false;
+      continue;
+    }
+    if (!e.value.IsScalar()) {
+      d_.error(e.value_at, (f / e.key).str() + ": expected a single value, got " + suite::describe(e.value));
+      ok = false;
+      continue;
+    }
+    c[e.key] = e.value.Scalar();
+  }
+  if (!ok) return std::nullopt;
+  return c;
+}
+
+void Loader::read_matrix(const Entry& e) {
+  const Field f{"", "matrix"};
+  auto entries = r_.map(e.value, e.value_at, f, {});
+  if (!entries) return;
+  // Lists first: include and exclude refer to their variables wherever they are written.
+  for (const auto& v : *entries) {
+    if (v.key == "include" || v.key == "exclude") continue;
+    if (!is_variable_name(v.key) || std::count(reserved_variables.begin(), reserved_variables.end(), v.key)) {
+      d_.error(v.key_at, "matrix: '" + v.key + "' cannot be a matrix variable (use letters, digits and _, "
+                                                "not suite_dir, workdir or attempt)");
+      continue;
+    }
+    auto items = r_.list(v.value, v.value_at, f / v.key);
+    if (!items) continue;
+    if (items->empty()) {
+      d_.error(v.value_at, (f / v.key).str() + ": the list is empty");
+      continue;
+    }
+    std::vector<std::string> values;
+    for (size_t i = 0; i < items->size(); ++i) {
+      const YAML::Node& item = (*items)[i];
+      if (!item.IsScalar()) {
+        d_.error(d_.at(item), (f / v.key)[i].str() + ": expected a single value, got " + suite::describe(item));
+        continue;
+      }
+      values.push_back(item.Scalar());
+    }
+    matrix_.axes.emplace_back(v.key, std::move(values));
+  }
+  for (const auto& v : *entries) {
+    if (v.key != "include" && v.key != "exclude") continue;
+    auto items = r_.list(v.value, v.value_at, f / v.key);
+    if (!items) continue;
+    for (size_t i = 0; i < items->size(); ++i) {
+      const YAML::Node& item = (*items)[i];
+      auto c = read_combination(item, d_.at(item), (f / v.key)[i], v.key == "exclude");
+      if (!c) continue;
+      (v.key == "include" ? matrix_.include : matrix_.exclude).push_back(std::move(*c));
+    }
+  }
+  combinations_ = suite::expand(matrix_);
+  matrix_variables_ = matrix_.variables();
+  if (combinations_.empty()) d_.error(e.value_at, "matrix: every combination is excluded; nothing would run");
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Job fields.
+
+Partial Loader::read_fields(const YAML::Node& node, const SourceLocation& where, const std::string& owner, bool is_defaults) {
+  Partial p;
+  const Field f{owner, ""};
+  auto entries = r_.map(node, where, f, job_keys);
+  if (!entries) return p;
+  for (const auto& e : *entries) {
+    if (is_defaults && (e.key == "name" || e.key == "run")) {
+      d_.error(e.key_at, "'" + e.key + "' cannot be in defaults: each job gives its own");
+      continue;
+    }
+    const size_t before = d_.count();
+    p.given.insert(e.key);
+    read_field(p, e, f);
+    if (d_.count() > before) p.bad.insert(e.key);
+  }
+  return p;
+}
+
+void Loader::read_field(Partial& p, const Entry& e, const Field& owner) {
+  const Field f = owner / e.key;
+  const std::string& k = e.key;
+  if (k == "name") {
+    p.name = text(e, f, false);
+  } else if (k == "run") {
+    if (!e.value.IsScalar() && !e.value.IsSequence())
+      d_.error(e.value_at, f.str() + ": expected a command (a string or a list of strings), got " + suite::describe(e.value));
+    else p.run = e;
+  } else if (k == "shell") {
+    p.shell = r_.boolean(e, f);
+  } else if (k == "cwd") {
+    p.cwd = text(e, f, true);
+  } else if (k == "env") {
+    read_env(p, e, f);
+  } else if (k == "timeout" || k == "grace") {
+    auto v = r_.duration(e, f);
+    if (v && k == "timeout" && *v <= 0) {
+      d_.error(e.value_at, f.str() + ": must be longer than 0, got '" + e.value.Scalar() + "'");
+      v.reset();
+    }
+    (k == "timeout" ? p.timeout : p.grace) = v;
+  } else if (k == "probe") {
+    if (auto m = r_.choice(e.value, e.value_at, f, probe_modes, "probe mode"))
+      p.probe = *m == "auto" ? ProbeMode::auto_ : *m == "python" ? ProbeMode::python : ProbeMode::none;
+  } else if (k == "observe") {
+    read_observe(p, e, f);
+  } else if (k == "memory") {
+    read_memory(p, e, f);
+  } else if (k == "faults") {
+    p.faults = read_faults(e, f);
+  } else if (k == "restart") {
+    read_restart(p, e, f);
+  } else if (k == "expect") {
+    p.expect = read_expect(e, f);
+  } else if (k == "target_step") {
+    p.target_step = r_.integer(e, f, 0);
+  }
+}
+
+void Loader::read_env(Partial& p, const Entry& e, const Field& f) {
+  auto entries = r_.map(e.value, e.value_at, f, {});
+  if (!entries) return;
+  for (const auto& v : *entries) {
+    if (!is_variable_name(v.key)) {
+      d_.error(v.key_at, f.str() + ": '" + v.key + "' is not a valid environment variable name");
+      continue;
+    }
+    // Numbers and booleans are kept as written (`1`, `true`): the environment holds text.
+    if (!v.value.IsScalar() || v.value.IsNull()) {
+      d_.error(v.value_at, (f / v.key).str() + ": expected a value (text, a number or true/false), got " +
+                               suite::describe(v.value) + (v.value.IsNull() ? " (write \"\" for an empty value)" : ""));
+      continue;
+    }
+    if (auto t = text(v, f / v.key, true)) p.env.emplace_back(v.key, *t);
+  }
+}
+
+void Loader::read_observe(Partial& p, const Entry& e, const Field& f) {
+  auto entries = r_.map(e.value, e.value_at, f, {});
+  if (!entries) return;
+  for (const auto& v : *entries) {
+    const Field vf = f / v.key;
+    auto pattern = r_.string(v, vf);
+    if (!pattern) continue;
+    // The runner matches with std::regex (ECMAScript), so the same engine checks the pattern here.
+    try {
+      const std::regex re(*pattern, std::regex::ECMAScript);
+      if (re.mark_count() != 1) {
+        d_.error(v.value_at, vf.str() + ": the pattern '" + *pattern + "' has " + std::to_string(re.mark_count()) +
+                                 " capture groups; it needs exactly one, around the value (use (?:...) for other groups)");
+        continue;
+      }
+    } catch (const std::regex_error& err) {
+      d_.error(v.value_at, vf.str() + ": bad regular expression '" + *pattern + "': " + err.what());
+      continue;
+    }
+    p.observe.push_back(ObserveSpec{v.key, *pattern, v.value_at});
+  }
+}
+
+std::optional<CapChange> Loader::read_cap_change(const YAML::Node& node, const SourceLocation& where, const Field& f) {
+  auto entries = r_.map(node, where, f, schedule_keys);
+  if (!entries) return std::nullopt;
+  CapChange c;
+  bool has_at = false, has_limit = false, ok = true;
+  for (const auto& e : *entries) {
+    if (e.key == "limit") {
+      has_limit = true;
+      if (auto v = r_.size(e, f / "limit")) c.limit = *v;
+      else ok = false;
+      continue;
+    }
+    has_at = true;
+    auto at = r_.map(e.value, e.value_at, f / "at", at_keys);
+    if (!at) { ok = false; continue; }
+    if (at->size() != 1) {
+      d_.error(e.value_at, (f / "at").str() + ": give exactly one of 'step' and 'after'");
+      ok = false;
+      continue;
+    }
+    const Entry& a = (*at)[0];
+    if (a.key == "step") {
+      if (auto s = r_.integer(a, f / "at" / "step", 0)) c.at_step = *s;
+      else ok = false;
+    } else if (auto t = r_.duration(a, f / "at" / "after")) {
+      c.at_seconds = *t;
+    } else {
+      ok = false;
+    }
+  }
+  if (!has_at) d_.error(where, f.str() + ": missing 'at' (write at: {step: N} or at: {after: 30s})");
+  if (!has_limit) d_.error(where, f.str() + ": missing 'limit'");
+  if (!ok || !has_at || !has_limit) return std::nullopt;
+  return c;
+}
+
+void Loader::read_memory(Partial& p, const Entry& e, const Field& f) {
+  auto entries = r_.map(e.value, e.value_at, f, memory_keys);
+  if (!entries) return;
+  for (const auto& v : *entries) {
+    const Field vf = f / v.key;
+    if (v.key == "limit") p.limit = r_.size(v, vf);
+    else if (v.key == "reserve") p.reserve = r_.size(v, vf);
+    else if (v.key == "reserve_chunk") {
+      p.reserve_chunk = r_.size(v, vf);
+      if (p.reserve_chunk && *p.reserve_chunk == 0) {
+        d_.error(v.value_at, vf.str() + ": must be larger than 0");
+        p.reserve_chunk.reset();
+      }
+    } else if (v.key == "snapshot") p.snapshot = r_.boolean(v, vf);
+    else if (v.key == "schedule") {
+      auto items = r_.list(v.value, v.value_at, vf);
+      if (!items) continue;
+      std::vector<CapChange> schedule;
+      for (size_t i = 0; i < items->size(); ++i)
+        if (auto c = read_cap_change((*items)[i], d_.at((*items)[i]), vf[i])) schedule.push_back(*c);
+      p.schedule = std::move(schedule);
+    }
+  }
+}
+
+std::optional<nlohmann::json> Loader::read_when(const Entry& e, const Field& f) {
+  auto entries = r_.map(e.value, e.value_at, f, when_keys);
+  if (!entries) return std::nullopt;
+  nlohmann::json when = nlohmann::json::object();
+  int triggers = 0;
+  for (const auto& v : *entries) {
+    const Field vf = f / v.key;
+    const std::string& k = v.key;
+    if (k == "entry") {
+      std::vector<YAML::Node> names;
+      if (v.value.IsSequence()) for (const auto& n : v.value) names.push_back(n);
+      else names.push_back(v.value);
+      nlohmann::json list = nlohmann::json::array();
+      for (size_t i = 0; i < names.size(); ++i) {
+        const SourceLocation at = v.value.IsSequence() ? d_.at(names[i]) : v.value_at;
+        if (auto n = r_.choice(names[i], at, v.value.IsSequence() ? vf[i] : vf, entry_names, "entry point or group"))
+          list.push_back(*n);
+      }
+      if (list.size() == names.size()) when["entry"] = list;
+    } else if (k == "min_size" || k == "max_size") {
+      if (auto s = r_.size(v, vf)) when[k] = *s;
+    } else if (k == "device" || k == "rank" || k == "local_rank" || k == "step") {
+      if (auto n = r_.integer(v, vf, 0)) when[k] = *n;
+    } else if (k == "nth" || k == "every") {
+      ++triggers;
+      if (auto n = r_.integer(v, vf, 1)) when[k] = *n;
+    } else if (k == "repeat") {
+      if (auto n = r_.integer(v, vf, 0)) when[k] = *n;
+    } else if (k == "probability") {
+      ++triggers;
+      auto x = r_.number(v, vf);
+      if (x && !(*x > 0 && *x <= 1)) d_.error(v.value_at, vf.str() + ": must be more than 0 and at most 1, got '" + v.value.Scalar() + "'");
+      else if (x) when[k] = *x;
+    } else if (k == "after") {
+      if (auto t = r_.duration(v, vf)) when[k] = *t;
+    } else if (k == "phase") {
+      if (auto ph = r_.choice(v.value, v.value_at, vf, phases, "phase")) when[k] = *ph;
+    } else if (k == "steps") {
+      auto range = r_.map(v.value, v.value_at, vf, steps_keys);
+      if (!range) continue;
+      nlohmann::json steps = nlohmann::json::object();
+      for (const auto& s : *range)
+        if (auto n = r_.integer(s, vf / s.key, 0)) steps[s.key] = *n;
+      if (range->empty()) d_.error(v.value_at, vf.str() + ": give 'from', 'to' or both");
+      else if (steps.contains("from") && steps.contains("to") && steps["from"].get<int64_t>() > steps["to"].get<int64_t>())
+        d_.error(v.value_at, vf.str() + ": 'from' is after 'to'");
+      else when[k] = steps;
+    }
+  }
+  if (triggers > 1) d_.error(e.value_at, f.str() + ": choose one of 'nth', 'every' and 'probability'");
+  if (when.contains("min_size") && when.contains("max_size") && when["min_size"].get<uint64_t>() > when["max_size"].get<uint64_t>())
+    d_.error(e.value_at, f.str() + ": min_size is larger than max_size");
+  return when;
+}
+
+std::optional<nlohmann::json> Loader::read_fail(const Entry& e, const Field& f) {
+  auto entries = r_.map(e.value, e.value_at, f, fail_keys);
+  if (!entries) return std::nullopt;
+  if (entries->size() > 1) {
+    d_.error(e.value_at, f.str() + ": give one of 'times', 'until_freed' and 'forever'");
+    return std::nullopt;
+  }
+  nlohmann::json fail = nlohmann::json::object();
+  for (const auto& v : *entries) {
+    const Field vf = f / v.key;
+    if (v.key == "times") {
+      if (auto n = r_.integer(v, vf, 1)) fail["times"] = *n;
+    } else if (v.key == "until_freed") {
+      if (auto s = r_.size(v, vf)) fail["until_freed"] = *s;
+    } else if (auto b = r_.boolean(v, vf)) {
+      if (!*b) d_.error(v.value_at, vf.str() + ": can only be true (leave 'fail' out to fail once)");
+      else fail["forever"] = true;
+    }
+  }
+  if (entries->empty()) fail["times"] = 1;
+  return fail;
+}
+
+std::optional<std::vector<FaultSpec>> Loader::read_faults(const Entry& e, const Field& f) {
+  auto items = r_.list(e.value, e.value_at, f);
+  if (!items) return std::nullopt;
+  std::vector<FaultSpec> faults;
+  for (size_t i = 0; i < items->size(); ++i) {
+    const YAML::Node& item = (*items)[i];
+    const SourceLocation at = d_.at(item);
+    const Field ff = f[i];
+    auto entries = r_.map(item, at, ff, fault_keys);
+    if (!entries) continue;
+    FaultSpec spec;
+    spec.name = "fault-" + std::to_string(i + 1);
+    spec.where = at;
+    nlohmann::json when = nlohmann::json::object();
+    nlohmann::json fail = {{"times", 1}};
+    for (const auto& v : *entries) {
+      if (v.key == "name") {
+        if (auto n = r_.string(v, ff / "name")) {
+          spec.name = *n;
+          auto dup = std::find_if(faults.begin(), faults.end(), [&](const FaultSpec& s) { return s.name == *n; });
+          if (dup != faults.end())
+            d_.error(v.value_at, (ff / "name").str() + ": another fault is already named '" + *n + "' (at line " +
+                                     std::to_string(dup->where.line) + ")");
+        }
+      } else if (v.key == "when") {
+        if (auto w = read_when(v, ff / "when")) when = *w;
+      } else if (auto x = read_fail(v, ff / "fail")) {
+        fail = *x;
+      }
+    }
+    spec.rule = {{"name", spec.name}, {"when", when}, {"fail", fail}};
+    faults.push_back(std::move(spec));
+  }
+  return faults;
+}
+
+void Loader::read_restart(Partial& p, const Entry& e, const Field& f) {
+  auto entries = r_.map(e.value, e.value_at, f, restart_keys);
+  if (!entries) return;
+  for (const auto& v : *entries) {
+    const Field vf = f / v.key;
+    if (v.key == "max") {
+      if (auto n = r_.integer(v, vf, 0)) {
+        if (*n > 1000) d_.error(v.value_at, vf.str() + ": at most 1000 restarts, got '" + v.value.Scalar() + "'");
+        else p.restart_max = static_cast<int>(*n);
+      }
+    } else if (v.key == "clear_faults") {
+      p.clear_faults = r_.boolean(v, vf);
+    } else {
+      std::vector<YAML::Node> reasons;
+      if (v.value.IsSequence()) for (const auto& n : v.value) reasons.push_back(n);
+      else reasons.push_back(v.value);
+      std::vector<std::string> on;
+      bool ok = true;
+      for (size_t i = 0; i < reasons.size(); ++i) {
+        const SourceLocation at = v.value.IsSequence() ? d_.at(reasons[i]) : v.value_at;
+        auto reason = r_.choice(reasons[i], at, v.value.IsSequence() ? vf[i] : vf, restart_reasons, "restart reason");
+        if (reason) on.push_back(*reason);
+        else ok = false;
+      }
+      if (ok) p.restart_on = on;
+    }
+  }
+}
+
+// `expect:` items: `- policy`, `- policy: scalar` (when the policy takes one), `- policy: {arg: value}`.
+std::optional<ExpectSpec> Loader::read_expect_item(const YAML::Node& item, const Field& f) {
+  const SourceLocation at = d_.at(item);
+  // Rebound with reset(), never assigned (Note [yaml-cpp assignment]).
+  YAML::Node name_node(item), args_node;
+  SourceLocation name_at = at, args_at = at;
+  if (item.IsMap()) {
+    if (item.size() != 1) {
+      std::vector<std::string> keys;
+      for (auto it = item.begin(); it != item.end(); ++it) keys.push_back("'" + it->first.Scalar() + "'");
+      d_.error(at, f.str() + ": each item names one policy, got " + std::to_string(item.size()) + " keys (" +
+                       suite::join(keys) + "); write them as separate items, or indent the arguments under the policy");
+      return std::nullopt;
+    }
+    name_node.reset(item.begin()->first);
+    args_node.reset(item.begin()->second);
+    name_at = d_.at(name_node);
+    args_at = args_node.IsNull() ? name_at : d_.at(args_node);
+  }
+  if (!name_node.IsScalar() || name_node.IsNull()) {
+    d_.error(at, f.str() + ": expected a policy name or 'policy: arguments', got " + suite::describe(item));
+    return std::nullopt;
+  }
+  const std::string name = name_node.Scalar();
+  const PolicyInfo* policy = find_policy(name);
+  if (!policy) {
+    d_.error(name_at, "unknown policy '" + name + "' in " + f.str() + suite::suggestion(name, policy_names(), "policies"));
+    return std::nullopt;
+  }
+  ExpectSpec spec{name, nlohmann::json::object(), at};
+  std::vector<std::string> arg_names;
+  for (const auto& a : policy->args) arg_names.push_back(a.name);
+  std::map<std::string, SourceLocation> arg_at;
+  if (args_node && args_node.IsMap()) {
+    auto entries = r_.map(args_node, args_at, f, {});
+    if (!entries) return std::nullopt;
+    if (entries->size() != args_node.size()) return std::nullopt;  // a repeated argument, reported
+    bool ok = true;
+    for (const auto& e : *entries) {
+      if (std::find(arg_names.begin(), arg_names.end(), e.key) == arg_names.end()) {
+        d_.error(e.key_at, "unknown argument '" + e.key + "' for policy '" + name + "' in " + f.str() +
+                               (arg_names.empty() ? std::string(" (it takes none)")
+                                                  : suite::suggestion(e.key, arg_names, "arguments")));
+        ok = false;
+        continue;
+      }
+      spec.args[e.key] = suite::to_json(e.value);
+      arg_at[e.key] = e.value_at;
+    }
+    if (!ok) return std::nullopt;
+  } else if (args_node && !args_node.IsNull()) {
+    // A bare value: the registry takes it as the first argument when the policy allows (`- exit: 0`).
+    spec.args = suite::to_json(args_node);
+    if (!arg_names.empty()) arg_at[arg_names[0]] = args_at;
+  }
+  if (auto err = normalise_args(*policy, spec.args)) {
+    // "reference.metric": point at the outermost argument written in the file.
+    auto it = arg_at.find(err->arg.substr(0, err->arg.find('.')));
+    d_.error(it != arg_at.end() ? it->second : args_at, f.str() + ": " + err->message);
+    return std::nullopt;
+  }
+  return spec;
+}
+
+std::optional<std::vector<ExpectSpec>> Loader::read_expect(const Entry& e, const Field& f) {
+  auto items = r_.list(e.value, e.value_at, f);
+  if (!items) return std::nullopt;
+  std::vector<ExpectSpec> out;
+  for (size_t i = 0; i < items->size(); ++i)
+    if (auto spec = read_expect_item((*items)[i], f[i])) out.push_back(std::move(*spec));
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Templates (Note [Suite templates]).
+
+std::vector<std::string> Loader::variables(bool runtime_allowed) const {
+  std::vector<std::string> out = matrix_variables_;
+  out.push_back("suite_dir");
+  if (runtime_allowed) {
+    out.push_back("workdir");
+    out.push_back("attempt");
+  }
+  return out;
+}
+
+bool Loader::check_template(const Text& t, const Field& f, bool runtime_allowed) {
+  const suite::TemplateScan scan = suite::scan_template(t.text);
+  if (!scan.ok()) {
+    d_.error(t.where, f.str() + ": " + scan.error);
+    return false;
+  }
+  const std::vector<std::string> known = variables(runtime_allowed);
+  for (const auto& v : scan.variables) {
+    if (std::find(known.begin(), known.end(), v) != known.end()) continue;
+    if (!runtime_allowed && suite::is_runtime_variable(v)) {
+      d_.error(t.where, f.str() + ": '{" + v + "}' is only known while the job runs, so it cannot be used here");
+      return false;
+    }
+    const std::string near = suite::nearest_name(v, known);
+    std::string message = "unknown variable '{" + v + "}' in " + f.str();
+    if (!near.empty()) message += " (did you mean '{" + near + "}'?)";
+    std::vector<std::string> braced;
+    for (const auto& k : known) braced.push_back("{" + k + "}");
+    d_.error(t.where, message + "; variables: " + suite::join(braced));
+    return false;
+  }
+  return true;
+}
+
+std::optional<Text> Loader::text(const Entry& e, const Field& f, bool runtime_allowed) {
+  auto s = r_.string(e, f);
+  if (!s) return std::nullopt;
+  Text t{*s, e.value_at};
+  if (!check_template(t, f, runtime_allowed)) return std::nullopt;
+  return t;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Jobs.
+
+std::optional<std::vector<Text>> Loader::command(const Entry& run, bool shell, const Field& f) {
+  std::vector<Text> argv;
+  if (run.value.IsSequence()) {
+    if (shell) {
+      d_.error(run.value_at, f.str() + ": with 'shell: true', run must be one string, not a list");
+      return std::nullopt;
+    }
+    size_t i = 0;
+    bool ok = true;
+    for (const auto& item : run.value) {
+      const SourceLocation at = d_.at(item);
+      if (!item.IsScalar() || item.IsNull()) {
+        d_.error(at, f[i].str() + ": expected a string, got " + suite::describe(item));
+        ok = false;
+      } else {
+        Text t{item.Scalar(), at};
+        ok = check_template(t, f[i], true) && ok;
+        argv.push_back(t);
+      }
+      ++i;
+    }
+    if (!ok) return std::nullopt;
+  } else {
+    Text t{run.value.Scalar(), run.value_at};
+    if (!check_template(t, f, true)) return std::nullopt;
+    if (shell) {
+      argv = {Text{"/bin/sh", t.where}, Text{"-c", t.where}, t};
+    } else {
+      const suite::ShellWords words = suite::split_shell_words(t.text);
+      if (!words.ok()) {
+        d_.error(t.where, f.str() + ": " + words.error + " in \"" + t.text + "\"");
+        return std::nullopt;
+      }
+      for (const auto& w : words.words) argv.push_back(Text{w, t.where});
+    }
+  }
+  if (argv.empty() || (shell && argv[2].text.find_first_not_of(" \t\n") == std::string::npos)) {
+    d_.error(run.value_at, f.str() + ": the command is empty");
+    return std::nullopt;
+  }
+  return argv;
+}
+
+std::optional<Loader::JobTemplate> Loader::make_job(Partial job, const SourceLocation& where, const std::string& owner) {
+  const Field f{owner, ""};
+  bool ok = !job.bad.count("name");
+  if (!job.given.count("name")) {
+    d_.error(where, owner + ": missing 'name'");
+    ok = false;
+  }
+  if (!job.given.count("run")) d_.error(where, owner + ": missing 'run' (the command to run, e.g. run: python train.py)");
+  if (!job.run || job.bad.count("run") || job.bad.count("shell")) return std::nullopt;
+  auto argv = command(*job.run, job.shell.value_or(false), f / "run");
+  if (!argv || !ok) return std::nullopt;
+  JobTemplate t;
+  t.name = job.name->text;
+  t.where = where;
+  t.shell = job.shell.value_or(false);
+  t.argv = std::move(*argv);
+  t.fields = std::move(job);
+  return t;
+}
+
+JobSpec Loader::instantiate(const JobTemplate& t, const Combination& combination) {
+  std::map<std::string, std::string> values(combination.begin(), combination.end());
+  values["suite_dir"] = dir_;
+  const Partial& p = t.fields;
+  JobSpec job;
+  job.name = suite::expand_template(t.name, values, false);
+  for (const auto& a : t.argv) job.argv.push_back(suite::expand_template(a.text, values, true));
+  job.shell = t.shell;
+  for (const auto& [key, value] : p.env) job.env[key] = suite::expand_template(value.text, values, true);
+  if (p.cwd) {
+    std::string cwd = suite::expand_template(p.cwd->text, values, true);
+    // A relative cwd is the suite's directory's child; `{workdir}...` is absolute once the launcher fills it.
+    if (!cwd.empty() && cwd[0] != '/' && cwd.rfind("{workdir}", 0) != 0)
+      cwd = (std::filesystem::path(suite::expand_template("{suite_dir}", values, true)) / cwd).lexically_normal().string();
+    job.cwd = cwd;
+  }
+  job.timeout = p.timeout.value_or(600);
+  job.grace = p.grace.value_or(5);
+  job.probe = p.probe.value_or(ProbeMode::auto_);
+  job.observe = p.observe;
+  job.memory.limit = p.limit;
+  job.memory.schedule = p.schedule.value_or(std::vector<CapChange>{});
+  job.memory.reserve = p.reserve.value_or(0);
+  job.memory.reserve_chunk = p.reserve_chunk;
+  job.memory.snapshot = p.snapshot.value_or(false);
+  job.faults = p.faults.value_or(std::vector<FaultSpec>{});
+  job.restart.max = p.restart_max.value_or(0);
+  job.restart.on = p.restart_on.value_or(std::vector<std::string>{"oom"});
+  job.restart.clear_faults = p.clear_faults.value_or(false);
+  job.expect = p.expect.value_or(std::vector<ExpectSpec>{});
+  job.target_step = p.target_step;
+  if (!job.target_step) {
+    // `completes` says how far the job must get; the trace needs the same number.
+    for (const auto& e : job.expect)
+      if (e.policy == "completes")
+        for (const char* key : {"steps", "step", "target_step"})
+          if (e.args.contains(key) && e.args[key].is_number_integer()) job.target_step = e.args[key].get<int64_t>();
+  }
+  job.matrix = combination;
+  job.where = t.where;
+  return job;
+}
+
+void Loader::expand_job(const JobTemplate& t, std::vector<JobSpec>& out) {
+  std::set<std::string> used;
+  auto collect = [&](const std::string& s) {
+    for (const auto& v : suite::scan_template(s).variables)
+      if (std::find(matrix_variables_.begin(), matrix_variables_.end(), v) != matrix_variables_.end()) used.insert(v);
+  };
+  collect(t.name);
+  for (const auto& a : t.argv) collect(a.text);
+  for (const auto& [key, value] : t.fields.env) collect(value.text);
+  if (t.fields.cwd) collect(t.fields.cwd->text);
+  if (used.empty()) {
+    out.push_back(instantiate(t, {}));
+    return;
+  }
+  for (const auto& c : suite::project(combinations_, used)) out.push_back(instantiate(t, c));
+}
+
+std::string describe_combination(const Combination& c) {
+  std::string out;
+  for (const auto& [key, value] : c) out += (out.empty() ? "" : ", ") + key + "='" + value + "'";
+  return out;
+}
+
+void Loader::check_duplicates(const std::vector<JobSpec>& jobs, const std::vector<size_t>& origin) {
+  std::set<size_t> reported;  // one message per job entry, not one per combination
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (jobs[j].name != jobs[i].name || reported.count(origin[i])) continue;
+      reported.insert(origin[i]);
+      std::string message = "duplicate job name '" + jobs[i].name + "'";
+      if (origin[i] == origin[j])
+        message += ": the matrix gives it twice (" + describe_combination(jobs[j].matrix) + " and " +
+                   describe_combination(jobs[i].matrix) + "); put the matrix variables in the name";
+      else
+        message += " (first at line " + std::to_string(jobs[j].where.line) + ")";
+      d_.error(jobs[i].where, message);
+      break;
+    }
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------
+
+SuiteLoad load_suite_text(const std::string& text, const std::string& file_name, const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::path absolute = std::filesystem::absolute(dir.empty() ? "." : dir, ec);
+  const std::string abs_dir = ec ? dir : absolute.lexically_normal().string();
+  std::string stem = std::filesystem::path(file_name).stem().string();
+  Loader loader(file_name, abs_dir.size() > 1 && abs_dir.back() == '/' ? abs_dir.substr(0, abs_dir.size() - 1) : abs_dir);
+  return loader.load(text, stem);
+}
+
+SuiteLoad load_suite(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in || std::filesystem::is_directory(path)) {
+    const int err = std::filesystem::is_directory(path) ? EISDIR : errno;
+    return SuiteLoad{std::nullopt, {SuiteError{SourceLocation{path, 0, 0},
+                                               std::string("cannot read suite: ") + std::strerror(err ? err : ENOENT)}}};
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  return load_suite_text(text.str(), path, dir);
+}
+
+}  // namespace oomh

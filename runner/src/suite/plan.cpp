@@ -1,0 +1,24 @@
+// JobSpec::plan: a job's faults and memory caps as the fault plan the shim reads (docs/fault-plan.md).
+
+#include "oomharness/runner/suite.h"
+
+namespace oomh {
+
+nlohmann::json JobSpec::plan(bool with_faults) const {
+  nlohmann::json rules = nlohmann::json::array();
+  if (with_faults)
+    for (const auto& f : faults) rules.push_back(f.rule);
+  // Caps stay without faults: a reference run, or an attempt after `clear_faults`, still runs on the
+  // smaller GPU the suite describes; only the injected failures go.
+  nlohmann::json caps = nlohmann::json::array();
+  if (memory.limit) caps.push_back({{"limit", *memory.limit}});
+  for (const auto& change : memory.schedule) {
+    nlohmann::json cap = {{"limit", change.limit}};
+    if (change.at_step) cap["at"] = {{"step", *change.at_step}};
+    else if (change.at_seconds) cap["at"] = {{"after", *change.at_seconds}};
+    caps.push_back(std::move(cap));
+  }
+  return {{"version", 1}, {"seed", 0}, {"rules", std::move(rules)}, {"caps", std::move(caps)}};
+}
+
+}  // namespace oomh

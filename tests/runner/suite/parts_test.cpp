@@ -1,0 +1,114 @@
+// The suite loader's parts on their own: shell words, templates, matrix expansion, suggestions.
+
+#include <gtest/gtest.h>
+
+#include "oomharness/runner/suite.h"
+#include "suite/matrix.h"
+#include "suite/names.h"
+#include "suite/shell_words.h"
+#include "suite/templates.h"
+
+namespace oomh::suite {
+namespace {
+
+using Words = std::vector<std::string>;
+
+TEST(ShellWords, SplitsOnWhitespaceAndHonoursQuotes) {
+  EXPECT_EQ(split_shell_words("python  train.py\t--steps 12").words, (Words{"python", "train.py", "--steps", "12"}));
+  EXPECT_EQ(split_shell_words("echo 'a b' \"c d\" e\\ f").words, (Words{"echo", "a b", "c d", "e f"}));
+  EXPECT_EQ(split_shell_words("x 'it''s' \"say \\\"hi\\\" \\\\ \\n\"").words, (Words{"x", "its", "say \"hi\" \\ \\n"}));
+  EXPECT_EQ(split_shell_words("a '' \"\" b").words, (Words{"a", "", "", "b"}));
+  EXPECT_EQ(split_shell_words("--pattern='step (\\d+)'").words, (Words{"--pattern=step (\\d+)"}));
+  EXPECT_EQ(split_shell_words("a 'x|y;z' \"p>q\" \\|").words, (Words{"a", "x|y;z", "p>q", "|"}));
+  EXPECT_EQ(split_shell_words("line\\\ncontinued").words, (Words{"linecontinued"}));
+  EXPECT_TRUE(split_shell_words("   ").words.empty());
+}
+
+TEST(ShellWords, RefusesWhatOnlyAShellUnderstands) {
+  EXPECT_EQ(split_shell_words("a 'b").error, "unterminated single quote");
+  EXPECT_EQ(split_shell_words("a \"b").error, "unterminated double quote");
+  EXPECT_EQ(split_shell_words("a b\\").error, "ends with a backslash that escapes nothing");
+  for (const char* s : {"a | b", "a > log", "a; b", "a && b", "echo $HOME", "ls *.py", "a `b`", "echo \"$X\"", "a # c"})
+    EXPECT_NE(split_shell_words(s).error.find("shell: true"), std::string::npos) << s;
+  // '#' inside a word is not a comment.
+  EXPECT_EQ(split_shell_words("a#b").words, (Words{"a#b"}));
+}
+
+TEST(Templates, ScansVariablesAndEscapes) {
+  EXPECT_EQ(scan_template("x-{alloc}-{size}-{alloc}").variables, (Words{"alloc", "size", "alloc"}));
+  EXPECT_TRUE(scan_template("awk '{{print $1}}'").variables.empty());
+  EXPECT_TRUE(scan_template("awk '{{print $1}}'").ok());
+  EXPECT_FALSE(scan_template("{alloc").ok());
+  EXPECT_FALSE(scan_template("a}b").ok());
+  EXPECT_FALSE(scan_template("{not a name}").ok());
+  EXPECT_FALSE(scan_template("{1x}").ok());
+}
+
+TEST(Templates, ExpandsForNamesAndForRuntime) {
+  const std::map<std::string, std::string> v = {{"alloc", "expandable_segments:True"}, {"odd", "{x}"}, {"workdir", "/w"}};
+  EXPECT_EQ(expand_template("t-{alloc} {{lit}}", v, false), "t-expandable_segments:True {lit}");
+  // Runtime templates keep escapes and the launcher's variables, and escape braces that values bring.
+  EXPECT_EQ(expand_template("{alloc} {{lit}} {workdir} {attempt}", v, true), "expandable_segments:True {{lit}} {workdir} {attempt}");
+  EXPECT_EQ(expand_template("{odd}", v, true), "{{x}}");
+  EXPECT_EQ(substitute_runtime(expand_template("{odd}/{workdir}", v, true), "/tmp/w", 2), "{x}//tmp/w");
+}
+
+TEST(Templates, SubstituteRuntime) {
+  EXPECT_EQ(substitute_runtime("{workdir}/ckpt-{attempt}.pt", "/runs/a", 3), "/runs/a/ckpt-3.pt");
+  EXPECT_EQ(substitute_runtime("{{workdir}} }} {{", "/w", 0), "{workdir} } {");
+  EXPECT_EQ(substitute_runtime("no braces", "/w", 0), "no braces");
+  EXPECT_EQ(substitute_runtime("{other}", "/w", 0), "{other}");
+}
+
+TEST(Matrix, CartesianProductFirstListSlowest) {
+  Matrix m;
+  m.axes = {{"a", {"1", "2"}}, {"b", {"x", "y", "z"}}};
+  const auto c = expand(m);
+  ASSERT_EQ(c.size(), 6u);
+  EXPECT_EQ(c[0], (Combination{{"a", "1"}, {"b", "x"}}));
+  EXPECT_EQ(c[1], (Combination{{"a", "1"}, {"b", "y"}}));
+  EXPECT_EQ(c[3], (Combination{{"a", "2"}, {"b", "x"}}));
+}
+
+TEST(Matrix, ExcludeThenIncludeLikeGitHubActions) {
+  // The example of GitHub's documentation for include.
+  Matrix m;
+  m.axes = {{"fruit", {"apple", "pear"}}, {"animal", {"cat", "dog"}}};
+  m.include = {{{"color", "green"}},
+               {{"color", "pink"}, {"animal", "cat"}},
+               {{"fruit", "apple"}, {"shape", "circle"}},
+               {{"fruit", "banana"}},
+               {{"fruit", "banana"}, {"animal", "cat"}}};
+  const auto c = expand(m);
+  ASSERT_EQ(c.size(), 6u);
+  EXPECT_EQ(c[0], (Combination{{"fruit", "apple"}, {"animal", "cat"}, {"color", "pink"}, {"shape", "circle"}}));
+  EXPECT_EQ(c[1], (Combination{{"fruit", "apple"}, {"animal", "dog"}, {"color", "green"}, {"shape", "circle"}}));
+  EXPECT_EQ(c[2], (Combination{{"fruit", "pear"}, {"animal", "cat"}, {"color", "pink"}}));
+  EXPECT_EQ(c[3], (Combination{{"fruit", "pear"}, {"animal", "dog"}, {"color", "green"}}));
+  EXPECT_EQ(c[4], (Combination{{"fruit", "banana"}}));
+  EXPECT_EQ(c[5], (Combination{{"fruit", "banana"}, {"animal", "cat"}}));
+
+  Matrix e;
+  e.axes = {{"a", {"1", "2"}}, {"b", {"x", "y"}}};
+  e.exclude = {{{"a", "1"}, {"b", "y"}}, {{"b", "x"}, {"a", "2"}}};
+  EXPECT_EQ(expand(e), (std::vector<Combination>{{{"a", "1"}, {"b", "x"}}, {{"a", "2"}, {"b", "y"}}}));
+}
+
+TEST(Matrix, ProjectionKeepsFirstOrderAndDropsRepeats) {
+  Matrix m;
+  m.axes = {{"a", {"1", "2"}}, {"b", {"x", "y"}}};
+  const auto p = project(expand(m), {"b"});
+  EXPECT_EQ(p, (std::vector<Combination>{{{"b", "x"}}, {{"b", "y"}}}));
+  EXPECT_EQ(expand(Matrix{}).size(), 1u);
+}
+
+TEST(Names, SuggestsTyposOnly) {
+  EXPECT_EQ(edit_distance("tiemout", "timeout"), 1u);
+  EXPECT_EQ(nearest_name("tiemout", {"timeout", "grace"}), "timeout");
+  EXPECT_EQ(nearest_name("enviroment", {"env", "cwd"}), "env");
+  EXPECT_EQ(nearest_name("zzz", {"env", "cwd"}), "");
+  EXPECT_EQ(suggestion("zzz", {"env", "cwd"}, "keys"), " (keys: env, cwd)");
+}
+
+}  // namespace
+}  // namespace oomh::suite
