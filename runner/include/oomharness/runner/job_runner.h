@@ -1,0 +1,95 @@
+#pragma once
+// The job runner: runs expanded jobs (suite.h) as real processes under the shim and turns each into a
+// Trace (policies/trace.h). It owns launching, timeouts, restarts, the reservation sidecar, packing jobs
+// onto GPUs, observation (event logs, stdout/stderr regexes, control-block sampling) and interruption.
+// It does not evaluate policies or write reports: the app (app.h) does that with what it returns.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "oomharness/policies/trace.h"
+#include "oomharness/runner/suite.h"
+
+namespace oomh {
+
+// Where the runner finds what it injects into jobs.
+struct HarnessPaths {
+  std::string inject_library;   // liboomharness_inject.so
+  std::string python_probe_dir; // directory to put on PYTHONPATH (holds sitecustomize.py and oomharness/)
+  std::string reserve_program;  // the reservation sidecar (oomh-reserve)
+  // Prepended to LD_LIBRARY_PATH of every job (the CPU driver double's directory in tests and in the
+  // simulated demo); empty on a real GPU machine.
+  std::string driver_library_dir;
+};
+
+// What a live view shows for one running job (sampled every 50 ms).
+struct JobProgress {
+  std::string job;
+  int attempt = 0;
+  int64_t step = -1;
+  uint64_t held = 0;       // bytes, summed over devices
+  uint64_t cap = 0;        // bytes, 0: none
+  uint64_t faults = 0;     // failures injected so far (rules + cap)
+  double elapsed = 0;      // seconds since the job started
+  std::optional<int> gpu;
+  enum class State { waiting, running, restarting, done } state = State::waiting;
+};
+
+// One GPU as the runner sees it when packing jobs (bytes). Detected with nvidia-smi, or given by tests.
+struct GpuInfo {
+  int index = 0;
+  uint64_t total = 0;  // bytes
+  uint64_t used = 0;   // bytes already in use by others when the run starts
+};
+
+struct RunOptions {
+  int jobs = 1;                          // how many jobs run at once
+  std::vector<int> gpus;                 // GPUs to use; empty: detect (none found: run without assigning one)
+  std::string out_dir;                   // per job/attempt: output logs, event logs, work dirs
+  double sample_interval = 0.05;         // control block sampling, seconds
+  uint64_t gpu_margin = 1ull << 30;      // kept free on a GPU when packing capped jobs
+  HarnessPaths paths;
+  // The GPUs to pack jobs onto, instead of asking nvidia-smi (tests give a fake inventory; an empty vector
+  // means "no GPU"). `gpus`, when not empty, still selects which of them to use.
+  std::optional<std::vector<GpuInfo>> gpu_inventory;
+  std::function<void(const JobProgress&)> on_progress;   // called from the runner's thread
+  std::function<void(size_t job_index)> on_job_done;     // called as each job finishes
+};
+
+struct JobOutcome {
+  Trace trace;                   // every attempt (and the reference run, when a policy needs one)
+  std::optional<int> gpu;        // the GPU it ran on
+  bool interrupted = false;      // stopped because the run was interrupted
+  std::string error;             // the job could not be run at all (bad command, sidecar failed, ...)
+  double start = 0, end = 0;     // wall-clock seconds
+  std::vector<std::string> argv; // the first attempt's command, templated
+  std::string work_dir;          // the job's {workdir}
+};
+
+class JobRunner {
+ public:
+  explicit JobRunner(RunOptions options);
+  ~JobRunner();
+  JobRunner(const JobRunner&) = delete;
+  JobRunner& operator=(const JobRunner&) = delete;
+
+  // Runs `jobs` (at most options.jobs at a time, packed onto GPUs) and returns one outcome per job, in
+  // the same order. Results do not depend on options.jobs. Returns early, with the unfinished jobs
+  // marked interrupted, after interrupt().
+  std::vector<JobOutcome> run(const std::vector<JobSpec>& jobs);
+
+  // Stops every running job (SIGTERM to its process group, SIGKILL after its grace period) and starts no
+  // new one. Async-signal-safe: a SIGINT handler may call it.
+  void interrupt() noexcept;
+  bool interrupted() const noexcept;
+
+ private:
+  struct Impl;
+  Impl* impl_;
+};
+
+}  // namespace oomh

@@ -1,0 +1,62 @@
+#pragma once
+// Packing jobs onto GPUs.
+//
+// Note [GPU packing]
+// A job with a virtual cap (`memory.limit`) can share a GPU: it never holds more than its cap (the shim
+// fails what would pass it), plus what its reservation sidecar holds. So capped jobs are packed onto one
+// GPU while the sum of their needs fits the GPU's free memory (total − used at the start of the run)
+// minus the margin. A job without a cap may take all the memory there is, so it gets a GPU to itself;
+// so does a capped job whose need does not fit any GPU even when empty (otherwise it would wait
+// forever). Jobs are placed in suite order (first come, first served): a job that does not fit waits
+// until running jobs give their memory back, and no later job overtakes it, so a big job is never
+// starved by a stream of small ones. Without GPUs every job runs without CUDA_VISIBLE_DEVICES.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "oomharness/runner/job_runner.h"
+
+namespace oomh::exec {
+
+// What a job needs on a GPU: its bytes, or the whole GPU (exclusive).
+struct GpuNeed {
+  bool exclusive = true;
+  uint64_t bytes = 0;
+};
+GpuNeed gpu_need(const JobSpec& job);
+
+struct Placement {
+  std::optional<int> gpu;  // nullopt: no GPU (the machine has none)
+  uint64_t bytes = 0;
+  bool exclusive = false;
+};
+
+class GpuPacker {
+ public:
+  GpuPacker(std::vector<GpuInfo> gpus, uint64_t margin);
+  bool has_gpus() const { return !slots_.empty(); }
+  // A place for `need` now, or nullopt when it has to wait.
+  std::optional<Placement> place(const GpuNeed& need);
+  void release(const Placement& p);
+
+ private:
+  struct Slot {
+    GpuInfo info;
+    uint64_t capacity = 0;   // free − margin
+    uint64_t committed = 0;  // sum of the needs of capped jobs on it
+    int jobs = 0;
+    bool exclusive = false;
+  };
+  std::vector<Slot> slots_;
+};
+
+// The GPUs nvidia-smi lists (index, memory.total, memory.used); empty when it is absent or fails.
+std::vector<GpuInfo> detect_gpus();
+// Parses `nvidia-smi --query-gpu=index,memory.total,memory.used --format=csv,noheader,nounits` (MiB).
+std::vector<GpuInfo> parse_nvidia_smi(const std::string& text);
+// Keeps the GPUs whose index is in `wanted` (all when `wanted` is empty).
+std::vector<GpuInfo> select_gpus(std::vector<GpuInfo> gpus, const std::vector<int>& wanted);
+
+}  // namespace oomh::exec

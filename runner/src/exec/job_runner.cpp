@@ -1,0 +1,866 @@
+// The job runner: one Boost.Asio event loop (single thread) that runs every job of a run as real
+// processes, observes them and turns each into a Trace.
+//
+// Note [Runner event loop]
+// Everything happens on the thread that called run(): per attempt, two readable pipes (stdout, stderr),
+// an async_wait on the process (a pidfd under Boost.Process v2), a timer for the job's timeout and one
+// for the SIGKILL that follows SIGTERM after the grace period; one runner-wide timer samples the control
+// block of every running attempt every sample_interval. interrupt() may be called from a signal handler
+// or another thread: it sets an atomic flag and writes one byte to a self-pipe that the loop reads, both
+// async-signal-safe, and the loop does the stopping.
+//
+// An attempt ends when its process has exited (reaped) and both pipes reached end of file. When the
+// process exits, whatever is left in its process group is killed (SIGKILL), so pipes held open by a
+// grandchild close and no process outlives its attempt; the runner then waits (briefly) until the group is
+// gone. The attempt's control block is sampled one last time, unmapped and unlinked, its event log is
+// read into the trace, and only then does the job restart, run its reference or finish.
+//
+// Note [Nothing left behind]
+// Per attempt: the process group is killed and waited for, the control block (/dev/shm/oomh-<pid>-...) is
+// unlinked, the log descriptor is closed. Per job: the reservation sidecar is stopped (stdin closed,
+// SIGTERM, SIGKILL after 5 s) and reaped before the job's GPU memory is counted as free again. The only
+// files left are the outputs (logs, event logs, the job's work directory), which are results.
+
+#include "oomharness/runner/job_runner.h"
+
+// GCC 12 reports "potential null pointer dereference" inside Boost.Asio's inlined scheduler and executor
+// code (system headers, not ours) at -O1 and above; these middle-end warnings ignore the system-header rule.
+#pragma GCC diagnostic ignored "-Wnull-dereference"
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <memory>
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/read_until.hpp>
+#include <boost/asio/readable_pipe.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/writable_pipe.hpp>
+#include "exec/boost_process.h"
+
+#include "exec/gpu_packing.h"
+#include "exec/launch.h"
+#include "exec/output.h"
+#include "oomharness/control_block.h"
+#include "oomharness/events.h"
+#include "oomharness/policies/registry.h"
+
+namespace oomh {
+
+namespace asio = boost::asio;
+namespace bp = boost::process::v2;
+namespace fs = std::filesystem;
+using namespace exec;
+
+namespace {
+
+constexpr size_t kMaxSamples = 20000;           // per attempt; beyond, samples are thinned (every other kept)
+constexpr double kSidecarReadyTimeout = 30;     // seconds to wait for the sidecar's READY
+constexpr double kSidecarStopGrace = 5;         // seconds between SIGTERM and SIGKILL for the sidecar
+constexpr double kDrainTimeout = 5;             // seconds to wait for pipes after the process exited
+
+double now() { return events::now_seconds(); }
+
+std::chrono::steady_clock::duration seconds(double s) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(std::max(0.0, s)));
+}
+
+// A job name as a directory name: path separators and odd characters become '_'.
+std::string dir_name(const std::string& job) {
+  std::string s;
+  for (char c : job) s += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' || c == '=') ? c : '_';
+  if (s.empty() || s == "." || s == "..") s = "job";
+  return s;
+}
+
+Event runner_event(const char* kind, double t, nlohmann::json fields) {
+  Event e;
+  e.t = t;
+  e.pid = static_cast<int>(getpid());
+  e.src = events::kSrcRunner;
+  e.kind = kind;
+  e.fields = std::move(fields);
+  return e;
+}
+
+// Does `restart.on` ask for a new attempt after `a`? A timed-out or interrupted attempt never restarts
+// (the hang would come back, or the user asked to stop); a clean exit never does.
+bool wants_restart(const Attempt& a, const std::vector<std::string>& on) {
+  if (a.end_kind == AttemptEnd::timed_out || a.end_kind == AttemptEnd::interrupted || a.end_kind == AttemptEnd::failed_to_start)
+    return false;
+  bool nonzero = a.end_kind == AttemptEnd::exited && a.exit_code && *a.exit_code != 0;
+  bool signalled = a.end_kind == AttemptEnd::signalled;
+  for (const std::string& kind : on) {
+    if (kind == "oom" && (a.ended_by_oom() || (a.oom_message && (nonzero || signalled)))) return true;
+    if (kind == "nonzero" && nonzero) return true;
+    if (kind == "signal" && signalled) return true;
+    if (kind == "any" && (nonzero || signalled)) return true;
+  }
+  return false;
+}
+
+// Waits (briefly) until no process of group `pgid` is left, reaping those that are our children.
+void wait_group_gone(pid_t pgid) {
+  if (pgid <= 0) return;
+  for (int i = 0; i < 2000; ++i) {
+    while (waitpid(-pgid, nullptr, WNOHANG) > 0) {}
+    if (kill(-pgid, 0) != 0 && errno == ESRCH) return;
+    if (i == 0) kill(-pgid, SIGKILL);
+    usleep(1000);
+  }
+}
+
+std::string errno_text(int e) { return std::strerror(e); }
+
+}  // namespace
+
+struct JobState;
+
+// One attempt's process and everything the runner watches about it.
+struct AttemptRun {
+  explicit AttemptRun(asio::io_context& ctx)
+      : out(ctx), err(ctx), timeout_timer(ctx), kill_timer(ctx), drain_timer(ctx) {}
+
+  JobState* job = nullptr;
+  bool reference = false;
+  Attempt attempt;
+  std::optional<bp::process> proc;
+  pid_t pgid = -1;
+  asio::readable_pipe out, err;
+  std::array<char, 16384> out_buf{}, err_buf{};
+  LineSplitter out_split, err_split;
+  asio::steady_timer timeout_timer, kill_timer, drain_timer;
+  int log_fd = -1;
+  std::string shm_name;
+  ControlBlock* cb = nullptr;
+  std::string events_path;
+  bool exited = false, out_done = false, err_done = false, finished = false;
+  enum class Stop { none, timeout, interrupt } stop = Stop::none;
+  int status = 0;
+  std::vector<Event> observed;
+  OutputTail tail{60};
+  size_t stride = 1, tick = 0;
+};
+
+// The reservation sidecar of one job (memory.reserve > 0).
+struct Sidecar {
+  explicit Sidecar(asio::io_context& ctx) : in(ctx), out(ctx), timer(ctx), kill_timer(ctx) {}
+  std::optional<bp::process> proc;
+  asio::writable_pipe in;
+  asio::readable_pipe out;
+  std::string buf;
+  asio::steady_timer timer;       // READY timeout
+  asio::steady_timer kill_timer;  // SIGKILL after SIGTERM
+  bool ready = false, exited = false, stopping = false;
+};
+
+struct JobState {
+  size_t index = 0;
+  const JobSpec* spec = nullptr;
+  JobOutcome* outcome = nullptr;
+  std::unique_ptr<LineObserver> observer;
+  Placement placement;
+  std::string dir;            // <out>/<job>
+  std::string cwd;
+  int restarts = 0;
+  bool faults_enabled = true;
+  bool want_reference = false;
+  bool finished = false;
+  bool waiting_reported = false;
+  std::unique_ptr<AttemptRun> current;
+  std::vector<std::unique_ptr<AttemptRun>> done_attempts;  // kept until run() returns: handlers may still name them
+  std::unique_ptr<Sidecar> sidecar;
+};
+
+struct JobRunner::Impl {
+  explicit Impl(RunOptions o) : options(std::move(o)) {
+    if (pipe2(wake_fds, O_NONBLOCK | O_CLOEXEC) != 0) wake_fds[0] = wake_fds[1] = -1;
+  }
+  ~Impl() {
+    for (int fd : wake_fds)
+      if (fd >= 0) close(fd);
+  }
+
+  RunOptions options;
+  int wake_fds[2] = {-1, -1};
+  std::atomic<bool> stop_requested{false};
+
+  // Per run().
+  asio::io_context* ctx = nullptr;
+  std::vector<std::unique_ptr<JobState>> jobs;
+  std::unique_ptr<GpuPacker> packer;
+  std::deque<size_t> pending;
+  int running = 0;
+  size_t finished_count = 0;
+  bool stopping = false;
+  std::unique_ptr<asio::steady_timer> sample_timer;
+  std::unique_ptr<asio::readable_pipe> wake_pipe;
+  std::array<char, 64> wake_buf{};
+
+  std::vector<JobOutcome> run(const std::vector<JobSpec>& specs);
+
+  // Scheduling.
+  void schedule();
+  void start_job(JobState& j, const Placement& p);
+  void finish_job(JobState& j);
+  void complete_job(JobState& j);
+  void progress(JobState& j, JobProgress::State state, const AttemptRun* r = nullptr);
+
+  // Attempts.
+  void start_attempt(JobState& j, bool reference);
+  void fail_attempt(AttemptRun& r, const std::string& why);
+  void read_stream(AttemptRun* r, bool is_err);
+  void consume(AttemptRun& r, bool is_err, const char* data, size_t n, bool eof);
+  void on_exit(AttemptRun* r);
+  void stop_attempt(AttemptRun& r, AttemptRun::Stop why);
+  void maybe_finish(AttemptRun* r);
+  void finish_attempt(AttemptRun& r);
+  void after_attempt(JobState& j, const Attempt& a, bool reference);
+  void release_control_block(AttemptRun& r);
+
+  // Sampling.
+  void arm_sampler();
+  void sample(AttemptRun& r, bool last);
+
+  // Sidecar.
+  void start_sidecar(JobState& j);
+  void sidecar_read(JobState* j);
+  void stop_sidecar(JobState& j);
+
+  // Interruption.
+  void arm_wake();
+  void on_interrupt();
+};
+
+JobRunner::JobRunner(RunOptions options) : impl_(new Impl(std::move(options))) {}
+JobRunner::~JobRunner() { delete impl_; }
+
+void JobRunner::interrupt() noexcept {
+  int saved = errno;
+  impl_->stop_requested.store(true, std::memory_order_relaxed);
+  if (impl_->wake_fds[1] >= 0) {
+    char c = 1;
+    ssize_t w = write(impl_->wake_fds[1], &c, 1);  // EAGAIN when the pipe is full: a wake-up is pending anyway
+    (void)w;
+  }
+  errno = saved;
+}
+
+bool JobRunner::interrupted() const noexcept { return impl_->stop_requested.load(std::memory_order_relaxed); }
+
+std::vector<JobOutcome> JobRunner::run(const std::vector<JobSpec>& jobs) { return impl_->run(jobs); }
+
+std::vector<JobOutcome> JobRunner::Impl::run(const std::vector<JobSpec>& specs) {
+  std::vector<JobOutcome> outcomes(specs.size());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    outcomes[i].trace.job = specs[i].name;
+    outcomes[i].trace.target_step = specs[i].target_step;
+    outcomes[i].trace.simulated_device = !options.paths.driver_library_dir.empty();
+  }
+  if (stop_requested.load()) {
+    for (JobOutcome& o : outcomes) o.interrupted = true;
+    return outcomes;
+  }
+  // Drain wake-ups left from an earlier run.
+  char drain[64];
+  while (wake_fds[0] >= 0 && read(wake_fds[0], drain, sizeof drain) > 0) {}
+
+  asio::io_context io;
+  ctx = &io;
+  stopping = false;
+  running = 0;
+  finished_count = 0;
+  pending.clear();
+  jobs.clear();
+
+  std::vector<GpuInfo> gpus = options.gpu_inventory ? *options.gpu_inventory : detect_gpus();
+  packer = std::make_unique<GpuPacker>(select_gpus(std::move(gpus), options.gpus), options.gpu_margin);
+
+  for (size_t i = 0; i < specs.size(); ++i) {
+    auto j = std::make_unique<JobState>();
+    j->index = i;
+    j->spec = &specs[i];
+    j->outcome = &outcomes[i];
+    jobs.push_back(std::move(j));
+    pending.push_back(i);
+  }
+
+  sample_timer = std::make_unique<asio::steady_timer>(io);
+  if (wake_fds[0] >= 0) {
+    wake_pipe = std::make_unique<asio::readable_pipe>(io);
+    boost::system::error_code ec;
+    wake_pipe->assign(wake_fds[0], ec);
+    if (ec) wake_pipe.reset();
+  }
+  arm_wake();
+  arm_sampler();
+  schedule();
+  io.run();
+
+  // The loop ran out of work: every job finished. Give the self-pipe back (it belongs to the runner).
+  if (wake_pipe) {
+    boost::system::error_code ec;
+    wake_pipe->release(ec);
+    wake_pipe.reset();
+  }
+  sample_timer.reset();
+  jobs.clear();
+  packer.reset();
+  ctx = nullptr;
+  return outcomes;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Scheduling: Note [GPU packing] in gpu_packing.h.
+
+void JobRunner::Impl::schedule() {
+  if (stopping) {
+    while (!pending.empty()) {
+      JobState& j = *jobs[pending.front()];
+      pending.pop_front();
+      j.outcome->interrupted = true;
+      complete_job(j);
+    }
+  }
+  while (!stopping && !pending.empty() && running < std::max(1, options.jobs)) {
+    JobState& j = *jobs[pending.front()];
+    std::optional<Placement> p = packer->place(gpu_need(*j.spec));
+    if (!p) {
+      if (!j.waiting_reported) {
+        j.waiting_reported = true;
+        progress(j, JobProgress::State::waiting);
+      }
+      break;
+    }
+    pending.pop_front();
+    start_job(j, *p);
+  }
+  if (finished_count == jobs.size()) {
+    sample_timer->cancel();
+    if (wake_pipe) wake_pipe->cancel();
+  }
+}
+
+void JobRunner::Impl::start_job(JobState& j, const Placement& p) {
+  ++running;
+  j.placement = p;
+  j.outcome->gpu = p.gpu;
+  j.outcome->start = now();
+  j.dir = (fs::path(options.out_dir.empty() ? "." : options.out_dir) / dir_name(j.spec->name)).string();
+  std::error_code fec;
+  fs::create_directories(j.dir, fec);
+  std::string work = (fs::path(j.dir) / "work").string();
+  fs::remove_all(work, fec);
+  fs::create_directories(work, fec);
+  if (fec) {
+    j.outcome->error = "cannot create the job's directory " + work + ": " + fec.message();
+    finish_job(j);
+    return;
+  }
+  j.outcome->work_dir = work;
+  if (j.spec->cwd) j.cwd = substitute_runtime(*j.spec->cwd, work, 0);
+  else if (!j.spec->where.file.empty()) j.cwd = fs::path(j.spec->where.file).parent_path().string();
+  try {
+    j.observer = std::make_unique<LineObserver>(j.spec->observe);
+  } catch (const std::regex_error& e) {
+    j.outcome->error = "bad observe regex: " + std::string(e.what());
+    finish_job(j);
+    return;
+  }
+  for (const ExpectSpec& e : j.spec->expect)
+    if (const PolicyInfo* policy = find_policy(e.policy); policy && wants_reference(*policy, e.args)) j.want_reference = true;
+  if (j.spec->memory.reserve > 0) start_sidecar(j);
+  else start_attempt(j, false);
+}
+
+// The job is over (or could not run): stop its sidecar first, then complete it.
+void JobRunner::Impl::finish_job(JobState& j) {
+  if (j.sidecar && !j.sidecar->exited) {
+    stop_sidecar(j);
+    return;  // complete_job runs once the sidecar has exited
+  }
+  complete_job(j);
+}
+
+void JobRunner::Impl::complete_job(JobState& j) {
+  if (j.finished) return;
+  j.finished = true;
+  bool was_started = j.outcome->start != 0;
+  if (was_started) {
+    packer->release(j.placement);
+    --running;
+    j.outcome->end = now();
+  }
+  ++finished_count;
+  progress(j, JobProgress::State::done);
+  if (options.on_job_done) options.on_job_done(j.index);
+  schedule();
+}
+
+void JobRunner::Impl::progress(JobState& j, JobProgress::State state, const AttemptRun* r) {
+  if (!options.on_progress) return;
+  JobProgress p;
+  p.job = j.spec->name;
+  p.state = state;
+  p.gpu = j.outcome->gpu;
+  p.elapsed = j.outcome->start != 0 ? now() - j.outcome->start : 0;
+  if (r) {
+    p.attempt = r->attempt.index;
+    if (const ControlBlock* cb = r->cb) {
+      p.step = cb->step.load(std::memory_order_relaxed);
+      uint32_t n = std::min<uint32_t>(cb->device_count.load(std::memory_order_relaxed), kMaxDevices);
+      for (uint32_t d = 0; d < n; ++d) {
+        const DeviceCounters& c = cb->devices[d];
+        p.held += c.held.load(std::memory_order_relaxed);
+        p.cap = std::max<uint64_t>(p.cap, c.cap.load(std::memory_order_relaxed));
+        p.faults += c.failures_injected.load(std::memory_order_relaxed) + c.cap_failures.load(std::memory_order_relaxed);
+      }
+    }
+  } else {
+    p.attempt = static_cast<int>(j.outcome->trace.attempts.size());
+  }
+  options.on_progress(p);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Attempts.
+
+void JobRunner::Impl::start_attempt(JobState& j, bool reference) {
+  if (j.current) j.done_attempts.push_back(std::move(j.current));
+  j.current = std::make_unique<AttemptRun>(*ctx);
+  AttemptRun& r = *j.current;
+  r.job = &j;
+  r.reference = reference;
+  int n = reference ? static_cast<int>(j.outcome->trace.reference.size()) : static_cast<int>(j.outcome->trace.attempts.size());
+  r.attempt.index = n;
+  r.attempt.faults_enabled = !reference && j.faults_enabled;
+  r.attempt.start = now();
+  std::string stem = (reference ? "reference-" : "attempt-") + std::to_string(n);
+  r.attempt.log_path = (fs::path(j.dir) / (stem + ".log")).string();
+  r.events_path = (fs::path(j.dir) / (stem + ".events.jsonl")).string();
+
+  // The reference run starts from an empty work directory: it must not resume from the attempts' files.
+  std::string work = j.outcome->work_dir;
+  if (reference) {
+    work = (fs::path(j.dir) / "reference-work").string();
+    std::error_code fec;
+    fs::remove_all(work, fec);
+    fs::create_directories(work, fec);
+  }
+
+  int ev = ::open(r.events_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (ev < 0) return fail_attempt(r, "cannot create the event log " + r.events_path + ": " + errno_text(errno));
+  close(ev);
+  r.log_fd = ::open(r.attempt.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (r.log_fd < 0) return fail_attempt(r, "cannot create the output log " + r.attempt.log_path + ": " + errno_text(errno));
+
+  r.shm_name = "/oomh-" + std::to_string(getpid()) + "-" + std::to_string(j.index) + "-" + (reference ? "r" : "") + std::to_string(n);
+  r.cb = control_block_create(r.shm_name.c_str());
+  if (!r.cb && errno == EEXIST) {
+    // Left by an earlier runner of this same pid (we unlink ours): it is ours to replace.
+    shm_unlink(r.shm_name.c_str());
+    r.cb = control_block_create(r.shm_name.c_str());
+  }
+  if (!r.cb) {
+    int e = errno;
+    r.shm_name.clear();
+    return fail_attempt(r, "cannot create the control block: " + errno_text(e));
+  }
+
+  AttemptContext actx;
+  actx.job = j.spec->name;
+  actx.attempt = n;
+  actx.control_name = r.shm_name;
+  actx.events_path = r.events_path;
+  actx.plan_json = j.spec->plan(r.attempt.faults_enabled).dump();
+  actx.workdir = work;
+  actx.gpu = j.placement.gpu;
+  std::vector<std::string> env = job_environment(*j.spec, options.paths, actx);
+  if (j.sidecar && j.sidecar->proc) env.push_back("OOMH_RESERVE_PID=" + std::to_string(j.sidecar->proc->id()));
+  std::vector<std::string> argv = attempt_argv(*j.spec, work, n);
+  if (!reference && n == 0) j.outcome->argv = argv;
+  r.attempt.events.push_back(runner_event(events::kAttemptStart, r.attempt.start, {{"attempt", n}, {"argv", argv}}));
+  if (argv.empty()) return fail_attempt(r, "the job has no command");
+  std::string program = resolve_program(argv[0], env);
+  if (program.empty()) return fail_attempt(r, "cannot start '" + argv[0] + "': command not found");
+
+  std::vector<std::string> args(argv.begin() + 1, argv.end());
+  bp::posix::default_launcher launcher;
+  boost::system::error_code ec;
+  JobSetup setup(env, j.cwd);
+  // The executor overload: in Boost 1.81 the (context, error_code&, ...) overload forwards to the
+  // throwing one.
+  std::optional<bp::process> proc;
+  std::string launch_error;
+  try {
+    proc.emplace(launcher(ctx->get_executor(), ec, program, args, bp::process_stdio{nullptr, r.out, r.err}, setup));
+  } catch (const std::exception& e) {
+    launch_error = e.what();
+  }
+  if (ec || !launch_error.empty()) {
+    if (launcher.pid > 0) waitpid(launcher.pid, nullptr, 0);  // the child that failed to exec
+    return fail_attempt(r, "cannot start '" + argv[0] + "'" + (j.cwd.empty() ? "" : " in " + j.cwd) + ": " +
+                               (ec ? ec.message() : launch_error));
+  }
+  r.proc = std::move(proc);
+  r.pgid = r.proc->id();
+  setpgid(r.pgid, r.pgid);  // also from this side, so that a signal sent right now reaches the group
+  progress(j, JobProgress::State::running, &r);
+
+  AttemptRun* rp = &r;
+  r.proc->async_wait([this, rp](boost::system::error_code, int) { on_exit(rp); });
+  read_stream(rp, false);
+  read_stream(rp, true);
+  if (j.spec->timeout > 0) {
+    r.timeout_timer.expires_after(seconds(j.spec->timeout));
+    r.timeout_timer.async_wait([this, rp](boost::system::error_code e) {
+      if (!e && !rp->exited) stop_attempt(*rp, AttemptRun::Stop::timeout);
+    });
+  }
+  if (stopping) stop_attempt(r, AttemptRun::Stop::interrupt);
+}
+
+// The attempt could not start: record it as such, with the reason as the job's error.
+void JobRunner::Impl::fail_attempt(AttemptRun& r, const std::string& why) {
+  JobState& j = *r.job;
+  r.attempt.end = now();
+  r.attempt.end_kind = AttemptEnd::failed_to_start;
+  r.attempt.output_tail = why + "\n";
+  if (r.log_fd >= 0) {
+    std::string line = "oomharness: " + why + "\n";
+    ssize_t w = write(r.log_fd, line.data(), line.size());
+    (void)w;
+  }
+  if (j.outcome->error.empty()) j.outcome->error = why;
+  r.exited = r.out_done = r.err_done = true;
+  r.finished = true;
+  finish_attempt(r);
+}
+
+void JobRunner::Impl::read_stream(AttemptRun* r, bool is_err) {
+  asio::readable_pipe& pipe = is_err ? r->err : r->out;
+  auto& buf = is_err ? r->err_buf : r->out_buf;
+  pipe.async_read_some(asio::buffer(buf), [this, r, is_err](boost::system::error_code ec, size_t n) {
+    consume(*r, is_err, (is_err ? r->err_buf : r->out_buf).data(), n, static_cast<bool>(ec));
+    if (ec) {
+      (is_err ? r->err_done : r->out_done) = true;
+      maybe_finish(r);
+      return;
+    }
+    read_stream(r, is_err);
+  });
+}
+
+void JobRunner::Impl::consume(AttemptRun& r, bool is_err, const char* data, size_t n, bool eof) {
+  const char* stream = is_err ? "stderr" : "stdout";
+  double t = now();
+  int pid = r.proc ? r.proc->id() : 0;
+  std::string chunk;
+  auto on_line = [&](std::string_view line) {
+    chunk.append(line);
+    chunk += '\n';
+    r.tail.add(line);
+    if (!r.attempt.oom_message && is_oom_message(line)) r.attempt.oom_message = true;
+    if (r.job->observer && !r.job->observer->empty()) r.job->observer->match(line, stream, t, pid, r.observed);
+  };
+  LineSplitter& split = is_err ? r.err_split : r.out_split;
+  split.feed(data, n, on_line);
+  if (eof) split.finish(on_line);
+  for (size_t off = 0; r.log_fd >= 0 && off < chunk.size();) {
+    ssize_t w = write(r.log_fd, chunk.data() + off, chunk.size() - off);
+    if (w <= 0) break;
+    off += static_cast<size_t>(w);
+  }
+}
+
+void JobRunner::Impl::on_exit(AttemptRun* r) {
+  r->exited = true;
+  r->attempt.end = now();
+  r->status = r->proc->native_exit_code();
+  r->timeout_timer.cancel();
+  r->kill_timer.cancel();
+  // Whatever the job left running in its group goes now: no process outlives its attempt, and the
+  // pipes it may hold open close.
+  if (r->pgid > 0 && kill(-r->pgid, 0) == 0) kill(-r->pgid, SIGKILL);
+  if (!(r->out_done && r->err_done)) {
+    r->drain_timer.expires_after(seconds(kDrainTimeout));
+    r->drain_timer.async_wait([r](boost::system::error_code e) {
+      if (e || r->finished) return;
+      // Something outside the group (it called setsid) still holds the pipes: stop reading them.
+      boost::system::error_code ignored;
+      r->out.close(ignored);
+      r->err.close(ignored);
+    });
+  }
+  maybe_finish(r);
+}
+
+void JobRunner::Impl::stop_attempt(AttemptRun& r, AttemptRun::Stop why) {
+  if (r.exited || r.stop != AttemptRun::Stop::none || r.pgid <= 0) return;
+  r.stop = why;
+  kill(-r.pgid, SIGTERM);
+  AttemptRun* rp = &r;
+  r.kill_timer.expires_after(seconds(r.job->spec->grace));
+  r.kill_timer.async_wait([rp](boost::system::error_code e) {
+    if (!e && !rp->exited) kill(-rp->pgid, SIGKILL);
+  });
+}
+
+void JobRunner::Impl::maybe_finish(AttemptRun* r) {
+  if (r->finished || !r->exited || !r->out_done || !r->err_done) return;
+  r->finished = true;
+  r->drain_timer.cancel();
+  finish_attempt(*r);
+}
+
+void JobRunner::Impl::release_control_block(AttemptRun& r) {
+  if (r.cb) {
+    control_block_close(r.cb);
+    r.cb = nullptr;
+  }
+  if (!r.shm_name.empty()) {
+    shm_unlink(r.shm_name.c_str());
+    r.shm_name.clear();
+  }
+}
+
+void JobRunner::Impl::finish_attempt(AttemptRun& r) {
+  JobState& j = *r.job;
+  wait_group_gone(r.pgid);
+  if (r.cb) sample(r, true);
+  release_control_block(r);
+  if (r.log_fd >= 0) {
+    close(r.log_fd);
+    r.log_fd = -1;
+  }
+
+  Attempt& a = r.attempt;
+  if (a.end_kind != AttemptEnd::failed_to_start) {
+    if (WIFEXITED(r.status)) a.exit_code = WEXITSTATUS(r.status);
+    else if (WIFSIGNALED(r.status)) a.signal = WTERMSIG(r.status);
+    if (r.stop == AttemptRun::Stop::timeout) a.end_kind = AttemptEnd::timed_out;
+    else if (r.stop == AttemptRun::Stop::interrupt) a.end_kind = AttemptEnd::interrupted;
+    else a.end_kind = a.signal ? AttemptEnd::signalled : AttemptEnd::exited;
+  }
+  a.output_tail = r.tail.text().empty() ? a.output_tail : r.tail.text();
+
+  size_t bad = 0;
+  std::vector<Event> logged = read_event_log(r.events_path, &bad);
+  a.events.insert(a.events.end(), std::make_move_iterator(logged.begin()), std::make_move_iterator(logged.end()));
+  // Output read after the exit was seen was still written before it: an observed line never comes after
+  // the attempt's end in the trace.
+  for (Event& e : r.observed) e.t = std::min(e.t, a.end);
+  a.events.insert(a.events.end(), std::make_move_iterator(r.observed.begin()), std::make_move_iterator(r.observed.end()));
+  r.observed.clear();
+  if (bad > 0)
+    a.events.push_back(runner_event(events::kWarning, a.end,
+                                    {{"message", std::to_string(bad) + " line(s) of " + r.events_path + " were not valid events"}}));
+  nlohmann::json exit_fields = {{"attempt", a.index},
+                                {"code", a.exit_code ? nlohmann::json(*a.exit_code) : nlohmann::json()},
+                                {"signal", a.signal ? nlohmann::json(*a.signal) : nlohmann::json()},
+                                {"timed_out", a.end_kind == AttemptEnd::timed_out},
+                                {"oom_message", a.oom_message}};
+  if (a.end_kind == AttemptEnd::interrupted) exit_fields["interrupted"] = true;
+  a.events.push_back(runner_event(events::kAttemptExit, a.end, std::move(exit_fields)));
+  std::stable_sort(a.events.begin(), a.events.end(), [](const Event& x, const Event& y) { return x.t < y.t; });
+
+  bool reference = r.reference;
+  std::vector<Attempt>& into = reference ? j.outcome->trace.reference : j.outcome->trace.attempts;
+  into.push_back(std::move(a));
+  after_attempt(j, into.back(), reference);
+}
+
+// What follows an attempt: a restart, the reference run, or the end of the job.
+void JobRunner::Impl::after_attempt(JobState& j, const Attempt& a, bool reference) {
+  if (reference || a.end_kind == AttemptEnd::failed_to_start) return finish_job(j);
+  if (stopping || a.end_kind == AttemptEnd::interrupted) {
+    j.outcome->interrupted = true;
+    return finish_job(j);
+  }
+  const RestartSpec& rs = j.spec->restart;
+  if (j.restarts < rs.max && wants_restart(a, rs.on)) {
+    ++j.restarts;
+    if (rs.clear_faults) j.faults_enabled = false;
+    progress(j, JobProgress::State::restarting);
+    return start_attempt(j, false);
+  }
+  if (j.want_reference) return start_attempt(j, true);
+  finish_job(j);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Sampling the control blocks.
+
+void JobRunner::Impl::arm_sampler() {
+  sample_timer->expires_after(seconds(options.sample_interval > 0 ? options.sample_interval : 0.05));
+  sample_timer->async_wait([this](boost::system::error_code ec) {
+    if (ec || finished_count == jobs.size()) return;
+    for (auto& j : jobs) {
+      AttemptRun* r = j->current.get();
+      if (r && r->cb && !r->finished) {
+        sample(*r, false);
+        progress(*j, JobProgress::State::running, r);
+      }
+    }
+    arm_sampler();
+  });
+}
+
+// Records the devices the job used. Beyond kMaxSamples the series is thinned (every other sample kept)
+// and later samples are taken at half the rate, so a long job keeps an even, bounded record.
+void JobRunner::Impl::sample(AttemptRun& r, bool last) {
+  const ControlBlock* cb = r.cb;
+  if (!last && (r.tick++ % r.stride) != 0) return;
+  double t = now();
+  int64_t step = cb->step.load(std::memory_order_relaxed);
+  uint32_t n = std::min<uint32_t>(cb->device_count.load(std::memory_order_relaxed), kMaxDevices);
+  std::vector<MemorySample>& out = r.attempt.samples;
+  for (uint32_t d = 0; d < n; ++d) {
+    const DeviceCounters& c = cb->devices[d];
+    MemorySample s;
+    s.t = t;
+    s.device = static_cast<int>(d);
+    s.held = c.held.load(std::memory_order_relaxed);
+    s.peak = c.peak.load(std::memory_order_relaxed);
+    s.cap = c.cap.load(std::memory_order_relaxed);
+    s.step = step;
+    if (s.peak == 0 && s.cap == 0 && c.alloc_calls.load(std::memory_order_relaxed) == 0) continue;
+    out.push_back(s);
+  }
+  if (out.size() > kMaxSamples) {
+    size_t keep = 0;
+    for (size_t i = 0; i < out.size(); i += 2) out[keep++] = out[i];
+    out.resize(keep);
+    r.stride *= 2;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The reservation sidecar (runner/sidecar/reserve.cpp): started before the job's first attempt, holds
+// memory.reserve bytes of real device memory until the job is over.
+
+void JobRunner::Impl::start_sidecar(JobState& j) {
+  j.sidecar = std::make_unique<Sidecar>(*ctx);
+  Sidecar& s = *j.sidecar;
+  std::vector<std::string> args = {"--device", "0", "--bytes", std::to_string(j.spec->memory.reserve)};
+  if (j.spec->memory.reserve_chunk) {
+    args.insert(args.end(), {"--chunk", std::to_string(*j.spec->memory.reserve_chunk), "--fragment"});
+  }
+  std::string program = options.paths.reserve_program;
+  std::vector<std::string> env = sidecar_environment(*j.spec, options.paths, j.placement.gpu);
+  std::string log = (fs::path(j.dir) / "reserve.log").string();
+  bp::posix::default_launcher launcher;
+  boost::system::error_code ec;
+  JobSetup setup(env, "");
+  if (program.empty()) ec = boost::system::error_code(ENOENT, boost::system::system_category());
+  else {
+    auto proc = launcher(ctx->get_executor(), ec, program, args, bp::process_stdio{s.in, s.out, bp::filesystem::path(log)}, setup);
+    if (!ec) s.proc.emplace(std::move(proc));
+    else if (launcher.pid > 0) waitpid(launcher.pid, nullptr, 0);
+  }
+  if (ec) {
+    s.exited = true;
+    j.outcome->error = "cannot start the reservation sidecar '" + program + "': " + ec.message();
+    return finish_job(j);
+  }
+  JobState* jp = &j;
+  // One wait for the sidecar's whole life: an exit before READY shows as end of file on its stdout;
+  // an exit we asked for (stop_sidecar) completes the job.
+  s.proc->async_wait([this, jp](boost::system::error_code, int) {
+    Sidecar& sc = *jp->sidecar;
+    sc.exited = true;
+    sc.kill_timer.cancel();
+    if (sc.stopping) complete_job(*jp);
+  });
+  s.timer.expires_after(seconds(kSidecarReadyTimeout));
+  s.timer.async_wait([this, jp](boost::system::error_code e) {
+    Sidecar& sc = *jp->sidecar;
+    if (e || sc.ready || sc.stopping || jp->finished) return;
+    if (jp->outcome->error.empty()) jp->outcome->error = "the reservation sidecar did not report READY within 30 s";
+    finish_job(*jp);
+  });
+  sidecar_read(jp);
+}
+
+void JobRunner::Impl::sidecar_read(JobState* j) {
+  Sidecar& s = *j->sidecar;
+  asio::async_read_until(s.out, asio::dynamic_buffer(s.buf), '\n', [this, j](boost::system::error_code ec, size_t n) {
+    Sidecar& sc = *j->sidecar;
+    if (sc.ready || sc.stopping || j->finished) return;
+    std::string line = ec ? sc.buf : sc.buf.substr(0, n);
+    if (!ec) sc.buf.erase(0, n);
+    while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
+    if (!ec && line.rfind("READY", 0) == 0) {
+      sc.ready = true;
+      sc.timer.cancel();
+      if (stopping) {
+        j->outcome->interrupted = true;
+        return finish_job(*j);
+      }
+      return start_attempt(*j, false);
+    }
+    if (!ec && line.rfind("ERROR", 0) != 0) return sidecar_read(j);  // some other chatter
+    sc.timer.cancel();
+    if (j->outcome->error.empty())
+      j->outcome->error = "the reservation sidecar failed: " +
+                          (line.rfind("ERROR", 0) == 0 ? line.substr(std::min<size_t>(6, line.size()))
+                                                       : std::string("it exited before reporting READY"));
+    finish_job(*j);
+  });
+}
+
+// Closing stdin asks the sidecar to free and exit; SIGTERM does too; SIGKILL if it takes longer than
+// kSidecarStopGrace. complete_job runs once it has been reaped.
+void JobRunner::Impl::stop_sidecar(JobState& j) {
+  Sidecar& s = *j.sidecar;
+  if (s.stopping) return;
+  s.stopping = true;
+  boost::system::error_code ignored;
+  s.in.close(ignored);
+  s.timer.cancel();
+  pid_t pid = s.proc ? s.proc->id() : -1;
+  if (pid > 0) kill(pid, SIGTERM);
+  JobState* jp = &j;
+  s.kill_timer.expires_after(seconds(kSidecarStopGrace));
+  s.kill_timer.async_wait([pid, jp](boost::system::error_code e) {
+    if (!e && !jp->sidecar->exited && pid > 0) kill(pid, SIGKILL);
+  });
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Interruption.
+
+void JobRunner::Impl::arm_wake() {
+  if (!wake_pipe) return;
+  wake_pipe->async_read_some(asio::buffer(wake_buf), [this](boost::system::error_code ec, size_t) {
+    if (ec == asio::error::operation_aborted || finished_count == jobs.size()) return;
+    if (stop_requested.load()) on_interrupt();
+    if (!ec || ec == asio::error::would_block || ec == asio::error::try_again) arm_wake();
+  });
+}
+
+void JobRunner::Impl::on_interrupt() {
+  if (stopping) return;
+  stopping = true;
+  for (auto& j : jobs) {
+    if (j->finished) continue;
+    if (AttemptRun* r = j->current.get(); r && !r->finished) stop_attempt(*r, AttemptRun::Stop::interrupt);
+    else if (j->sidecar && !j->sidecar->ready && !j->current) {
+      j->outcome->interrupted = true;
+      finish_job(*j);
+    }
+  }
+  schedule();
+}
+
+}  // namespace oomh

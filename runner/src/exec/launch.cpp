@@ -1,0 +1,122 @@
+// Launching an attempt: argv, environment, process group, working directory.
+
+#include "exec/launch.h"
+
+#include <csignal>
+#include <map>
+
+#include <unistd.h>
+
+extern char** environ;
+
+namespace oomh::exec {
+
+namespace {
+using EnvMap = std::map<std::string, std::string>;
+
+EnvMap runner_environment() {
+  EnvMap env;
+  for (char** e = environ; e && *e; ++e) {
+    std::string kv(*e);
+    size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) continue;
+    env.emplace(kv.substr(0, eq), kv.substr(eq + 1));
+  }
+  return env;
+}
+
+void prepend_path(EnvMap& env, const std::string& name, const std::string& dir) {
+  if (dir.empty()) return;
+  auto it = env.find(name);
+  env[name] = (it == env.end() || it->second.empty()) ? dir : dir + ":" + it->second;
+}
+
+void append_path(EnvMap& env, const std::string& name, const std::string& item) {
+  if (item.empty()) return;
+  auto it = env.find(name);
+  env[name] = (it == env.end() || it->second.empty()) ? item : it->second + ":" + item;
+}
+
+std::vector<std::string> flatten(const EnvMap& env) {
+  std::vector<std::string> out;
+  out.reserve(env.size());
+  for (const auto& [k, v] : env) out.push_back(k + "=" + v);
+  return out;
+}
+}  // namespace
+
+std::vector<std::string> job_environment(const JobSpec& job, const HarnessPaths& paths, const AttemptContext& ctx) {
+  EnvMap env = runner_environment();
+  for (const auto& [k, v] : job.env) env[k] = substitute_runtime(v, ctx.workdir, ctx.attempt);
+  append_path(env, "LD_PRELOAD", paths.inject_library);
+  env["OOMH_CONTROL"] = ctx.control_name;
+  env["OOMH_EVENTS"] = ctx.events_path;
+  env["OOMH_PLAN"] = ctx.plan_json;
+  env["OOMH_JOB"] = ctx.job;
+  env["OOMH_ATTEMPT"] = std::to_string(ctx.attempt);
+  if (job.probe != ProbeMode::none && !paths.python_probe_dir.empty()) {
+    prepend_path(env, "PYTHONPATH", paths.python_probe_dir);
+    env.insert_or_assign("OOMH_PROBE", std::string("1"));
+  }
+  prepend_path(env, "LD_LIBRARY_PATH", paths.driver_library_dir);
+  if (ctx.gpu) env["CUDA_VISIBLE_DEVICES"] = std::to_string(*ctx.gpu);
+  return flatten(env);
+}
+
+std::vector<std::string> sidecar_environment(const JobSpec& job, const HarnessPaths& paths, std::optional<int> gpu) {
+  EnvMap env = runner_environment();
+  for (const auto& [k, v] : job.env) env[k] = v;
+  prepend_path(env, "LD_LIBRARY_PATH", paths.driver_library_dir);
+  if (gpu) env["CUDA_VISIBLE_DEVICES"] = std::to_string(*gpu);
+  return flatten(env);
+}
+
+std::vector<std::string> attempt_argv(const JobSpec& job, const std::string& workdir, int attempt) {
+  std::vector<std::string> argv;
+  argv.reserve(job.argv.size());
+  for (const std::string& a : job.argv) argv.push_back(substitute_runtime(a, workdir, attempt));
+  return argv;
+}
+
+std::string resolve_program(const std::string& argv0, const std::vector<std::string>& env) {
+  if (argv0.empty()) return {};
+  if (argv0.find('/') != std::string::npos) return argv0;
+  std::string path = "/usr/local/bin:/usr/bin:/bin";
+  for (const std::string& kv : env)
+    if (kv.rfind("PATH=", 0) == 0) path = kv.substr(5);
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find(':', start);
+    if (end == std::string::npos) end = path.size();
+    std::string candidate = (end > start ? path.substr(start, end - start) : std::string(".")) + "/" + argv0;
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+    start = end + 1;
+  }
+  return {};
+}
+
+JobSetup::JobSetup(const std::vector<std::string>& env, std::string cwd) : cwd_(std::move(cwd)) {
+  envp_.reserve(env.size() + 1);
+  for (const std::string& kv : env) envp_.push_back(kv.c_str());
+  envp_.push_back(nullptr);
+}
+
+boost::system::error_code JobSetup::on_setup(boost::process::v2::posix::default_launcher& launcher,
+                                             const boost::process::v2::filesystem::path&, const char* const*) {
+  launcher.env = envp_.data();
+  return {};
+}
+
+// Runs in the child between fork and exec: async-signal-safe calls only.
+boost::system::error_code JobSetup::on_exec_setup(boost::process::v2::posix::default_launcher&,
+                                                  const boost::process::v2::filesystem::path&, const char* const*) {
+  if (setpgid(0, 0) != 0) return {errno, boost::system::system_category()};
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  for (int sig : {SIGINT, SIGTERM, SIGPIPE, SIGCHLD, SIGHUP, SIGQUIT}) signal(sig, SIG_DFL);
+  if (!cwd_.empty() && chdir(cwd_.c_str()) != 0) return {errno, boost::system::system_category()};
+  return {};
+}
+
+}  // namespace oomh::exec

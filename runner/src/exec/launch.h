@@ -1,0 +1,58 @@
+#pragma once
+// How an attempt's process is launched: its argv, its environment, and the Boost.Process initializer that
+// puts it in its own process group, in its working directory, with clean signal state.
+
+#include <string>
+#include <vector>
+
+#include "exec/boost_process.h"
+
+#include <nlohmann/json.hpp>
+
+#include "oomharness/runner/job_runner.h"
+
+namespace oomh::exec {
+
+// What the runner knows about one attempt when it builds the environment.
+struct AttemptContext {
+  std::string job;            // the job's name (OOMH_JOB)
+  int attempt = 0;            // OOMH_ATTEMPT
+  std::string control_name;   // OOMH_CONTROL: "/oomh-<runner pid>-<job index>-<attempt>"
+  std::string events_path;    // OOMH_EVENTS
+  std::string plan_json;      // OOMH_PLAN (the JSON text)
+  std::string workdir;        // {workdir}
+  std::optional<int> gpu;     // CUDA_VISIBLE_DEVICES
+};
+
+// The job's environment as "NAME=value" strings: the runner's own environment, then the job's `env`,
+// then what the harness injects (LD_PRELOAD appended, OOMH_*, PYTHONPATH and OOMH_PROBE for the Python
+// probe, LD_LIBRARY_PATH prepended with the driver double, CUDA_VISIBLE_DEVICES).
+std::vector<std::string> job_environment(const JobSpec& job, const HarnessPaths& paths, const AttemptContext& ctx);
+
+// The environment of the reservation sidecar: the runner's, the job's `env` (the double's settings live
+// there), the driver library directory and the job's GPU.
+std::vector<std::string> sidecar_environment(const JobSpec& job, const HarnessPaths& paths, std::optional<int> gpu);
+
+// argv with {workdir}/{attempt} substituted. argv[0] is looked up on PATH when it has no '/'.
+std::vector<std::string> attempt_argv(const JobSpec& job, const std::string& workdir, int attempt);
+// The program to execute for argv[0]: itself when it has a '/', else the first match on PATH; empty when
+// not found.
+std::string resolve_program(const std::string& argv0, const std::vector<std::string>& env);
+
+// A Boost.Process v2 initializer: the environment, setpgid(0,0) so the job and everything it starts form
+// one process group the runner can signal as a whole, the working directory, and signals back to their
+// defaults (the runner's own mask and dispositions must not leak into the job).
+class JobSetup {
+ public:
+  JobSetup(const std::vector<std::string>& env, std::string cwd);
+  boost::system::error_code on_setup(boost::process::v2::posix::default_launcher& launcher,
+                                     const boost::process::v2::filesystem::path&, const char* const*);
+  boost::system::error_code on_exec_setup(boost::process::v2::posix::default_launcher&,
+                                          const boost::process::v2::filesystem::path&, const char* const*);
+
+ private:
+  std::vector<const char*> envp_;
+  std::string cwd_;
+};
+
+}  // namespace oomh::exec

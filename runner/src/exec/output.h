@@ -1,0 +1,96 @@
+#pragma once
+// What the runner reads from a job's stdout and stderr: whole lines, matched against the suite's
+// `observe:` regexes (each hit becomes an `observed` runner event) and against the out-of-memory detector
+// (Attempt::oom_message), with the last lines kept for reports (Attempt::output_tail).
+//
+// Note [Job output]
+// Each attempt's stdout and stderr are saved together to `<out>/<job>/attempt-<n>.log`, one complete
+// line at a time in the order the runner read them, without prefixes: the file reads like the terminal
+// would. Writing whole lines keeps a stdout line and a stderr line from splitting each other. A line
+// longer than kMaxLine without a newline is cut there (progress bars that only use '\r').
+
+#include <cstddef>
+#include <deque>
+#include <regex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "oomharness/policies/trace.h"
+#include "oomharness/runner/suite.h"
+
+namespace oomh::exec {
+
+inline constexpr size_t kMaxLine = 64 * 1024;
+
+// Splits a byte stream into lines. A trailing '\r' is dropped from each line.
+class LineSplitter {
+ public:
+  template <typename OnLine>
+  void feed(const char* data, size_t n, OnLine&& on_line) {
+    for (size_t i = 0; i < n; ++i) {
+      char c = data[i];
+      if (c == '\n') {
+        emit(on_line);
+        continue;
+      }
+      partial_.push_back(c);
+      if (partial_.size() >= kMaxLine) emit(on_line);
+    }
+  }
+  // The stream ended: a last line without its newline still counts.
+  template <typename OnLine>
+  void finish(OnLine&& on_line) {
+    if (!partial_.empty()) emit(on_line);
+  }
+
+ private:
+  template <typename OnLine>
+  void emit(OnLine& on_line) {
+    if (!partial_.empty() && partial_.back() == '\r') partial_.pop_back();
+    on_line(std::string_view(partial_));
+    partial_.clear();
+  }
+  std::string partial_;
+};
+
+// The runner's out-of-memory detector: out of memory|OutOfMemoryError|CUDA_ERROR_OUT_OF_MEMORY|
+// cudaErrorMemoryAllocation|RESOURCE_EXHAUSTED, case-insensitive (a substring search on the lowered
+// line: the same matches as that regex, without a regex per line).
+bool is_oom_message(std::string_view line);
+
+// The suite's `observe:` regexes. Each has one capture group; a line that matches gives
+// {"key","value","stream","line"}.
+class LineObserver {
+ public:
+  // Throws std::regex_error for a bad pattern (the suite loader has already checked them).
+  explicit LineObserver(const std::vector<ObserveSpec>& specs);
+  // Appends one `observed` event per matching regex to `out`.
+  void match(std::string_view line, const char* stream, double t, int pid, std::vector<Event>& out) const;
+  bool empty() const { return rules_.empty(); }
+
+ private:
+  struct Rule {
+    std::string key;
+    std::regex re;
+  };
+  std::vector<Rule> rules_;
+};
+
+// The last `max_lines` lines of output.
+class OutputTail {
+ public:
+  explicit OutputTail(size_t max_lines = 60) : max_(max_lines) {}
+  void add(std::string_view line);
+  std::string text() const;
+
+ private:
+  size_t max_;
+  std::deque<std::string> lines_;
+};
+
+// Reads an attempt's event log (JSON lines). Lines that are not valid events are skipped and counted in
+// `bad_lines`; a missing file gives no events (a job that never loaded the shim writes none).
+std::vector<Event> read_event_log(const std::string& path, size_t* bad_lines = nullptr);
+
+}  // namespace oomh::exec

@@ -1,0 +1,565 @@
+// The job runner end to end: real processes, real pipes, real process groups and shared memory.
+
+#include "oomharness/runner/job_runner.h"
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include <dirent.h>
+#include <unistd.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace oomh {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr uint64_t GiB = 1ull << 30;
+
+JobSpec sh_job(const std::string& name, const std::string& script, double timeout = 30) {
+  JobSpec j;
+  j.name = name;
+  j.argv = {"/bin/sh", "-c", script};
+  j.shell = true;
+  j.timeout = timeout;
+  j.grace = 0.5;
+  j.probe = ProbeMode::none;
+  return j;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// The pid of the job's shell as it printed it ("pid N"): its process group.
+std::vector<pid_t> printed_pids(const std::string& text) {
+  std::vector<pid_t> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("pid ", 0) == 0) out.push_back(static_cast<pid_t>(std::stol(line.substr(4))));
+  return out;
+}
+
+bool group_gone(pid_t pgid) { return kill(-pgid, 0) != 0 && errno == ESRCH; }
+
+std::vector<std::string> leftover_segments() {
+  std::vector<std::string> out;
+  std::string prefix = "oomh-" + std::to_string(getpid()) + "-";
+  if (DIR* d = opendir("/dev/shm")) {
+    while (dirent* e = readdir(d))
+      if (std::string(e->d_name).rfind(prefix, 0) == 0) out.push_back(e->d_name);
+    closedir(d);
+  }
+  return out;
+}
+
+std::vector<std::string> observed(const Attempt& a, const std::string& key) {
+  std::vector<std::string> out;
+  for (const Event& e : a.events)
+    if (e.kind == "observed" && e.text("key") == key) out.push_back(e.text("value"));
+  return out;
+}
+
+class JobRunnerTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = testing::UnitTest::GetInstance()->current_test_info();
+    out_dir = testing::TempDir() + "oomh-exec-" + std::to_string(getpid()) + "-" + info->name();
+    fs::remove_all(out_dir);
+    options.out_dir = out_dir;
+    options.gpu_inventory = std::vector<GpuInfo>{};  // no GPU: never ask nvidia-smi in CPU tests
+    options.sample_interval = 0.02;
+  }
+  void TearDown() override {
+    EXPECT_THAT(leftover_segments(), testing::IsEmpty());
+    fs::remove_all(out_dir);
+  }
+  std::vector<JobOutcome> run(const std::vector<JobSpec>& jobs) {
+    JobRunner runner(options);
+    return runner.run(jobs);
+  }
+  std::string out_dir;
+  RunOptions options;
+};
+
+TEST_F(JobRunnerTest, RunsAPassingAndAFailingJob) {
+  auto out = run({sh_job("pass", "echo hello; echo oops >&2"), sh_job("fail", "echo bye; exit 3")});
+  ASSERT_EQ(out.size(), 2u);
+  ASSERT_EQ(out[0].trace.attempts.size(), 1u);
+  const Attempt& a = out[0].trace.attempts[0];
+  EXPECT_EQ(a.end_kind, AttemptEnd::exited);
+  EXPECT_EQ(a.exit_code, 0);
+  EXPECT_FALSE(a.signal);
+  EXPECT_EQ(read_file(a.log_path).find("hello\n") != std::string::npos, true);
+  EXPECT_NE(read_file(a.log_path).find("oops\n"), std::string::npos);
+  EXPECT_NE(a.output_tail.find("hello"), std::string::npos);
+  EXPECT_EQ(a.log_path, out_dir + "/pass/attempt-0.log");
+  ASSERT_GE(a.events.size(), 2u);
+  EXPECT_EQ(a.events.front().kind, "attempt_start");
+  EXPECT_EQ(a.events.back().kind, "attempt_exit");
+  EXPECT_EQ(a.events.back().integer("code"), 0);
+  EXPECT_TRUE(out[0].error.empty());
+  EXPECT_FALSE(out[0].interrupted);
+  EXPECT_EQ(out[0].argv, (std::vector<std::string>{"/bin/sh", "-c", "echo hello; echo oops >&2"}));
+
+  const Attempt& b = out[1].trace.attempts.at(0);
+  EXPECT_EQ(b.end_kind, AttemptEnd::exited);
+  EXPECT_EQ(b.exit_code, 3);
+  EXPECT_EQ(b.events.back().integer("code"), 3);
+  EXPECT_GE(out[1].end, out[1].start);
+}
+
+TEST_F(JobRunnerTest, ObservesLinesAndDetectsOutOfMemoryMessages) {
+  JobSpec j = sh_job("oom", "echo 'step 1 batch 64'; echo 'step 2 batch 64'; "
+                            "echo 'torch.OutOfMemoryError: CUDA out of memory' >&2; exit 1");
+  j.observe = {{"step", R"(step (\d+))", {}}, {"batch_size", R"(batch (\d+))", {}}};
+  auto out = run({j});
+  const Attempt& a = out[0].trace.attempts.at(0);
+  EXPECT_TRUE(a.oom_message);
+  EXPECT_TRUE(a.ended_by_oom());
+  EXPECT_EQ(observed(a, "step"), (std::vector<std::string>{"1", "2"}));
+  EXPECT_EQ(observed(a, "batch_size"), (std::vector<std::string>{"64", "64"}));
+  for (const Event& e : a.events)
+    if (e.kind == "observed") {
+      EXPECT_EQ(e.text("stream"), "stdout");
+    }
+  EXPECT_TRUE(a.events.back().flag("oom_message"));
+
+  auto clean = run({sh_job("clean", "echo all good")});
+  EXPECT_FALSE(clean[0].trace.attempts.at(0).oom_message);
+}
+
+TEST_F(JobRunnerTest, TimeoutSendsTermThenKillToTheWholeGroup) {
+  // The shell and its sleep both ignore SIGTERM: only SIGKILL after the grace period stops them.
+  JobSpec stubborn = sh_job("stubborn", "trap '' TERM; echo pid $$; sleep 100; echo never", 0.5);
+  stubborn.grace = 0.5;
+  JobSpec polite = sh_job("polite", "echo pid $$; sleep 100", 0.3);
+  auto t0 = std::chrono::steady_clock::now();
+  auto out = run({stubborn, polite});
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(took, 10);
+
+  const Attempt& a = out[0].trace.attempts.at(0);
+  EXPECT_EQ(a.end_kind, AttemptEnd::timed_out);
+  EXPECT_EQ(a.signal, SIGKILL);
+  EXPECT_GE(a.duration(), 0.9);  // timeout + grace
+  EXPECT_TRUE(a.events.back().flag("timed_out"));
+  EXPECT_EQ(read_file(a.log_path).find("never"), std::string::npos);
+
+  const Attempt& b = out[1].trace.attempts.at(0);
+  EXPECT_EQ(b.end_kind, AttemptEnd::timed_out);
+  EXPECT_EQ(b.signal, SIGTERM);
+  EXPECT_LT(b.duration(), 0.3 + 0.5 + 0.4);
+
+  for (const auto& o : out) {
+    auto pids = printed_pids(read_file(o.trace.attempts.at(0).log_path));
+    ASSERT_EQ(pids.size(), 1u);
+    EXPECT_TRUE(group_gone(pids[0])) << o.trace.job;
+  }
+}
+
+TEST_F(JobRunnerTest, RecordsACrashBySignal) {
+  auto out = run({sh_job("segv", "kill -SEGV $$")});
+  const Attempt& a = out[0].trace.attempts.at(0);
+  EXPECT_EQ(a.end_kind, AttemptEnd::signalled);
+  EXPECT_EQ(a.signal, SIGSEGV);
+  EXPECT_FALSE(a.exit_code);
+  EXPECT_EQ(a.events.back().integer("signal"), SIGSEGV);
+}
+
+TEST_F(JobRunnerTest, KillsWhatTheJobLeftInItsGroup) {
+  auto out = run({sh_job("daemon", "sleep 100 & echo pid $!; exit 0")});
+  const Attempt& a = out[0].trace.attempts.at(0);
+  EXPECT_EQ(a.exit_code, 0);
+  auto pids = printed_pids(read_file(a.log_path));
+  ASSERT_EQ(pids.size(), 1u);
+  EXPECT_TRUE(kill(pids[0], 0) != 0 || fs::exists("/proc/" + std::to_string(pids[0])) == false ||
+              read_file("/proc/" + std::to_string(pids[0]) + "/stat").find(") Z") != std::string::npos);
+  EXPECT_LT(a.duration(), 5);
+}
+
+TEST_F(JobRunnerTest, RestartsOnOomUpToMax) {
+  // Fails with an OOM message on attempts 0 and 1, succeeds on attempt 2.
+  JobSpec j = sh_job("restart", "echo attempt {attempt}; if [ {attempt} -lt 2 ]; then echo 'CUDA out of memory' >&2; exit 1; fi");
+  j.restart = {3, {"oom"}, false};
+  auto out = run({j});
+  ASSERT_EQ(out[0].trace.attempts.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    const Attempt& a = out[0].trace.attempts[static_cast<size_t>(i)];
+    EXPECT_EQ(a.index, i);
+    EXPECT_TRUE(a.faults_enabled);
+    EXPECT_NE(read_file(a.log_path).find("attempt " + std::to_string(i)), std::string::npos);
+    EXPECT_EQ(a.log_path, out_dir + "/restart/attempt-" + std::to_string(i) + ".log");
+  }
+  EXPECT_EQ(out[0].trace.attempts[2].exit_code, 0);
+
+  // Bounded by max, and only for what `on` names.
+  JobSpec always = sh_job("always", "exit 2");
+  always.restart = {2, {"nonzero"}, false};
+  JobSpec wrong_kind = sh_job("wrong_kind", "exit 2");
+  wrong_kind.restart = {2, {"signal", "oom"}, false};
+  JobSpec by_signal = sh_job("by_signal", "kill -KILL $$");
+  by_signal.restart = {1, {"signal"}, false};
+  auto more = run({always, wrong_kind, by_signal});
+  EXPECT_EQ(more[0].trace.attempts.size(), 3u);
+  EXPECT_EQ(more[1].trace.attempts.size(), 1u);
+  EXPECT_EQ(more[2].trace.attempts.size(), 2u);
+}
+
+TEST_F(JobRunnerTest, ClearFaultsDropsTheRulesAndKeepsTheCaps) {
+  JobSpec j = sh_job("clear", "echo \"plan $OOMH_PLAN\"; exit 1");
+  j.faults.push_back({"oom-at-5", {{"name", "oom-at-5"}, {"when", {{"step", 5}}}, {"fail", {{"times", 2}}}}, {}});
+  j.memory.limit = 3 * GiB;
+  j.restart = {1, {"nonzero"}, true};
+  JobSpec keep = j;
+  keep.name = "keep";
+  keep.restart.clear_faults = false;
+  auto out = run({j, keep});
+  ASSERT_EQ(out[0].trace.attempts.size(), 2u);
+  EXPECT_TRUE(out[0].trace.attempts[0].faults_enabled);
+  EXPECT_FALSE(out[0].trace.attempts[1].faults_enabled);
+  std::string first = read_file(out[0].trace.attempts[0].log_path);
+  std::string second = read_file(out[0].trace.attempts[1].log_path);
+  EXPECT_NE(first.find("oom-at-5"), std::string::npos);
+  EXPECT_EQ(second.find("oom-at-5"), std::string::npos);
+  EXPECT_NE(second.find(std::to_string(3 * GiB)), std::string::npos);  // the cap stays
+  ASSERT_EQ(out[1].trace.attempts.size(), 2u);
+  EXPECT_TRUE(out[1].trace.attempts[1].faults_enabled);
+  EXPECT_NE(read_file(out[1].trace.attempts[1].log_path).find("oom-at-5"), std::string::npos);
+}
+
+TEST_F(JobRunnerTest, TemplatesWorkdirAndAttemptAndSetsTheHarnessEnvironment) {
+  JobSpec j = sh_job("tmpl", "echo {attempt} > {workdir}/a{attempt}; echo \"job=$OOMH_JOB attempt=$OOMH_ATTEMPT\"; "
+                             "test -e /dev/shm$OOMH_CONTROL && echo control-ok; test -e \"$OOMH_EVENTS\" && echo events-ok; "
+                             "echo \"mine=$MINE\"; pwd; exit 1");
+  j.env = {{"MINE", "{workdir}/m{attempt}"}};
+  j.cwd = "{workdir}";
+  j.restart = {1, {"nonzero"}, false};
+  auto out = run({j});
+  ASSERT_EQ(out[0].trace.attempts.size(), 2u);
+  std::string work = out[0].work_dir;
+  EXPECT_EQ(work, out_dir + "/tmpl/work");
+  EXPECT_EQ(read_file(work + "/a0"), "0\n");
+  EXPECT_EQ(read_file(work + "/a1"), "1\n");
+  std::string log1 = read_file(out[0].trace.attempts[1].log_path);
+  EXPECT_NE(log1.find("job=tmpl attempt=1"), std::string::npos);
+  EXPECT_NE(log1.find("control-ok"), std::string::npos);
+  EXPECT_NE(log1.find("events-ok"), std::string::npos);
+  EXPECT_NE(log1.find("mine=" + work + "/m1"), std::string::npos);
+  EXPECT_NE(log1.find(fs::canonical(work).string() + "\n"), std::string::npos);
+  EXPECT_EQ(out[0].argv.at(2).find("{workdir}"), std::string::npos);  // the first attempt's command, templated
+}
+
+TEST_F(JobRunnerTest, ReportsACommandThatCannotStart) {
+  JobSpec j;
+  j.name = "missing";
+  j.argv = {"no-such-program-oomh-test", "x"};
+  JobSpec bad_cwd = sh_job("bad_cwd", "true");
+  bad_cwd.cwd = "/nonexistent/oomh";
+  auto out = run({j, bad_cwd});
+  ASSERT_EQ(out[0].trace.attempts.size(), 1u);
+  EXPECT_EQ(out[0].trace.attempts[0].end_kind, AttemptEnd::failed_to_start);
+  EXPECT_THAT(out[0].error, testing::HasSubstr("no-such-program-oomh-test"));
+  EXPECT_EQ(out[1].trace.attempts.at(0).end_kind, AttemptEnd::failed_to_start);
+  EXPECT_THAT(out[1].error, testing::HasSubstr("/nonexistent/oomh"));
+}
+
+TEST_F(JobRunnerTest, SamplesTheControlBlockAndReportsProgress) {
+  const char* child = std::getenv("EXEC_TEST_CHILD");
+  ASSERT_NE(child, nullptr);
+  JobSpec j;
+  j.name = "sampled";
+  j.argv = {child, "control", "1000", "10", "40"};
+  j.target_step = 9;
+  std::vector<JobProgress> seen;
+  options.on_progress = [&](const JobProgress& p) { seen.push_back(p); };
+  size_t done_calls = 0;
+  options.on_job_done = [&](size_t i) { EXPECT_EQ(i, 0u); ++done_calls; };
+  auto out = run({j});
+  const Attempt& a = out[0].trace.attempts.at(0);
+  EXPECT_EQ(a.exit_code, 0);
+  ASSERT_GE(a.samples.size(), 5u);
+  int64_t last_step = -1;
+  for (const MemorySample& s : a.samples) {
+    EXPECT_EQ(s.device, 0);
+    EXPECT_GE(s.step, last_step);
+    EXPECT_GE(s.peak, s.held);
+    last_step = s.step;
+  }
+  EXPECT_EQ(a.samples.back().peak, 10000u);
+  EXPECT_EQ(out[0].trace.target_step, 9);
+  EXPECT_FALSE(out[0].trace.simulated_device);
+  EXPECT_EQ(done_calls, 1u);
+  bool running_with_step = false, done = false;
+  for (const JobProgress& p : seen) {
+    running_with_step |= p.state == JobProgress::State::running && p.step >= 0 && p.held > 0;
+    done |= p.state == JobProgress::State::done;
+  }
+  EXPECT_TRUE(running_with_step);
+  EXPECT_TRUE(done);
+}
+
+TEST_F(JobRunnerTest, ReadsTheEventLogIntoTheTraceInTimeOrder) {
+  const char* child = std::getenv("EXEC_TEST_CHILD");
+  ASSERT_NE(child, nullptr);
+  JobSpec j;
+  j.name = "events";
+  j.argv = {child, "events"};
+  auto out = run({j});
+  const Attempt& a = out[0].trace.attempts.at(0);
+  std::vector<std::string> kinds;
+  for (const Event& e : a.events) kinds.push_back(e.src + ":" + e.kind);
+  EXPECT_THAT(kinds, testing::ElementsAre("runner:attempt_start", "probe:step", "probe:step", "runner:warning", "runner:attempt_exit"));
+  for (size_t i = 1; i < a.events.size(); ++i) EXPECT_LE(a.events[i - 1].t, a.events[i].t);
+  EXPECT_EQ(a.events[2].integer("batch_size"), 16);
+}
+
+TEST_F(JobRunnerTest, PacksCappedJobsOntoAGpuOnlyWhileTheyFit) {
+  // One fake GPU of 10 GiB with 1 GiB kept free: two 6 GiB jobs cannot share it, two 4 GiB jobs can.
+  options.gpu_inventory = std::vector<GpuInfo>{{0, 10 * GiB, 0}};
+  options.gpu_margin = GiB;
+  options.jobs = 2;
+  int waiting = 0;
+  options.on_progress = [&](const JobProgress& p) { waiting += p.state == JobProgress::State::waiting; };
+  auto job = [](const std::string& name, uint64_t cap) {
+    JobSpec j = sh_job(name, "echo gpu=$CUDA_VISIBLE_DEVICES; sleep 0.4");
+    j.memory.limit = cap;
+    return j;
+  };
+  auto big = run({job("big1", 6 * GiB), job("big2", 6 * GiB)});
+  EXPECT_EQ(big[0].gpu, 0);
+  EXPECT_EQ(big[1].gpu, 0);
+  EXPECT_NE(read_file(big[1].trace.attempts.at(0).log_path).find("gpu=0"), std::string::npos);
+  EXPECT_LE(big[0].end, big[1].start) << "the second 6 GiB job started before the first gave its memory back";
+  EXPECT_GE(waiting, 1);
+
+  auto small = run({job("small1", 4 * GiB), job("small2", 4 * GiB)});
+  EXPECT_LT(small[1].start, small[0].end) << "two 4 GiB jobs fit together and should have run at once";
+
+  // An uncapped job needs the GPU to itself.
+  JobSpec whole = sh_job("whole", "sleep 0.3");
+  auto mixed = run({whole, job("after", 1 * GiB)});
+  EXPECT_LE(mixed[0].end, mixed[1].start);
+}
+
+TEST_F(JobRunnerTest, InterruptFromAnotherThreadStopsEverythingAndLeavesNothing) {
+  options.jobs = 2;
+  JobSpec stubborn = sh_job("stubborn", "trap '' TERM; echo pid $$; sleep 100");
+  stubborn.grace = 0.5;
+  JobSpec polite = sh_job("polite", "echo pid $$; sleep 100");
+  JobSpec never = sh_job("never", "echo pid $$; sleep 100");
+  JobRunner runner(options);
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    runner.interrupt();
+  });
+  auto t0 = std::chrono::steady_clock::now();
+  auto out = runner.run({stubborn, polite, never});
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stopper.join();
+  EXPECT_TRUE(runner.interrupted());
+  EXPECT_LT(took, 5);
+  for (const JobOutcome& o : out) EXPECT_TRUE(o.interrupted) << o.trace.job;
+  EXPECT_TRUE(out[2].trace.attempts.empty()) << "no job starts after interrupt()";
+  for (int i = 0; i < 2; ++i) {
+    const Attempt& a = out[static_cast<size_t>(i)].trace.attempts.at(0);
+    EXPECT_EQ(a.end_kind, AttemptEnd::interrupted);
+    auto pids = printed_pids(read_file(a.log_path));
+    ASSERT_EQ(pids.size(), 1u);
+    EXPECT_TRUE(group_gone(pids[0]));
+  }
+  EXPECT_EQ(out[0].trace.attempts[0].signal, SIGKILL);
+  EXPECT_EQ(out[1].trace.attempts[0].signal, SIGTERM);
+  EXPECT_THAT(leftover_segments(), testing::IsEmpty());
+
+  // Once interrupted, a runner starts nothing.
+  auto again = runner.run({sh_job("later", "true")});
+  EXPECT_TRUE(again[0].interrupted);
+  EXPECT_TRUE(again[0].trace.attempts.empty());
+}
+
+JobRunner* g_runner = nullptr;
+void on_sigint(int) {
+  if (g_runner) g_runner->interrupt();
+}
+
+TEST_F(JobRunnerTest, SigintHandlerInterruptsTheRun) {
+  JobRunner runner(options);
+  g_runner = &runner;
+  struct sigaction sa {}, old {};
+  sa.sa_handler = on_sigint;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, &old);
+  std::thread sender([] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    kill(getpid(), SIGINT);
+  });
+  auto out = runner.run({sh_job("a", "echo pid $$; sleep 100"), sh_job("b", "echo pid $$; sleep 100")});
+  sender.join();
+  sigaction(SIGINT, &old, nullptr);
+  g_runner = nullptr;
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_TRUE(out[0].interrupted);
+  EXPECT_TRUE(out[1].interrupted);
+  auto pids = printed_pids(read_file(out[0].trace.attempts.at(0).log_path));
+  ASSERT_EQ(pids.size(), 1u);
+  EXPECT_TRUE(group_gone(pids[0]));
+}
+
+// What a verdict can depend on, without times and pids.
+std::string summary(const JobOutcome& o) {
+  std::ostringstream s;
+  s << o.trace.job << " error=" << o.error << "\n";
+  for (const Attempt& a : o.trace.attempts) {
+    s << " attempt " << a.index << " end=" << static_cast<int>(a.end_kind) << " code=" << a.exit_code.value_or(-1)
+      << " signal=" << a.signal.value_or(0) << " oom=" << a.oom_message << " faults=" << a.faults_enabled << " steps=";
+    for (const std::string& v : observed(a, "step")) s << v << ",";
+    for (const Event& e : a.events)
+      if (e.src != "runner") s << " " << e.kind << ":" << e.integer("step");
+    s << "\n";
+  }
+  return s.str();
+}
+
+TEST_F(JobRunnerTest, ResultsDoNotDependOnHowManyJobsRunAtOnce) {
+  const char* child = std::getenv("EXEC_TEST_CHILD");
+  ASSERT_NE(child, nullptr);
+  std::vector<JobSpec> jobs;
+  for (int i = 0; i < 6; ++i) {
+    std::string n = std::to_string(i);
+    JobSpec j = sh_job("job" + n, "for s in 1 2 3; do echo step $s; sleep 0.0" + n + "; done; "
+                                   "if [ {attempt} -lt " + std::to_string(i % 3) + " ]; then echo 'out of memory'; exit 1; fi; exit " + n);
+    j.observe = {{"step", R"(step (\d+))", {}}};
+    j.restart = {2, {"oom"}, i % 2 == 0};
+    jobs.push_back(j);
+  }
+  JobSpec ev;
+  ev.name = "events";
+  ev.argv = {child, "events"};
+  jobs.push_back(ev);
+  JobSpec crash = sh_job("crash", "kill -ABRT $$");
+  jobs.push_back(crash);
+
+  options.jobs = 1;
+  auto serial = run(jobs);
+  options.jobs = 4;
+  auto parallel = run(jobs);
+  ASSERT_EQ(serial.size(), parallel.size());
+  for (size_t i = 0; i < serial.size(); ++i) EXPECT_EQ(summary(serial[i]), summary(parallel[i]));
+  EXPECT_EQ(serial[2].trace.attempts.size(), 3u);
+  EXPECT_EQ(serial[5].trace.attempts.back().exit_code, 5);
+}
+
+TEST_F(JobRunnerTest, RunsAReferenceWithoutFaultsWhenAPolicyWantsOne) {
+  JobSpec j = sh_job("ref", "echo \"plan $OOMH_PLAN\"; echo work={workdir}");
+  j.faults.push_back({"f", {{"name", "f"}, {"when", {{"step", 1}}}}, {}});
+  j.expect.push_back({"checkpoint_resume", {{"reference", {{"metric", "loss"}}}}, {}});
+  JobSpec no_ref = j;
+  no_ref.name = "no_ref";
+  no_ref.expect[0].args = nlohmann::json::object();
+  auto out = run({j, no_ref});
+  ASSERT_EQ(out[0].trace.attempts.size(), 1u);
+  ASSERT_EQ(out[0].trace.reference.size(), 1u);
+  const Attempt& r = out[0].trace.reference[0];
+  EXPECT_FALSE(r.faults_enabled);
+  std::string log = read_file(r.log_path);
+  EXPECT_EQ(log.find("\"f\""), std::string::npos);
+  EXPECT_NE(log.find("reference-work"), std::string::npos);
+  EXPECT_NE(read_file(out[0].trace.attempts[0].log_path).find("\"f\""), std::string::npos);
+  EXPECT_TRUE(out[1].trace.reference.empty());
+}
+
+TEST_F(JobRunnerTest, ReservationSidecarHoldsMemoryForTheJobAndStopsAfterIt) {
+  const char* reserve = std::getenv("EXEC_TEST_RESERVE");
+  const char* double_dir = std::getenv("EXEC_TEST_DOUBLE_DIR");
+  if (!reserve || !double_dir) GTEST_SKIP() << "needs oomh-reserve and the CUDA driver double";
+  options.paths.reserve_program = reserve;
+  options.paths.driver_library_dir = double_dir;
+  JobSpec j = sh_job("reserved", "kill -0 $OOMH_RESERVE_PID && echo reserve-alive $OOMH_RESERVE_PID");
+  j.env = {{"CUDA_DOUBLE_MEMORY", "64MiB"}};
+  j.memory.reserve = 16 << 20;
+  JobSpec too_big = j;
+  too_big.name = "too_big";
+  too_big.memory.reserve = 128 << 20;
+  JobSpec chunked = j;
+  chunked.name = "chunked";
+  chunked.memory.reserve_chunk = 1 << 20;
+  auto out = run({j, too_big, chunked});
+
+  for (size_t i : {size_t{0}, size_t{2}}) {
+    ASSERT_EQ(out[i].trace.attempts.size(), 1u) << out[i].error;
+    EXPECT_TRUE(out[i].error.empty()) << out[i].error;
+    EXPECT_TRUE(out[i].trace.simulated_device);
+    std::string log = read_file(out[i].trace.attempts[0].log_path);
+    ASSERT_NE(log.find("reserve-alive "), std::string::npos) << log;
+    pid_t pid = static_cast<pid_t>(std::stol(log.substr(log.find("reserve-alive ") + 14)));
+    EXPECT_TRUE(kill(pid, 0) != 0 && errno == ESRCH) << "the sidecar outlived its job";
+  }
+  EXPECT_TRUE(out[1].trace.attempts.empty());
+  EXPECT_THAT(out[1].error, testing::HasSubstr("reservation sidecar failed"));
+  EXPECT_THAT(out[1].error, testing::HasSubstr("cuMemAlloc"));
+}
+
+// The real path: the emulated trainer loads the driver double through the preloaded shim, the shim fails
+// allocations at step 3, the trainer dies of the OOM, the runner restarts it without faults, and it
+// resumes from its checkpoint.
+TEST_F(JobRunnerTest, EmulatedTrainerUnderTheShimDiesOfAnInjectedOomAndResumesAfterARestart) {
+  const char* trainer = std::getenv("EXEC_TEST_TRAINER");
+  const char* inject = std::getenv("EXEC_TEST_INJECT");
+  const char* double_dir = std::getenv("EXEC_TEST_DOUBLE_DIR");
+  if (!trainer || !inject || !double_dir) GTEST_SKIP() << "needs emulated_trainer, the shim and the driver double";
+  options.paths.inject_library = inject;
+  options.paths.driver_library_dir = double_dir;
+  JobSpec j;
+  j.name = "trainer";
+  j.argv = {trainer, "--steps", "5", "--batch-size", "4", "--bytes-per-sample", "1048576", "--recovery", "checkpoint",
+            "--checkpoint", "{workdir}/ckpt", "--checkpoint-every", "1", "--step-ms", "30",
+            // Its caching allocator would serve every step from what step 1 reserved: a small leak per step
+            // makes step 3 allocate, so that the step-3 fault has a call to fail.
+            "--leak-per-step", "2097152"};
+  j.env = {{"CUDA_DOUBLE_MEMORY", "1GiB"}};
+  j.faults.push_back({"oom-at-3", {{"name", "oom-at-3"}, {"when", {{"step", 3}}}, {"fail", {{"times", 100}}}}, {}});
+  j.restart = {1, {"oom"}, true};
+  j.observe = {{"step", R"(^step (\d+))", {}}};
+  j.target_step = 5;
+  auto out = run({j});
+  const Trace& t = out[0].trace;
+  EXPECT_TRUE(t.simulated_device);
+  ASSERT_EQ(t.attempts.size(), 2u) << t.attempts.at(0).output_tail;
+  const Attempt& first = t.attempts[0];
+  const Attempt& second = t.attempts[1];
+  EXPECT_TRUE(first.ended_by_oom()) << first.output_tail;
+  EXPECT_TRUE(first.faults_enabled);
+  EXPECT_FALSE(second.faults_enabled);
+  EXPECT_EQ(second.exit_code, 0) << second.output_tail;
+  auto kinds = [](const Attempt& a) {
+    std::map<std::string, int> k;
+    for (const Event& e : a.events) ++k[e.src + ":" + e.kind];
+    return k;
+  };
+  auto k0 = kinds(first), k1 = kinds(second);
+  EXPECT_GE(k0["shim:inject"], 1);
+  EXPECT_GE(k0["probe:oom"], 1);
+  EXPECT_EQ(k1["shim:inject"], 0);
+  EXPECT_GE(k1["probe:checkpoint_load"], 1);
+  EXPECT_EQ(observed(first, "step"), (std::vector<std::string>{"1", "2"}));
+  EXPECT_EQ(observed(second, "step"), (std::vector<std::string>{"3", "4", "5"}));
+  bool held = false;
+  for (const MemorySample& s : first.samples) held |= s.held > 0 || s.peak > 0;
+  EXPECT_TRUE(held) << "the control block never showed memory held";
+}
+
+}  // namespace
+}  // namespace oomh

@@ -1,0 +1,185 @@
+// The runner's pieces that need no process: line splitting, the OOM detector, observe regexes, the
+// output tail, event-log ingestion, GPU packing, the plan, templating and the job environment.
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "exec/gpu_packing.h"
+#include "exec/launch.h"
+#include "exec/output.h"
+
+namespace oomh::exec {
+namespace {
+
+constexpr uint64_t GiB = 1ull << 30;
+
+TEST(LineSplitter, JoinsPiecesAndKeepsALastLineWithoutNewline) {
+  LineSplitter s;
+  std::vector<std::string> lines;
+  auto on = [&](std::string_view l) { lines.emplace_back(l); };
+  s.feed("ab", 2, on);
+  s.feed("c\r\nde\nf", 7, on);
+  EXPECT_EQ(lines, (std::vector<std::string>{"abc", "de"}));
+  s.finish(on);
+  EXPECT_EQ(lines.back(), "f");
+}
+
+TEST(LineSplitter, CutsOverlongLines) {
+  LineSplitter s;
+  std::string big(kMaxLine + 10, 'x');
+  size_t count = 0;
+  s.feed(big.data(), big.size(), [&](std::string_view l) { ++count; EXPECT_EQ(l.size(), kMaxLine); });
+  EXPECT_EQ(count, 1u);
+}
+
+TEST(OomDetector, MatchesTheKnownMessagesCaseInsensitively) {
+  EXPECT_TRUE(is_oom_message("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"));
+  EXPECT_TRUE(is_oom_message("CUDA_ERROR_OUT_OF_MEMORY"));
+  EXPECT_TRUE(is_oom_message("error: cudaErrorMemoryAllocation"));
+  EXPECT_TRUE(is_oom_message("RESOURCE_EXHAUSTED: Out of memory while trying to allocate"));
+  EXPECT_TRUE(is_oom_message("OUT OF MEMORY"));
+  EXPECT_FALSE(is_oom_message("step 5 batch 32 loss 0.25"));
+  EXPECT_FALSE(is_oom_message("memory is fine"));
+}
+
+TEST(LineObserver, GivesOneObservedEventPerMatchingRegex) {
+  std::vector<ObserveSpec> specs = {{"step", R"(step (\d+))", {}}, {"loss", R"(loss ([0-9.]+))", {}}};
+  LineObserver obs(specs);
+  std::vector<Event> out;
+  obs.match("step 7 batch 32 loss 0.5", "stdout", 1.0, 42, out);
+  obs.match("nothing here", "stderr", 2.0, 42, out);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].kind, "observed");
+  EXPECT_EQ(out[0].src, "runner");
+  EXPECT_EQ(out[0].text("key"), "step");
+  EXPECT_EQ(out[0].text("value"), "7");
+  EXPECT_EQ(out[0].text("stream"), "stdout");
+  EXPECT_EQ(out[1].text("value"), "0.5");
+  EXPECT_EQ(out[1].text("line"), "step 7 batch 32 loss 0.5");
+}
+
+TEST(OutputTail, KeepsTheLastLines) {
+  OutputTail t(3);
+  for (int i = 0; i < 10; ++i) t.add("line " + std::to_string(i));
+  EXPECT_EQ(t.text(), "line 7\nline 8\nline 9\n");
+}
+
+TEST(EventLog, ReadsValidLinesAndCountsBadOnes) {
+  std::string path = testing::TempDir() + "exec_events.jsonl";
+  {
+    std::ofstream f(path);
+    f << R"({"t":2.5,"pid":1,"src":"probe","kind":"step","fields":{"step":3}})" << "\n";
+    f << "garbage\n\n";
+    f << R"({"t":1.5,"pid":1,"src":"shim","kind":"inject","fields":{"size":10}})";  // no final newline
+  }
+  size_t bad = 0;
+  std::vector<Event> ev = read_event_log(path, &bad);
+  ASSERT_EQ(ev.size(), 2u);
+  EXPECT_EQ(ev[0].kind, "step");
+  EXPECT_EQ(ev[0].integer("step"), 3);
+  EXPECT_EQ(ev[1].integer("size"), 10);
+  EXPECT_EQ(bad, 1u);
+  EXPECT_TRUE(read_event_log(path + ".missing", &bad).empty());
+  std::remove(path.c_str());
+}
+
+TEST(GpuPacker, PacksCappedJobsWhileTheyFitAndGivesUncappedOnesAGpu) {
+  GpuPacker p({{0, 10 * GiB, 1 * GiB}, {1, 10 * GiB, 0}}, 1 * GiB);  // capacity: 8 GiB and 9 GiB
+  auto a = p.place({false, 5 * GiB});
+  auto b = p.place({false, 4 * GiB});
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(a->gpu, 0);
+  EXPECT_EQ(b->gpu, 1);  // 5 + 4 > 8 on GPU 0
+  auto c = p.place({false, 3 * GiB});
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->gpu, 0);
+  EXPECT_FALSE(p.place({true, 0}));            // no empty GPU for an uncapped job
+  EXPECT_FALSE(p.place({false, 6 * GiB}));     // fits nowhere now: waits
+  p.release(*b);
+  auto d = p.place({true, 0});
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->gpu, 1);
+  EXPECT_FALSE(p.place({false, 1 * GiB}));     // GPU 0 has 0 left, GPU 1 is taken whole
+}
+
+TEST(GpuPacker, AJobTooBigForEveryGpuGetsOneToItself) {
+  GpuPacker p({{3, 4 * GiB, 0}}, 1 * GiB);
+  auto a = p.place({false, 100 * GiB});
+  ASSERT_TRUE(a);
+  EXPECT_TRUE(a->exclusive);
+  EXPECT_EQ(a->gpu, 3);
+}
+
+TEST(GpuPacker, WithoutGpusEveryJobRunsWithoutOne) {
+  GpuPacker p({}, GiB);
+  auto a = p.place({true, 0});
+  ASSERT_TRUE(a);
+  EXPECT_FALSE(a->gpu);
+}
+
+TEST(GpuInventory, ParsesNvidiaSmiAndSelects) {
+  auto g = parse_nvidia_smi("0, 81559, 1\n1, 81559, 40000\nbad line\n");
+  ASSERT_EQ(g.size(), 2u);
+  EXPECT_EQ(g[1].index, 1);
+  EXPECT_EQ(g[1].total, 81559ull << 20);
+  EXPECT_EQ(g[1].used, 40000ull << 20);
+  auto s = select_gpus(g, {1});
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(s[0].index, 1);
+}
+
+TEST(GpuNeed, ACappedJobNeedsItsLargestCapPlusItsReservation) {
+  JobSpec job;
+  EXPECT_TRUE(gpu_need(job).exclusive);
+  job.memory.limit = 2 * GiB;
+  job.memory.schedule.push_back({int64_t{8}, std::nullopt, 3 * GiB});
+  job.memory.reserve = GiB;
+  EXPECT_FALSE(gpu_need(job).exclusive);
+  EXPECT_EQ(gpu_need(job).bytes, 4 * GiB);
+}
+
+std::string env_value(const std::vector<std::string>& env, const std::string& name) {
+  for (const std::string& kv : env)
+    if (kv.rfind(name + "=", 0) == 0) return kv.substr(name.size() + 1);
+  return "<unset>";
+}
+
+TEST(Launch, EnvironmentCarriesTheHarness) {
+  setenv("LD_PRELOAD", "/user/lib.so", 1);
+  setenv("PYTHONPATH", "/user/py", 1);
+  JobSpec job;
+  job.name = "j";
+  job.env = {{"MY_VAR", "{workdir}/x"}};
+  HarnessPaths paths{"/h/inject.so", "/h/python", "/h/reserve", "/h/double"};
+  AttemptContext ctx{"j", 2, "/oomh-1-0-2", "/o/ev.jsonl", "{\"version\":1}", "/w", 1};
+  auto env = job_environment(job, paths, ctx);
+  EXPECT_EQ(env_value(env, "LD_PRELOAD"), "/user/lib.so:/h/inject.so");
+  EXPECT_EQ(env_value(env, "PYTHONPATH"), "/h/python:/user/py");
+  EXPECT_EQ(env_value(env, "OOMH_PROBE"), "1");
+  EXPECT_EQ(env_value(env, "OOMH_CONTROL"), "/oomh-1-0-2");
+  EXPECT_EQ(env_value(env, "OOMH_EVENTS"), "/o/ev.jsonl");
+  EXPECT_EQ(env_value(env, "OOMH_PLAN"), "{\"version\":1}");
+  EXPECT_EQ(env_value(env, "OOMH_JOB"), "j");
+  EXPECT_EQ(env_value(env, "OOMH_ATTEMPT"), "2");
+  EXPECT_EQ(env_value(env, "MY_VAR"), "/w/x");
+  EXPECT_EQ(env_value(env, "CUDA_VISIBLE_DEVICES"), "1");
+  EXPECT_EQ(env_value(env, "LD_LIBRARY_PATH").rfind("/h/double", 0), 0u);
+  job.probe = ProbeMode::none;
+  env = job_environment(job, paths, ctx);
+  EXPECT_EQ(env_value(env, "PYTHONPATH"), "/user/py");
+  EXPECT_EQ(env_value(env, "OOMH_PROBE"), "<unset>");
+  unsetenv("LD_PRELOAD");
+  unsetenv("PYTHONPATH");
+}
+
+TEST(Launch, ResolvesProgramsOnThePath) {
+  EXPECT_EQ(resolve_program("sh", {"PATH=/nonexistent:/bin"}), "/bin/sh");
+  EXPECT_EQ(resolve_program("./x", {}), "./x");
+  EXPECT_EQ(resolve_program("no-such-program-oomh", {"PATH=/bin"}), "");
+}
+
+}  // namespace
+}  // namespace oomh::exec
