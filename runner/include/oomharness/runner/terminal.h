@@ -1,0 +1,72 @@
+#pragma once
+// What a person sees while a run goes: live progress while jobs run, a summary table at the end.
+//
+// On a terminal (stdout is a TTY and `CI` is not set) each running job has one line, redrawn in place
+// with ANSI escapes at most ten times a second. Anywhere else (CI logs, pipes) plain lines are printed,
+// one per job start, attempt end and job end, so that logs stay readable. `NO_COLOR` turns colours off.
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "oomharness/reports/result.h"
+#include "oomharness/runner/job_runner.h"
+
+namespace oomh {
+
+struct TerminalStyle {
+  bool live = false;   // redraw lines in place
+  bool color = false;  // ANSI colours
+  int width = 100;     // columns; live lines are cut to fit so that redrawing never wraps
+};
+// For stdout: live when it is a TTY and `CI` is unset; colour when it is a TTY and `NO_COLOR` is unset
+// (https://no-color.org: any non-empty value).
+TerminalStyle detect_terminal_style();
+
+// One line about a running job: "suite::job  attempt 2  step 14  1.50 GiB / 2.00 GiB  3 faults  12.3s".
+std::string progress_line(const std::string& name, const JobProgress& p);
+
+class ProgressView {
+ public:
+  // `names[i]` is what to call the i-th job given to the runner ("suite::job").
+  ProgressView(std::ostream& out, TerminalStyle style, std::vector<std::string> names);
+  ~ProgressView();
+  void on_progress(const JobProgress& progress);
+  void on_job_done(size_t index);
+  // Clears the live lines; call before printing anything else.
+  void finish();
+
+ private:
+  struct JobState {
+    JobProgress last;
+    bool started = false;
+    bool done = false;
+    int attempt = 0;
+  };
+  void print_permanent(const std::string& line);  // callers hold mutex_
+  void redraw(bool force);                        // callers hold mutex_
+  void clear_live();                              // callers hold mutex_
+  size_t index_of(const std::string& runner_name) const;
+
+  std::ostream& out_;
+  TerminalStyle style_;
+  std::vector<std::string> names_;
+  std::map<std::string, JobState> jobs_;          // by the runner's job name
+  int drawn_ = 0;                                  // live lines on screen now
+  std::chrono::steady_clock::time_point last_draw_{};
+  std::mutex mutex_;
+};
+
+// The table printed at the end of `run`, `exec` and `demo`: job, status, verdicts, attempts, peak, time;
+// under each failed job its first failing verdict's sentence; then pytest's closing line
+// ("==== 3 passed, 1 failed, 1 inconclusive in 12.3s ====").
+std::string summary_table(const RunResult& run, bool color);
+
+// "PASSED", "FAILED", "ERROR", "SKIPPED", "INCONCLUSIVE", "INTERRUPTED".
+const char* status_word(JobStatus status);
+
+}  // namespace oomh

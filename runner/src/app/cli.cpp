@@ -1,0 +1,155 @@
+// The command line: CLI11 parses, commands.h does. Only CLI11 API common to 2.1 (Debian 12) and 2.4 is
+// used. docs/cli.md documents every command and flag; keep the two in step.
+
+// GCC 12 reports a -Wnull-dereference inside CLI11's own string splitting (a false positive in
+// libstdc++'s vector growth); our code is checked with the warning on.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wnull-dereference"
+#include <CLI/CLI.hpp>
+#pragma GCC diagnostic pop
+
+#include <algorithm>
+#include <exception>
+#include <iostream>
+
+#include "app/commands.h"
+#include "oomharness/runner/app.h"
+#include "oomharness/version.h"
+
+namespace oomh {
+
+namespace {
+
+const char* kFooter =
+    "Exit codes: 0 all jobs passed, 1 some failed (or a regression), 2 interrupted, 3 internal error,\n"
+    "4 usage or suite error. Inconclusive jobs do not fail a run. docs/cli.md has every flag and example.";
+
+void add_report_flags(CLI::App* cmd, app::ReportFlags& f) {
+  cmd->add_option("--junit", f.junit, "Also write JUnit XML here");
+  cmd->add_option("--json", f.json, "Also write the results JSON here");
+  cmd->add_option("--html", f.html, "Also write the HTML report here");
+  cmd->add_option("--markdown", f.markdown, "Also write a Markdown summary here");
+  cmd->add_option("--perfetto", f.perfetto, "Also write a Perfetto / chrome://tracing trace here");
+}
+
+int parse_and_run(std::vector<std::string> args) {
+  // `exec ... -- CMD ARGS`: everything after the first `--` is the job's command, untouched by CLI11
+  // (its flags are the job's, not ours).
+  std::vector<std::string> command;
+  auto dashdash = std::find(args.begin(), args.end(), "--");
+  auto exec_word = std::find(args.begin() + (args.empty() ? 0 : 1), dashdash, "exec");
+  if (dashdash != args.end() && exec_word != dashdash) {
+    command.assign(dashdash + 1, args.end());
+    args.erase(dashdash, args.end());
+  }
+
+  CLI::App app{"oomharness: tests whether GPU training code survives running out of memory", "oomharness"};
+  app.set_version_flag("--version", std::string("oomharness ") + kVersion);
+  app.require_subcommand(1);
+  app.footer(kFooter);
+
+  app::RunArgs run_args;
+  run_args.command_line = args;
+  CLI::App* run = app.add_subcommand("run", "Run suites: every job under the shim, checked by its expect: policies");
+  run->add_option("suites", run_args.suites, "Suite files (YAML)")->required();
+  run->add_option("-k", run_args.filters,
+                  "Only jobs whose suite::job name matches: substring or glob, with and/or/not (like pytest -k)");
+  run->add_option("-j,--jobs", run_args.jobs, "How many jobs run at once (default 1)");
+  run->add_option("--gpus", run_args.gpus, "GPUs to use, like 0,1 (default: all found)");
+  add_report_flags(run, run_args.reports);
+  run->add_flag("--summary", run_args.summary, "Append the Markdown summary to $GITHUB_STEP_SUMMARY");
+  run->add_option("-o,--out", run_args.out_dir, "Output folder: results.json, report.html, job logs (default oomh-out)");
+  run->add_flag("--simulate", run_args.simulate, "Run on the CPU driver double instead of a GPU");
+  run->footer(kFooter);
+
+  app::ExecArgs exec_args;
+  exec_args.command_line = args;
+  exec_args.command_line.push_back("--");
+  exec_args.command_line.insert(exec_args.command_line.end(), command.begin(), command.end());
+  CLI::App* exec = app.add_subcommand("exec", "Stress one command: oomharness exec [flags] -- CMD ARGS...");
+  exec->add_option("--cap", exec_args.cap, "Make every GPU look this big to the job: 8GiB, 512MiB");
+  exec->add_option("--fault", exec_args.faults, "A fault rule: step=5,times=4 | every=10,min_size=64MiB | ... (repeatable)");
+  exec->add_option("--expect", exec_args.expects, "A check: batch_halving:factor=0.5,min=8 | exit=0 | ... (repeatable)");
+  exec->add_option("--timeout", exec_args.timeout, "Stop the job after this long: 30s, 10m (default 10m)");
+  exec->add_option("--restart", exec_args.restart, "Restart the job up to N times when it dies (default 0)");
+  exec->add_option("--restart-on", exec_args.restart_on, "What restarts it: oom, nonzero, signal, any (comma list; default oom)");
+  exec->add_flag("--clear-faults", exec_args.clear_faults, "Restarted attempts run without the faults");
+  exec->add_option("--target-step", exec_args.target_step, "The step training must reach");
+  exec->add_option("--name", exec_args.name, "The job's name in reports (default: the command's name)");
+  exec->add_option("--env", exec_args.env, "NAME=VALUE for the job's environment (repeatable)");
+  add_report_flags(exec, exec_args.reports);
+  exec->add_flag("--summary", exec_args.summary, "Append the Markdown summary to $GITHUB_STEP_SUMMARY");
+  exec->add_option("-o,--out", exec_args.out_dir, "Output folder (default oomh-out)");
+  exec->add_flag("--simulate", exec_args.simulate, "Run on the CPU driver double instead of a GPU");
+  exec->footer(kFooter);
+
+  std::vector<std::string> validate_suites;
+  CLI::App* validate = app.add_subcommand("validate", "Check suite files without running them");
+  validate->add_option("suites", validate_suites, "Suite files (YAML)")->required();
+
+  std::string results_file;
+  app::ReportFlags report_flags;
+  CLI::App* report = app.add_subcommand("report", "Write reports again from a results file");
+  report->add_option("results", results_file, "A results.json written by oomharness run")->required();
+  add_report_flags(report, report_flags);
+
+  app::CompareArgs compare_args;
+  CLI::App* compare = app.add_subcommand("compare", "Compare two runs; exit 1 on a regression");
+  compare->add_option("base", compare_args.base, "The base results.json")->required();
+  compare->add_option("new", compare_args.now, "The new results.json")->required();
+  compare->add_option("--fail-on", compare_args.fail_on,
+                      "What counts as a regression: verdict, removed, peak:+5%, recovery:+2s, faults_visible:-0 "
+                      "(repeatable; default verdict)");
+  compare->add_option("--markdown", compare_args.markdown, "Also write the comparison as Markdown here");
+
+  std::string demo_out = "oomh-out";
+  CLI::App* demo = app.add_subcommand("demo", "Run the demo suite (simulated when no GPU is found)");
+  demo->add_option("-o,--out", demo_out, "Output folder (default oomh-out)");
+
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  try {
+    app.parse(static_cast<int>(argv.size()), argv.data());
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);  // prints help, the version, or the error with a hint
+    return code == 0 ? 0 : to_int(ExitCode::usage_error);
+  }
+  if (!command.empty() && !exec->parsed()) {
+    std::cerr << "oomharness: '--' and a command belong to `oomharness exec`\n";
+    return to_int(ExitCode::usage_error);
+  }
+
+  std::ostream& out = std::cout;
+  std::ostream& err = std::cerr;
+  if (run->parsed()) return to_int(app::command_run(run_args, out, err));
+  if (exec->parsed()) {
+    exec_args.command = command;
+    return to_int(app::command_exec(exec_args, out, err));
+  }
+  if (validate->parsed()) return to_int(app::command_validate(validate_suites, out, err));
+  if (report->parsed()) return to_int(app::command_report(results_file, report_flags, out, err));
+  if (compare->parsed()) return to_int(app::command_compare(compare_args, out, err));
+  if (demo->parsed()) return to_int(app::command_demo(demo_out, args, out, err));
+  return to_int(ExitCode::usage_error);
+}
+
+}  // namespace
+
+int app_main(const std::vector<std::string>& args) {
+  try {
+    return parse_and_run(args);
+  } catch (const std::exception& e) {
+    std::cerr << "oomharness: internal error: " << e.what() << "\n"
+              << "(this is a bug in oomharness: please report it with the command line above)\n";
+  } catch (...) {
+    std::cerr << "oomharness: internal error (unknown exception)\n";
+  }
+  return to_int(ExitCode::internal_error);
+}
+
+int app_main(int argc, char** argv) {
+  std::vector<std::string> args(argv, argv + argc);
+  return app_main(args);
+}
+
+}  // namespace oomh

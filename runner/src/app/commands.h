@@ -1,0 +1,68 @@
+#pragma once
+// The commands behind the command line (cli.cpp parses, these do). Each returns an exit code (app.h)
+// and writes what a person reads to `out`, errors to `err`.
+
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "oomharness/runner/app.h"
+#include "oomharness/runner/suite.h"
+
+namespace oomh::app {
+
+// --junit/--json/--html/--markdown/--perfetto.
+struct ReportFlags {
+  std::string junit, json, html, markdown, perfetto;
+};
+
+struct RunArgs {
+  std::vector<std::string> suites;
+  std::vector<std::string> filters;   // -k, OR-ed when repeated
+  int jobs = 1;
+  std::string gpus;                   // "0,1"
+  ReportFlags reports;
+  bool summary = false;
+  std::string out_dir = "oomh-out";
+  bool simulate = false;
+  std::vector<std::string> command_line;
+};
+
+struct ExecArgs {
+  std::string cap;
+  std::vector<std::string> faults;
+  std::vector<std::string> expects;
+  std::string timeout;
+  int restart = 0;
+  std::string restart_on = "oom";
+  bool clear_faults = false;
+  std::optional<int64_t> target_step;
+  std::string name;
+  std::vector<std::string> env;       // KEY=VALUE
+  std::vector<std::string> command;
+  ReportFlags reports;
+  bool summary = false;
+  std::string out_dir = "oomh-out";
+  bool simulate = false;
+  std::vector<std::string> command_line;
+};
+
+struct CompareArgs {
+  std::string base, now;
+  std::vector<std::string> fail_on;
+  std::string markdown;
+};
+
+ExitCode command_run(const RunArgs& args, std::ostream& out, std::ostream& err);
+ExitCode command_exec(const ExecArgs& args, std::ostream& out, std::ostream& err);
+ExitCode command_validate(const std::vector<std::string>& suites, std::ostream& out, std::ostream& err);
+ExitCode command_report(const std::string& results, const ReportFlags& flags, std::ostream& out, std::ostream& err);
+ExitCode command_compare(const CompareArgs& args, std::ostream& out, std::ostream& err);
+ExitCode command_demo(const std::string& out_dir, const std::vector<std::string>& command_line, std::ostream& out,
+                      std::ostream& err);
+
+// Runs loaded suites (all jobs already chosen): the shared second half of run, exec and demo.
+ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream& out, std::ostream& err);
+
+}  // namespace oomh::app

@@ -1,0 +1,100 @@
+// `oomharness validate`, `report` and `compare`: commands that run no job.
+
+#include <filesystem>
+
+#include "app/commands.h"
+#include "oomharness/reports/compare.h"
+#include "oomharness/reports/writers.h"
+
+namespace fs = std::filesystem;
+
+namespace oomh::app {
+
+ExitCode command_validate(const std::vector<std::string>& suites, std::ostream& out, std::ostream& err) {
+  bool bad = false;
+  for (const auto& file : suites) {
+    SuiteLoad load = load_suite(file);
+    for (const auto& e : load.errors) err << e.str() << "\n";
+    if (!load.errors.empty() || !load.suite) {
+      bad = true;
+      continue;
+    }
+    size_t n = load.suite->jobs.size();
+    out << "ok: " << n << (n == 1 ? " job" : " jobs") << " in " << file << "\n";
+    for (const auto& job : load.suite->jobs) out << "  " << load.suite->name << "::" << job.name << "\n";
+  }
+  return bad ? ExitCode::usage_error : ExitCode::ok;
+}
+
+namespace {
+bool write_one(const std::string& path, const std::string& content, std::ostream& out, std::ostream& err) {
+  std::error_code ec;
+  fs::path parent = fs::path(path).parent_path();
+  if (!parent.empty()) fs::create_directories(parent, ec);
+  auto w = write_file_atomic(path, content);
+  if (!w) {
+    err << "oomharness: " << w.error() << "\n";
+    return false;
+  }
+  out << "wrote " << path << "\n";
+  return true;
+}
+}  // namespace
+
+ExitCode command_report(const std::string& results, const ReportFlags& flags, std::ostream& out, std::ostream& err) {
+  auto run = load_results(results);
+  if (!run) {
+    err << "oomharness report: " << run.error() << "\n";
+    return ExitCode::usage_error;
+  }
+  ReportFlags f = flags;
+  // With no format asked for, the report a person wants: HTML next to the results file.
+  if (f.html.empty() && f.junit.empty() && f.markdown.empty() && f.perfetto.empty() && f.json.empty())
+    f.html = (fs::path(results).parent_path() / "report.html").string();
+  bool ok = true;
+  if (!f.html.empty()) {
+    std::string dir = fs::path(f.html).parent_path().string();
+    ok &= write_one(f.html, render_html(run.value(), HtmlOptions{dir.empty() ? "." : dir}), out, err);
+  }
+  if (!f.junit.empty()) ok &= write_one(f.junit, render_junit(run.value()), out, err);
+  if (!f.markdown.empty()) ok &= write_one(f.markdown, render_markdown(run.value()), out, err);
+  if (!f.perfetto.empty()) ok &= write_one(f.perfetto, render_perfetto(run.value()), out, err);
+  if (!f.json.empty()) ok &= write_one(f.json, render_json(run.value()), out, err);
+  return ok ? ExitCode::ok : ExitCode::internal_error;
+}
+
+ExitCode command_compare(const CompareArgs& args, std::ostream& out, std::ostream& err) {
+  std::vector<CompareRule> rules;
+  std::vector<std::string> texts = args.fail_on;
+  if (texts.empty()) texts = {"verdict"};  // a job that stopped passing is a regression by default
+  for (const auto& t : texts) {
+    auto r = parse_fail_on(t);
+    if (!r) {
+      err << "oomharness compare: " << r.error() << "\n";
+      return ExitCode::usage_error;
+    }
+    rules.push_back(r.value());
+  }
+  auto base = load_results(args.base);
+  if (!base) {
+    err << "oomharness compare: " << base.error() << "\n";
+    return ExitCode::usage_error;
+  }
+  auto now = load_results(args.now);
+  if (!now) {
+    err << "oomharness compare: " << now.error() << "\n";
+    return ExitCode::usage_error;
+  }
+  Comparison c = compare(base.value(), now.value(), rules);
+  out << render_comparison_text(c);
+  if (!args.markdown.empty()) {
+    auto w = write_file_atomic(args.markdown, render_comparison_markdown(c));
+    if (!w) {
+      err << "oomharness compare: " << w.error() << "\n";
+      return ExitCode::internal_error;
+    }
+  }
+  return c.regressed() ? ExitCode::tests_failed : ExitCode::ok;
+}
+
+}  // namespace oomh::app

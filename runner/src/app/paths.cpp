@@ -1,0 +1,115 @@
+// Finding the harness's pieces: Note [Finding the harness's pieces] in paths.h.
+
+#include "app/paths.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+namespace fs = std::filesystem;
+
+namespace oomh::app {
+
+namespace {
+
+const char* source_dir() {
+#ifdef OOMH_SOURCE_DIR
+  return OOMH_SOURCE_DIR;
+#else
+  return "";
+#endif
+}
+
+// `relative` under the executable's folder and up to four folders above it.
+std::vector<std::string> upward(const std::vector<std::string>& relatives) {
+  std::vector<std::string> out;
+  fs::path dir = executable_dir();
+  for (int level = 0; level < 5 && !dir.empty(); ++level) {
+    for (const auto& r : relatives) out.push_back((dir / r).lexically_normal().string());
+    if (dir == dir.parent_path()) break;
+    dir = dir.parent_path();
+  }
+  return out;
+}
+
+Found first_existing(const char* env_name, std::vector<std::string> candidates, bool want_dir) {
+  Found f;
+  if (const char* v = std::getenv(env_name); v && *v) candidates.insert(candidates.begin(), v);
+  for (const auto& c : candidates) {
+    f.tried.push_back(c);
+    std::error_code ec;
+    bool ok = want_dir ? fs::is_directory(c, ec) : fs::is_regular_file(c, ec);
+    if (ok) {
+      f.path = fs::absolute(c, ec).lexically_normal().string();
+      return f;
+    }
+  }
+  return f;
+}
+
+}  // namespace
+
+std::string Found::tried_text() const {
+  std::string s = "looked in ";
+  for (size_t i = 0; i < tried.size(); ++i) s += (i ? ", " : "") + tried[i];
+  return s;
+}
+
+std::string executable_dir() {
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return ".";
+  return exe.parent_path().string();
+}
+
+Found find_inject_library() {
+  auto c = upward({"injector/liboomharness_inject.so", "liboomharness_inject.so", "lib/oomharness/liboomharness_inject.so",
+                   "lib/liboomharness_inject.so"});
+  return first_existing("OOMH_INJECT_LIBRARY", c, false);
+}
+
+Found find_python_probe_dir() {
+  std::vector<std::string> c;
+  if (*source_dir()) c.push_back(std::string(source_dir()) + "/policies/python");
+  for (auto& p : upward({"share/oomharness/python"})) c.push_back(p);
+  return first_existing("OOMH_PYTHON_DIR", c, true);
+}
+
+Found find_reserve_program() {
+  return first_existing("OOMH_RESERVE_PROGRAM", upward({"oomh-reserve", "runner/oomh-reserve", "bin/oomh-reserve"}), false);
+}
+
+Found find_driver_double_dir() {
+  Found f = first_existing("OOMH_CUDA_DOUBLE_DIR", upward({"cuda_double/libcuda.so.1"}), false);
+  if (f.path) f.path = fs::path(*f.path).parent_path().string();
+  return f;
+}
+
+Found find_demo_suite() {
+  std::vector<std::string> c;
+  if (const char* home = std::getenv("OOMH_HOME"); home && *home) c.push_back(std::string(home) + "/suites/demo.yaml");
+  if (*source_dir()) c.push_back(std::string(source_dir()) + "/suites/demo.yaml");
+  for (auto& p : upward({"share/oomharness/suites/demo.yaml"})) c.push_back(p);
+  return first_existing("OOMH_DEMO_SUITE", c, false);
+}
+
+std::optional<std::string> resolve_paths(bool simulate, HarnessPaths& paths) {
+  Found inject = find_inject_library();
+  if (!inject.path)
+    return "cannot find the shim liboomharness_inject.so (build target oomharness_inject, or set OOMH_INJECT_LIBRARY); " +
+           inject.tried_text();
+  paths.inject_library = *inject.path;
+  if (Found probe = find_python_probe_dir(); probe.path) paths.python_probe_dir = *probe.path;
+  if (Found reserve = find_reserve_program(); reserve.path) paths.reserve_program = *reserve.path;
+  if (simulate) {
+    Found dbl = find_driver_double_dir();
+    if (!dbl.path)
+      return "--simulate needs the CPU driver double (build target oomh_cuda_double, or set OOMH_CUDA_DOUBLE_DIR); " +
+             dbl.tried_text();
+    paths.driver_library_dir = *dbl.path;
+  }
+  return std::nullopt;
+}
+
+}  // namespace oomh::app

@@ -1,0 +1,36 @@
+#pragma once
+// Where the harness finds its own pieces (the shim, the Python probe, the sidecar, the CPU driver double).
+//
+// Note [Finding the harness's pieces]
+// The command runs from a build tree (<build>/runner/oomharness), from an install (<prefix>/bin) or
+// inside a test program (<build>/tests/runner/app/...). Each piece is looked for in the folders above the
+// executable, a few levels up, at the places a build and an install put it; an OOMH_* variable names it
+// outright. The first existing file wins, and an error lists every place that was tried.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "oomharness/runner/job_runner.h"
+
+namespace oomh::app {
+
+struct Found {
+  std::optional<std::string> path;
+  std::vector<std::string> tried;
+  std::string tried_text() const;  // "looked in a, b, c"
+};
+
+std::string executable_dir();
+Found find_inject_library();
+Found find_python_probe_dir();
+Found find_reserve_program();
+Found find_driver_double_dir();
+// The folder that holds `suites/demo.yaml`: $OOMH_HOME, then the source tree this was built from.
+Found find_demo_suite();
+
+// The shim (required), the probe and the sidecar (optional), and the driver double when `simulate`.
+// Returns the error text when a required piece is missing.
+std::optional<std::string> resolve_paths(bool simulate, HarnessPaths& paths);
+
+}  // namespace oomh::app

@@ -1,0 +1,295 @@
+// Trace + verdicts -> JobResult: the facts the reports show, derived once, here.
+
+#include "oomharness/runner/results_builder.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "oomharness/events.h"
+#include "oomharness/units.h"
+
+namespace oomh {
+
+namespace {
+
+bool is_probe(const Event& e, const char* kind) { return e.src == events::kSrcProbe && e.kind == kind; }
+
+// A completed training step: the probe's `step` event, or a `step` the runner read from the job's output
+// (`observe:`), for jobs that run without a probe.
+bool is_completed_step(const Event& e) {
+  if (is_probe(e, events::kStep)) return true;
+  return e.src == events::kSrcRunner && e.kind == events::kObserved && e.text("key") == "step";
+}
+
+int64_t step_of(const Event& e) {
+  if (e.kind == events::kObserved) {
+    if (e.has("value") && e.fields["value"].is_string()) {
+      try { return std::stoll(e.text("value")); } catch (...) { return -1; }
+    }
+    return e.integer("value");
+  }
+  return e.integer("step");
+}
+
+bool is_inject(const Event& e) { return e.src == events::kSrcShim && e.kind == events::kInject; }
+bool is_oom_seen(const Event& e) { return is_probe(e, events::kOom) || is_probe(e, events::kOomCaught); }
+
+std::string step_text(int64_t step) { return step >= 0 ? " at step " + std::to_string(step) : std::string(); }
+
+}  // namespace
+
+JobStatus job_status(const JobOutcome& outcome, const std::vector<Verdict>& verdicts) {
+  if (!outcome.error.empty()) return JobStatus::error;
+  if (outcome.interrupted) return JobStatus::interrupted;
+  if (verdicts.empty()) {
+    // No checks asked for: the job is an ordinary test, and its last attempt's exit decides.
+    const auto& attempts = outcome.trace.attempts;
+    if (attempts.empty()) return JobStatus::error;
+    const Attempt& last = attempts.back();
+    bool ok = last.end_kind == AttemptEnd::exited && last.exit_code && *last.exit_code == 0;
+    return ok ? JobStatus::passed : JobStatus::failed;
+  }
+  bool inconclusive = false;
+  for (const auto& v : verdicts) {
+    if (v.status == VerdictStatus::fail) return JobStatus::failed;
+    if (v.status == VerdictStatus::inconclusive) inconclusive = true;
+  }
+  return inconclusive ? JobStatus::inconclusive : JobStatus::passed;
+}
+
+std::string attempt_outcome(const Attempt& a) {
+  switch (a.end_kind) {
+    case AttemptEnd::failed_to_start: return "failed_to_start";
+    case AttemptEnd::interrupted: return "interrupted";
+    case AttemptEnd::timed_out: return "timeout";
+    case AttemptEnd::signalled: return a.ended_by_oom() ? "oom" : "signal";
+    case AttemptEnd::exited: break;
+  }
+  if (a.exit_code && *a.exit_code == 0) return "ok";
+  return a.ended_by_oom() ? "oom" : "nonzero";
+}
+
+// Note [Visible faults]
+// An injected failure is *visible* when the training code saw an out-of-memory error because of it, and
+// *absorbed* when the framework got past it unseen (PyTorch's caching allocator frees its cache and
+// retries once; DESIGN.md). The trace does not link an OOM to the allocation that caused it, so the rule
+// is about order, within one attempt: an `inject` event is visible when, after it and before the next
+// completed step, the probe reported an `oom` (or `oom_caught`), or the attempt ended by an OOM
+// (Attempt::ended_by_oom: exit with an OOM message or an uncaught probe `oom`) with no completed step in
+// between. A completed step first means the code went on without seeing it: absorbed. Several injects
+// before one OOM (a `times: 4` fault) are all visible: together they made the error the code saw.
+std::vector<FaultRecord> fault_records(const Trace& trace, double job_start) {
+  std::vector<FaultRecord> out;
+  for (const Attempt& a : trace.attempts) {
+    const bool ended_by_oom = a.ended_by_oom();
+    for (size_t i = 0; i < a.events.size(); ++i) {
+      const Event& e = a.events[i];
+      if (!is_inject(e)) continue;
+      FaultRecord f;
+      f.attempt = a.index;
+      f.t = e.t - job_start;
+      f.rule = e.text("rule", e.text("reason") == "cap" ? "cap" : "");
+      f.entry = e.text("entry");
+      f.size = static_cast<uint64_t>(std::max<int64_t>(0, e.integer("size", 0)));
+      f.device = static_cast<int>(e.integer("device", 0));
+      f.step = e.integer("step", -1);
+      f.phase = e.text("phase");
+      bool decided = false;
+      for (size_t j = i + 1; j < a.events.size() && !decided; ++j) {
+        if (is_oom_seen(a.events[j])) { f.visible = true; decided = true; }
+        else if (is_completed_step(a.events[j])) decided = true;
+      }
+      if (!decided) f.visible = ended_by_oom;
+      out.push_back(std::move(f));
+    }
+  }
+  return out;
+}
+
+std::map<int, std::vector<TimelinePoint>> memory_timeline(const Trace& trace, double job_start, size_t max_points) {
+  std::map<int, std::vector<const MemorySample*>> per_device;
+  for (const Attempt& a : trace.attempts)
+    for (const MemorySample& s : a.samples) per_device[s.device].push_back(&s);
+  std::map<int, std::vector<TimelinePoint>> out;
+  if (max_points == 0) return out;
+  for (auto& [device, samples] : per_device) {
+    std::stable_sort(samples.begin(), samples.end(), [](const MemorySample* x, const MemorySample* y) { return x->t < y->t; });
+    auto point = [&](const MemorySample* s) { return TimelinePoint{s->t - job_start, s->held, s->cap, s->step}; };
+    std::vector<TimelinePoint> points;
+    for (const auto* sample : samples) points.push_back(point(sample));
+    // reports' downsampling keeps each bucket's lowest and highest point: a chart of memory must never
+    // hide a peak (the moment an OOM is about).
+    out[device] = downsample_timeline(points, max_points);
+  }
+  return out;
+}
+
+namespace {
+
+std::map<int, uint64_t> peaks(const Trace& trace) {
+  std::map<int, uint64_t> out;
+  for (const Attempt& a : trace.attempts) {
+    for (const MemorySample& s : a.samples) {
+      uint64_t& p = out[s.device];
+      p = std::max({p, s.peak, s.held});
+    }
+    // The shim's own count at exit is exact; samples every 50 ms can miss a short peak.
+    for (const Event& e : a.events) {
+      if (e.src != events::kSrcShim || e.kind != events::kShimExit || !e.has("peak")) continue;
+      uint64_t& p = out[static_cast<int>(e.integer("device", 0))];
+      p = std::max(p, static_cast<uint64_t>(std::max<int64_t>(0, e.integer("peak", 0))));
+    }
+  }
+  return out;
+}
+
+constexpr size_t kMaxMarkersPerKind = 200;
+
+std::vector<Marker> markers(const Trace& trace, double job_start) {
+  std::map<std::string, std::vector<Marker>> by_kind;
+  for (const Attempt& a : trace.attempts) {
+    if (a.index > 0) by_kind["restart"].push_back({a.start - job_start, a.index, "restart", "attempt " + std::to_string(a.index + 1) + " started"});
+    for (const Event& e : a.events) {
+      Marker m{e.t - job_start, a.index, "", ""};
+      if (is_inject(e)) {
+        m.kind = "inject";
+        std::string rule = e.text("rule", "cap");
+        m.label = "fault '" + rule + "': " + format_bytes(static_cast<uint64_t>(std::max<int64_t>(0, e.integer("size", 0)))) +
+                  " (" + e.text("entry", "alloc") + ")" + step_text(e.integer("step"));
+      } else if (is_probe(e, events::kOom)) {
+        m.kind = "oom";
+        m.label = "OOM" + step_text(e.integer("step"));
+        if (e.integer("batch_size") >= 0) m.label += " (batch " + std::to_string(e.integer("batch_size")) + ")";
+        if (e.flag("caught")) m.label += ", caught";
+      } else if (is_probe(e, events::kEmptyCache)) {
+        m.kind = "empty_cache";
+        m.label = "empty_cache";
+        if (e.has("reserved_before") && e.has("reserved_after"))
+          m.label += ": reserved " + format_bytes(static_cast<uint64_t>(std::max<int64_t>(0, e.integer("reserved_before")))) +
+                     " -> " + format_bytes(static_cast<uint64_t>(std::max<int64_t>(0, e.integer("reserved_after"))));
+      } else if (is_probe(e, events::kSave)) {
+        m.kind = "checkpoint_save";
+        m.label = "checkpoint saved" + step_text(e.integer("step"));
+      } else if (is_probe(e, events::kLoad)) {
+        m.kind = "checkpoint_load";
+        m.label = "checkpoint loaded" + step_text(e.integer("step"));
+      } else if (is_completed_step(e)) {
+        m.kind = "step";
+        m.label = "step " + std::to_string(step_of(e));
+        if (e.integer("batch_size") >= 0) m.label += " (batch " + std::to_string(e.integer("batch_size")) + ")";
+      } else {
+        continue;
+      }
+      by_kind[m.kind].push_back(std::move(m));
+    }
+  }
+  // A fault that lasts forever or a long training run would bury the chart: each kind keeps at most
+  // kMaxMarkersPerKind markers, evenly spread, the first and the last included.
+  std::vector<Marker> out;
+  for (auto& [kind, list] : by_kind) {
+    if (list.size() <= kMaxMarkersPerKind) {
+      out.insert(out.end(), list.begin(), list.end());
+      continue;
+    }
+    for (size_t i = 0; i < kMaxMarkersPerKind; ++i) out.push_back(list[i * (list.size() - 1) / (kMaxMarkersPerKind - 1)]);
+  }
+  std::stable_sort(out.begin(), out.end(), [](const Marker& x, const Marker& y) { return x.t < y.t; });
+  return out;
+}
+
+std::string failure_sentence(const JobOutcome& outcome, const std::vector<Verdict>& verdicts, JobStatus status) {
+  if (status == JobStatus::error) return outcome.error;
+  if (status == JobStatus::interrupted) {
+    size_t n = outcome.trace.attempts.size();
+    return "interrupted during attempt " + std::to_string(n == 0 ? 1 : n) + " (the run was stopped)";
+  }
+  for (const auto& v : verdicts)
+    if (v.status == VerdictStatus::fail) return v.reason;
+  for (const auto& v : verdicts)
+    if (v.status == VerdictStatus::inconclusive) return v.reason;
+  if (status == JobStatus::failed && !outcome.trace.attempts.empty()) {
+    const Attempt& last = outcome.trace.attempts.back();
+    std::string o = attempt_outcome(last);
+    std::string which = "attempt " + std::to_string(last.index + 1);
+    if (o == "timeout") return which + " timed out";
+    if (o == "signal" && last.signal) return which + " was killed by signal " + std::to_string(*last.signal);
+    if (o == "oom") return which + " died of an out-of-memory error";
+    if (last.exit_code) return which + " exited with code " + std::to_string(*last.exit_code);
+    return which + " failed (" + o + ")";
+  }
+  return {};
+}
+
+}  // namespace
+
+// Note [Recovery time]
+// From the first OOM the training code saw (a probe `oom` event, or the end of an attempt that died of
+// one) to the next completed step after it, possibly in a later attempt (checkpoint resume): how long
+// training stood still because of the fault. Absent when no OOM was seen or training never went on.
+std::optional<double> recovery_seconds(const Trace& trace) {
+  std::optional<double> first_oom;
+  for (const Attempt& a : trace.attempts) {
+    for (const Event& e : a.events)
+      if (is_probe(e, events::kOom) && (!first_oom || e.t < *first_oom)) first_oom = e.t;
+    if (a.ended_by_oom() && (!first_oom || a.end < *first_oom)) first_oom = a.end;
+  }
+  if (!first_oom) return std::nullopt;
+  std::optional<double> next_step;
+  for (const Attempt& a : trace.attempts)
+    for (const Event& e : a.events)
+      if (is_completed_step(e) && e.t > *first_oom && (!next_step || e.t < *next_step)) next_step = e.t;
+  if (!next_step) return std::nullopt;
+  return *next_step - *first_oom;
+}
+
+JobResult build_job_result(const std::string& display_name, const JobOutcome& outcome, std::vector<Verdict> verdicts) {
+  const Trace& trace = outcome.trace;
+  JobResult r;
+  r.name = display_name;
+  r.status = job_status(outcome, verdicts);
+  r.message = failure_sentence(outcome, verdicts, r.status);
+  double job_start = outcome.start;
+  if (job_start <= 0 && !trace.attempts.empty()) job_start = trace.attempts.front().start;
+  r.start = job_start;
+  r.duration = outcome.end > job_start ? outcome.end - job_start : 0;
+  r.command = outcome.argv;
+  r.gpu = outcome.gpu;
+  for (const Attempt& a : trace.attempts) {
+    AttemptResult ar;
+    ar.index = a.index;
+    ar.start = a.start - job_start;
+    ar.duration = a.duration();
+    ar.outcome = attempt_outcome(a);
+    ar.exit_code = a.exit_code;
+    ar.signal = a.signal;
+    ar.faults_enabled = a.faults_enabled;
+    for (const Event& e : a.events)
+      if (is_completed_step(e)) ar.last_step = std::max(ar.last_step, step_of(e));
+    ar.output_tail = a.output_tail;
+    ar.log_path = a.log_path;
+    r.attempts.push_back(std::move(ar));
+    for (const Event& e : a.events)
+      if (is_probe(e, events::kSnapshot) && e.has("path")) r.snapshot = e.text("path");
+  }
+  r.verdicts = std::move(verdicts);
+  r.faults = fault_records(trace, job_start);
+  r.timeline = memory_timeline(trace, job_start);
+  r.peak = peaks(trace);
+  r.markers = markers(trace, job_start);
+  r.recovery_seconds = recovery_seconds(trace);
+  return r;
+}
+
+ExitCode run_exit_code(const RunResult& run) {
+  bool failed = false, interrupted = run.interrupted;
+  for (const auto& suite : run.suites)
+    for (const auto& job : suite.jobs) {
+      if (job.status == JobStatus::interrupted) interrupted = true;
+      if (job.status == JobStatus::failed || job.status == JobStatus::error) failed = true;
+    }
+  if (interrupted) return ExitCode::interrupted;
+  return failed ? ExitCode::tests_failed : ExitCode::ok;
+}
+
+}  // namespace oomh

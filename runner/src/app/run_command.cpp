@@ -1,0 +1,424 @@
+// `oomharness run`, `exec` and `demo`: load, choose, run, judge, report.
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <set>
+
+#include "app/commands.h"
+#include "app/paths.h"
+#include "app/spec_text.h"
+#include "oomharness/policies/registry.h"
+#include "oomharness/reports/writers.h"
+#include "oomharness/runner/cli_specs.h"
+#include "oomharness/runner/environment.h"
+#include "oomharness/runner/job_runner.h"
+#include "oomharness/runner/results_builder.h"
+#include "oomharness/runner/terminal.h"
+#include "oomharness/events.h"
+#include "oomharness/units.h"
+
+namespace fs = std::filesystem;
+
+namespace oomh::app {
+
+namespace {
+
+// Note [Interrupting a run]
+// SIGINT and SIGTERM during a run stop it the way Ctrl-C stops pytest: the handler only calls
+// JobRunner::interrupt() (async-signal-safe: it stops the jobs and starts no new one), run() returns
+// the outcomes so far, and the results are still judged and written, the stopped jobs marked
+// interrupted; the command then exits 2. The handlers are in place only while jobs run.
+std::atomic<JobRunner*> g_runner{nullptr};
+volatile sig_atomic_t g_signalled = 0;
+
+extern "C" void on_interrupt_signal(int) {
+  g_signalled = 1;
+  if (JobRunner* r = g_runner.load()) r->interrupt();
+}
+
+class InterruptHandlers {
+ public:
+  explicit InterruptHandlers(JobRunner& runner) {
+    g_signalled = 0;
+    g_runner.store(&runner);
+    struct sigaction sa{};
+    sa.sa_handler = on_interrupt_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, &old_int_);
+    sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~InterruptHandlers() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+    g_runner.store(nullptr);
+  }
+  InterruptHandlers(const InterruptHandlers&) = delete;
+  InterruptHandlers& operator=(const InterruptHandlers&) = delete;
+
+ private:
+  struct sigaction old_int_{}, old_term_{};
+};
+
+bool uses_python(const JobSpec& job) {
+  if (job.probe == ProbeMode::python) return true;
+  for (const auto& a : job.argv)
+    if (a.find("python") != std::string::npos) return true;
+  return false;
+}
+
+std::optional<std::vector<int>> parse_gpus(const std::string& text) {
+  std::vector<int> out;
+  if (text.empty()) return out;
+  for (const auto& item : split_items(text)) {
+    auto n = parse_integer(item);
+    if (!n || *n < 0 || *n > 1024) return std::nullopt;
+    out.push_back(static_cast<int>(*n));
+  }
+  return out;
+}
+
+std::vector<Verdict> judge(const JobSpec& job, const Trace& trace) {
+  std::vector<Verdict> verdicts;
+  for (const auto& e : job.expect) {
+    const PolicyInfo* policy = find_policy(e.policy);
+    if (!policy) {  // the suite loader checks names; this is a harness bug
+      Verdict v;
+      v.policy = e.policy;
+      v.args = e.args;
+      v.reason = "unknown policy '" + e.policy + "' (the harness did not check this suite)";
+      verdicts.push_back(std::move(v));
+      continue;
+    }
+    try {
+      verdicts.push_back(evaluate(*policy, trace, e.args));
+    } catch (const std::exception& ex) {
+      Verdict v;
+      v.policy = e.policy;
+      v.args = e.args;
+      v.reason = std::string("the check could not be evaluated (internal error: ") + ex.what() + ")";
+      verdicts.push_back(std::move(v));
+    }
+  }
+  return verdicts;
+}
+
+bool write_report(const std::string& path, const std::string& content, std::ostream& err) {
+  std::error_code ec;
+  fs::path parent = fs::path(path).parent_path();
+  if (!parent.empty()) fs::create_directories(parent, ec);
+  auto w = write_file_atomic(path, content);
+  if (!w) err << "oomharness: " << w.error() << "\n";
+  return w.ok();
+}
+
+// Writes results.json and report.html into the output folder, and each report asked for.
+// Returns false when one could not be written (each failure was printed).
+bool write_reports(const RunResult& run, const std::string& out_dir, const ReportFlags& flags, std::string& html_path,
+                   std::ostream& err) {
+  bool ok = true;
+  std::string json = render_json(run);
+  ok &= write_report((fs::path(out_dir) / "results.json").string(), json, err);
+  html_path = (fs::path(out_dir) / "report.html").string();
+  ok &= write_report(html_path, render_html(run, HtmlOptions{out_dir}), err);
+  if (!flags.json.empty()) ok &= write_report(flags.json, json, err);
+  if (!flags.html.empty()) {
+    std::string dir = fs::path(flags.html).parent_path().string();
+    ok &= write_report(flags.html, render_html(run, HtmlOptions{dir.empty() ? "." : dir}), err);
+  }
+  if (!flags.junit.empty()) ok &= write_report(flags.junit, render_junit(run), err);
+  if (!flags.markdown.empty()) ok &= write_report(flags.markdown, render_markdown(run), err);
+  if (!flags.perfetto.empty()) ok &= write_report(flags.perfetto, render_perfetto(run), err);
+  return ok;
+}
+
+// --summary: GitHub shows $GITHUB_STEP_SUMMARY under the job; appending is how several steps share it.
+void append_step_summary(const RunResult& run, std::ostream& out, std::ostream& err) {
+  const char* path = std::getenv("GITHUB_STEP_SUMMARY");
+  if (!path || !*path) {
+    out << "--summary: GITHUB_STEP_SUMMARY is not set (not on GitHub Actions); no summary written\n";
+    return;
+  }
+  std::ofstream f(path, std::ios::app);
+  f << render_markdown(run) << "\n";
+  if (!f) err << "oomharness: could not append to $GITHUB_STEP_SUMMARY (" << path << "): " << std::strerror(errno) << "\n";
+}
+
+}  // namespace
+
+ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream& out, std::ostream& err) {
+  auto gpus = parse_gpus(args.gpus);
+  if (!gpus) {
+    err << "oomharness: bad --gpus '" << args.gpus << "': write GPU indices separated by commas, like 0,1,3\n";
+    return ExitCode::usage_error;
+  }
+  if (args.jobs < 1) {
+    err << "oomharness: bad --jobs " << args.jobs << ": at least 1\n";
+    return ExitCode::usage_error;
+  }
+  RunOptions options;
+  options.jobs = args.jobs;
+  options.gpus = *gpus;
+  if (auto missing = resolve_paths(args.simulate, options.paths)) {
+    err << "oomharness: " << *missing << "\n";
+    return ExitCode::internal_error;
+  }
+  std::error_code ec;
+  fs::create_directories(args.out_dir, ec);
+  if (ec) {
+    err << "oomharness: cannot create the output folder " << args.out_dir << ": " << ec.message() << "\n";
+    return ExitCode::usage_error;
+  }
+  options.out_dir = (fs::path(args.out_dir) / "jobs").string();
+
+  // The runner sees one flat list; names carry their suite so that logs and progress lines stay apart.
+  std::vector<JobSpec> jobs;
+  std::vector<std::pair<size_t, size_t>> origin;  // (suite, job) of each runner job
+  std::vector<std::string> names;
+  bool python = false;
+  for (size_t s = 0; s < suites.size(); ++s)
+    for (size_t j = 0; j < suites[s].jobs.size(); ++j) {
+      JobSpec job = suites[s].jobs[j];
+      job.name = suites[s].name + "::" + job.name;
+      python = python || uses_python(job);
+      names.push_back(job.name);
+      jobs.push_back(std::move(job));
+      origin.emplace_back(s, j);
+    }
+
+  EnvironmentOptions env_options{args.simulate, python, args.command_line};
+  RunResult run;
+  run.environment = detect_environment(env_options);
+  run.start = events::now_seconds();
+
+  TerminalStyle style = detect_terminal_style();
+  out << "oomharness " << run.environment.harness_version << ": " << jobs.size() << (jobs.size() == 1 ? " job" : " jobs")
+      << " from " << suites.size() << (suites.size() == 1 ? " suite" : " suites") << " on "
+      << (run.environment.gpu_name.empty() ? "no GPU found" : run.environment.gpu_name) << "\n";
+  out.flush();
+
+  std::vector<JobOutcome> outcomes;
+  bool interrupted = false;
+  {
+    ProgressView view(out, style, names);
+    options.on_progress = [&view](const JobProgress& p) { view.on_progress(p); };
+    options.on_job_done = [&view](size_t i) { view.on_job_done(i); };
+    JobRunner runner(std::move(options));
+    InterruptHandlers handlers(runner);
+    outcomes = runner.run(jobs);
+    interrupted = runner.interrupted() || g_signalled;
+    view.finish();
+  }
+  run.interrupted = interrupted;
+  run.duration = events::now_seconds() - run.start;
+
+  for (auto& suite : suites) {
+    SuiteResult sr;
+    sr.name = suite.name;
+    sr.file = suite.file;
+    run.suites.push_back(std::move(sr));
+  }
+  for (size_t i = 0; i < outcomes.size() && i < jobs.size(); ++i) {
+    auto [s, j] = origin[i];
+    JobOutcome& o = outcomes[i];
+    const JobSpec& spec = suites[s].jobs[j];
+    o.trace.simulated_device = args.simulate;
+    if (!o.trace.target_step) o.trace.target_step = spec.target_step;
+    std::vector<Verdict> verdicts;
+    // An interrupted job's trace stops mid-way: judging it would report failures it never had.
+    if (o.error.empty() && !o.interrupted) verdicts = judge(spec, o.trace);
+    run.suites[s].jobs.push_back(build_job_result(spec.name, o, std::move(verdicts)));
+  }
+  for (size_t s = 0; s < suites.size(); ++s) {
+    auto& sr = run.suites[s];
+    double first = 0, last = 0;
+    for (const auto& jr : sr.jobs) {
+      if (jr.start > 0 && (first == 0 || jr.start < first)) first = jr.start;
+      last = std::max(last, jr.start + jr.duration);
+    }
+    sr.start = first;
+    sr.duration = last > first ? last - first : 0;
+  }
+
+  std::string html;
+  bool written = write_reports(run, args.out_dir, args.reports, html, err);
+  out << "\n" << summary_table(run, style.color);
+  if (args.summary) append_step_summary(run, out, err);
+  out << "Results: " << (fs::path(args.out_dir) / "results.json").string() << "\n";
+  out << "HTML report: " << html << "\n";
+  out.flush();
+  ExitCode code = run_exit_code(run);
+  if (code == ExitCode::interrupted) return code;
+  if (!written) return ExitCode::internal_error;
+  return code;
+}
+
+ExitCode command_run(const RunArgs& args, std::ostream& out, std::ostream& err) {
+  std::vector<Suite> suites;
+  bool bad = false;
+  for (const auto& file : args.suites) {
+    SuiteLoad load = load_suite(file);
+    for (const auto& e : load.errors) err << e.str() << "\n";
+    if (!load.errors.empty() || !load.suite) {
+      bad = true;
+      continue;
+    }
+    suites.push_back(std::move(*load.suite));
+  }
+  if (bad) {
+    err << "oomharness: no job was run: fix the suite errors above\n";
+    return ExitCode::usage_error;
+  }
+  // Suites named alike (the same file twice, or two files with one name) stay apart in the results.
+  std::set<std::string> seen;
+  for (auto& s : suites) {
+    std::string base = s.name;
+    for (int n = 2; !seen.insert(s.name).second; ++n) s.name = base + "#" + std::to_string(n);
+  }
+
+  if (!args.filters.empty()) {
+    std::vector<JobFilter> filters;
+    for (const auto& k : args.filters) {
+      auto f = JobFilter::parse(k);
+      if (!f) {
+        err << "oomharness: " << f.error << "\n";
+        return ExitCode::usage_error;
+      }
+      filters.push_back(std::move(*f.value));
+    }
+    size_t kept = 0;
+    for (auto& s : suites) {
+      std::vector<JobSpec> chosen;
+      for (auto& job : s.jobs) {
+        bool match = false;
+        for (const auto& f : filters) match = match || f.matches(s.name, job.name);
+        if (match) chosen.push_back(std::move(job));
+      }
+      kept += chosen.size();
+      s.jobs = std::move(chosen);
+    }
+    if (kept == 0) {
+      err << "oomharness: no job matches -k '" << join(args.filters, "' or '") << "' (job names are suite::job; "
+          << "`oomharness validate` lists them)\n";
+      return ExitCode::usage_error;
+    }
+  }
+  return run_suites(std::move(suites), args, out, err);
+}
+
+ExitCode command_exec(const ExecArgs& args, std::ostream& out, std::ostream& err) {
+  if (args.command.empty()) {
+    err << "oomharness exec: no command given: write it after --, like oomharness exec --cap 8GiB -- python train.py\n";
+    return ExitCode::usage_error;
+  }
+  JobSpec job;
+  job.name = args.name.empty() ? fs::path(args.command.front()).filename().string() : args.name;
+  job.argv = args.command;
+  job.where = SourceLocation{"<command line>", 0, 0};
+  if (!args.cap.empty()) {
+    ParseResult cap = parse_bytes(args.cap);
+    if (!cap) {
+      err << "oomharness exec: bad --cap: " << cap.error << "\n";
+      return ExitCode::usage_error;
+    }
+    job.memory.limit = static_cast<uint64_t>(*cap.value);
+  }
+  if (!args.timeout.empty()) {
+    ParseResult t = parse_duration(args.timeout);
+    if (!t || *t.value <= 0) {
+      err << "oomharness exec: bad --timeout: " << (t ? "bad duration '" + args.timeout + "': it must be more than 0" : t.error) << "\n";
+      return ExitCode::usage_error;
+    }
+    job.timeout = *t.value;
+  }
+  std::set<std::string> names;
+  for (size_t i = 0; i < args.faults.size(); ++i) {
+    auto f = parse_fault_spec(args.faults[i], "");
+    if (!f) {
+      err << "oomharness exec: " << f.error << "\n";
+      return ExitCode::usage_error;
+    }
+    FaultSpec fault = std::move(*f.value);
+    // Two identical specs are two rules: their names must still tell them apart in reports.
+    std::string base = fault.name;
+    for (int n = 2; !names.insert(fault.name).second; ++n) fault.name = base + " #" + std::to_string(n);
+    fault.rule["name"] = fault.name;
+    job.faults.push_back(std::move(fault));
+  }
+  for (const auto& text : args.expects) {
+    auto e = parse_expect_spec(text);
+    if (!e) {
+      err << "oomharness exec: " << e.error << "\n";
+      return ExitCode::usage_error;
+    }
+    job.expect.push_back(std::move(*e.value));
+  }
+  if (args.restart < 0) {
+    err << "oomharness exec: bad --restart " << args.restart << ": 0 or more\n";
+    return ExitCode::usage_error;
+  }
+  job.restart.max = args.restart;
+  job.restart.clear_faults = args.clear_faults;
+  for (const auto& on : split_items(args.restart_on)) {
+    if (on != "oom" && on != "nonzero" && on != "signal" && on != "any") {
+      err << "oomharness exec: bad --restart-on '" << args.restart_on << "': '" << on
+          << "' is not one of oom, nonzero, signal, any\n";
+      return ExitCode::usage_error;
+    }
+    job.restart.on.push_back(on);
+  }
+  for (const auto& kv : args.env) {
+    size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      err << "oomharness exec: bad --env '" << kv << "': write NAME=VALUE\n";
+      return ExitCode::usage_error;
+    }
+    job.env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  job.target_step = args.target_step;
+
+  Suite suite;
+  suite.name = "exec";
+  suite.file = "<command line>";
+  std::error_code ec;
+  suite.dir = fs::current_path(ec).string();
+  job.cwd = suite.dir;
+  suite.jobs.push_back(std::move(job));
+
+  RunArgs run;
+  run.reports = args.reports;
+  run.summary = args.summary;
+  run.out_dir = args.out_dir;
+  run.simulate = args.simulate;
+  run.command_line = args.command_line;
+  return run_suites({std::move(suite)}, run, out, err);
+}
+
+ExitCode command_demo(const std::string& out_dir, const std::vector<std::string>& command_line, std::ostream& out,
+                      std::ostream& err) {
+  Found demo = find_demo_suite();
+  if (!demo.path) {
+    err << "oomharness demo: cannot find suites/demo.yaml (set OOMH_HOME to the oomharness source folder); "
+        << demo.tried_text() << "\n";
+    return ExitCode::usage_error;
+  }
+  RunArgs args;
+  args.suites = {*demo.path};
+  args.out_dir = out_dir;
+  args.command_line = command_line;
+  if (!detect_gpu()) {
+    args.simulate = true;
+    out << "No GPU found: running the demo on the CPU driver double (simulated device)\n";
+  }
+  return command_run(args, out, err);
+}
+
+}  // namespace oomh::app

@@ -1,0 +1,112 @@
+// Text helpers for the command-line spec parsers.
+
+#include "app/spec_text.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+
+namespace oomh::app {
+
+namespace {
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+}  // namespace
+
+std::vector<std::string> split_items(std::string_view text) {
+  std::vector<std::string> out;
+  int depth = 0;
+  size_t start = 0;
+  for (size_t i = 0; i <= text.size(); ++i) {
+    char c = i < text.size() ? text[i] : ',';
+    if (c == '{' || c == '[') ++depth;
+    else if ((c == '}' || c == ']') && depth > 0) --depth;
+    else if (c == ',' && depth == 0) {
+      out.emplace_back(trim(text.substr(start, i - start)));
+      start = i + 1;
+    }
+  }
+  return out;
+}
+
+std::pair<std::string, std::optional<std::string>> split_key_value(std::string_view item) {
+  size_t eq = item.find('=');
+  if (eq == std::string_view::npos) return {std::string(trim(item)), std::nullopt};
+  return {std::string(trim(item.substr(0, eq))), std::string(trim(item.substr(eq + 1)))};
+}
+
+std::optional<int64_t> parse_integer(std::string_view text) {
+  std::string s(trim(text));
+  if (s.empty()) return std::nullopt;
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(s.c_str(), &end, 10);
+  if (errno != 0 || end != s.c_str() + s.size()) return std::nullopt;
+  return static_cast<int64_t>(v);
+}
+
+std::optional<double> parse_number(std::string_view text) {
+  std::string s(trim(text));
+  if (s.empty()) return std::nullopt;
+  errno = 0;
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  if (errno != 0 || end != s.c_str() + s.size()) return std::nullopt;
+  return v;
+}
+
+std::optional<bool> parse_boolean(std::string_view text) {
+  std::string s = to_lower(std::string(trim(text)));
+  if (s == "true" || s == "yes" || s == "on" || s == "1") return true;
+  if (s == "false" || s == "no" || s == "off" || s == "0") return false;
+  return std::nullopt;
+}
+
+namespace {
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+}  // namespace
+
+std::optional<std::string> closest(const std::string& word, const std::vector<std::string>& known) {
+  std::optional<std::string> best;
+  size_t best_distance = 0;
+  for (const auto& k : known) {
+    size_t d = edit_distance(word, k);
+    if (!best || d < best_distance) { best = k; best_distance = d; }
+  }
+  // A typo changes a few letters; anything further is a different word.
+  if (best && best_distance <= std::max<size_t>(2, word.size() / 3)) return best;
+  return std::nullopt;
+}
+
+std::string join(const std::vector<std::string>& items, const char* separator) {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i) out += separator;
+    out += items[i];
+  }
+  return out;
+}
+
+std::string to_lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+}  // namespace oomh::app

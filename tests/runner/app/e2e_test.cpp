@@ -1,0 +1,483 @@
+// End to end: the real `oomharness` binary over real processes (the emulated trainer), the real shim
+// (LD_PRELOAD) and the CPU driver double. Pieces come from CMake as APP_E2E_* variables; a piece that
+// was not built arrives as MISSING:<target> and the tests that need it fail saying which: these tests
+// must run wherever the project is built, never skip quietly.
+
+#include <gtest/gtest.h>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+extern char** environ;
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The path in variable `var`, or a test failure naming the target that was not built.
+#define NEED(var, out)                                                                                  \
+  std::string out;                                                                                      \
+  do {                                                                                                  \
+    const char* v_ = std::getenv(var);                                                                  \
+    ASSERT_TRUE(v_ && *v_) << var " is not set: run this test through ctest";                          \
+    out = v_;                                                                                           \
+    ASSERT_EQ(out.rfind("MISSING:", 0), std::string::npos)                                            \
+        << "target " << out.substr(8) << " is not built, so `oomharness` cannot be tested end to end"; \
+  } while (0)
+
+std::string read_file(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+struct Child {
+  pid_t pid = -1;
+  fs::path out, err;
+};
+
+Child spawn(const std::vector<std::string>& args, const fs::path& cwd, const fs::path& logs,
+            const std::vector<std::string>& extra_env = {}) {
+  static int counter = 0;
+  Child c;
+  c.out = logs / ("stdout-" + std::to_string(++counter));
+  c.err = logs / ("stderr-" + std::to_string(counter));
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, c.out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, c.err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e; ++e) {
+    std::string s = *e;
+    if (s.rfind("CI=", 0) == 0 || s.rfind("GITHUB_STEP_SUMMARY=", 0) == 0) continue;
+    env_strings.push_back(s);
+  }
+  env_strings.insert(env_strings.end(), extra_env.begin(), extra_env.end());
+  std::vector<char*> envp, argv;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> copy = args;
+  for (auto& a : copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  // posix_spawn has no chdir before glibc 2.29's _np extension; run through sh -c 'cd && exec'.
+  std::string script = "cd \"$0\" && exec \"$@\"";
+  std::vector<char*> shv = {const_cast<char*>("sh"), const_cast<char*>("-c"), script.data(), const_cast<char*>(cwd.c_str())};
+  for (size_t i = 0; i + 1 < argv.size(); ++i) shv.push_back(argv[i]);
+  shv.push_back(nullptr);
+  posix_spawnp(&c.pid, "sh", &fa, nullptr, shv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  return c;
+}
+
+Result wait_for(const Child& c, double timeout = 240) {
+  Result r;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout);
+  int status = 0;
+  for (;;) {
+    pid_t w = waitpid(c.pid, &status, WNOHANG);
+    if (w == c.pid) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(c.pid, SIGKILL);
+      waitpid(c.pid, &status, 0);
+      r.err = "(killed: still running after " + std::to_string(timeout) + " s)\n";
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (WIFEXITED(status)) r.code = WEXITSTATUS(status);
+  r.out = read_file(c.out);
+  r.err += read_file(c.err);
+  return r;
+}
+
+Result run(const std::vector<std::string>& args, const fs::path& cwd, const fs::path& logs,
+           const std::vector<std::string>& env = {}) {
+  return wait_for(spawn(args, cwd, logs, env));
+}
+
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+class E2E : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/oomh-app-e2e-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    if (!HasFailure()) fs::remove_all(dir_);
+    else std::cerr << "kept " << dir_ << " for inspection\n";
+  }
+  fs::path dir_;
+};
+
+// A job of the emulated trainer, as suite YAML. Its caching allocator serves repeated sizes from its cache,
+// so a step-triggered fault needs an allocation that reaches the driver during that step: each step keeps
+// a small new block (--leak-per-step), as a real job's growing state would.
+std::string trainer_job(const std::string& trainer, const std::string& name, const std::string& recovery, int steps,
+                        const std::string& extra_yaml, int step_ms = 5) {
+  std::ostringstream y;
+  y << "  - name: " << name << "\n"
+    << "    run: [\"" << trainer << "\", \"--steps\", \"" << steps << "\", \"--batch-size\", \"32\", "
+    << "\"--bytes-per-sample\", \"65536\", \"--recovery\", \"" << recovery << "\", \"--min-batch\", \"2\", "
+    << "\"--leak-per-step\", \"4096\", \"--step-ms\", \"" << step_ms << "\"]\n"
+    << "    timeout: 120s\n"
+    << extra_yaml;
+  return y.str();
+}
+
+const char* kFaultAtStep3 =
+    "    faults:\n"
+    "      - name: oom-at-3\n"
+    "        when: {step: 3}\n"
+    "        fail: {times: 1}\n";
+
+std::string write_suite(const fs::path& dir, const std::string& name, const std::string& jobs) {
+  fs::path p = dir / (name + ".yaml");
+  std::ofstream(p) << "version: 1\nname: " << name << "\njobs:\n" << jobs;
+  return p.string();
+}
+
+nlohmann::json load_json(const fs::path& p) {
+  std::ifstream f(p);
+  EXPECT_TRUE(f.good()) << "missing " << p;
+  return nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
+}
+
+std::map<std::string, const nlohmann::json*> jobs_by_name(const nlohmann::json& results) {
+  std::map<std::string, const nlohmann::json*> out;
+  for (const auto& s : results["suites"])
+    for (const auto& j : s["jobs"]) out[j["name"].get<std::string>()] = &j;
+  return out;
+}
+
+bool python_parses_xml(const fs::path& p) {
+  std::string cmd = "python3 -c 'import sys,xml.etree.ElementTree as E; E.parse(sys.argv[1])' '" + p.string() + "'";
+  return std::system(cmd.c_str()) == 0;
+}
+
+// ---------------------------------------------------------------------------------------------------
+
+TEST_F(E2E, VersionHelpAndUsageErrors) {
+  NEED("APP_E2E_BIN", bin);
+  Result v = run({bin, "--version"}, dir_, dir_);
+  EXPECT_EQ(v.code, 0) << v.err;
+  EXPECT_NE(v.out.find("oomharness 0."), std::string::npos) << v.out;
+  for (const char* cmd : {"run", "exec", "validate", "report", "compare", "demo"}) {
+    Result h = run({bin, cmd, "--help"}, dir_, dir_);
+    EXPECT_EQ(h.code, 0) << cmd << ": " << h.err;
+    EXPECT_NE(h.out.find("Usage"), std::string::npos) << cmd;
+  }
+  EXPECT_EQ(run({bin}, dir_, dir_).code, 4);
+  EXPECT_EQ(run({bin, "frobnicate"}, dir_, dir_).code, 4);
+  EXPECT_EQ(run({bin, "run", "--jobs", "x", "a.yaml"}, dir_, dir_).code, 4);
+  Result missing = run({bin, "validate", "no-such-suite.yaml"}, dir_, dir_);
+  EXPECT_EQ(missing.code, 4);
+  EXPECT_NE(missing.err.find("no-such-suite.yaml"), std::string::npos) << missing.err;
+}
+
+TEST_F(E2E, ValidateReportsEveryMalformedSuiteAsFileLineCol) {
+  NEED("APP_E2E_BIN", bin);
+  NEED("APP_E2E_SOURCE_DIR", src);
+  fs::path malformed = fs::path(src) / "tests/runner/suite/malformed";
+  int checked = 0;
+  for (const auto& entry : fs::directory_iterator(malformed)) {
+    if (entry.path().extension() != ".yaml") continue;
+    fs::path expected_file = entry.path();
+    expected_file.replace_extension(".expected");
+    ASSERT_TRUE(fs::exists(expected_file)) << entry.path() << " has no .expected file";
+    std::string expected = first_line(read_file(expected_file));
+    std::string name = entry.path().filename().string();
+    Result r = run({bin, "validate", name}, malformed, dir_);
+    EXPECT_EQ(r.code, 4) << name << ": " << r.out << r.err;
+    std::string got = first_line(r.err);
+    // The .expected line may name the file with a folder; the command names it as given (the bare name).
+    std::string tail = expected.size() >= got.size() ? expected.substr(expected.size() - got.size()) : expected;
+    EXPECT_TRUE(got == expected || (tail == got && expected[expected.size() - got.size() - 1] == '/'))
+        << name << "\n  expected: " << expected << "\n  got:      " << got;
+    EXPECT_TRUE(std::regex_search(got, std::regex("^" + name + ":[0-9]+:[0-9]+: "))) << got;
+    ++checked;
+  }
+  EXPECT_GT(checked, 10) << "the malformed-suite corpus is missing from " << malformed;
+}
+
+TEST_F(E2E, ValidateAcceptsAValidSuite) {
+  NEED("APP_E2E_BIN", bin);
+  std::string suite = write_suite(dir_, "valid",
+                                  "  - name: a\n    run: echo hello\n    expect:\n      - exit: 0\n"
+                                  "  - name: b\n    run: [\"true\"]\n");
+  Result r = run({bin, "validate", suite}, dir_, dir_);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("ok: 2 jobs in " + suite), std::string::npos) << r.out;
+  EXPECT_TRUE(r.err.empty()) << r.err;
+}
+
+TEST_F(E2E, RunSuiteErrorsStopBeforeAnyJob) {
+  NEED("APP_E2E_BIN", bin);
+  fs::path marker = dir_ / "ran";
+  std::string good = write_suite(dir_, "good", "  - name: a\n    run: touch " + marker.string() + "\n");
+  std::string bad = write_suite(dir_, "bad", "  - name: a\n    run: echo\n    tiemout: 5s\n");
+  Result r = run({bin, "run", good, bad, "--simulate", "--out", (dir_ / "out").string()}, dir_, dir_);
+  EXPECT_EQ(r.code, 4);
+  EXPECT_TRUE(std::regex_search(r.err, std::regex("bad\\.yaml:6:5: .*tiemout"))) << r.err;
+  EXPECT_FALSE(fs::exists(marker));
+}
+
+TEST_F(E2E, RunPassingAndFailingJobsWritesReportsThatParse) {
+  NEED("APP_E2E_BIN", bin);
+  NEED("APP_E2E_TRAINER", trainer);
+  NEED("APP_E2E_INJECT", inject);
+  NEED("APP_E2E_DOUBLE", dbl);
+  std::string jobs = trainer_job(trainer, "halving", "halve", 6, std::string(kFaultAtStep3) +
+                                 "    expect:\n      - batch_halving: {factor: 0.5, min: 2}\n      - completes: 6\n") +
+                     trainer_job(trainer, "no_recovery", "none", 6, std::string(kFaultAtStep3) +
+                                 "    expect:\n      - batch_halving: {factor: 0.5, min: 2}\n");
+  std::string suite = write_suite(dir_, "e2e", jobs);
+  fs::path out = dir_ / "out";
+  Result r = run({bin, "run", suite, "--simulate", "--out", out.string(), "--junit", (dir_ / "junit.xml").string(),
+                  "--json", (dir_ / "copy.json").string(), "--html", (dir_ / "r.html").string(), "--markdown",
+                  (dir_ / "r.md").string(), "--perfetto", (dir_ / "trace.json").string()},
+                 dir_, dir_);
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("HTML report: " + (out / "report.html").string()), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("1 failed, 1 passed"), std::string::npos) << r.out;
+
+  nlohmann::json results = load_json(out / "results.json");
+  ASSERT_FALSE(results.is_discarded());
+  EXPECT_EQ(results, load_json(dir_ / "copy.json"));
+  EXPECT_EQ(results["environment"]["simulated_device"], true);
+  EXPECT_EQ(results["environment"]["gpu_name"], "simulated (CPU driver double)");
+  auto jobs_found = jobs_by_name(results);
+  ASSERT_EQ(jobs_found.size(), 2u);
+  const auto& pass = *jobs_found.at("halving");
+  const auto& fail = *jobs_found.at("no_recovery");
+  EXPECT_EQ(pass["status"], "passed") << pass.dump(2).substr(0, 4000);
+  EXPECT_EQ(fail["status"], "failed") << fail.dump(2).substr(0, 4000);
+  EXPECT_FALSE(fail["message"].get<std::string>().empty());
+  EXPECT_FALSE(pass["faults"].empty());
+  EXPECT_EQ(pass["faults"][0]["visible"], true);
+  EXPECT_FALSE(pass["markers"].empty());
+  // The failing job's first failing sentence is printed under it.
+  EXPECT_NE(r.out.find("-> " + fail["message"].get<std::string>()), std::string::npos) << r.out;
+
+  EXPECT_TRUE(python_parses_xml(dir_ / "junit.xml"));
+  std::string junit = read_file(dir_ / "junit.xml");
+  EXPECT_NE(junit.find("no_recovery"), std::string::npos);
+  EXPECT_NE(junit.find("<failure"), std::string::npos);
+  for (const fs::path& html : {out / "report.html", dir_ / "r.html"}) {
+    std::string h = read_file(html);
+    EXPECT_EQ(h.rfind("<!DOCTYPE html>", 0), 0u) << html;
+    EXPECT_NE(h.find("</html>"), std::string::npos) << html;
+    EXPECT_NE(h.find("no_recovery"), std::string::npos) << html;
+  }
+  EXPECT_NE(read_file(dir_ / "r.md").find("no_recovery"), std::string::npos);
+  EXPECT_FALSE(load_json(dir_ / "trace.json").is_discarded());
+
+  // report: the same results give the reports again.
+  Result rep = run({bin, "report", (out / "results.json").string(), "--junit", (dir_ / "again.xml").string()}, dir_, dir_);
+  EXPECT_EQ(rep.code, 0) << rep.err;
+  EXPECT_EQ(read_file(dir_ / "again.xml"), junit);
+
+  // compare: a base where every job passed makes this run a regression; the run against itself is not.
+  nlohmann::json base = results;
+  for (auto& s : base["suites"])
+    for (auto& j : s["jobs"]) {
+      j["status"] = "passed";
+      for (auto& v : j["verdicts"]) v["status"] = "pass";
+    }
+  std::ofstream(dir_ / "base.json") << base.dump();
+  Result same = run({bin, "compare", (out / "results.json").string(), (out / "results.json").string()}, dir_, dir_);
+  EXPECT_EQ(same.code, 0) << same.out << same.err;
+  Result worse = run({bin, "compare", (dir_ / "base.json").string(), (out / "results.json").string(), "--fail-on",
+                      "verdict", "--markdown", (dir_ / "cmp.md").string()},
+                     dir_, dir_);
+  EXPECT_EQ(worse.code, 1) << worse.out << worse.err;
+  EXPECT_NE(worse.out.find("no_recovery"), std::string::npos) << worse.out;
+  EXPECT_TRUE(fs::exists(dir_ / "cmp.md"));
+  EXPECT_EQ(run({bin, "compare", (dir_ / "base.json").string(), (out / "results.json").string(), "--fail-on", "peak:+x%"},
+                dir_, dir_).code,
+            4);
+}
+
+// Every process whose command line mentions `needle` (our temporary folder): what a run may leave behind.
+std::vector<std::string> processes_mentioning(const std::string& needle) {
+  std::vector<std::string> found;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmdline = read_file(e.path() / "cmdline");
+    for (char& c : cmdline)
+      if (c == '\0') c = ' ';
+    if (cmdline.find(needle) != std::string::npos && cmdline.find("oomharness") == std::string::npos)
+      found.push_back(name + ": " + cmdline);
+  }
+  return found;
+}
+
+TEST_F(E2E, InterruptWritesResultsSoFarAndLeavesNothingBehind) {
+  NEED("APP_E2E_BIN", bin);
+  NEED("APP_E2E_TRAINER", trainer);
+  NEED("APP_E2E_INJECT", inject);
+  NEED("APP_E2E_DOUBLE", dbl);
+  // Three long jobs, one at a time; each names our folder (its checkpoint) so that leftovers can be found.
+  std::string jobs;
+  for (int i = 0; i < 3; ++i)
+    jobs += trainer_job(trainer, "long" + std::to_string(i), "checkpoint", 2000,
+                        "    restart: {max: 1}\n", 20);
+  const std::string checkpoint = "\"--checkpoint\", \"" + (dir_ / "ckpt").string() + "\", ";
+  for (size_t p = 0; (p = jobs.find("\"--step-ms\"", p)) != std::string::npos; p += checkpoint.size() + 11)
+    jobs.insert(p, checkpoint);
+  std::string suite = write_suite(dir_, "long", jobs);
+  fs::path out = dir_ / "out";
+  Child c = spawn({bin, "run", suite, "--simulate", "--out", out.string()}, dir_, dir_);
+  // Wait until the first job is running (its work folder exists and steps go by), then Ctrl-C.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  ASSERT_EQ(kill(c.pid, SIGINT), 0);
+  Result r = wait_for(c, 60);
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  nlohmann::json results = load_json(out / "results.json");
+  ASSERT_FALSE(results.is_discarded()) << r.out << r.err;
+  EXPECT_EQ(results["interrupted"], true);
+  auto found = jobs_by_name(results);
+  ASSERT_EQ(found.size(), 3u);
+  EXPECT_EQ((*found.at("long0"))["status"], "interrupted");
+  EXPECT_EQ((*found.at("long2"))["status"], "interrupted");  // never started
+  EXPECT_NE(r.out.find("interrupted"), std::string::npos) << r.out;
+
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_TRUE(processes_mentioning(dir_.string()).empty()) << processes_mentioning(dir_.string()).front();
+  std::string prefix = "oomh-" + std::to_string(c.pid) + "-";
+  for (const auto& e : fs::directory_iterator("/dev/shm"))
+    EXPECT_NE(e.path().filename().string().rfind(prefix, 0), 0u) << "left behind: " << e.path();
+}
+
+// Statuses, verdicts and the step sequence of each job, from a results file.
+std::map<std::string, std::string> fingerprint(const nlohmann::json& results) {
+  std::map<std::string, std::string> out;
+  for (const auto& [name, job] : jobs_by_name(results)) {
+    std::ostringstream s;
+    s << (*job)["status"].get<std::string>() << " |";
+    for (const auto& v : (*job)["verdicts"]) s << " " << v["policy"].get<std::string>() << "=" << v["status"].get<std::string>();
+    s << " |";
+    for (const auto& a : (*job)["attempts"]) s << " " << a["outcome"].get<std::string>() << "@" << a["last_step"];
+    s << " |";
+    for (const auto& m : (*job)["markers"])
+      if (m["kind"] == "step" || m["kind"] == "oom") s << " " << m["attempt"] << ":" << m["label"].get<std::string>();
+    out[name] = s.str();
+  }
+  return out;
+}
+
+TEST_F(E2E, FourJobsAtOnceGiveTheSameResultsAsOne) {
+  NEED("APP_E2E_BIN", bin);
+  NEED("APP_E2E_TRAINER", trainer);
+  NEED("APP_E2E_INJECT", inject);
+  NEED("APP_E2E_DOUBLE", dbl);
+  const char* expect = "    expect:\n      - batch_halving: {factor: 0.5, min: 2}\n";
+  std::string jobs = trainer_job(trainer, "halve_a", "halve", 8, std::string(kFaultAtStep3) + expect) +
+                     trainer_job(trainer, "halve_b", "halve", 5, std::string(kFaultAtStep3) + expect) +
+                     trainer_job(trainer, "none_a", "none", 6, std::string(kFaultAtStep3) + expect) +
+                     trainer_job(trainer, "clean", "none", 4, "    expect:\n      - exit: 0\n");
+  std::string suite = write_suite(dir_, "par", jobs);
+  Result one = run({bin, "run", suite, "--simulate", "--jobs", "1", "--out", (dir_ / "one").string()}, dir_, dir_);
+  Result four = run({bin, "run", suite, "--simulate", "--jobs", "4", "--out", (dir_ / "four").string()}, dir_, dir_);
+  EXPECT_EQ(one.code, 1) << one.out << one.err;
+  EXPECT_EQ(four.code, one.code) << four.out << four.err;
+  auto a = fingerprint(load_json(dir_ / "one" / "results.json"));
+  auto b = fingerprint(load_json(dir_ / "four" / "results.json"));
+  ASSERT_EQ(a.size(), 4u);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a.at("halve_a").find("step"), std::string::npos) << a.at("halve_a");
+}
+
+TEST_F(E2E, ExecWithCapAndFault) {
+  NEED("APP_E2E_BIN", bin);
+  NEED("APP_E2E_TRAINER", trainer);
+  NEED("APP_E2E_INJECT", inject);
+  NEED("APP_E2E_DOUBLE", dbl);
+  fs::path out = dir_ / "out";
+  std::ofstream(dir_ / "step-summary.md") << "earlier step\n";
+  Result r = run({bin, "exec", "--simulate", "--summary", "--cap", "64MiB", "--fault", "step=2,times=1", "--expect", "exit=0",
+                  "--expect", "batch_halving:min=2", "--out", out.string(), "--", trainer, "--steps", "5",
+                  "--batch-size", "16", "--bytes-per-sample", "65536", "--recovery", "halve", "--min-batch", "2",
+                  "--leak-per-step", "4096", "--step-ms", "5"},
+                 dir_, dir_, {"GITHUB_STEP_SUMMARY=" + (dir_ / "step-summary.md").string()});
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  nlohmann::json results = load_json(out / "results.json");
+  ASSERT_FALSE(results.is_discarded());
+  auto found = jobs_by_name(results);
+  ASSERT_EQ(found.size(), 1u);
+  const auto& job = *found.begin()->second;
+  EXPECT_EQ(job["status"], "passed") << job.dump(2).substr(0, 3000);
+  ASSERT_FALSE(job["faults"].empty());
+  EXPECT_EQ(job["faults"][0]["rule"], "step=2,times=1");
+  EXPECT_EQ(job["faults"][0]["step"], 2);
+  bool capped = false;
+  for (const auto& [device, points] : job["timeline"].items())
+    for (const auto& p : points) capped = capped || p["cap"] == 64ull << 20;
+  EXPECT_TRUE(capped) << job["timeline"].dump().substr(0, 2000);
+  std::string summary = read_file(dir_ / "step-summary.md");
+  EXPECT_EQ(summary.rfind("earlier step\n", 0), 0u);  // appended, not replaced
+  EXPECT_NE(summary.find("1 passed"), std::string::npos) << summary;
+
+  // Without a fault the trainer stays under the cap and passes; with too small a cap it fails.
+  Result tight = run({bin, "exec", "--simulate", "--cap", "256KiB", "--out", (dir_ / "tight").string(), "--", trainer,
+                      "--steps", "3", "--batch-size", "16", "--bytes-per-sample", "65536", "--recovery", "none"},
+                     dir_, dir_);
+  EXPECT_EQ(tight.code, 1) << tight.out << tight.err;
+}
+
+TEST_F(E2E, ExecRejectsBadSpecsQuotingThem) {
+  NEED("APP_E2E_BIN", bin);
+  Result f = run({bin, "exec", "--fault", "stpe=5", "--", "true"}, dir_, dir_);
+  EXPECT_EQ(f.code, 4);
+  EXPECT_NE(f.err.find("bad --fault 'stpe=5': unknown key 'stpe' (did you mean 'step'?)"), std::string::npos) << f.err;
+  Result e = run({bin, "exec", "--expect", "batch_halving:factr=2", "--", "true"}, dir_, dir_);
+  EXPECT_EQ(e.code, 4);
+  EXPECT_NE(e.err.find("bad --expect 'batch_halving:factr=2'"), std::string::npos) << e.err;
+  Result c = run({bin, "exec", "--cap", "8XB", "--", "true"}, dir_, dir_);
+  EXPECT_EQ(c.code, 4);
+  EXPECT_NE(c.err.find("'8XB'"), std::string::npos) << c.err;
+  Result none = run({bin, "exec", "--cap", "8GiB"}, dir_, dir_);
+  EXPECT_EQ(none.code, 4);
+  EXPECT_FALSE(fs::exists(dir_ / "oomh-out" / "results.json"));
+}
+
+TEST_F(E2E, DemoRunsSimulatedWithoutAGpu) {
+  NEED("APP_E2E_BIN", bin);
+  NEED("APP_E2E_TRAINER", trainer);
+  NEED("APP_E2E_INJECT", inject);
+  NEED("APP_E2E_DOUBLE", dbl);
+  if (std::system("nvidia-smi -L >/dev/null 2>&1") == 0) GTEST_SKIP() << "a GPU is here: the demo runs on it";
+  fs::create_directories(dir_ / "home/suites");
+  write_suite(dir_ / "home/suites", "demo",
+              trainer_job(trainer, "halving", "halve", 5, std::string(kFaultAtStep3) + "    expect:\n      - batch_halving\n"));
+  Result r = run({bin, "demo", "--out", (dir_ / "demo-out").string()}, dir_, dir_, {"OOMH_HOME=" + (dir_ / "home").string()});
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("No GPU found: running the demo on the CPU driver double (simulated device)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("HTML report: " + (dir_ / "demo-out" / "report.html").string()), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::exists(dir_ / "demo-out" / "report.html"));
+}
+
+}  // namespace

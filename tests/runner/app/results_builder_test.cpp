@@ -1,0 +1,287 @@
+// Results building from hand-made traces: statuses, attempt outcomes, visible faults, timeline, markers,
+// peaks, recovery time, exit codes.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <csignal>
+
+#include "oomharness/runner/results_builder.h"
+
+namespace oomh {
+namespace {
+
+constexpr double kT0 = 1000.0;  // the job's start, wall clock
+
+Event ev(double t, const char* src, const char* kind, nlohmann::json fields = nlohmann::json::object()) {
+  Event e;
+  e.t = kT0 + t;
+  e.pid = 42;
+  e.src = src;
+  e.kind = kind;
+  e.fields = std::move(fields);
+  return e;
+}
+Event step(double t, int64_t s, int64_t batch = 32) { return ev(t, "probe", "step", {{"step", s}, {"batch_size", batch}}); }
+Event inject(double t, int64_t s, const char* rule = "oom-at-3") {
+  return ev(t, "shim", "inject", {{"entry", "cuMemAlloc_v2"}, {"size", 1 << 20}, {"device", 0}, {"rule", rule}, {"reason", "rule"}, {"step", s}, {"phase", "forward"}});
+}
+Event oom(double t, int64_t s, bool caught) {
+  return ev(t, "probe", "oom", {{"step", s}, {"batch_size", 32}, {"message", "CUDA out of memory"}, {"caught", caught}});
+}
+
+Attempt attempt(int index, double start, double end, std::optional<int> code, std::vector<Event> events) {
+  Attempt a;
+  a.index = index;
+  a.start = kT0 + start;
+  a.end = kT0 + end;
+  a.end_kind = AttemptEnd::exited;
+  a.exit_code = code;
+  a.events = std::move(events);
+  std::stable_sort(a.events.begin(), a.events.end(), [](const Event& x, const Event& y) { return x.t < y.t; });
+  return a;
+}
+
+JobOutcome outcome(std::vector<Attempt> attempts) {
+  JobOutcome o;
+  o.trace.job = "s::j";
+  o.trace.attempts = std::move(attempts);
+  o.start = kT0;
+  o.end = o.trace.attempts.empty() ? kT0 : o.trace.attempts.back().end;
+  o.argv = {"trainer", "--steps", "5"};
+  return o;
+}
+
+Verdict verdict(VerdictStatus s, const std::string& reason, const char* policy = "batch_halving") {
+  Verdict v;
+  v.policy = policy;
+  v.status = s;
+  v.reason = reason;
+  return v;
+}
+
+TEST(JobStatusTest, FromVerdicts) {
+  JobOutcome o = outcome({attempt(0, 0, 1, 0, {})});
+  EXPECT_EQ(job_status(o, {verdict(VerdictStatus::pass, "ok"), verdict(VerdictStatus::pass, "ok")}), JobStatus::passed);
+  EXPECT_EQ(job_status(o, {verdict(VerdictStatus::pass, "ok"), verdict(VerdictStatus::fail, "no")}), JobStatus::failed);
+  EXPECT_EQ(job_status(o, {verdict(VerdictStatus::inconclusive, "?"), verdict(VerdictStatus::pass, "ok")}), JobStatus::inconclusive);
+  EXPECT_EQ(job_status(o, {verdict(VerdictStatus::inconclusive, "?"), verdict(VerdictStatus::fail, "no")}), JobStatus::failed);
+}
+
+TEST(JobStatusTest, ErrorAndInterruptionWin) {
+  JobOutcome o = outcome({attempt(0, 0, 1, 0, {})});
+  o.error = "could not start 'trainer': No such file or directory";
+  EXPECT_EQ(job_status(o, {verdict(VerdictStatus::pass, "ok")}), JobStatus::error);
+  JobOutcome i = outcome({attempt(0, 0, 1, 0, {})});
+  i.interrupted = true;
+  EXPECT_EQ(job_status(i, {verdict(VerdictStatus::pass, "ok")}), JobStatus::interrupted);
+}
+
+TEST(JobStatusTest, WithoutVerdictsTheLastExitDecides) {
+  EXPECT_EQ(job_status(outcome({attempt(0, 0, 1, 1, {}), attempt(1, 1, 2, 0, {})}), {}), JobStatus::passed);
+  EXPECT_EQ(job_status(outcome({attempt(0, 0, 1, 0, {}), attempt(1, 1, 2, 3, {})}), {}), JobStatus::failed);
+  EXPECT_EQ(job_status(outcome({}), {}), JobStatus::error);
+}
+
+TEST(AttemptOutcome, Strings) {
+  Attempt a = attempt(0, 0, 1, 0, {});
+  EXPECT_EQ(attempt_outcome(a), "ok");
+  a.exit_code = 1;
+  EXPECT_EQ(attempt_outcome(a), "nonzero");
+  a.oom_message = true;
+  EXPECT_EQ(attempt_outcome(a), "oom");
+  Attempt s = attempt(0, 0, 1, std::nullopt, {});
+  s.end_kind = AttemptEnd::signalled;
+  s.signal = SIGSEGV;
+  EXPECT_EQ(attempt_outcome(s), "signal");
+  s.signal = SIGABRT;
+  s.events = {oom(0.5, 3, false)};  // an uncaught c10::OutOfMemoryError aborts
+  EXPECT_EQ(attempt_outcome(s), "oom");
+  s.end_kind = AttemptEnd::timed_out;
+  EXPECT_EQ(attempt_outcome(s), "timeout");
+  s.end_kind = AttemptEnd::interrupted;
+  EXPECT_EQ(attempt_outcome(s), "interrupted");
+  s.end_kind = AttemptEnd::failed_to_start;
+  EXPECT_EQ(attempt_outcome(s), "failed_to_start");
+}
+
+TEST(FaultRecords, VisibleWhenAnOomFollowsBeforeTheNextStep) {
+  // Two injects at step 3 (PyTorch absorbs the first, raises on the second), then the probe's OOM.
+  Trace t = outcome({attempt(0, 0, 5, 0,
+                             {step(1, 2), inject(1.1, 3), inject(1.2, 3), oom(1.3, 3, true), step(1.5, 3, 16)})}).trace;
+  auto faults = fault_records(t, kT0);
+  ASSERT_EQ(faults.size(), 2u);
+  EXPECT_TRUE(faults[0].visible);
+  EXPECT_TRUE(faults[1].visible);
+  EXPECT_EQ(faults[0].rule, "oom-at-3");
+  EXPECT_EQ(faults[0].entry, "cuMemAlloc_v2");
+  EXPECT_EQ(faults[0].size, 1u << 20);
+  EXPECT_EQ(faults[0].step, 3);
+  EXPECT_EQ(faults[0].phase, "forward");
+  EXPECT_NEAR(faults[0].t, 1.1, 1e-9);
+}
+
+TEST(FaultRecords, AbsorbedWhenAStepCompletesFirst) {
+  Trace t = outcome({attempt(0, 0, 5, 0, {inject(1.0, 3), step(1.2, 3), oom(2.0, 4, true), step(2.5, 4)})}).trace;
+  auto faults = fault_records(t, kT0);
+  ASSERT_EQ(faults.size(), 1u);
+  EXPECT_FALSE(faults[0].visible);
+}
+
+TEST(FaultRecords, VisibleWhenTheAttemptDiesOfTheOom) {
+  Attempt died = attempt(0, 0, 2, 1, {step(1, 2), inject(1.5, 3)});
+  died.oom_message = true;  // the runner saw "CUDA out of memory" in its output
+  Attempt next = attempt(1, 2, 4, 0, {step(3, 3)});
+  auto faults = fault_records(outcome({died, next}).trace, kT0);
+  ASSERT_EQ(faults.size(), 1u);
+  EXPECT_TRUE(faults[0].visible);
+  EXPECT_EQ(faults[0].attempt, 0);
+}
+
+TEST(FaultRecords, NotVisibleWhenTheAttemptEndsOtherwise) {
+  // The attempt exits 0 after the inject with no step and no OOM: nothing reached the code.
+  auto faults = fault_records(outcome({attempt(0, 0, 2, 0, {inject(1.5, 3)})}).trace, kT0);
+  ASSERT_EQ(faults.size(), 1u);
+  EXPECT_FALSE(faults[0].visible);
+}
+
+TEST(RecoverySeconds, FromFirstVisibleOomToNextStep) {
+  Trace t = outcome({attempt(0, 0, 5, 0, {step(1, 2), inject(1.1, 3), oom(1.25, 3, true), step(2.0, 3, 16)})}).trace;
+  auto r = recovery_seconds(t);
+  ASSERT_TRUE(r);
+  EXPECT_NEAR(*r, 0.75, 1e-6);
+}
+
+TEST(RecoverySeconds, AcrossARestart) {
+  Attempt died = attempt(0, 0, 2, 1, {step(1, 2), inject(1.5, 3)});
+  died.oom_message = true;
+  Attempt next = attempt(1, 2.5, 6, 0, {step(5, 3)});
+  auto r = recovery_seconds(outcome({died, next}).trace);
+  ASSERT_TRUE(r);
+  EXPECT_NEAR(*r, 3.0, 1e-6);  // the death at t=2, the next step at t=5
+}
+
+TEST(RecoverySeconds, AbsentWithoutOomOrWithoutRecovery) {
+  EXPECT_FALSE(recovery_seconds(outcome({attempt(0, 0, 5, 0, {step(1, 1), step(2, 2)})}).trace));
+  EXPECT_FALSE(recovery_seconds(outcome({attempt(0, 0, 5, 1, {step(1, 1), oom(2, 2, false)})}).trace));
+}
+
+TEST(Timeline, DownsampledKeepingThePeakPerDevice) {
+  Attempt a = attempt(0, 0, 100, 0, {});
+  for (int i = 0; i < 5000; ++i) {
+    MemorySample s;
+    s.t = kT0 + i * 0.01;
+    s.device = i % 2;
+    s.held = static_cast<uint64_t>(i % 100) * 1000;
+    if (i == 3001) s.held = 99'999'999;  // one short spike on device 1
+    s.cap = 123;
+    s.step = i / 100;
+    a.samples.push_back(s);
+  }
+  auto timeline = memory_timeline(outcome({a}).trace, kT0, 100);
+  ASSERT_EQ(timeline.size(), 2u);
+  for (const auto& [device, points] : timeline) {
+    EXPECT_LE(points.size(), 100u);
+    EXPECT_GE(points.size(), 50u);
+    for (size_t i = 1; i < points.size(); ++i) EXPECT_LE(points[i - 1].t, points[i].t);
+  }
+  uint64_t max1 = 0;
+  for (const auto& p : timeline[1]) max1 = std::max(max1, p.held);
+  EXPECT_EQ(max1, 99'999'999u);
+  EXPECT_EQ(timeline[0].front().cap, 123u);
+  EXPECT_NEAR(timeline[0].front().t, 0.0, 1e-9);
+}
+
+TEST(BuildJobResult, WholeResult) {
+  Attempt died = attempt(0, 0, 2, 1, {step(1, 1), step(1.2, 2), inject(1.5, 3), oom(1.6, 3, false),
+                                      ev(1.0, "probe", "checkpoint_save", {{"path", "/tmp/c"}, {"step", 2}}),
+                                      ev(1.7, "shim", "shim_exit", {{"device", 0}, {"peak", 5000}})});
+  died.output_tail = "CUDA out of memory";
+  died.log_path = "/tmp/log0";
+  MemorySample s;
+  s.t = kT0 + 1.4;
+  s.held = 4000;
+  s.peak = 4500;
+  died.samples.push_back(s);
+  Attempt next = attempt(1, 2.5, 6, 0, {ev(2.6, "probe", "checkpoint_load", {{"path", "/tmp/c"}, {"step", 2}}), step(3, 3), step(4, 4)});
+  JobOutcome o = outcome({died, next});
+  o.gpu = 1;
+  JobResult r = build_job_result("resume", o, {verdict(VerdictStatus::pass, "resumed", "checkpoint_resume"),
+                                               verdict(VerdictStatus::fail, "peak over budget", "peak_below")});
+  EXPECT_EQ(r.name, "resume");
+  EXPECT_EQ(r.status, JobStatus::failed);
+  EXPECT_EQ(r.message, "peak over budget");
+  EXPECT_EQ(r.command, o.argv);
+  EXPECT_EQ(r.gpu, 1);
+  EXPECT_NEAR(r.duration, 6.0, 1e-9);
+  ASSERT_EQ(r.attempts.size(), 2u);
+  EXPECT_EQ(r.attempts[0].outcome, "oom");
+  EXPECT_EQ(r.attempts[0].last_step, 2);
+  EXPECT_EQ(r.attempts[0].output_tail, "CUDA out of memory");
+  EXPECT_EQ(r.attempts[0].log_path, "/tmp/log0");
+  EXPECT_EQ(r.attempts[1].outcome, "ok");
+  EXPECT_EQ(r.attempts[1].last_step, 4);
+  EXPECT_NEAR(r.attempts[1].start, 2.5, 1e-9);
+  ASSERT_EQ(r.faults.size(), 1u);
+  EXPECT_TRUE(r.faults[0].visible);
+  EXPECT_EQ(r.peak.at(0), 5000u);  // the shim's exact count beats the 50 ms samples
+  ASSERT_TRUE(r.recovery_seconds);
+  EXPECT_NEAR(*r.recovery_seconds, 1.4, 1e-6);  // OOM at 1.6, next step at 3.0
+  std::map<std::string, int> kinds;
+  for (const auto& m : r.markers) ++kinds[m.kind];
+  EXPECT_EQ(kinds["inject"], 1);
+  EXPECT_EQ(kinds["oom"], 1);
+  EXPECT_EQ(kinds["checkpoint_save"], 1);
+  EXPECT_EQ(kinds["checkpoint_load"], 1);
+  EXPECT_EQ(kinds["restart"], 1);
+  EXPECT_EQ(kinds["step"], 4);
+  for (size_t i = 1; i < r.markers.size(); ++i) EXPECT_LE(r.markers[i - 1].t, r.markers[i].t);
+}
+
+TEST(BuildJobResult, MessagesWithoutVerdicts) {
+  JobOutcome o = outcome({attempt(0, 0, 1, 7, {})});
+  EXPECT_EQ(build_job_result("j", o, {}).message, "attempt 1 exited with code 7");
+  o.error = "could not start";
+  EXPECT_EQ(build_job_result("j", o, {}).message, "could not start");
+  JobOutcome i = outcome({attempt(0, 0, 1, std::nullopt, {})});
+  i.interrupted = true;
+  JobResult ir = build_job_result("j", i, {});
+  EXPECT_EQ(ir.status, JobStatus::interrupted);
+  EXPECT_NE(ir.message.find("interrupted"), std::string::npos);
+}
+
+TEST(BuildJobResult, ManyMarkersAreThinned) {
+  std::vector<Event> events;
+  for (int i = 0; i < 1000; ++i) events.push_back(step(i * 0.01, i));
+  JobResult r = build_job_result("j", outcome({attempt(0, 0, 11, 0, events)}), {});
+  EXPECT_EQ(r.markers.size(), 200u);
+  EXPECT_EQ(r.markers.front().label, "step 0 (batch 32)");
+  EXPECT_EQ(r.markers.back().label, "step 999 (batch 32)");
+}
+
+RunResult run_with(std::vector<JobStatus> statuses, bool interrupted = false) {
+  RunResult run;
+  run.interrupted = interrupted;
+  run.suites.emplace_back();
+  for (auto s : statuses) {
+    JobResult j;
+    j.status = s;
+    run.suites.back().jobs.push_back(j);
+  }
+  return run;
+}
+
+TEST(ExitCodes, AsPytest) {
+  EXPECT_EQ(run_exit_code(run_with({JobStatus::passed, JobStatus::passed})), ExitCode::ok);
+  EXPECT_EQ(run_exit_code(run_with({JobStatus::passed, JobStatus::inconclusive, JobStatus::skipped})), ExitCode::ok);
+  EXPECT_EQ(run_exit_code(run_with({JobStatus::passed, JobStatus::failed})), ExitCode::tests_failed);
+  EXPECT_EQ(run_exit_code(run_with({JobStatus::passed, JobStatus::error})), ExitCode::tests_failed);
+  EXPECT_EQ(run_exit_code(run_with({JobStatus::failed, JobStatus::interrupted})), ExitCode::interrupted);
+  EXPECT_EQ(run_exit_code(run_with({JobStatus::passed}, true)), ExitCode::interrupted);
+  EXPECT_EQ(run_exit_code(run_with({})), ExitCode::ok);
+  EXPECT_EQ(to_int(ExitCode::internal_error), 3);
+  EXPECT_EQ(to_int(ExitCode::usage_error), 4);
+}
+
+}  // namespace
+}  // namespace oomh
