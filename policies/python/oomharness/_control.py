@@ -1,0 +1,127 @@
+"""The control block seen from Python: the probe's side of include/oomharness/control_block.h.
+
+Note [Control block from Python]
+The runner creates one POSIX shared-memory segment per attempt and names it in OOMH_CONTROL ("/oomh-...");
+on Linux it is the file /dev/shm/<name without the slash>. The probe maps it with mmap and writes the
+fields it owns (step, phase, batch size, OOM and empty_cache counters) at the fixed offsets that
+control_block.h checks with static_asserts. Each field is written through a ctypes integer laid over the
+mapping, so a write is one aligned store of the field's width and the shim, reading the same field from C++
+in another thread, never sees half of it. Counters are read-modify-write without atomics: they are
+statistics (the header says so), and the probe's own counters have no other writer.
+"""
+
+import ctypes
+import mmap
+import os
+
+MAGIC = 0x484D4F4F
+VERSION = 1
+UNKNOWN_STEP = -1
+
+# Offsets of the fields the probe reads or writes (control_block.h).
+_OFF_MAGIC = 0
+_OFF_VERSION = 4
+_OFF_SIZE = 8
+_OFF_STEP = 24
+_OFF_PHASE = 32
+_OFF_BATCH_SIZE = 40
+_OFF_EVENTS_WRITTEN = 56
+_OFF_OOMS_SEEN = 64
+_OFF_OOMS_CAUGHT = 72
+_OFF_EMPTY_CACHE_CALLS = 80
+_HEADER_BYTES = 128
+
+# Phase numbers are ABI (oomh::Phase).
+PHASES = {"none": 0, "forward": 1, "backward": 2, "optimizer": 3, "eval": 4, "checkpoint": 5, "data": 6}
+PHASE_NAMES = {v: k for k, v in PHASES.items()}
+
+
+def shm_path(name):
+    """The file behind the POSIX shared-memory name `name` ("/oomh-1" -> "/dev/shm/oomh-1")."""
+    return os.path.join("/dev/shm", name.lstrip("/"))
+
+
+class ControlBlock:
+    """A mapped control block. open() returns None when the segment is missing or not one we understand."""
+
+    def __init__(self, mapping):
+        self._map = mapping
+        self._step = ctypes.c_int64.from_buffer(mapping, _OFF_STEP)
+        self._phase = ctypes.c_uint32.from_buffer(mapping, _OFF_PHASE)
+        self._batch_size = ctypes.c_int64.from_buffer(mapping, _OFF_BATCH_SIZE)
+        self._events_written = ctypes.c_uint64.from_buffer(mapping, _OFF_EVENTS_WRITTEN)
+        self._ooms_seen = ctypes.c_uint64.from_buffer(mapping, _OFF_OOMS_SEEN)
+        self._ooms_caught = ctypes.c_uint64.from_buffer(mapping, _OFF_OOMS_CAUGHT)
+        self._empty_cache_calls = ctypes.c_uint64.from_buffer(mapping, _OFF_EMPTY_CACHE_CALLS)
+
+    @classmethod
+    def open(cls, name):
+        if not name:
+            return None
+        try:
+            fd = os.open(shm_path(name), os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            return None
+        try:
+            size = os.fstat(fd).st_size
+            if size < _HEADER_BYTES:
+                return None
+            mapping = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except (OSError, ValueError):
+            return None
+        finally:
+            os.close(fd)
+        magic = ctypes.c_uint32.from_buffer(mapping, _OFF_MAGIC).value
+        version = ctypes.c_uint32.from_buffer(mapping, _OFF_VERSION).value
+        declared = ctypes.c_uint32.from_buffer(mapping, _OFF_SIZE).value
+        if magic != MAGIC or version != VERSION or declared > size or declared < _HEADER_BYTES:
+            return None
+        return cls(mapping)
+
+    # Fields the probe owns.
+    @property
+    def step(self):
+        return self._step.value
+
+    @step.setter
+    def step(self, value):
+        self._step.value = int(value)
+
+    @property
+    def phase(self):
+        return PHASE_NAMES.get(self._phase.value, "none")
+
+    @phase.setter
+    def phase(self, name):
+        self._phase.value = PHASES[name]
+
+    @property
+    def batch_size(self):
+        return self._batch_size.value
+
+    @batch_size.setter
+    def batch_size(self, value):
+        self._batch_size.value = int(value)
+
+    def count_event(self):
+        self._events_written.value += 1
+
+    def count_oom(self, caught):
+        self._ooms_seen.value += 1
+        if caught:
+            self._ooms_caught.value += 1
+
+    def count_caught(self):
+        self._ooms_caught.value += 1
+
+    def count_empty_cache(self):
+        self._empty_cache_calls.value += 1
+
+    def counters(self):
+        """The probe's counters, for tests and debugging."""
+        return {
+            "events_written": self._events_written.value,
+            "ooms_seen": self._ooms_seen.value,
+            "ooms_caught": self._ooms_caught.value,
+            "empty_cache_calls": self._empty_cache_calls.value,
+        }

@@ -1,0 +1,63 @@
+"""Event lines, exactly as include/oomharness/events.h writes them (docs/events.md).
+
+    {"t":1763780000.123456,"pid":4242,"src":"probe","kind":"step","fields":{"step":5,"batch_size":64}}
+
+Each line goes out in one os.write on a descriptor opened with O_APPEND, so lines of the job's several
+processes (and of the shim, in this same process) never interleave.
+"""
+
+import json
+import math
+import os
+import time
+
+SRC = "probe"
+# A line is at most this long, like EventLine::kCapacity; long strings are cut to keep under it.
+_MAX_STRING = 1000
+
+
+def _clean(value):
+    """A JSON-safe copy of a field value: NaN and infinities become null, long strings are cut."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, str):
+        return value if len(value) <= _MAX_STRING else value[:_MAX_STRING]
+    try:  # numpy and torch scalars
+        return _clean(value.item())
+    except Exception:
+        return _clean(str(value))
+
+
+def format_line(kind, fields, now_ns=None, pid=None):
+    """The event line (with its newline) for `kind` with `fields`, as bytes."""
+    ns = time.time_ns() if now_ns is None else now_ns
+    head = '{"t":%d.%06d,"pid":%d,"src":"%s","kind":%s,"fields":' % (
+        ns // 1_000_000_000, (ns // 1000) % 1_000_000, os.getpid() if pid is None else pid, SRC, json.dumps(kind))
+    body = json.dumps({k: _clean(v) for k, v in fields.items()}, separators=(",", ":"), allow_nan=False)
+    return (head + body + "}\n").encode("utf-8")
+
+
+class EventLog:
+    """An event log opened for appending; write() never raises."""
+
+    def __init__(self, path):
+        self.fd = -1
+        if path:
+            try:
+                self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+            except OSError:
+                self.fd = -1
+
+    def write(self, kind, fields):
+        """Appends one event. Returns True when the whole line was written."""
+        if self.fd < 0:
+            return False
+        try:
+            line = format_line(kind, fields)
+            return os.write(self.fd, line) == len(line)
+        except Exception:
+            return False

@@ -1,0 +1,658 @@
+"""The Python probe: tells the harness what a PyTorch training job is doing, with no change to its code.
+
+The runner puts policies/python/ on PYTHONPATH and sets OOMH_PROBE=1; sitecustomize.py then waits for the
+job to import torch and calls install() (docs/probe.md). From then on the probe
+
+  - counts training steps from the optimizers' step hooks and writes the step in progress into the control
+    block, so that `when: {step: N}` faults fire during the Nth step (Note [Step convention]);
+  - writes the training phase into the control block (forward, backward, optimizer, eval, checkpoint, data)
+    for phase-triggered faults;
+  - takes the batch size from the leading dimension of the first tensor given to the top-level module;
+  - reports every out-of-memory error the code saw (the caching allocator's OOM observer, and OOM exceptions
+    passing the places the probe wraps), and whether the code caught it (Note [Caught or not]);
+  - records torch.cuda.empty_cache(), torch.save and torch.load, and memory at each step;
+  - with OOMH_SNAPSHOT=<dir>, dumps a PyTorch memory snapshot at the first OOM.
+
+Everything here is a guest in someone else's training job: it never changes what the job computes or
+prints, never initialises CUDA itself (a fork after that breaks DataLoader workers), never allocates device
+memory (an injected fault could land on it), and swallows its own failures. Outside the harness (no
+OOMH_EVENTS, no OOMH_CONTROL) every call is a no-op.
+
+The explicit API, for what hooks cannot see:
+
+    from oomharness import probe
+    probe.step(n, batch_size=None, loss=None)   # step n is done (switches automatic step counting off)
+    probe.samples(k)                            # k samples consumed (switches automatic counting off)
+    probe.phase("eval")
+    probe.oom(caught=True)                      # the code caught an out-of-memory error
+    probe.checkpoint_saved(path, step); probe.checkpoint_loaded(path, step); probe.memory()
+"""
+
+import contextlib
+import os
+import sys
+import weakref
+
+from oomharness._control import ControlBlock, PHASES, UNKNOWN_STEP
+from oomharness._events import EventLog
+
+# Note [Step convention]
+# Steps are 1-based. The step events report COMPLETED steps (the Nth optimizer step done is `step` N); the
+# control block holds the step IN PROGRESS (completed + 1), so a fault `when: {step: 5}` fires during the
+# 5th step, whose completion is reported as step 5. The C++ probe (oomh::probe::begin_step / step) and the
+# emulated trainer count the same way. The block's step stays unknown (-1) until training starts (the first
+# training forward, or a step completed), so that building the model is not "step 1".
+#
+# Note [Caught or not]
+# An OOM is reported once, as an `oom` event, when it is seen: by the allocator's OOM observer (PyTorch 2.x,
+# native caching allocator: it fires only when the allocator gives up, after freeing its cache and retrying,
+# so absorbed faults are not reported), or when an OOM exception passes a place the probe wraps (backward,
+# the top-level forward on PyTorch >= 2.1, torch.save/load, the explicit probe.oom()). Whether the code
+# caught it is learned later: the next completed step, or an explicit probe.oom(caught=True), emits
+# `oom_caught` with the OOM's step; the process dying of it (sys.excepthook) leaves it uncaught. A process
+# that exits by itself after the OOM (sys.exit after printing a message) caught it: atexit says so.
+
+_probe = None
+
+
+def _oom_types(torch):
+    types = []
+    for owner, name in ((torch, "OutOfMemoryError"), (getattr(torch, "cuda", None), "OutOfMemoryError")):
+        t = getattr(owner, name, None) if owner is not None else None
+        if isinstance(t, type) and t not in types:
+            types.append(t)
+    return tuple(types)
+
+
+def is_oom(exc):
+    """True for an out-of-memory error from PyTorch (torch.OutOfMemoryError, torch.cuda.OutOfMemoryError, or
+    the RuntimeError older versions raised)."""
+    if exc is None:
+        return False
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        types = _oom_types(torch)
+        if types and isinstance(exc, types):
+            return True
+    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+
+
+def _leading_dim(args, kwargs=None):
+    """The leading dimension of the first tensor among the arguments (one level into lists, tuples, dicts)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    Tensor = torch.Tensor
+
+    def first(values):
+        for v in values:
+            if isinstance(v, Tensor):
+                return v
+            if isinstance(v, (list, tuple)):
+                for w in v:
+                    if isinstance(w, Tensor):
+                        return w
+            elif isinstance(v, dict):
+                for w in v.values():
+                    if isinstance(w, Tensor):
+                        return w
+        return None
+
+    t = first(args)
+    if t is None and kwargs:
+        t = first(kwargs.values())
+    if t is None or t.dim() == 0:
+        return None
+    return int(t.shape[0])
+
+
+def _checkpoint_step(obj):
+    """The step a checkpoint says it holds: its `step` (or `global_step`) entry when it is a dict."""
+    if not isinstance(obj, dict):
+        return None
+    for key in ("step", "global_step"):
+        v = obj.get(key)
+        if v is None or isinstance(v, bool):
+            continue
+        try:
+            return int(v.item() if hasattr(v, "item") else v)
+        except Exception:
+            continue
+    return None
+
+
+def _path_of(f):
+    if isinstance(f, (str, bytes, os.PathLike)):
+        return os.fsdecode(os.fspath(f))
+    name = getattr(f, "name", None)
+    return name if isinstance(name, str) else "<stream>"
+
+
+class _Probe:
+    def __init__(self):
+        self.log = EventLog(os.environ.get("OOMH_EVENTS"))
+        self.cb = ControlBlock.open(os.environ.get("OOMH_CONTROL"))
+        self.active = self.log.fd >= 0 or self.cb is not None
+        self.phase_events = os.environ.get("OOMH_PHASE_EVENTS") == "1"
+        self.snapshot_dir = os.environ.get("OOMH_SNAPSHOT") or None
+        self.snapshot_done = False
+        self.torch = None
+        self.installed = False
+        self.completed = 0          # steps completed (Note [Step convention])
+        self.started = False        # training has started: the block holds completed + 1
+        self.batch_size = -1        # leading dimension of the last training forward
+        self.current_batch = -1     # ... of the last top-level forward, training or not
+        self.pending_samples = 0    # samples of training forwards since the last step
+        self.loss_parts = []        # detached scalars backward() ran on since the last step
+        self.manual_steps = False   # the code reports steps itself (probe.step)
+        self.manual_samples = False # the code reports samples itself (probe.samples)
+        self.unresolved = []        # steps of OOMs seen whose fate (caught or not) is not known yet
+        self.unclaimed = 0          # OOMs the observer reported that no exception was matched to yet
+        self.uncaught = False       # the process is dying of an OOM
+        self.quiet = 0              # > 0: torch.save/load inside the recover module, which reports itself
+        self.depth = 0              # module call depth, to find top-level forwards
+        self.top = None             # the top-level module of the forward in progress
+        self.phase_name = "none"
+        self.is_model = weakref.WeakKeyDictionary()
+
+    # ---- output --------------------------------------------------------------------------------------
+    def emit(self, kind, **fields):
+        if self.log.write(kind, fields) and self.cb is not None:
+            self.cb.count_event()
+
+    def set_phase(self, name):
+        if name == self.phase_name:
+            return
+        self.phase_name = name
+        if self.cb is not None:
+            self.cb.phase = name
+        if self.phase_events:
+            self.emit("phase", phase=name)
+
+    def start_training(self):
+        if not self.started:
+            self.started = True
+            if self.cb is not None:
+                self.cb.step = self.completed + 1
+
+    def memory_fields(self):
+        """allocated and reserved bytes, when CUDA is in use (never initialises it)."""
+        torch = self.torch
+        try:
+            if torch is not None and torch.cuda.is_initialized():
+                return {"allocated": int(torch.cuda.memory_allocated()), "reserved": int(torch.cuda.memory_reserved())}
+        except Exception:
+            pass
+        return {}
+
+    def reserved(self):
+        return self.memory_fields().get("reserved", 0)
+
+    # ---- steps ---------------------------------------------------------------------------------------
+    def finish_step(self, n, batch_size=None, loss=None):
+        """Step n is done: samples, caught OOMs, the step event, and the block moves on to step n + 1."""
+        self.completed = n
+        if not self.manual_samples and self.pending_samples > 0:
+            self.emit("samples", count=self.pending_samples)
+        self.pending_samples = 0
+        self.resolve_all()
+        self.unclaimed = 0
+        fields = {"step": n}
+        bs = self.batch_size if batch_size is None else batch_size
+        if bs is not None and bs >= 0:
+            fields["batch_size"] = int(bs)
+        if loss is None and self.loss_parts:
+            try:
+                loss = sum(float(t.item()) for t in self.loss_parts)
+            except Exception:
+                loss = None
+        self.loss_parts = []
+        if loss is not None:
+            fields["loss"] = float(loss)
+        fields.update(self.memory_fields())
+        self.emit("step", **fields)
+        self.started = True
+        if self.cb is not None:
+            self.cb.step = n + 1
+        self.depth = 0
+        # Between steps the job fetches its next batch: allocations there (the copy to the GPU) are "data".
+        self.set_phase("data")
+
+    def optimizer_pre(self, *_):
+        self.depth = 0
+        self.start_training()
+        self.set_phase("optimizer")
+
+    def optimizer_post(self, *_):
+        if self.manual_steps:
+            self.set_phase("data")
+            return
+        self.finish_step(self.completed + 1)
+
+    # ---- forward and backward ------------------------------------------------------------------------
+    def model_like(self, module):
+        """A module whose forward is a model's: it has parameters and is not a loss."""
+        known = self.is_model.get(module)
+        if known is None:
+            loss_type = getattr(self.torch.nn.modules.loss, "_Loss", ())
+            known = not isinstance(module, loss_type) and next(module.parameters(), None) is not None
+            try:
+                self.is_model[module] = known
+            except TypeError:
+                pass
+        return known
+
+    def forward_pre(self, module, args, kwargs=None):
+        # A module call at depth 0 is top-level; the top module seen again means an exception (an OOM in
+        # forward) left the depth count stale on a PyTorch without always-called forward hooks.
+        if self.depth > 0 and module is not self.top:
+            self.depth += 1
+            return
+        if not self.model_like(module):
+            self.depth += 1
+            return
+        self.depth = 1
+        self.top = module
+        bs = _leading_dim(args, kwargs)
+        if bs is not None:
+            self.current_batch = bs
+            if self.cb is not None:
+                self.cb.batch_size = bs
+        if module.training and self.torch.is_grad_enabled():
+            if bs is not None:
+                self.batch_size = bs
+                if not self.manual_samples:
+                    self.pending_samples += bs
+            self.start_training()
+            self.set_phase("forward")
+        else:
+            self.set_phase("eval")
+
+    def forward_post(self, module, args, *rest):
+        if self.depth > 0:
+            self.depth -= 1
+        if self.depth == 0 and module is self.top:
+            result = rest[-1] if rest else None
+            exc = sys.exc_info()[1]
+            # With always_call, the hook also runs when forward raised: the OOM left the top-level forward.
+            if result is None and exc is not None:
+                self.note_exception(exc)
+
+    def before_backward(self, args, kwargs):
+        self.depth = 0
+        self.start_training()
+        self.set_phase("backward")
+        tensors = args[0] if args else kwargs.get("tensors")
+        torch = self.torch
+        if isinstance(tensors, torch.Tensor) and tensors.numel() == 1:
+            self.loss_parts.append(tensors.detach())
+
+    # ---- out-of-memory errors ------------------------------------------------------------------------
+    def current_step(self):
+        return self.cb.step if self.cb is not None else (self.completed + 1 if self.started else UNKNOWN_STEP)
+
+    def new_oom(self, message, caught=None, device=None, size=None):
+        step = self.current_step()
+        fields = {"step": step, "batch_size": self.current_batch, "phase": self.phase_name, "message": message or ""}
+        if device is not None:
+            fields["device"] = int(device)
+        if size is not None:
+            fields["size"] = int(size)
+        if caught is not None:
+            fields["caught"] = bool(caught)
+        self.emit("oom", **fields)
+        if self.cb is not None:
+            self.cb.count_oom(caught is True)
+        if caught is not True:
+            self.unresolved.append(step)
+        # The failed attempt's work does not count: a redo reports its samples and loss again.
+        self.pending_samples = 0
+        self.loss_parts = []
+        self.depth = 0
+        self.take_snapshot()
+
+    def observed(self, device, size, device_allocated, device_free):
+        """The caching allocator's OOM observer: it is about to raise OutOfMemoryError."""
+        self.unclaimed += 1
+        self.new_oom("CUDA out of memory: tried to allocate %d bytes (device %d, %d bytes free)"
+                     % (int(size), int(device), int(device_free)), device=device, size=size)
+
+    def claim(self, exc):
+        """True when `exc` is an OOM already reported (by the observer or an earlier boundary)."""
+        if exc is not None and getattr(exc, "_oomh_seen", False):
+            return True
+        if exc is not None:
+            try:
+                exc._oomh_seen = True
+            except Exception:
+                pass
+        if self.unclaimed > 0:
+            self.unclaimed -= 1
+            return True
+        return False
+
+    def note_exception(self, exc):
+        """An exception passed a place the probe wraps; report it if it is an OOM not reported yet."""
+        if is_oom(exc) and not self.claim(exc):
+            self.new_oom(str(exc))
+
+    def resolve_last(self):
+        if self.unresolved:
+            step = self.unresolved.pop()
+            self.emit("oom_caught", step=step)
+            if self.cb is not None:
+                self.cb.count_caught()
+
+    def resolve_all(self):
+        while self.unresolved:
+            self.resolve_last()
+
+    def explicit_oom(self, caught, exc, message):
+        if is_oom(exc) and self.claim(exc) or exc is None and self.unclaimed > 0 and self.claim(None):
+            if caught:
+                self.resolve_last()
+            return
+        self.new_oom(message if message is not None else (str(exc) if exc is not None else "out of memory"),
+                     caught=bool(caught))
+
+    def take_snapshot(self):
+        if not self.snapshot_dir or self.snapshot_done or self.torch is None:
+            return
+        self.snapshot_done = True
+        try:
+            memory = self.torch.cuda.memory
+            os.makedirs(self.snapshot_dir, exist_ok=True)
+            path = os.path.join(self.snapshot_dir, "snapshot-%d-step%d.pickle" % (os.getpid(), self.current_step()))
+            if hasattr(memory, "_dump_snapshot"):
+                memory._dump_snapshot(path)
+            else:
+                import pickle
+                with open(path, "wb") as f:
+                    pickle.dump(memory._snapshot(), f)
+            self.emit("snapshot", path=path)
+        except Exception:
+            pass
+
+    # ---- process end ---------------------------------------------------------------------------------
+    def excepthook_seen(self, exc):
+        if is_oom(exc):
+            self.note_exception(exc)
+            self.uncaught = True
+            self.emit("probe_exit", reason="uncaught out-of-memory error")
+
+    def at_exit(self):
+        if self.uncaught:
+            return
+        # The code went on past the OOMs and exits by itself: it caught them.
+        self.resolve_all()
+        self.emit("probe_exit", reason="exit")
+
+
+def _get():
+    global _probe
+    if _probe is None:
+        _probe = _Probe()
+    return _probe
+
+
+def _safely(fn, *args, **kwargs):
+    try:
+        return fn(*args, **kwargs)
+    except Exception:
+        return None
+
+
+# ---- the explicit API ------------------------------------------------------------------------------------
+
+def active():
+    """True when running under the harness."""
+    return _get().active
+
+
+def step(n, batch_size=None, loss=None):
+    """Step `n` (1-based) is done. From the first call on, the optimizer hooks no longer count steps."""
+    p = _get()
+    if p.active:
+        p.manual_steps = True
+        _safely(p.finish_step, int(n), batch_size, loss)
+
+
+def manual_steps():
+    """The code will report its steps with step(); call before the first optimizer step."""
+    _get().manual_steps = True
+
+
+def samples(k):
+    """`k` samples were consumed since the last report. From the first call on, forwards are not counted."""
+    p = _get()
+    if p.active:
+        p.manual_samples = True
+        p.pending_samples = 0
+        _safely(p.emit, "samples", count=int(k))
+
+
+def phase(name):
+    """Sets the training phase: none, forward, backward, optimizer, eval, checkpoint or data."""
+    if name not in PHASES:
+        raise ValueError("oomharness.probe.phase: unknown phase %r (one of %s)" % (name, ", ".join(PHASES)))
+    p = _get()
+    if p.active:
+        _safely(p.set_phase, name)
+
+
+def oom(caught=True, exc=None, message=None):
+    """The code saw an out-of-memory error (`exc`, when it has it) and caught it (or not). An OOM the probe
+    already reported on its own is not reported twice: the call only says whether it was caught."""
+    p = _get()
+    if p.active:
+        _safely(p.explicit_oom, caught, exc, message)
+
+
+def checkpoint_saved(path, step):
+    p = _get()
+    if p.active:
+        _safely(p.emit, "checkpoint_save", path=os.fsdecode(os.fspath(path)), step=int(step))
+
+
+def checkpoint_loaded(path, step):
+    """A checkpoint of step `step` (completed steps) was loaded: step counting goes on from there."""
+    p = _get()
+    if p.active:
+        p.completed = int(step)
+        if p.started and p.cb is not None:
+            _safely(setattr, p.cb, "step", int(step) + 1)
+        _safely(p.emit, "checkpoint_load", path=os.fsdecode(os.fspath(path)), step=int(step))
+
+
+def memory(allocated=None, reserved=None):
+    """Reports memory held now (PyTorch's figures when not given)."""
+    p = _get()
+    if p.active:
+        fields = p.memory_fields()
+        if allocated is not None:
+            fields["allocated"] = int(allocated)
+        if reserved is not None:
+            fields["reserved"] = int(reserved)
+        _safely(p.emit, "memory", **fields)
+
+
+@contextlib.contextmanager
+def quiet():
+    """torch.save/torch.load inside this block are not reported (the caller reports them itself)."""
+    p = _get()
+    p.quiet += 1
+    try:
+        yield
+    finally:
+        p.quiet -= 1
+
+
+# ---- installation ----------------------------------------------------------------------------------------
+
+def _wrap(owner, name, make):
+    original = getattr(owner, name, None)
+    if original is None or getattr(original, "_oomh_original", None) is not None:
+        return
+    wrapper = make(original)
+    wrapper.__name__ = getattr(original, "__name__", name)
+    wrapper.__qualname__ = getattr(original, "__qualname__", name)
+    wrapper.__doc__ = getattr(original, "__doc__", None)
+    wrapper.__wrapped__ = original
+    wrapper._oomh_original = original
+    setattr(owner, name, wrapper)
+
+
+def _make_backward(original):
+    def backward(*args, **kwargs):
+        p = _probe
+        _safely(p.before_backward, args, kwargs)
+        try:
+            return original(*args, **kwargs)
+        except BaseException as e:
+            _safely(p.note_exception, e)
+            raise
+    return backward
+
+
+def _make_empty_cache(original):
+    def empty_cache():
+        p = _probe
+        before = _safely(p.reserved) or 0
+        result = original()
+        after = _safely(p.reserved) or 0
+        if p.cb is not None:
+            _safely(p.cb.count_empty_cache)
+        _safely(p.emit, "empty_cache", reserved_before=before, reserved_after=after)
+        return result
+    return empty_cache
+
+
+def _make_save(original):
+    def save(obj, f, *args, **kwargs):
+        p = _probe
+        previous = p.phase_name
+        _safely(p.set_phase, "checkpoint")
+        try:
+            result = original(obj, f, *args, **kwargs)
+        except BaseException as e:
+            _safely(p.note_exception, e)
+            raise
+        finally:
+            _safely(p.set_phase, previous)
+        if not p.quiet:
+            s = _checkpoint_step(obj)
+            _safely(p.emit, "checkpoint_save", path=_path_of(f), step=p.completed if s is None else s)
+        return result
+    return save
+
+
+def _make_load(original):
+    def load(f, *args, **kwargs):
+        p = _probe
+        previous = p.phase_name
+        _safely(p.set_phase, "checkpoint")
+        try:
+            obj = original(f, *args, **kwargs)
+        except BaseException as e:
+            _safely(p.note_exception, e)
+            raise
+        finally:
+            _safely(p.set_phase, previous)
+        if not p.quiet:
+            s = _checkpoint_step(obj)
+            if s is not None:
+                checkpoint_loaded(_path_of(f), s)
+            else:
+                _safely(p.emit, "checkpoint_load", path=_path_of(f))
+        return obj
+    return load
+
+
+def _register_forward_hooks(p, torch):
+    module_mod = torch.nn.modules.module
+    pre = module_mod.register_module_forward_pre_hook
+    post = module_mod.register_module_forward_hook
+
+    def pre_hook(module, args, kwargs=None):
+        _safely(p.forward_pre, module, args, kwargs)
+        return None
+
+    def post_hook(module, args, *rest):
+        _safely(p.forward_post, module, args, *rest)
+        return None
+
+    try:  # PyTorch >= 2.0 gives the hooks the keyword arguments too; >= 2.1 can call them when forward raises
+        pre(pre_hook, with_kwargs=True)
+    except TypeError:
+        pre(pre_hook)
+    for kwargs in ({"with_kwargs": True, "always_call": True}, {"always_call": True}, {}):
+        try:
+            post(post_hook, **kwargs)
+            break
+        except TypeError:
+            continue
+
+
+def _register_optimizer_hooks(p, torch):
+    import importlib
+    opt_mod = importlib.import_module("torch.optim.optimizer")  # torch.optim deletes the name on 1.13
+    register_pre = getattr(opt_mod, "register_optimizer_step_pre_hook", None)
+    register_post = getattr(opt_mod, "register_optimizer_step_post_hook", None)
+    if register_pre is not None and register_post is not None:
+        register_pre(lambda *a: _safely(p.optimizer_pre, *a))
+        register_post(lambda *a: _safely(p.optimizer_post, *a))
+        return
+    # PyTorch 1.13: no global step hooks, but every step ends in Optimizer._optimizer_step_code (the
+    # profiler's entry point, an empty method), which no optimizer overrides.
+    Optimizer = torch.optim.Optimizer
+    original = Optimizer._optimizer_step_code
+
+    def _optimizer_step_code(self):
+        original(self)
+        _safely(p.optimizer_post, self)
+    Optimizer._optimizer_step_code = _optimizer_step_code
+
+
+def _on_cuda_init(p, torch):
+    """Runs when the job initialises CUDA (torch.cuda._lazy_call): never initialises it itself."""
+    attach = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
+    if attach is not None:
+        _safely(attach, lambda device, size, allocated, free: _safely(p.observed, device, size, allocated, free))
+    if p.snapshot_dir:
+        record = torch.cuda.memory._record_memory_history
+        try:
+            record(max_entries=100000)
+        except TypeError:
+            _safely(record, True, trace_alloc_max_entries=100000)
+
+
+def install(torch):
+    """Installs the hooks into `torch` (just imported). Does nothing outside the harness or when done."""
+    p = _get()
+    if not p.active or p.installed:
+        return
+    p.installed = True
+    p.torch = torch
+    steps = [
+        lambda: _register_optimizer_hooks(p, torch),
+        lambda: _register_forward_hooks(p, torch),
+        lambda: _wrap(torch.autograd, "backward", _make_backward),
+        lambda: _wrap(torch.cuda, "empty_cache", _make_empty_cache),
+        lambda: _wrap(torch.cuda.memory, "empty_cache", _make_empty_cache),
+        lambda: _wrap(torch, "save", _make_save),
+        lambda: _wrap(torch, "load", _make_load),
+        lambda: torch.cuda._lazy_call(lambda: _safely(_on_cuda_init, p, torch)),
+    ]
+    for s in steps:
+        _safely(s)
+    previous_hook = sys.excepthook
+
+    def excepthook(kind, value, tb):
+        _safely(p.excepthook_seen, value)
+        previous_hook(kind, value, tb)
+    sys.excepthook = excepthook
+    import atexit
+    atexit.register(lambda: _safely(p.at_exit))
+    allocator = os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF") or "native"
+    _safely(p.emit, "probe_start", framework="torch", version=str(getattr(torch, "__version__", "")),
+            allocator=allocator)

@@ -1,0 +1,314 @@
+"""The Python probe, run the way the runner runs it: sitecustomize on PYTHONPATH, a real control block in
+/dev/shm, an event log, a child process that imports torch and trains on the CPU."""
+import json
+import os
+import textwrap
+import unittest
+
+from harness import LINE, Job
+
+# A small training loop with no oomharness in it: what the probe must understand on its own.
+LOOP = textwrap.dedent("""
+    import json, sys, torch
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for step in range(3):
+        x, y = torch.randn(8, 6), torch.randint(0, 3, (8,))
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    print(json.dumps(losses))
+""")
+
+
+class ProbeTest(unittest.TestCase):
+    def setUp(self):
+        self.job = Job()
+
+    def tearDown(self):
+        self.job.close()
+
+    def check_lines(self):
+        lines = self.job.lines()
+        for line in lines:
+            self.assertRegex(line, LINE)
+            json.loads(line)
+        return lines
+
+    def test_silent_and_imports_nothing_without_the_harness(self):
+        code = "import sys, json; print(json.dumps([sorted(m for m in sys.modules if m.startswith(('oomharness', 'torch'))), [type(f).__name__ for f in sys.meta_path]]))"
+        r = self.job.run(code, probe=False)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stderr, "")
+        modules, finders = json.loads(r.stdout)
+        self.assertEqual(modules, [])
+        self.assertNotIn("TorchFinder", finders)
+
+    def test_waits_for_torch_and_never_imports_it(self):
+        code = "import sys; print('torch' in sys.modules, any(type(f).__name__ == 'TorchFinder' for f in sys.meta_path))"
+        r = self.job.run(code)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.split(), ["False", "True"])
+        self.assertEqual(self.job.lines(), [], "no torch, no events")
+
+    def test_chains_to_the_sitecustomize_it_hides(self):
+        other = os.path.join(self.job.dir, "other")
+        os.makedirs(other)
+        with open(os.path.join(other, "sitecustomize.py"), "w") as f:
+            f.write("import builtins\nbuiltins.OTHER_SITECUSTOMIZE_RAN = True\n")
+        for probe in (False, True):
+            r = self.job.run("import builtins; print(getattr(builtins, 'OTHER_SITECUSTOMIZE_RAN', False))",
+                             probe=probe, extra_env={"PYTHONPATH": self.job.env()["PYTHONPATH"] + os.pathsep + other})
+            self.assertEqual(r.stdout.strip(), "True", r.stderr)
+
+    def test_steps_batch_size_loss_and_block_from_a_plain_loop(self):
+        r = self.job.run(LOOP)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        losses = json.loads(r.stdout)
+        self.check_lines()
+        events = self.job.read_events()
+        self.assertEqual(events[0]["kind"], "probe_start")
+        self.assertEqual(events[0]["fields"]["framework"], "torch")
+        steps = [e["fields"] for e in events if e["kind"] == "step"]
+        self.assertEqual([s["step"] for s in steps], [1, 2, 3])
+        self.assertEqual([s["batch_size"] for s in steps], [8, 8, 8])
+        for s, loss in zip(steps, losses):
+            self.assertAlmostEqual(s["loss"], loss, places=6)
+        self.assertEqual([e["fields"]["count"] for e in events if e["kind"] == "samples"], [8, 8, 8])
+        self.assertEqual(events[-1]["kind"], "probe_exit")
+        block = self.job.block()
+        self.assertEqual(block["step"], 4, "the block holds the step in progress")
+        self.assertEqual(block["batch_size"], 8)
+        self.assertEqual(block["phase"], "data")
+        self.assertEqual(block["events_written"], len(events))
+
+    def test_output_is_unchanged_by_the_probe(self):
+        with_probe = self.job.run(LOOP)
+        without = self.job.run(LOOP, probe=False)
+        self.assertEqual(with_probe.stdout, without.stdout)
+        self.assertEqual(with_probe.stderr, without.stderr)
+
+    def test_phases_reach_the_control_block(self):
+        code = textwrap.dedent("""
+            import json, torch
+            from oomharness import _control, probe
+            import os
+            cb = _control.ControlBlock.open(os.environ["OOMH_CONTROL"])
+            seen = []
+            class Spy(torch.nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.lin = torch.nn.Linear(4, 4)
+                def forward(self, x):
+                    seen.append(("forward" if torch.is_grad_enabled() else "eval forward", cb.phase, cb.step, cb.batch_size))
+                    return self.lin(x)
+            model = torch.nn.Sequential(Spy(), torch.nn.Linear(4, 2))
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            seen.append(("before", cb.phase, cb.step, cb.batch_size))
+            out = model(torch.randn(5, 4))
+            out.register_hook(lambda g: seen.append(("backward", cb.phase, cb.step, cb.batch_size)))
+            out.sum().backward()
+            opt.step()
+            seen.append(("after step", cb.phase, cb.step, cb.batch_size))
+            with torch.no_grad():
+                model(torch.randn(3, 4))
+            seen.append(("eval", cb.phase, cb.step, cb.batch_size))
+            class Probe:
+                def __reduce__(self):
+                    seen.append(("checkpoint", cb.phase, cb.step, cb.batch_size))
+                    return (int, (0,))
+            torch.save({"x": Probe()}, "ck.pt")
+            probe.phase("optimizer")
+            seen.append(("explicit", cb.phase, cb.step, cb.batch_size))
+            print(json.dumps(seen))
+        """)
+        r = self.job.run(code)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        seen = {name: (phase, step, bs) for name, phase, step, bs in json.loads(r.stdout)}
+        self.assertEqual(seen["before"], ("none", -1, -1))
+        self.assertEqual(seen["forward"], ("forward", 1, 5))
+        self.assertEqual(seen["backward"], ("backward", 1, 5))
+        self.assertEqual(seen["after step"], ("data", 2, 5))
+        self.assertEqual(seen["eval forward"], ("eval", 2, 3))
+        self.assertEqual(seen["eval"], ("eval", 2, 3))
+        self.assertEqual(seen["checkpoint"][0], "checkpoint")
+        self.assertEqual(seen["explicit"][0], "optimizer")
+
+    def test_save_and_load_report_paths_and_steps(self):
+        code = textwrap.dedent("""
+            import torch
+            model = torch.nn.Linear(2, 2)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            model(torch.ones(4, 2)).sum().backward(); opt.step()
+            torch.save({"step": 7, "model": model.state_dict()}, "ck.pt")
+            torch.save(torch.zeros(2), "plain.pt")
+            state = torch.load("ck.pt")
+            model(torch.ones(4, 2)).sum().backward(); opt.step()
+        """)
+        r = self.job.run(code)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        events = self.job.read_events()
+        saves = [e["fields"] for e in events if e["kind"] == "checkpoint_save"]
+        loads = [e["fields"] for e in events if e["kind"] == "checkpoint_load"]
+        self.assertEqual([(os.path.basename(s["path"]), s["step"]) for s in saves], [("ck.pt", 7), ("plain.pt", 1)])
+        self.assertEqual([(os.path.basename(s["path"]), s["step"]) for s in loads], [("ck.pt", 7)])
+        steps = [e["fields"]["step"] for e in events if e["kind"] == "step"]
+        self.assertEqual(steps, [1, 8], "counting goes on from the loaded checkpoint's step")
+
+    def test_empty_cache_is_recorded_and_safe_on_cpu(self):
+        r = self.job.run("import torch\ntorch.cuda.empty_cache()\ntorch.cuda.memory.empty_cache()\nprint(torch.cuda.is_initialized())")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.strip(), "False", "the wrapper must not initialise CUDA")
+        events = [e for e in self.job.read_events() if e["kind"] == "empty_cache"]
+        self.assertEqual(len(events), 2)
+        self.assertEqual(events[0]["fields"], {"reserved_before": 0, "reserved_after": 0})
+        self.assertEqual(self.job.block()["empty_cache_calls"], 2)
+
+    def test_explicit_api(self):
+        code = textwrap.dedent("""
+            import torch
+            from oomharness import probe
+            assert probe.active()
+            probe.samples(7)
+            probe.step(5, batch_size=3, loss=1.5)
+            probe.phase("eval")
+            probe.oom(caught=True, message="CUDA out of memory. Tried to allocate 2.00 GiB")
+            probe.oom(caught=False)
+            probe.step(6)
+            probe.memory(allocated=10, reserved=20)
+            try:
+                probe.phase("lunch")
+            except ValueError:
+                print("bad phase refused")
+        """)
+        r = self.job.run(code)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("bad phase refused", r.stdout)
+        self.check_lines()
+        events = [(e["kind"], e["fields"]) for e in self.job.read_events() if e["kind"] not in ("probe_start", "probe_exit")]
+        self.assertEqual(events[0], ("samples", {"count": 7}))
+        self.assertEqual(events[1], ("step", {"step": 5, "batch_size": 3, "loss": 1.5}))
+        self.assertEqual(events[2][0], "oom")
+        self.assertEqual(events[2][1]["caught"], True)
+        self.assertEqual(events[2][1]["step"], 6)
+        self.assertEqual(events[2][1]["phase"], "eval")
+        self.assertEqual(events[3][0], "oom")
+        self.assertEqual(events[3][1]["caught"], False)
+        self.assertEqual(events[4], ("oom_caught", {"step": 6}), "the step completed after the OOM")
+        self.assertEqual(events[5][0], "step")
+        self.assertEqual(events[6], ("memory", {"allocated": 10, "reserved": 20}))
+        block = self.job.block()
+        self.assertEqual((block["ooms_seen"], block["ooms_caught"], block["step"], block["phase"]), (2, 2, 7, "data"))
+
+    def test_explicit_steps_switch_automatic_counting_off(self):
+        code = textwrap.dedent("""
+            import torch
+            from oomharness import probe
+            probe.manual_steps()
+            model = torch.nn.Linear(2, 2)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for i in range(3):
+                model(torch.ones(4, 2)).sum().backward(); opt.step()
+                probe.step(10 + i)
+        """)
+        r = self.job.run(code)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual([e["fields"]["step"] for e in self.job.read_events() if e["kind"] == "step"], [10, 11, 12])
+
+    def test_uncaught_oom_ends_the_process_as_uncaught(self):
+        code = textwrap.dedent("""
+            import torch
+            from oomharness import recover
+            model = torch.nn.Linear(2, 2)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            model(torch.ones(4, 2)).sum().backward(); opt.step()
+            raise recover.oom_error("CUDA out of memory. Tried to allocate 20.00 GiB")
+        """)
+        r = self.job.run(code)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("Tried to allocate 20.00 GiB", r.stderr, "the traceback is still printed")
+        events = self.job.read_events()
+        ooms = [e["fields"] for e in events if e["kind"] == "oom"]
+        self.assertEqual(len(ooms), 1)
+        self.assertEqual(ooms[0]["step"], 2)
+        self.assertNotIn("caught", ooms[0])
+        self.assertNotIn("oom_caught", [e["kind"] for e in events])
+        self.assertEqual(events[-1]["kind"], "probe_exit")
+        self.assertEqual(events[-1]["fields"]["reason"], "uncaught out-of-memory error")
+
+    def test_allocator_observer_reports_once_and_learns_it_was_caught(self):
+        # The allocator's observer (CUDA only) is driven by hand: what it reports, then the exception the
+        # code catches, must make one `oom` and one `oom_caught`.
+        code = textwrap.dedent("""
+            import torch
+            from oomharness import probe, recover
+            model = torch.nn.Linear(2, 2)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            probe._probe.observed(0, 1 << 30, 0, 1 << 20)
+            try:
+                raise recover.oom_error("CUDA out of memory")
+            except recover.oom_error_types() as e:
+                probe.oom(caught=True, exc=e)
+            model(torch.ones(4, 2)).sum().backward(); opt.step()
+            probe._probe.observed(0, 4096, 0, 0)
+            model(torch.ones(2, 2)).sum().backward(); opt.step()
+        """)
+        r = self.job.run(code)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        events = [(e["kind"], e["fields"]) for e in self.job.read_events()]
+        kinds = [k for k, _ in events]
+        self.assertEqual(kinds.count("oom"), 2)
+        self.assertEqual(kinds.count("oom_caught"), 2)
+        first = [f for k, f in events if k == "oom"][0]
+        self.assertEqual((first["device"], first["size"]), (0, 1 << 30))
+        block = self.job.block()
+        self.assertEqual((block["ooms_seen"], block["ooms_caught"]), (2, 2))
+
+    def test_an_oom_in_backward_is_seen_without_the_observer(self):
+        code = textwrap.dedent("""
+            import torch
+            from oomharness import recover
+            class Boom(torch.autograd.Function):
+                @staticmethod
+                def forward(ctx, x):
+                    return x * 2
+                @staticmethod
+                def backward(ctx, g):
+                    raise recover.oom_error("CUDA out of memory in backward")
+            model = torch.nn.Linear(2, 2)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            try:
+                Boom.apply(model(torch.ones(3, 2))).sum().backward()
+            except recover.oom_error_types():
+                pass
+            opt.zero_grad()
+            model(torch.ones(3, 2)).sum().backward(); opt.step()
+        """)
+        r = self.job.run(code)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        events = [(e["kind"], e["fields"]) for e in self.job.read_events()]
+        oom = [f for k, f in events if k == "oom"]
+        self.assertEqual(len(oom), 1, events)
+        self.assertEqual(oom[0]["phase"], "backward")
+        self.assertEqual(oom[0]["batch_size"], 3)
+        self.assertIn(("oom_caught", {"step": 1}), events)
+        self.assertEqual([f["count"] for k, f in events if k == "samples"], [3], "the failed attempt's samples do not count")
+
+    def test_failures_inside_the_probe_never_reach_the_job(self):
+        # An event log that cannot be opened and a control block that is not one: the job runs as usual.
+        r = self.job.run(LOOP, extra_env={"OOMH_EVENTS": "/nonexistent/dir/events.jsonl", "OOMH_CONTROL": "/no-such-block"})
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stderr, "")
+        with open(self.job.shm, "r+b") as f:
+            f.write(b"XXXX")
+        r = self.job.run(LOOP)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(len([k for k in self.job.kinds() if k == "step"]), 3, "events still flow without a block")
+
+
+if __name__ == "__main__":
+    unittest.main()
