@@ -18,6 +18,16 @@ need_cmd() {   # need_cmd PACKAGE COMMAND
   command -v "$2" >/dev/null 2>&1 || missing+=("$1")
 }
 
+optional=()
+want_file() {  # like need_file, for what only some tests use: those tests skip without it
+  local pkg=$1; shift
+  for f in "$@"; do [ -e "$f" ] && return 0; done
+  optional+=("$pkg")
+}
+want_cmd() {
+  command -v "$2" >/dev/null 2>&1 || optional+=("$1")
+}
+
 need_cmd g++ g++
 need_cmd cmake cmake
 need_cmd ninja-build ninja
@@ -29,10 +39,13 @@ need_file libboost1.81-dev /usr/include/boost/process/v2/process.hpp
 need_file libgtest-dev /usr/include/gtest/gtest.h
 need_file libgmock-dev /usr/include/gmock/gmock.h
 if [ "$what" = test ]; then
-  need_file libbenchmark-dev /usr/include/benchmark/benchmark.h /usr/local/include/benchmark/benchmark.h
-  need_file python3-yaml /usr/lib/python3/dist-packages/yaml/__init__.py
+  want_file libbenchmark-dev /usr/include/benchmark/benchmark.h /usr/local/include/benchmark/benchmark.h
+  # Reports' schema test validates results files against docs/results-schema.json.
+  want_file python3-jsonschema /usr/lib/python3/dist-packages/jsonschema/__init__.py
   # Reports' screenshot test renders the HTML report in headless Chromium.
-  need_cmd chromium chromium
+  want_cmd chromium chromium
+  # tests/python: the Python probe and recovery code against PyTorch on the CPU (1.13 on Debian 12).
+  want_file python3-torch /usr/lib/python3/dist-packages/torch/__init__.py
 fi
 
 # CUDA headers: only cuda.h is needed, from CUDA 12 or newer (cuGetProcAddress_v2).
@@ -43,6 +56,18 @@ done
 if [ -z "$cuda_h" ]; then
   echo "scripts/deps.sh: cuda.h not found: install the CUDA Toolkit (12 or newer) at /usr/local/cuda, or set CUDA_HOME" >&2
   exit 1
+fi
+
+# Optional packages are installed on Debian (the project's reference machine, CI included); elsewhere
+# (the GPU machine: Ubuntu, no package registry) the tests that need them skip.
+is_debian=false
+grep -qs '^ID=debian' /etc/os-release && is_debian=true
+if [ ${#optional[@]} -gt 0 ]; then
+  if $is_debian; then
+    missing+=("${optional[@]}")
+  else
+    echo "scripts/deps.sh: not installing ${optional[*]} (not Debian): the tests that need them will skip" >&2
+  fi
 fi
 
 if [ ${#missing[@]} -eq 0 ]; then

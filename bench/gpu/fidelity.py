@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""Fidelity of the simulated small GPU: the largest batch that fits under
+  (a) a virtual cap of X (the shim, OOMH_CAP=X),
+  (b) a real reservation that leaves X free (the oomh-reserve sidecar holds the rest),
+  (c) torch.cuda.set_per_process_memory_fraction(X / total),
+found by the same bisection of the batch size of one training step of a small transformer.
+
+    python3 bench/gpu/fidelity.py --inject build/injector/liboomharness_inject.so \
+        --reserve build/runner/oomh-reserve [--limit 8GiB]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+WORKER = r'''
+import os, sys, torch
+mode, limit = sys.argv[1], int(sys.argv[2])
+torch.manual_seed(0)
+if mode == "fraction":
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.set_per_process_memory_fraction(limit / total)
+d, layers, seq, vocab = 1024, 8, 512, 8192
+layer = torch.nn.TransformerEncoderLayer(d, 16, 4 * d, batch_first=True, dropout=0.0)
+model = torch.nn.Sequential(torch.nn.Embedding(vocab, d), torch.nn.TransformerEncoder(layer, layers), torch.nn.Linear(d, vocab)).cuda()
+opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+def fits(batch):
+    try:
+        x = torch.randint(0, vocab, (batch, seq), device="cuda")
+        loss = torch.nn.functional.cross_entropy(model(x).reshape(-1, vocab), x.reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        torch.cuda.synchronize()
+        ok = True
+    except torch.OutOfMemoryError:
+        ok = False
+    x = loss = None
+    opt.zero_grad(set_to_none=True)
+    torch.cuda.empty_cache()
+    return ok
+lo, hi = 0, 1
+while fits(hi):
+    lo, hi = hi, hi * 2
+    if hi > 4096:
+        break
+while hi - lo > 1:
+    mid = (lo + hi) // 2
+    if fits(mid):
+        lo = mid
+    else:
+        hi = mid
+print(f"LARGEST_BATCH {lo}")
+'''
+
+
+def parse_size(s):
+    units = {"GiB": 1 << 30, "MiB": 1 << 20}
+    for u, f in units.items():
+        if s.endswith(u):
+            return int(float(s[:-len(u)]) * f)
+    return int(s)
+
+
+def clean_env():
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    for k in list(env):
+        if k.startswith("OOMH_"):
+            del env[k]
+    return env
+
+
+def largest(mode, limit, env):
+    out = subprocess.run([sys.executable, "-c", WORKER, mode, str(limit)], env=env, capture_output=True,
+                         text=True, timeout=600)
+    for line in out.stdout.splitlines():
+        if line.startswith("LARGEST_BATCH "):
+            return int(line.split()[1])
+    raise RuntimeError(f"{mode} failed ({out.returncode}): {out.stderr[-2000:]}")
+
+
+def free_bytes():
+    q = subprocess.run(["nvidia-smi", "--query-gpu=memory.free", "--format=csv,noheader,nounits", "-i", "0"],
+                       capture_output=True, text=True, check=True)
+    return int(q.stdout.split()[0]) << 20
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--inject", required=True)
+    ap.add_argument("--reserve", required=True)
+    ap.add_argument("--limit", default="8GiB")
+    args = ap.parse_args()
+    limit = parse_size(args.limit)
+    res = {"limit": args.limit}
+
+    env = clean_env()
+    env.update(LD_PRELOAD=args.inject, OOMH_CAP=str(limit))
+    res["virtual_cap"] = largest("cap", limit, env)
+
+    res["set_per_process_memory_fraction"] = largest("fraction", limit, clean_env())
+
+    hold = free_bytes() - limit
+    side = subprocess.Popen([args.reserve, "--device", "0", "--bytes", str(hold)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, env=clean_env())
+    try:
+        line = side.stdout.readline().strip()
+        if not line.startswith("READY"):
+            raise RuntimeError(f"reservation sidecar: {line}")
+        res["reserved_bytes"] = hold
+        res["real_reservation"] = largest("reserve", limit, clean_env())
+    finally:
+        side.stdin.close()
+        side.terminate()
+        side.wait(timeout=30)
+    print(json.dumps(res))
+    print("\n| limit | virtual cap (shim) | real reservation | set_per_process_memory_fraction |\n| --- | --- | --- | --- |")
+    print(f"| {args.limit} | {res['virtual_cap']} | {res['real_reservation']} | {res['set_per_process_memory_fraction']} |")
+
+
+if __name__ == "__main__":
+    main()
