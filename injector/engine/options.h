@@ -32,6 +32,19 @@ inline constexpr OptionSpec kOptionTable[] = {
     {"OOMH_ATTEMPT", false, "the attempt number (set by the runner)"},
     {"OOMH_SNAPSHOT", false, "where the probe saves a PyTorch memory snapshot"},
     {"OOMH_SHIM_PARENT", false, "pid of the shim process that exec'd this one (set by the shim itself)"},
+    {"OOMH_PHASE_EVENTS", false, "1: the Python probe also logs a phase event at each phase change"},
+    {"OOMH_RESERVE_PID", false, "pid of the job's reservation sidecar (set by the runner)"},
+    // The runner's own settings: jobs inherit them, so the shim must not warn about them.
+    {"OOMH_HOME", false, "the oomharness source tree (runner: where the demo suite is)"},
+    {"OOMH_INJECT_LIBRARY", false, "runner: the shim to preload"},
+    {"OOMH_PYTHON_DIR", false, "runner: the Python probe's directory"},
+    {"OOMH_RESERVE_PROGRAM", false, "runner: the reservation sidecar"},
+    {"OOMH_CUDA_DOUBLE_DIR", false, "runner: the CPU driver double's directory (--simulate)"},
+    {"OOMH_DEMO_SUITE", false, "runner: the demo suite"},
+    {"OOMH_EMULATED_TRAINER", false, "runner: the emulated trainer the simulated demo runs"},
+    {"OOMH_BUILD_DIR", false, "scripts: the build directory"},
+    {"OOMH_JOBS", false, "scripts: parallel build and test jobs"},
+    {"OOMH_DEMO_OUT", false, "scripts: where the demo writes its reports"},
 };
 
 struct Options {

@@ -58,13 +58,14 @@ std::string step_name(const StepPoint& s, const OomPoint& o) {
   return s.attempt != o.attempt ? attempt_name(s.attempt) + "'s " + name : name;
 }
 
-// Samples processed after the OOM up to (and including) the first step completed after it.
+// Samples processed after the OOM up to (and including) the first step completed after it, or -1 when
+// the code reported no `samples` at all there.
 int64_t samples_after(const Attempt& a, const OomPoint& o, const StepPoint* until) {
-  int64_t n = 0;
+  int64_t n = -1;
   for (const Event& e : a.events) {
     if (e.t <= o.t || e.src != events::kSrcProbe || e.kind != events::kSamples) continue;
     if (until && until->attempt == a.index && e.t > until->t) break;
-    n += std::max<int64_t>(0, e.integer("count", 0));
+    n = std::max<int64_t>(n, 0) + std::max<int64_t>(0, e.integer("count", 0));
   }
   return n;
 }
@@ -111,13 +112,22 @@ Verdict batch_halving(const Trace& trace, const nlohmann::json& args) {
       bool redone = false;
       for (size_t i = position_of(trace, o.attempt); i < steps.size() && !redone; ++i)
         for (const StepPoint& s : steps[i]) redone = redone || (s.t > o.t && s.step == o.step);
+      // Sample counts, when the code reports them, are the evidence: a step number that completes says
+      // nothing of how many samples it took (a trainer that counts optimizer steps "completes" the failed
+      // step on half its batch). Without them, the failed step completing again has to do.
       int64_t processed = samples_after(trace.attempts[position_of(trace, o.attempt)], o, next);
-      if (!redone && processed < o.batch)
+      bool lost = processed >= 0 ? processed < o.batch : !redone;
+      if (processed < 0) processed = 0;
+      if (lost) {
+        std::string why = redone ? view::step_text(o.step) + " completed again, but only " + std::to_string(processed) +
+                                       " samples were reported after the OOM"
+                                 : view::step_text(o.step) + " never completed, " + std::to_string(processed) +
+                                       " samples reported after the OOM";
         return verdict(VerdictStatus::fail, oom_text(o) + " " + oom_outcome(o) + " and the batch went down to " +
                                                 std::to_string(next->batch) + ", but the failed step's " +
-                                                std::to_string(o.batch) + " samples were not processed again (" +
-                                                view::step_text(o.step) + " never completed, " + std::to_string(processed) +
-                                                " samples reported after the OOM): samples were dropped", ev);
+                                                std::to_string(o.batch) + " samples were not processed again (" + why +
+                                                "): samples were dropped", ev);
+      }
     }
     if (chain.empty()) chain = std::to_string(o.batch);
     chain += " -> " + std::to_string(next->batch);

@@ -31,6 +31,7 @@ void to_json(nlohmann::json& j, const Verdict& v) {
                      {"status", to_string(v.status)},
                      {"reason", v.reason},
                      {"evidence", v.evidence}};
+  if (v.must_fail) j["must_fail"] = true;  // only when set: results of ordinary suites stay as they were
 }
 
 void from_json(const nlohmann::json& j, Verdict& v) {
@@ -39,6 +40,7 @@ void from_json(const nlohmann::json& j, Verdict& v) {
   v.status = status_from_string(j.at("status").get<std::string>());
   v.reason = j.value("reason", std::string());
   v.evidence = j.contains("evidence") ? j.at("evidence").get<std::vector<Evidence>>() : std::vector<Evidence>{};
+  v.must_fail = j.value("must_fail", false);
 }
 
 }  // namespace oomh

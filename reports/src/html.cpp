@@ -80,6 +80,11 @@ std::string badge(JobStatus s) {
 std::string verdict_badge(VerdictStatus s) {
   return std::string("<span class=\"badge v-") + to_string(s) + "\">" + to_string(s) + "</span>";
 }
+// A check the suite says must fail: its fail is the expected outcome, and says so.
+std::string verdict_badge(const Verdict& v) {
+  if (!v.must_fail) return verdict_badge(v.status);
+  return verdict_badge(v.status) + " <span class=\"muted\">(must fail)</span>";
+}
 
 // A tick step of 1, 2 or 5 times a power of ten, giving about `count` ticks over `range`.
 double nice_step(double range, int count) {
@@ -287,7 +292,7 @@ void summary_table(std::ostream& out, const RunResult& run) {
       out << "<tr><td><a href=\"#" << job_id(s, k) << "\">" << xml_escape(job.name) << "</a></td><td>"
           << xml_escape(suite.name) << "</td><td data-v=\"" << to_string(job.status) << "\">" << badge(job.status)
           << "</td><td>";
-      for (const Verdict& v : job.verdicts) out << xml_escape(v.policy) << " " << verdict_badge(v.status) << " ";
+      for (const Verdict& v : job.verdicts) out << xml_escape(v.policy) << " " << verdict_badge(v) << " ";
       if (job.verdicts.empty()) out << "<span class=\"muted\">none</span>";
       out << "</td><td class=\"num\">" << job.attempts.size() << "</td><td class=\"num\" data-v=\"" << job.faults.size()
           << "\">" << job.faults.size() << " / " << job.faults_visible() << "</td><td class=\"num\" data-v=\""
@@ -323,7 +328,7 @@ void verdicts(std::ostream& out, const JobResult& job) {
   out << "<table class=\"verdicts\"><thead><tr><th>check</th><th>verdict</th><th>reason</th><th>evidence</th></tr>"
          "</thead><tbody>\n";
   for (const Verdict& v : job.verdicts) {
-    out << "<tr><td><code>" << xml_escape(v.policy) << "</code></td><td>" << verdict_badge(v.status) << "</td><td>"
+    out << "<tr><td><code>" << xml_escape(v.policy) << "</code></td><td>" << verdict_badge(v) << "</td><td>"
         << xml_escape(v.reason) << "</td><td>";
     for (const Evidence& e : v.evidence)
       out << "attempt " << e.attempt << ", " << num(e.t, 2) << "s: " << xml_escape(e.what) << "<br>";

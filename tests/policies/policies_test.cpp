@@ -180,6 +180,15 @@ TEST(BatchHalving, FailSamplesDropped) {
                  "the failed step's 64 samples were not processed again (step 5 never completed, 32 samples reported after the OOM)");
 }
 
+// A trainer that numbers steps by optimizer steps "completes" the failed step on half its batch: the
+// sample counts show the other half was dropped.
+TEST(BatchHalving, FailStepRedoneOnHalfTheSamples) {
+  TraceBuilder b;
+  steps(b.attempt(), 1, 4, 64).inject().oom(5, 64).samples(32).step(5, 32).step(6, 32).exit(0);
+  EXPECT_VERDICT(check("batch_halving", b.build(), {{"no_sample_loss", true}}), fail,
+                 "(step 5 completed again, but only 32 samples were reported after the OOM): samples were dropped");
+}
+
 TEST(BatchHalving, PassNoSampleLossBySamples) {
   TraceBuilder b;
   steps(b.attempt(), 1, 4, 64).inject().oom(5, 64).samples(32).samples(32).step(6, 32).exit(0);

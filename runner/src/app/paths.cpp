@@ -86,12 +86,20 @@ Found find_driver_double_dir() {
   return f;
 }
 
-Found find_demo_suite() {
+Found find_demo_suite(bool simulated) {
+  // The same scenarios twice: real PyTorch trainers on a GPU, the emulated trainer on the driver double.
+  const std::string file = simulated ? "suites/demo-simulated.yaml" : "suites/demo.yaml";
   std::vector<std::string> c;
-  if (const char* home = std::getenv("OOMH_HOME"); home && *home) c.push_back(std::string(home) + "/suites/demo.yaml");
-  if (*source_dir()) c.push_back(std::string(source_dir()) + "/suites/demo.yaml");
-  for (auto& p : upward({"share/oomharness/suites/demo.yaml"})) c.push_back(p);
+  if (const char* home = std::getenv("OOMH_HOME"); home && *home) c.push_back(std::string(home) + "/" + file);
+  if (*source_dir()) c.push_back(std::string(source_dir()) + "/" + file);
+  for (auto& p : upward({"share/oomharness/" + file})) c.push_back(p);
   return first_existing("OOMH_DEMO_SUITE", c, false);
+}
+
+Found find_emulated_trainer_dir() {
+  Found f = first_existing("OOMH_EMULATED_TRAINER", upward({"tests/emulated_trainer/emulated_trainer", "bin/emulated_trainer"}), false);
+  if (f.path) f.path = fs::path(*f.path).parent_path().string();
+  return f;
 }
 
 std::optional<std::string> resolve_paths(bool simulate, HarnessPaths& paths) {

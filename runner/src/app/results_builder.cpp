@@ -52,7 +52,7 @@ JobStatus job_status(const JobOutcome& outcome, const std::vector<Verdict>& verd
   }
   bool inconclusive = false;
   for (const auto& v : verdicts) {
-    if (v.status == VerdictStatus::fail) return JobStatus::failed;
+    if (v.status == (v.must_fail ? VerdictStatus::pass : VerdictStatus::fail)) return JobStatus::failed;
     if (v.status == VerdictStatus::inconclusive) inconclusive = true;
   }
   return inconclusive ? JobStatus::inconclusive : JobStatus::passed;
@@ -204,8 +204,12 @@ std::string failure_sentence(const JobOutcome& outcome, const std::vector<Verdic
     size_t n = outcome.trace.attempts.size();
     return "interrupted during attempt " + std::to_string(n == 0 ? 1 : n) + " (the run was stopped)";
   }
-  for (const auto& v : verdicts)
-    if (v.status == VerdictStatus::fail) return v.reason;
+  for (const auto& v : verdicts) {
+    if (v.must_fail && v.status == VerdictStatus::pass)
+      return v.policy + " must fail for this job (must_fail: true) but passed, so it did not catch what the job gets wrong: " +
+             v.reason;
+    if (!v.must_fail && v.status == VerdictStatus::fail) return v.reason;
+  }
   for (const auto& v : verdicts)
     if (v.status == VerdictStatus::inconclusive) return v.reason;
   if (status == JobStatus::failed && !outcome.trace.attempts.empty()) {

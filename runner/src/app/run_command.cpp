@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -100,6 +101,7 @@ std::vector<Verdict> judge(const JobSpec& job, const Trace& trace) {
     }
     try {
       verdicts.push_back(evaluate(*policy, trace, e.args));
+      verdicts.back().must_fail = e.must_fail;
     } catch (const std::exception& ex) {
       Verdict v;
       v.policy = e.policy;
@@ -404,19 +406,28 @@ ExitCode command_exec(const ExecArgs& args, std::ostream& out, std::ostream& err
 
 ExitCode command_demo(const std::string& out_dir, const std::vector<std::string>& command_line, std::ostream& out,
                       std::ostream& err) {
-  Found demo = find_demo_suite();
+  const bool simulate = !detect_gpu();
+  Found demo = find_demo_suite(simulate);
   if (!demo.path) {
-    err << "oomharness demo: cannot find suites/demo.yaml (set OOMH_HOME to the oomharness source folder); "
-        << demo.tried_text() << "\n";
+    err << "oomharness demo: cannot find " << (simulate ? "suites/demo-simulated.yaml" : "suites/demo.yaml")
+        << " (set OOMH_HOME to the oomharness source folder); " << demo.tried_text() << "\n";
     return ExitCode::usage_error;
   }
   RunArgs args;
   args.suites = {*demo.path};
   args.out_dir = out_dir;
   args.command_line = command_line;
-  if (!detect_gpu()) {
+  // The demo's jobs are capped, so on a GPU they pack onto it; four at a time keeps it short.
+  args.jobs = 4;
+  if (simulate) {
     args.simulate = true;
     out << "No GPU found: running the demo on the CPU driver double (simulated device)\n";
+    // The simulated demo's jobs run the emulated trainer by name: put the build's copy on their PATH.
+    if (Found trainer = find_emulated_trainer_dir(); trainer.path) {
+      const char* path = std::getenv("PATH");
+      std::string value = *trainer.path + (path && *path ? ":" + std::string(path) : "");
+      setenv("PATH", value.c_str(), 1);
+    }
   }
   return command_run(args, out, err);
 }

@@ -682,16 +682,38 @@ std::optional<ExpectSpec> Loader::read_expect_item(const YAML::Node& item, const
   // Rebound with reset(), never assigned (Note [yaml-cpp assignment]).
   YAML::Node name_node(item), args_node;
   SourceLocation name_at = at, args_at = at;
+  bool must_fail = false;
   if (item.IsMap()) {
-    if (item.size() != 1) {
-      std::vector<std::string> keys;
-      for (auto it = item.begin(); it != item.end(); ++it) keys.push_back("'" + it->first.Scalar() + "'");
-      d_.error(at, f.str() + ": each item names one policy, got " + std::to_string(item.size()) + " keys (" +
-                       suite::join(keys) + "); write them as separate items, or indent the arguments under the policy");
+    // Besides the policy, an item may say `must_fail: true` (a broken trainer kept to show the check
+    // catches it: suites/self-test.yaml).
+    std::vector<std::string> keys;
+    YAML::Node policy_key, policy_value;
+    for (auto it = item.begin(); it != item.end(); ++it) {
+      const std::string key = it->first.Scalar();
+      if (key == "must_fail") {
+        bool ok = false;
+        if (it->second.IsScalar()) {
+          const std::string& v = it->second.Scalar();
+          if (v == "true" || v == "false") { must_fail = v == "true"; ok = true; }
+        }
+        if (!ok) {
+          d_.error(d_.at(it->second), f.str() + ": must_fail: expected true or false, got " + suite::describe(it->second));
+          return std::nullopt;
+        }
+        continue;
+      }
+      keys.push_back("'" + key + "'");
+      policy_key.reset(it->first);
+      policy_value.reset(it->second);
+    }
+    if (keys.size() != 1) {
+      d_.error(at, f.str() + ": each item names one policy (and may add must_fail), got " + std::to_string(keys.size()) +
+                       " policy keys (" + suite::join(keys) +
+                       "); write them as separate items, or indent the arguments under the policy");
       return std::nullopt;
     }
-    name_node.reset(item.begin()->first);
-    args_node.reset(item.begin()->second);
+    name_node.reset(policy_key);
+    args_node.reset(policy_value);
     name_at = d_.at(name_node);
     args_at = args_node.IsNull() ? name_at : d_.at(args_node);
   }
@@ -705,7 +727,7 @@ std::optional<ExpectSpec> Loader::read_expect_item(const YAML::Node& item, const
     d_.error(name_at, "unknown policy '" + name + "' in " + f.str() + suite::suggestion(name, policy_names(), "policies"));
     return std::nullopt;
   }
-  ExpectSpec spec{name, nlohmann::json::object(), at};
+  ExpectSpec spec{name, nlohmann::json::object(), at, must_fail};
   std::vector<std::string> arg_names;
   for (const auto& a : policy->args) arg_names.push_back(a.name);
   std::map<std::string, SourceLocation> arg_at;

@@ -471,7 +471,7 @@ TEST_F(E2E, DemoRunsSimulatedWithoutAGpu) {
   NEED("APP_E2E_DOUBLE", dbl);
   if (std::system("nvidia-smi -L >/dev/null 2>&1") == 0) GTEST_SKIP() << "a GPU is here: the demo runs on it";
   fs::create_directories(dir_ / "home/suites");
-  write_suite(dir_ / "home/suites", "demo",
+  write_suite(dir_ / "home/suites", "demo-simulated",
               trainer_job(trainer, "halving", "halve", 5, std::string(kFaultAtStep3) + "    expect:\n      - batch_halving\n"));
   Result r = run({bin, "demo", "--out", (dir_ / "demo-out").string()}, dir_, dir_, {"OOMH_HOME=" + (dir_ / "home").string()});
   EXPECT_EQ(r.code, 0) << r.out << r.err;

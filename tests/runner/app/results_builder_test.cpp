@@ -68,6 +68,23 @@ TEST(JobStatusTest, FromVerdicts) {
   EXPECT_EQ(job_status(o, {verdict(VerdictStatus::inconclusive, "?"), verdict(VerdictStatus::fail, "no")}), JobStatus::failed);
 }
 
+// A broken trainer kept to show a check catches it: the check failing is the expected outcome.
+TEST(JobStatusTest, MustFailChecksAreInverted) {
+  JobOutcome o = outcome({attempt(0, 0, 1, 0, {})});
+  Verdict caught = verdict(VerdictStatus::fail, "samples were dropped");
+  caught.must_fail = true;
+  EXPECT_EQ(job_status(o, {verdict(VerdictStatus::pass, "ok", "oom_visible"), caught}), JobStatus::passed);
+  Verdict missed = verdict(VerdictStatus::pass, "the OOM was followed by a smaller batch (64 -> 32)");
+  missed.must_fail = true;
+  EXPECT_EQ(job_status(o, {verdict(VerdictStatus::pass, "ok", "oom_visible"), missed}), JobStatus::failed);
+  JobResult r = build_job_result("broken", o, {missed});
+  EXPECT_EQ(r.message, "batch_halving must fail for this job (must_fail: true) but passed, so it did not catch what the "
+                       "job gets wrong: the OOM was followed by a smaller batch (64 -> 32)");
+  Verdict unsure = verdict(VerdictStatus::inconclusive, "absorbed");
+  unsure.must_fail = true;
+  EXPECT_EQ(job_status(o, {unsure}), JobStatus::inconclusive);
+}
+
 TEST(JobStatusTest, ErrorAndInterruptionWin) {
   JobOutcome o = outcome({attempt(0, 0, 1, 0, {})});
   o.error = "could not start 'trainer': No such file or directory";

@@ -390,5 +390,52 @@ TEST(Suite, SecondDocumentIsRefused) {
   EXPECT_EQ(errors[0], "s.yaml:4:1: a suite file holds one YAML document; this is a second one ('---')");
 }
 
+TEST(Suite, MustFailMarksAnExpectationThatTheCheckFails) {
+  Suite s = load_ok(R"(version: 1
+jobs:
+  - name: broken
+    run: trainer --bug skip-batch
+    expect:
+      - exit: 0
+      - batch_halving: {factor: 0.5, no_sample_loss: true}
+        must_fail: true
+      - oom_visible
+      - must_fail: false
+        completes: 12
+)");
+  const JobSpec* j = job_named(s, "broken");
+  ASSERT_NE(j, nullptr);
+  ASSERT_EQ(j->expect.size(), 4u);
+  EXPECT_FALSE(j->expect[0].must_fail);
+  EXPECT_EQ(j->expect[1].policy, "batch_halving");
+  EXPECT_TRUE(j->expect[1].must_fail);
+  EXPECT_EQ(j->expect[1].args["no_sample_loss"], true);
+  EXPECT_FALSE(j->expect[2].must_fail);
+  EXPECT_EQ(j->expect[3].policy, "completes");
+  EXPECT_FALSE(j->expect[3].must_fail);
+}
+
+TEST(Suite, MustFailIsCheckedLikeEveryOtherKey) {
+  auto errors = errors_of(R"(version: 1
+jobs:
+  - name: broken
+    run: trainer
+    expect:
+      - batch_halving: {factor: 0.5}
+        must_fail: maybe
+)");
+  ASSERT_FALSE(errors.empty());
+  EXPECT_EQ(errors[0], "s.yaml:7:20: expect[0] of job 'broken': must_fail: expected true or false, got 'maybe'");
+  errors = errors_of(R"(version: 1
+jobs:
+  - name: broken
+    run: trainer
+    expect:
+      - {must_fail: true}
+)");
+  ASSERT_FALSE(errors.empty());
+  EXPECT_NE(errors[0].find("each item names one policy (and may add must_fail), got 0 policy keys"), std::string::npos) << errors[0];
+}
+
 }  // namespace
 }  // namespace oomh

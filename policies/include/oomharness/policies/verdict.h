@@ -31,6 +31,9 @@ struct Verdict {
   VerdictStatus status = VerdictStatus::inconclusive;
   std::string reason;         // one sentence: "OOM at step 5 (batch 64) was caught, but step 6 ran at batch 64 again: no halving"
   std::vector<Evidence> evidence;
+  // The suite says this check must fail (`must_fail: true`): the job is a broken trainer kept to show
+  // that the check catches it. A fail is then the expected outcome and a pass is what fails the job.
+  bool must_fail = false;
 };
 
 void to_json(nlohmann::json& j, const Evidence& e);

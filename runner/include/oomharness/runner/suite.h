@@ -68,6 +68,7 @@ struct ExpectSpec {
   std::string policy;           // registry name
   nlohmann::json args = nlohmann::json::object();  // normalised by the registry
   SourceLocation where;
+  bool must_fail = false;       // `must_fail: true` beside the policy: the check is expected to fail
 };
 
 enum class ProbeMode { auto_, python, none };

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Everything that needs a GPU, in one command that fits one call of the device machine:
+#   build (with LibTorch when PyTorch is there), the whole ctest suite (GPU tests run instead of skipping),
+#   the injector's framework checks, the reservation checks, LibTorch under a cap and a persistent fault,
+#   the demo, the self-test suite, the GPU benchmarks, and docs/compatibility.md regenerated from all that.
+#
+#   tests/gpu/run_all.sh [PHASE...]     PHASE: build ctest injector reservation libtorch demo selftest bench compat
+#
+# Logs and reports go under $OUT (the device tool's output folder) or out/gpu; the whole tree is also packed
+# into $OUT/gpu-run.tar.gz, since only a few files come back from the device machine.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+out=${OUT:-$root/out/gpu}
+work=$out/run
+mkdir -p "$work"
+export OOMH_BUILD_DIR=${OOMH_BUILD_DIR:-$root/build}
+export OOMH_JOBS=${OOMH_JOBS:-$(nproc)}
+build=$OOMH_BUILD_DIR
+bin=$build/runner/oomharness
+summary=$work/summary.txt
+phases=${*:-build ctest injector reservation libtorch demo selftest bench compat}
+
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "tests/gpu/run_all.sh: no GPU here (nvidia-smi -L failed)" >&2
+  exit 125
+fi
+
+phase() {  # phase NAME COMMAND...: runs it, logs to $work/NAME.log, records rc and time in summary.txt
+  local name=$1; shift
+  local t0=$SECONDS
+  echo "== $name"
+  "$@" >"$work/$name.log" 2>&1
+  local rc=$?
+  echo "$name rc=$rc $((SECONDS - t0))s" | tee -a "$summary"
+  tail -5 "$work/$name.log" | sed 's/^/   | /'
+  return 0
+}
+
+libtorch_checks() {
+  local trainer=$build/examples/oomh_libtorch_trainer
+  [ -x "$trainer" ] || { echo "RESULT libtorch default build FAIL $trainer was not built"; return 1; }
+  # Under a 256 MiB cap a batch of 65536 does not fit: the halving trainer must recover.
+  "$bin" exec --cap 256MiB --expect oom_visible --expect batch_halving --expect exit=0 --out "$work/libtorch-cap" \
+    -- "$trainer" --recovery halve --steps 6 --batch 65536 >"$work/libtorch-cap.txt" 2>&1
+  local rc=$?
+  echo "RESULT libtorch default cap $([ $rc -eq 0 ] && echo PASS || echo FAIL) c10::OutOfMemoryError caught under a 256 MiB cap, batch halved (oomharness exec rc=$rc)"
+  # From the 20th allocation on nothing succeeds: the trainer without a handler must stop with the OOM.
+  "$bin" exec --fault nth=20,forever --expect oom_visible --out "$work/libtorch-nth" \
+    -- "$trainer" --recovery none --steps 6 >"$work/libtorch-nth.txt" 2>&1
+  rc=$?
+  echo "RESULT libtorch default nth_persistent $([ $rc -eq 0 ] && echo PASS || echo FAIL) c10::OutOfMemoryError raised from the 20th allocation on (oomharness exec rc=$rc)"
+}
+
+for p in $phases; do
+  case $p in
+    build) phase build bash "$root/scripts/build.sh" -DOOMH_WITH_TORCH=AUTO ;;
+    ctest) phase ctest ctest --test-dir "$build" --output-on-failure -j"$OOMH_JOBS" --timeout 300 ;;
+    injector) phase injector bash "$root/tests/gpu/injector/run.sh" "$build" "$work/injector" ;;
+    reservation) phase reservation bash "$root/tests/gpu/reservation_checks.sh" "$build" "$work/reservation" ;;
+    libtorch) phase libtorch libtorch_checks ;;
+    demo) phase demo "$bin" demo --out "$work/demo" ;;
+    selftest) phase selftest "$bin" run "$root/suites/self-test.yaml" --jobs 6 --out "$work/self-test" ;;
+    bench)
+      phase bench-throughput python3 "$root/bench/gpu/throughput.py" --inject "$build/injector/liboomharness_inject.so" --reps 3 --steps 60
+      phase bench-fidelity python3 "$root/bench/gpu/fidelity.py" --inject "$build/injector/liboomharness_inject.so" --reserve "$build/runner/oomh-reserve" --limit 8GiB
+      phase bench-packing bash "$root/bench/gpu/packing.sh" "$build" "$work/packing"
+      [ -x "$build/bench/shim_bench" ] && phase bench-shim "$build/bench/shim_bench" --benchmark_min_time=0.2
+      ;;
+    compat) phase compat python3 "$root/tests/gpu/compatibility.py" "$work" "$work/compatibility.md" ;;
+    *) echo "unknown phase $p" >&2; exit 2 ;;
+  esac
+done
+
+cp "$summary" "$out/summary.txt" 2>/dev/null
+[ -f "$work/compatibility.md" ] && cp "$work/compatibility.md" "$out/compatibility.md"
+[ -f "$work/demo/report.html" ] && cp "$work/demo/report.html" "$out/demo-report.html"
+tar -C "$out" -czf "$out/gpu-run.tar.gz" --exclude='*.pt' --exclude='*.bin' --exclude='*.pickle' run 2>/dev/null
+rm -rf "$work"
+cat "$out/summary.txt"
+! grep -v ' rc=0 ' "$out/summary.txt" | grep -q .
