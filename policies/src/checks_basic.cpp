@@ -91,7 +91,8 @@ Verdict oom_visible(const Trace& trace, const nlohmann::json&) {
     if (ev.size() < 4) ev.push_back({o.attempt, o.t, "the code saw an OOM at " + view::step_text(o.step)});
   if (injected == 0)
     return verdict(VerdictStatus::inconclusive,
-                   "no fault was injected: the fault plan never matched an allocation (check its step, phase and size filters)", ev);
+                   "no fault was injected: the fault plan never matched an allocation (check its step, phase and size filters; a caching "
+                   "allocator serves steady steps from its cache, so a step fault needs the Python probe or PYTORCH_NO_CUDA_MEMORY_CACHING=1)", ev);
   if (ooms.empty()) return verdict(VerdictStatus::fail, view::absorbed_reason(injected), ev);
   return verdict(VerdictStatus::pass, std::to_string(injected) + (injected == 1 ? " fault was" : " faults were") +
                                           " injected and the code saw " + std::to_string(ooms.size()) +

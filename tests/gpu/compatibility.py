@@ -97,7 +97,7 @@ def main():
         md.append(f"| {label} | " + " | ".join(cell(results, fw, mode, c) for c in COLUMNS) + " |")
     md += [
         "",
-        "Column meanings: **cap** — `OOMH_CAP=4GiB` (LibTorch: 256 MiB through `oomharness exec --cap`); memory queries",
+        "Column meanings: **cap** — `OOMH_CAP=4GiB` (LibTorch: 1 GiB through `oomharness exec --cap`); memory queries",
         "report the cap and an allocation beyond it fails. **Nth persistent fault** — from the Nth allocation on, every",
         "allocation fails. **step fault** — allocations of one training step fail (step written by the probe).",
         "**reservation** — the `oomh-reserve` sidecar holds real memory so that 4 GiB stay free, and a 6 GiB request",

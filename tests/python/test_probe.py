@@ -168,6 +168,32 @@ class ProbeTest(unittest.TestCase):
         self.assertEqual(events[0]["fields"], {"reserved_before": 0, "reserved_after": 0})
         self.assertEqual(self.job.block()["empty_cache_calls"], 2)
 
+    def test_flushes_the_cache_as_a_faulted_step_begins(self):
+        # No GPU here: stand in for CUDA's cache so the test sees when the probe empties it, and that it
+        # does so between steps, once per listed step, without an empty_cache event (the code did not call it).
+        spy = textwrap.dedent("""
+            import torch
+            flushed = []
+            torch.cuda.is_initialized = lambda: True
+            torch.cuda.synchronize = lambda *a, **k: None
+            torch._C._cuda_emptyCache = lambda: flushed.append(steps_done[0])
+            steps_done = [0]
+            model = torch.nn.Linear(4, 2)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for step in range(6):
+                opt.zero_grad()
+                model(torch.randn(3, 4)).sum().backward()
+                opt.step()
+                steps_done[0] += 1
+            print(flushed)
+        """)
+        r = self.job.run(spy, extra_env={"OOMH_FLUSH_AT_STEPS": "1,3,5,junk"})
+        self.assertEqual(r.returncode, 0, r.stderr)
+        # Step 1 begins at the first forward; steps 3 and 5 begin as steps 2 and 4 finish, inside their
+        # opt.step() (the optimizer hook), before the loop counts them: 1 and 3 loop iterations were done.
+        self.assertEqual(r.stdout.strip(), "[0, 1, 3]")
+        self.assertFalse([e for e in self.job.read_events() if e["kind"] == "empty_cache"])
+
     def test_explicit_api(self):
         code = textwrap.dedent("""
             import torch

@@ -154,6 +154,7 @@ class _Probe:
         self.top = None             # the top-level module of the forward in progress
         self.phase_name = "none"
         self.is_model = weakref.WeakKeyDictionary()
+        self.flush_at = _steps_from_env(os.environ.get("OOMH_FLUSH_AT_STEPS"))
 
     # ---- output --------------------------------------------------------------------------------------
     def emit(self, kind, **fields):
@@ -174,6 +175,27 @@ class _Probe:
             self.started = True
             if self.cb is not None:
                 self.cb.step = self.completed + 1
+            self.entering_step(self.completed + 1)
+
+    # Note [Flushing before a faulted step]
+    # A caching allocator serves a training loop's steady state from its cache: step 5 allocates nothing
+    # from the driver, so a fault `when: {step: 5}` at the driver level would never fire. Under real memory
+    # pressure the allocator has to go to the driver; to get there on purpose, the runner lists the steps
+    # its faults target in OOMH_FLUSH_AT_STEPS and the probe releases the allocator's unused cached blocks
+    # as such a step begins (between steps, where nothing is in flight). This changes no value the program
+    # computes: only where its tensors live. It calls the allocator directly, so the code's own
+    # empty_cache() calls (which policies look at) are not confused with it.
+    def entering_step(self, n):
+        if n not in self.flush_at or self.torch is None:
+            return
+        self.flush_at.discard(n)
+        torch = self.torch
+        try:
+            if torch.cuda.is_initialized():
+                torch.cuda.synchronize()
+                torch._C._cuda_emptyCache()
+        except Exception:
+            pass
 
     def memory_fields(self):
         """allocated and reserved bytes, when CUDA is in use (never initialises it)."""
@@ -214,6 +236,7 @@ class _Probe:
         self.started = True
         if self.cb is not None:
             self.cb.step = n + 1
+        self.entering_step(n + 1)
         self.depth = 0
         # Between steps the job fetches its next batch: allocations there (the copy to the GPU) are "data".
         self.set_phase("data")
@@ -386,6 +409,16 @@ class _Probe:
         # The code went on past the OOMs and exits by itself: it caught them.
         self.resolve_all()
         self.emit("probe_exit", reason="exit")
+
+
+def _steps_from_env(text):
+    steps = set()
+    for part in (text or "").split(","):
+        try:
+            steps.add(int(part))
+        except ValueError:
+            pass
+    return steps
 
 
 def _get():

@@ -175,6 +175,23 @@ TEST(Launch, EnvironmentCarriesTheHarness) {
   unsetenv("PYTHONPATH");
 }
 
+// Step faults and step-scheduled caps need the step's allocations to reach the driver: the probe is told
+// which steps to begin with an empty cache.
+TEST(Launch, TellsTheProbeWhichStepsAFaultTargets) {
+  JobSpec job;
+  job.name = "j";
+  HarnessPaths paths{"/h/inject.so", "/h/python", "/h/reserve", ""};
+  std::string plan = R"({"version":1,"rules":[{"when":{"step":5,"phase":"forward"}},{"when":{"steps":{"from":9,"to":12}}},)"
+                     R"({"when":{"nth":3}}],"caps":[{"limit":100},{"limit":50,"at":{"step":7}}]})";
+  AttemptContext ctx{"j", 0, "/oomh-1-0-0", "/o/ev.jsonl", plan, "/w", std::nullopt};
+  EXPECT_EQ(env_value(job_environment(job, paths, ctx), "OOMH_FLUSH_AT_STEPS"), "5,7,9");
+  ctx.plan_json = R"({"version":1,"rules":[{"when":{"nth":3}}]})";
+  EXPECT_EQ(env_value(job_environment(job, paths, ctx), "OOMH_FLUSH_AT_STEPS"), "<unset>");
+  ctx.plan_json = plan;
+  job.probe = ProbeMode::none;
+  EXPECT_EQ(env_value(job_environment(job, paths, ctx), "OOMH_FLUSH_AT_STEPS"), "<unset>");
+}
+
 TEST(Launch, ResolvesProgramsOnThePath) {
   EXPECT_EQ(resolve_program("sh", {"PATH=/nonexistent:/bin"}), "/bin/sh");
   EXPECT_EQ(resolve_program("./x", {}), "./x");
