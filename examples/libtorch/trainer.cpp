@@ -143,7 +143,7 @@ int main(int argc, char** argv) {
       }
     }
     for (int64_t step = start + 1; step <= o.steps; ++step) {
-      oomh::probe::begin_step(step, o.batch);
+      oomh::recover::begin_step(step, o.batch);
       auto b = data.batch(step - 1, o.batch);
       double loss = o.recovery == "retry"
                         ? oomh::recover::retry_after_empty_cache([&] { return train_step(b); }, o.max_retries,

@@ -66,6 +66,36 @@ inline void begin_step(int64_t step, int64_t batch_size = -1) {
   if (batch_size >= 0) s.cb->batch_size.store(batch_size, std::memory_order_relaxed);
 }
 
+// True once for each step the runner lists in OOMH_FLUSH_AT_STEPS: the steps its faults target. A caching
+// allocator serves steady steps from its cache, so the code (oomh::recover::begin_step does it) empties
+// the cache as such a step begins and the step's allocations reach the driver, where the shim can fail
+// them (the Python probe does the same: docs/probe.md). Parses without allocating; at most 64 steps.
+inline bool flush_due(int64_t step) {
+  struct Steps {
+    int64_t step[64];
+    bool done[64];
+    int count = 0;
+    Steps() {
+      const char* s = std::getenv("OOMH_FLUSH_AT_STEPS");
+      while (s && *s && count < 64) {
+        char* end = nullptr;
+        long long v = std::strtoll(s, &end, 10);
+        if (end == s) break;
+        step[count] = v;
+        done[count++] = false;
+        s = *end == ',' ? end + 1 : end;
+      }
+    }
+  };
+  static Steps steps;
+  for (int i = 0; i < steps.count; ++i)
+    if (steps.step[i] == step && !steps.done[i]) {
+      steps.done[i] = true;
+      return true;
+    }
+  return false;
+}
+
 // Reports a completed step.
 inline void step(int64_t step, int64_t batch_size = -1, double loss = NAN, int64_t allocated = -1, int64_t reserved = -1) {
   if (!active()) return;

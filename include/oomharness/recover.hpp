@@ -81,6 +81,18 @@ inline void release_memory() {
 #endif
 }
 
+// Marks the start of `step` for the probe and, when a fault targets this step, empties the cache first so
+// that the step's allocations reach the driver (oomh::probe::flush_due).
+inline void begin_step(int64_t step, int64_t batch_size) {
+  oomh::probe::begin_step(step, batch_size);
+#if OOMH_RECOVER_CUDA
+  if (oomh::probe::flush_due(step) && torch::cuda::is_available()) {
+    torch::cuda::synchronize();
+    c10::cuda::CUDACachingAllocator::emptyCache();
+  }
+#endif
+}
+
 // Runs one optimizer step over a batch as micro-batches with gradient accumulation, halving the
 // micro-batch on c10::OutOfMemoryError (Note [Halving in C++]).
 //   loss_fn(piece) returns the mean loss over `piece` (the batch's tensors, sliced alike).
@@ -104,7 +116,7 @@ class BatchHalving {
   // even min_batch does not fit.
   double step(const std::vector<torch::Tensor>& batch) {
     const int64_t n = batch.at(0).size(0);
-    oomh::probe::begin_step(step_count_ + 1, std::min(n, micro_));
+    begin_step(step_count_ + 1, std::min(n, micro_));
     double loss = 0;
     for (;;) {
       std::exception_ptr failed;

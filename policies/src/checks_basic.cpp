@@ -92,7 +92,7 @@ Verdict oom_visible(const Trace& trace, const nlohmann::json&) {
   if (injected == 0)
     return verdict(VerdictStatus::inconclusive,
                    "no fault was injected: the fault plan never matched an allocation (check its step, phase and size filters; a caching "
-                   "allocator serves steady steps from its cache, so a step fault needs the Python probe or PYTORCH_NO_CUDA_MEMORY_CACHING=1)", ev);
+                   "allocator serves steady steps from its cache: a step fault needs the probe, which empties it as the step begins)", ev);
   if (ooms.empty()) return verdict(VerdictStatus::fail, view::absorbed_reason(injected), ev);
   return verdict(VerdictStatus::pass, std::to_string(injected) + (injected == 1 ? " fault was" : " faults were") +
                                           " injected and the code saw " + std::to_string(ooms.size()) +

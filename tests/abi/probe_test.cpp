@@ -44,6 +44,23 @@ TEST(Probe, SilentOutsideTheHarness) {
   EXPECT_EQ(rc, 0);
 }
 
+TEST(Probe, FlushDueOncePerListedStep) {
+  int rc = in_child([] {
+    setenv("OOMH_FLUSH_AT_STEPS", "5,8,12", 1);
+    if (oomh::probe::flush_due(4)) _exit(3);
+    if (!oomh::probe::flush_due(5)) _exit(4);
+    if (oomh::probe::flush_due(5)) _exit(5);  // once
+    if (!oomh::probe::flush_due(12)) _exit(6);
+    if (!oomh::probe::flush_due(8)) _exit(7);
+  });
+  EXPECT_EQ(rc, 0);
+  rc = in_child([] {
+    unsetenv("OOMH_FLUSH_AT_STEPS");
+    if (oomh::probe::flush_due(1)) _exit(3);
+  });
+  EXPECT_EQ(rc, 0);
+}
+
 TEST(Probe, WritesEventsAndControlBlock) {
   std::string events = "/tmp/oomh-probe-test-" + std::to_string(getpid()) + ".jsonl";
   std::string control = "/oomh-probe-test-" + std::to_string(getpid());

@@ -83,8 +83,9 @@ std::vector<std::string> job_environment(const JobSpec& job, const HarnessPaths&
   if (job.probe != ProbeMode::none && !paths.python_probe_dir.empty()) {
     prepend_path(env, "PYTHONPATH", paths.python_probe_dir);
     env.insert_or_assign("OOMH_PROBE", std::string("1"));
-    if (std::string steps = flush_steps(ctx.plan_json); !steps.empty()) env["OOMH_FLUSH_AT_STEPS"] = steps;
   }
+  // For the Python probe and for C++ code using oomh::recover::begin_step alike.
+  if (std::string steps = flush_steps(ctx.plan_json); !steps.empty()) env["OOMH_FLUSH_AT_STEPS"] = steps;
   prepend_path(env, "LD_LIBRARY_PATH", paths.driver_library_dir);
   if (ctx.gpu) env["CUDA_VISIBLE_DEVICES"] = std::to_string(*ctx.gpu);
   return flatten(env);

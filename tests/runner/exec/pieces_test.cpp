@@ -188,8 +188,8 @@ TEST(Launch, TellsTheProbeWhichStepsAFaultTargets) {
   ctx.plan_json = R"({"version":1,"rules":[{"when":{"nth":3}}]})";
   EXPECT_EQ(env_value(job_environment(job, paths, ctx), "OOMH_FLUSH_AT_STEPS"), "<unset>");
   ctx.plan_json = plan;
-  job.probe = ProbeMode::none;
-  EXPECT_EQ(env_value(job_environment(job, paths, ctx), "OOMH_FLUSH_AT_STEPS"), "<unset>");
+  job.probe = ProbeMode::none;  // C++ code reads it through the C++ probe
+  EXPECT_EQ(env_value(job_environment(job, paths, ctx), "OOMH_FLUSH_AT_STEPS"), "5,7,9");
 }
 
 TEST(Launch, ResolvesProgramsOnThePath) {
