@@ -3,24 +3,11 @@
 #include <algorithm>
 #include <cstring>
 
+#include "oomharness/names.h"
+
 namespace oomh::inject {
 
 namespace {
-
-size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = up;
-    }
-  }
-  return row[b.size()];
-}
 
 bool read_flag(std::string_view v, bool& out) {
   if (v == "1" || v == "true" || v == "yes" || v == "on") { out = true; return true; }

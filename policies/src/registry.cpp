@@ -8,6 +8,7 @@
 // caching allocator absorbed them (use a persistent fault or a cap), or nothing was injected at all.
 // The rule lives here, wrapped around each recovery check, so that every route to a check applies it.
 
+#include "oomharness/names.h"
 #include "oomharness/policies/registry.h"
 
 #include <algorithm>
@@ -93,22 +94,7 @@ std::vector<PolicyInfo> make_policies() {
   return p;
 }
 
-// Levenshtein distance, for "did you mean" suggestions.
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
-
+// The closest known name (include/oomharness/names.h).
 std::string nearest(const std::string& name, const std::vector<std::string>& names) {
   std::string best;
   size_t best_d = 0;

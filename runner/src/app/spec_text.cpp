@@ -1,5 +1,6 @@
 // Text helpers for the command-line spec parsers.
 
+#include "oomharness/names.h"
 #include "app/spec_text.h"
 
 #include <algorithm>
@@ -65,23 +66,6 @@ std::optional<bool> parse_boolean(std::string_view text) {
   if (s == "false" || s == "no" || s == "off" || s == "0") return false;
   return std::nullopt;
 }
-
-namespace {
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-}  // namespace
 
 std::optional<std::string> closest(const std::string& word, const std::vector<std::string>& known) {
   std::optional<std::string> best;

@@ -5,23 +5,6 @@
 
 namespace oomh::suite {
 
-size_t edit_distance(std::string_view a, std::string_view b) {
-  const size_t n = a.size(), m = b.size();
-  std::vector<std::vector<size_t>> d(n + 1, std::vector<size_t>(m + 1, 0));
-  for (size_t i = 0; i <= n; ++i) d[i][0] = i;
-  for (size_t j = 0; j <= m; ++j) d[0][j] = j;
-  for (size_t i = 1; i <= n; ++i) {
-    for (size_t j = 1; j <= m; ++j) {
-      const size_t cost = std::tolower(static_cast<unsigned char>(a[i - 1])) ==
-                                  std::tolower(static_cast<unsigned char>(b[j - 1]))
-                              ? 0 : 1;
-      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
-        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
-    }
-  }
-  return d[n][m];
-}
 
 std::string nearest_name(std::string_view name, const std::vector<std::string>& candidates) {
   // A typo is a few edits, fewer for short names: 'cwd' vs 'env' (3 edits) is not a typo.

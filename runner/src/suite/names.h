@@ -1,6 +1,7 @@
 #pragma once
 // Suggestions for misspelt names: "unknown key 'tiemout' (did you mean 'timeout'?)".
 
+#include "oomharness/names.h"
 #include <string>
 #include <string_view>
 #include <vector>
@@ -9,7 +10,7 @@ namespace oomh::suite {
 
 // Edit distance with adjacent transpositions counted as one edit (optimal string alignment), so that
 // 'tiemout' is one edit away from 'timeout', as a typist would count it.
-size_t edit_distance(std::string_view a, std::string_view b);
+using oomh::edit_distance;  // include/oomharness/names.h
 
 // The candidate nearest to `name`, or "" when none is close enough to be a plausible typo.
 std::string nearest_name(std::string_view name, const std::vector<std::string>& candidates);
