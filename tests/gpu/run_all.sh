@@ -4,7 +4,7 @@
 #   the injector's framework checks, the reservation checks, LibTorch under a cap and a persistent fault,
 #   the demo, the self-test suite, the GPU benchmarks, and docs/compatibility.md regenerated from all that.
 #
-#   tests/gpu/run_all.sh [PHASE...]     PHASE: build ctest injector reservation libtorch demo selftest bench compat
+#   tests/gpu/run_all.sh [PHASE...]     PHASE: build ctest injector reservation libtorch demo reservesuite selftest bench compat
 #
 # Logs and reports go under $OUT (the device tool's output folder) or out/gpu; the whole tree is also packed
 # into $OUT/gpu-run.tar.gz, since only a few files come back from the device machine.
@@ -18,7 +18,7 @@ export OOMH_JOBS=${OOMH_JOBS:-$(nproc)}
 build=$OOMH_BUILD_DIR
 bin=$build/runner/oomharness
 summary=$work/summary.txt
-phases=${*:-build ctest injector reservation libtorch demo selftest bench compat}
+phases=${*:-build ctest injector reservation libtorch demo reservesuite selftest bench compat}
 
 if ! nvidia-smi -L >/dev/null 2>&1; then
   echo "tests/gpu/run_all.sh: no GPU here (nvidia-smi -L failed)" >&2
@@ -53,6 +53,30 @@ libtorch_checks() {
   echo "RESULT libtorch default nth_persistent $([ $rc -eq 0 ] && echo PASS || echo FAIL) c10::OutOfMemoryError raised from the 20th allocation on (oomharness exec rc=$rc)"
 }
 
+# A suite whose job runs beside the reservation sidecar: it holds all but 3 GiB of the GPU's free memory,
+# in 64 MiB chunks (fragmentation), and the halving trainer must find a batch that fits what is left.
+reservation_suite() {
+  local free_mib reserve suite=$work/reservation-suite.yaml
+  free_mib=$(nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits -i 0 | head -1)
+  reserve=$(( (free_mib - 3072) * 1024 * 1024 ))
+  cat >"$suite" <<YAML
+version: 1
+name: reservation
+jobs:
+  - name: halve-beside-a-reservation
+    run: python3 $root/examples/python/train.py --model transformer --steps 8 --batch 4096 --recovery halve --min-batch 8
+    env: {PYTHONUNBUFFERED: "1"}
+    timeout: 3m
+    memory: {reserve: $reserve, reserve_chunk: 64MiB}
+    expect:
+      - exit: 0
+      - oom_visible
+      - batch_halving: {factor: 0.5, min: 8, no_sample_loss: true}
+      - completes: 8
+YAML
+  "$bin" run "$suite" --out "$work/reservation-suite"
+}
+
 for p in $phases; do
   case $p in
     build) phase build bash "$root/scripts/build.sh" -DOOMH_WITH_TORCH=AUTO ;;
@@ -61,6 +85,7 @@ for p in $phases; do
     reservation) phase reservation bash "$root/tests/gpu/reservation_checks.sh" "$build" "$work/reservation" ;;
     libtorch) phase libtorch libtorch_checks ;;
     demo) phase demo "$bin" demo --out "$work/demo" ;;
+    reservesuite) phase reservesuite reservation_suite ;;
     selftest) phase selftest "$bin" run "$root/suites/self-test.yaml" --jobs 6 --out "$work/self-test" ;;
     bench)
       phase bench-throughput python3 "$root/bench/gpu/throughput.py" --inject "$build/injector/liboomharness_inject.so" --reps 2 --steps 40
