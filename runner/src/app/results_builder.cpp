@@ -277,6 +277,11 @@ JobResult build_job_result(const std::string& display_name, const JobOutcome& ou
       if (is_probe(e, events::kSnapshot) && e.has("path")) r.snapshot = e.text("path");
   }
   r.verdicts = std::move(verdicts);
+  // Policies cite trace events at their wall-clock time; like every other time in a result, evidence is
+  // given in seconds since the job started.
+  for (Verdict& v : r.verdicts)
+    for (Evidence& e : v.evidence)
+      if (job_start > 0 && e.t >= job_start) e.t -= job_start;
   r.faults = fault_records(trace, job_start);
   r.timeline = memory_timeline(trace, job_start);
   r.peak = peaks(trace);

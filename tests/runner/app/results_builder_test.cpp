@@ -223,8 +223,11 @@ TEST(BuildJobResult, WholeResult) {
   Attempt next = attempt(1, 2.5, 6, 0, {ev(2.6, "probe", "checkpoint_load", {{"path", "/tmp/c"}, {"step", 2}}), step(3, 3), step(4, 4)});
   JobOutcome o = outcome({died, next});
   o.gpu = 1;
-  JobResult r = build_job_result("resume", o, {verdict(VerdictStatus::pass, "resumed", "checkpoint_resume"),
-                                               verdict(VerdictStatus::fail, "peak over budget", "peak_below")});
+  Verdict resumed = verdict(VerdictStatus::pass, "resumed", "checkpoint_resume");
+  resumed.evidence.push_back({1, kT0 + 2.6, "attempt 2 loaded /tmp/c (step 2)"});  // policies cite wall-clock times
+  JobResult r = build_job_result("resume", o, {resumed, verdict(VerdictStatus::fail, "peak over budget", "peak_below")});
+  ASSERT_EQ(r.verdicts[0].evidence.size(), 1u);
+  EXPECT_NEAR(r.verdicts[0].evidence[0].t, 2.6, 1e-9);  // results give seconds since the job started
   EXPECT_EQ(r.name, "resume");
   EXPECT_EQ(r.status, JobStatus::failed);
   EXPECT_EQ(r.message, "peak over budget");
