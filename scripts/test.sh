@@ -7,4 +7,19 @@ build=${OOMH_BUILD_DIR:-$root/build}
 jobs=${OOMH_JOBS:-$(nproc)}
 "$root/scripts/deps.sh" test
 "$root/scripts/build.sh"
+
+# The shim's engine under AddressSanitizer + UndefinedBehaviorSanitizer and under ThreadSanitizer: the code
+# that runs inside every CUDA allocation of a job must be clean under both. (The preload tests run in the
+# main build only: a sanitizer runtime cannot be preloaded behind another program's.)
+if [ "${OOMH_SANITIZERS:-1}" = 1 ]; then
+  for san in "address;undefined" thread; do
+    dir="$build-${san%%;*}"
+    cmake -S "$root" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DOOMH_SANITIZE="$san" -DOOMH_WITH_TORCH=OFF \
+      -DOOMH_BUILD_BENCH=OFF >/dev/null
+    cmake --build "$dir" -j"$jobs" --target injector_engine_test
+    echo "== injector engine tests under -fsanitize=$san"
+    "$dir/tests/injector/injector_engine_test" --gtest_brief=1
+  done
+fi
+
 ctest --test-dir "$build" --output-on-failure -j"$jobs" --timeout 600
