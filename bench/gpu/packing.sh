@@ -15,7 +15,7 @@ suite=$OUT/packing.yaml
   echo "defaults: {timeout: 5m, probe: none, memory: {limit: 2GiB}, env: {PYTHONUNBUFFERED: \"1\"}}"
   echo "jobs:"
   for i in 1 2 3 4 5 6 7 8; do
-    echo "  - {name: mlp-$i, run: python3 $ROOT/examples/python/train.py --model mlp --steps 200 --batch 512 --seed $i, expect: [{exit: 0}]}"
+    echo "  - {name: mlp-$i, run: python3 $ROOT/examples/python/train.py --model mlp --steps 100 --batch 512 --seed $i, expect: [{exit: 0}]}"
   done
 } > "$suite"
 t0=$(date +%s.%N)
