@@ -78,7 +78,7 @@ std::string failing_verdicts(const JobResult& job) {
   std::string body;
   for (const Verdict& v : job.verdicts) {
     // What made the job fail: a failed check, or a check that must fail and passed.
-    if (v.status != (v.must_fail ? VerdictStatus::pass : VerdictStatus::fail)) continue;
+    if (!against_expectation(v)) continue;
     body += v.policy + (v.must_fail ? " (must fail, passed): " : ": ") + v.reason + "\n";
     for (const Evidence& e : v.evidence)
       body += "  attempt " + std::to_string(e.attempt) + " at " + text::seconds(e.t, 2) + "s: " + e.what + "\n";

@@ -97,12 +97,14 @@ void details(std::ostream& out, const Entry& e) {
   const JobResult& job = *e.job;
   out << "<details><summary><b>" << inline_html(job.name) << "</b> (" << inline_html(e.suite->name) << "): "
       << text::status_word(job.status) << " &mdash; " << inline_html(job.message) << "</summary>\n\n";
-  const bool explained = std::any_of(job.verdicts.begin(), job.verdicts.end(),
-                                     [](const Verdict& v) { return v.status != VerdictStatus::pass; });
+  // What needs explaining: checks that went against the suite's expectation, and inconclusive ones.
+  auto worth_listing = [](const Verdict& v) { return against_expectation(v) || v.status == VerdictStatus::inconclusive; };
+  const bool explained = std::any_of(job.verdicts.begin(), job.verdicts.end(), worth_listing);
   if (!explained && !job.message.empty()) out << "- " << cell(job.message) << "\n";
   for (const Verdict& v : job.verdicts) {
-    if (v.status == VerdictStatus::pass) continue;
-    out << "- **" << cell(v.policy) << "** " << to_string(v.status) << ": " << cell(v.reason) << "\n";
+    if (!worth_listing(v)) continue;
+    out << "- **" << cell(v.policy) << "** " << to_string(v.status) << (v.must_fail ? " (must fail)" : "") << ": "
+        << cell(v.reason) << "\n";
     for (const Evidence& ev : v.evidence)
       out << "  - attempt " << ev.attempt << ", " << text::seconds(ev.t, 2) << "s: " << cell(ev.what) << "\n";
   }

@@ -77,6 +77,24 @@ TEST(Markdown, EscapesTableCellsAndFencesOutput) {
   EXPECT_NE(md.find("`````text\nbefore\n````\nafter\n`````\n"), std::string::npos) << md;
 }
 
+// A broken trainer kept to show a check catches it: its expected failure is not what the details list as
+// the problem; the must-fail check that passed is.
+TEST(Markdown, MustFailChecksAreListedByWhatWentAgainstTheSuite) {
+  RunResult run;
+  run.suites.push_back({"self-test", "self-test.yaml", 0, 0, {}});
+  JobResult job;
+  job.name = "broken-leak";
+  job.status = JobStatus::failed;
+  job.message = "peak_below must fail for this job (must_fail: true) but passed";
+  Verdict caught{"memory_stable", nlohmann::json::object(), VerdictStatus::fail, "held memory grew by 8.00 MiB per step", {}, true};
+  Verdict missed{"peak_below", nlohmann::json::object(), VerdictStatus::pass, "peak 700 MiB stayed below 1 GiB", {}, true};
+  job.verdicts = {caught, missed};
+  run.suites[0].jobs.push_back(job);
+  const std::string md = render_markdown(run);
+  EXPECT_NE(md.find("- **peak\\_below** pass (must fail): peak 700 MiB stayed below 1 GiB"), std::string::npos) << md;
+  EXPECT_EQ(md.find("**memory\\_stable**"), std::string::npos) << md;
+}
+
 TEST(Markdown, HeadingHasCounts) {
   const std::string md = render_markdown(test::load_fixture("run.json"));
   EXPECT_EQ(md.rfind("## &#x274C; oomharness: 1 passed, 2 failed, 1 errors, 1 inconclusive, 1 skipped (6 jobs", 0), 0u) << md.substr(0, 200);

@@ -52,7 +52,7 @@ JobStatus job_status(const JobOutcome& outcome, const std::vector<Verdict>& verd
   }
   bool inconclusive = false;
   for (const auto& v : verdicts) {
-    if (v.status == (v.must_fail ? VerdictStatus::pass : VerdictStatus::fail)) return JobStatus::failed;
+    if (against_expectation(v)) return JobStatus::failed;
     if (v.status == VerdictStatus::inconclusive) inconclusive = true;
   }
   return inconclusive ? JobStatus::inconclusive : JobStatus::passed;
@@ -205,10 +205,10 @@ std::string failure_sentence(const JobOutcome& outcome, const std::vector<Verdic
     return "interrupted during attempt " + std::to_string(n == 0 ? 1 : n) + " (the run was stopped)";
   }
   for (const auto& v : verdicts) {
-    if (v.must_fail && v.status == VerdictStatus::pass)
-      return v.policy + " must fail for this job (must_fail: true) but passed, so it did not catch what the job gets wrong: " +
-             v.reason;
-    if (!v.must_fail && v.status == VerdictStatus::fail) return v.reason;
+    if (!against_expectation(v)) continue;
+    if (!v.must_fail) return v.reason;
+    return v.policy + " must fail for this job (must_fail: true) but passed, so it did not catch what the job gets wrong: " +
+           v.reason;
   }
   for (const auto& v : verdicts)
     if (v.status == VerdictStatus::inconclusive) return v.reason;

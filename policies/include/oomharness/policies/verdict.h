@@ -36,6 +36,12 @@ struct Verdict {
   bool must_fail = false;
 };
 
+// Whether the verdict goes against what the suite expected, and so fails the job: a fail, or, for a check
+// marked must_fail, a pass.
+inline bool against_expectation(const Verdict& v) {
+  return v.status == (v.must_fail ? VerdictStatus::pass : VerdictStatus::fail);
+}
+
 void to_json(nlohmann::json& j, const Evidence& e);
 void from_json(const nlohmann::json& j, Evidence& e);
 void to_json(nlohmann::json& j, const Verdict& v);
