@@ -459,37 +459,40 @@ int nvml_cuda_ordinal(nvmlDevice_t device) {
   return -1;  // not visible to CUDA, or CUDA_VISIBLE_DEVICES is not numeric
 }
 
-nvmlReturn_t hook_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, NvmlMemory* memory) {
-  auto real = real_fn<nvmlReturn_t (*)(nvmlDevice_t, NvmlMemory*)>("nvmlDeviceGetMemoryInfo");
-  if (!real) return 999;  // NVML_ERROR_UNKNOWN
-  nvmlReturn_t rc = real(device, memory);
+// Both NVML memory queries: the real answer, then total and free capped for the CUDA device it maps to.
+// Returns true when `memory` was capped (the caller then fixes the fields its struct version adds).
+template <class Memory>
+bool cap_nvml_memory(const char* name, nvmlDevice_t device, Memory* memory, nvmlReturn_t& rc) {
+  auto real = real_fn<nvmlReturn_t (*)(nvmlDevice_t, Memory*)>(name);
+  if (!real) {
+    rc = 999;  // NVML_ERROR_UNKNOWN
+    return false;
+  }
+  rc = real(device, memory);
   Engine* e = engine();
-  if (rc != 0 || !memory || !e) return rc;
+  if (rc != 0 || !memory || !e) return false;
   HookGuard guard;
   int ordinal = nvml_cuda_ordinal(device);
-  if (ordinal < 0) return rc;
+  if (ordinal < 0) return false;
   MemInfo m = e->mem_info(ordinal, memory->free, memory->total, false);
   memory->total = m.total;
   memory->free = m.free;
-  memory->used = m.total - m.free;
+  return true;
+}
+
+nvmlReturn_t hook_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, NvmlMemory* memory) {
+  nvmlReturn_t rc = 0;
+  if (cap_nvml_memory("nvmlDeviceGetMemoryInfo", device, memory, rc)) memory->used = memory->total - memory->free;
   return rc;
 }
 
 nvmlReturn_t hook_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, NvmlMemoryV2* memory) {
-  auto real = real_fn<nvmlReturn_t (*)(nvmlDevice_t, NvmlMemoryV2*)>("nvmlDeviceGetMemoryInfo_v2");
-  if (!real) return 999;
-  nvmlReturn_t rc = real(device, memory);
-  Engine* e = engine();
-  if (rc != 0 || !memory || !e) return rc;
-  HookGuard guard;
-  int ordinal = nvml_cuda_ordinal(device);
-  if (ordinal < 0) return rc;
-  MemInfo m = e->mem_info(ordinal, memory->free, memory->total, false);
-  memory->total = m.total;
-  memory->free = m.free;
-  uint64_t in_use = m.total - m.free;
-  memory->reserved = memory->reserved < in_use ? memory->reserved : in_use;
-  memory->used = in_use - memory->reserved;
+  nvmlReturn_t rc = 0;
+  if (cap_nvml_memory("nvmlDeviceGetMemoryInfo_v2", device, memory, rc)) {
+    uint64_t in_use = memory->total - memory->free;
+    memory->reserved = memory->reserved < in_use ? memory->reserved : in_use;
+    memory->used = in_use - memory->reserved;
+  }
   return rc;
 }
 
