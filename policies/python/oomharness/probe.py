@@ -560,18 +560,23 @@ def _make_empty_cache(original):
     return empty_cache
 
 
+def _in_checkpoint_phase(p, call, *args, **kwargs):
+    """Runs torch.save/load in the checkpoint phase (an OOM there is noted), then restores the phase."""
+    previous = p.phase_name
+    _safely(p.set_phase, "checkpoint")
+    try:
+        return call(*args, **kwargs)
+    except BaseException as e:
+        _safely(p.note_exception, e)
+        raise
+    finally:
+        _safely(p.set_phase, previous)
+
+
 def _make_save(original):
     def save(obj, f, *args, **kwargs):
         p = _probe
-        previous = p.phase_name
-        _safely(p.set_phase, "checkpoint")
-        try:
-            result = original(obj, f, *args, **kwargs)
-        except BaseException as e:
-            _safely(p.note_exception, e)
-            raise
-        finally:
-            _safely(p.set_phase, previous)
+        result = _in_checkpoint_phase(p, original, obj, f, *args, **kwargs)
         if not p.quiet:
             s = _checkpoint_step(obj)
             _safely(p.emit, "checkpoint_save", path=_path_of(f), step=p.completed if s is None else s)
@@ -582,15 +587,7 @@ def _make_save(original):
 def _make_load(original):
     def load(f, *args, **kwargs):
         p = _probe
-        previous = p.phase_name
-        _safely(p.set_phase, "checkpoint")
-        try:
-            obj = original(f, *args, **kwargs)
-        except BaseException as e:
-            _safely(p.note_exception, e)
-            raise
-        finally:
-            _safely(p.set_phase, previous)
+        obj = _in_checkpoint_phase(p, original, f, *args, **kwargs)
         if not p.quiet:
             s = _checkpoint_step(obj)
             if s is not None:
