@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Packing: 8 small capped jobs on one GPU with `--jobs 8` against `--jobs 1`, in one invocation.
 # Target: the 8 packed jobs take at most 1.5x the time of one job alone (total with --jobs 1 / 8).
+# The packed run is timed twice: with the runner's CPU share (`--threads-per-job auto`, the default: each
+# job gets OMP_NUM_THREADS = CPUs / 8) and without it (`off`: every job starts one thread per core), which
+# is what Note [CPU share of packed jobs] (runner/src/exec/cpu_share.h) is about.
 #
-# usage: bench/gpu/packing.sh BUILD_DIR OUT_DIR
+# usage: bench/gpu/packing.sh BUILD_DIR OUT_DIR [STEPS]
 set -eu
 BUILD=$(cd "$1" && pwd)
 OUT=$2
+STEPS=${3:-100}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 mkdir -p "$OUT"
 suite=$OUT/packing.yaml
@@ -15,19 +19,26 @@ suite=$OUT/packing.yaml
   echo "defaults: {timeout: 5m, probe: none, memory: {limit: 2GiB}, env: {PYTHONUNBUFFERED: \"1\"}}"
   echo "jobs:"
   for i in 1 2 3 4 5 6 7 8; do
-    echo "  - {name: mlp-$i, run: python3 $ROOT/examples/python/train.py --model mlp --steps 100 --batch 512 --seed $i, expect: [{exit: 0}]}"
+    echo "  - {name: mlp-$i, run: python3 $ROOT/examples/python/train.py --model mlp --steps $STEPS --batch 512 --seed $i, expect: [{exit: 0}]}"
   done
 } > "$suite"
-t0=$(date +%s.%N)
-"$BUILD/runner/oomharness" run "$suite" --jobs 1 --out "$OUT/jobs1" > "$OUT/jobs1.log" 2>&1
-t1=$(date +%s.%N)
-"$BUILD/runner/oomharness" run "$suite" --jobs 8 --out "$OUT/jobs8" > "$OUT/jobs8.log" 2>&1
-t2=$(date +%s.%N)
-python3 - "$t0" "$t1" "$t2" <<'PY'
+unset OMP_NUM_THREADS
+timed() {  # timed NAME ARGS...: runs the suite, prints the seconds it took; fails when a job failed
+  local name=$1 t0 t1; shift
+  t0=$(date +%s.%N)
+  "$BUILD/runner/oomharness" run "$suite" "$@" --out "$OUT/$name" > "$OUT/$name.log" 2>&1 || { echo "$name failed: see $OUT/$name.log" >&2; return 1; }
+  t1=$(date +%s.%N)
+  python3 -c "import sys; print(float(sys.argv[2]) - float(sys.argv[1]))" "$t0" "$t1"
+}
+serial=$(timed jobs1 --jobs 1)
+packed_off=$(timed jobs8-off --jobs 8 --threads-per-job off)
+packed=$(timed jobs8 --jobs 8)
+python3 - "$serial" "$packed_off" "$packed" "$(nproc)" "$STEPS" <<'PY'
 import sys
-t0, t1, t2 = map(float, sys.argv[1:])
-serial, packed = t1 - t0, t2 - t1
+serial, off, auto = map(float, sys.argv[1:4])
+cpus, steps = sys.argv[4], sys.argv[5]
 one = serial / 8
-print(f"| jobs | --jobs 1 total | one job (total/8) | --jobs 8 total | packed / one job |\n| --- | --- | --- | --- | --- |")
-print(f"| 8 x MLP, cap 2 GiB each | {serial:.1f} s | {one:.1f} s | {packed:.1f} s | {packed / one:.2f}x |")
+print(f"| jobs | --jobs 1 total | one job (total / 8) | --jobs 8, --threads-per-job off | --jobs 8 (auto: {int(cpus) // 8} threads each) | packed / one job |")
+print("| --- | --- | --- | --- | --- | --- |")
+print(f"| 8 x MLP ({steps} steps), cap 2 GiB each | {serial:.1f} s | {one:.1f} s | {off:.1f} s ({off / one:.2f}x) | {auto:.1f} s | **{auto / one:.2f}x** |")
 PY

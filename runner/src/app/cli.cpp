@@ -55,6 +55,8 @@ int parse_and_run(std::vector<std::string> args) {
   run->add_option("-k", run_args.filters,
                   "Only jobs whose suite::job name matches: substring or glob, with and/or/not (like pytest -k)");
   run->add_option("-j,--jobs", run_args.jobs, "How many jobs run at once (default 1)");
+  run->add_option("--threads-per-job", run_args.threads_per_job,
+                  "OMP_NUM_THREADS for each job when jobs run at once: auto (its share of the cores; the default), off, or N");
   run->add_option("--gpus", run_args.gpus, "GPUs to use, like 0,1 (default: all found)");
   add_report_flags(run, run_args.reports);
   run->add_flag("--summary", run_args.summary, "Append the Markdown summary to $GITHUB_STEP_SUMMARY");

@@ -21,6 +21,7 @@ struct RunArgs {
   std::vector<std::string> suites;
   std::vector<std::string> filters;   // -k, OR-ed when repeated
   int jobs = 1;
+  std::string threads_per_job = "auto";  // auto, off or N (Note [CPU share of packed jobs])
   std::string gpus;                   // "0,1"
   ReportFlags reports;
   bool summary = false;

@@ -16,6 +16,7 @@
 #include "app/commands.h"
 #include "app/paths.h"
 #include "app/spec_text.h"
+#include "exec/cpu_share.h"
 #include "oomharness/policies/registry.h"
 #include "oomharness/reports/writers.h"
 #include "oomharness/runner/cli_specs.h"
@@ -166,8 +167,14 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
     err << "oomharness: bad --jobs " << args.jobs << ": at least 1\n";
     return ExitCode::usage_error;
   }
+  auto threads = exec::parse_threads_per_job(args.threads_per_job);
+  if (!threads) {
+    err << "oomharness: bad --threads-per-job '" << args.threads_per_job << "': auto, off or a number of threads\n";
+    return ExitCode::usage_error;
+  }
   RunOptions options;
   options.jobs = args.jobs;
+  options.threads_per_job = *threads;
   options.gpus = *gpus;
   if (auto missing = resolve_paths(args.simulate, options.paths)) {
     err << "oomharness: " << *missing << "\n";

@@ -48,6 +48,7 @@
 #include <boost/asio/writable_pipe.hpp>
 #include "exec/boost_process.h"
 
+#include "exec/cpu_share.h"
 #include "exec/gpu_packing.h"
 #include "exec/launch.h"
 #include "exec/output.h"
@@ -200,6 +201,7 @@ struct JobRunner::Impl {
   std::vector<std::unique_ptr<JobState>> jobs;
   std::unique_ptr<GpuPacker> packer;
   std::deque<size_t> pending;
+  std::optional<int> threads_each;  // OMP_NUM_THREADS for each job (Note [CPU share of packed jobs])
   int running = 0;
   size_t finished_count = 0;
   bool stopping = false;
@@ -285,6 +287,8 @@ std::vector<JobOutcome> JobRunner::Impl::run(const std::vector<JobSpec>& specs) 
 
   std::vector<GpuInfo> gpus = options.gpu_inventory ? *options.gpu_inventory : detect_gpus();
   packer = std::make_unique<GpuPacker>(select_gpus(std::move(gpus), options.gpus), options.gpu_margin);
+  int concurrency = static_cast<int>(std::min<size_t>(static_cast<size_t>(std::max(1, options.jobs)), specs.size()));
+  threads_each = threads_for_each_job(options.threads_per_job, concurrency, options.cpus > 0 ? options.cpus : usable_cpus());
 
   for (size_t i = 0; i < specs.size(); ++i) {
     auto j = std::make_unique<JobState>();
@@ -485,6 +489,7 @@ void JobRunner::Impl::start_attempt(JobState& j, bool reference) {
   actx.plan_json = j.spec->plan(r.attempt.faults_enabled).dump();
   actx.workdir = work;
   actx.gpu = j.placement.gpu;
+  actx.threads = threads_each;
   std::vector<std::string> env = job_environment(*j.spec, options.paths, actx);
   if (j.sidecar && j.sidecar->proc) env.push_back("OOMH_RESERVE_PID=" + std::to_string(j.sidecar->proc->id()));
   std::vector<std::string> argv = attempt_argv(*j.spec, work, n);

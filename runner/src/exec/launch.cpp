@@ -88,6 +88,7 @@ std::vector<std::string> job_environment(const JobSpec& job, const HarnessPaths&
   if (std::string steps = flush_steps(ctx.plan_json); !steps.empty()) env["OOMH_FLUSH_AT_STEPS"] = steps;
   prepend_path(env, "LD_LIBRARY_PATH", paths.driver_library_dir);
   if (ctx.gpu) env["CUDA_VISIBLE_DEVICES"] = std::to_string(*ctx.gpu);
+  if (ctx.threads) env.try_emplace("OMP_NUM_THREADS", std::to_string(*ctx.threads));  // Note [CPU share of packed jobs]
   return flatten(env);
 }
 

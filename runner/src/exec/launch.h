@@ -22,11 +22,13 @@ struct AttemptContext {
   std::string plan_json;      // OOMH_PLAN (the JSON text)
   std::string workdir;        // {workdir}
   std::optional<int> gpu;     // CUDA_VISIBLE_DEVICES
+  std::optional<int> threads; // OMP_NUM_THREADS, unless the job's env or the runner's already sets it
 };
 
 // The job's environment as "NAME=value" strings: the runner's own environment, then the job's `env`,
 // then what the harness injects (LD_PRELOAD appended, OOMH_*, PYTHONPATH and OOMH_PROBE for the Python
-// probe, LD_LIBRARY_PATH prepended with the driver double, CUDA_VISIBLE_DEVICES).
+// probe, LD_LIBRARY_PATH prepended with the driver double, CUDA_VISIBLE_DEVICES, and OMP_NUM_THREADS
+// where neither of the first two set it).
 std::vector<std::string> job_environment(const JobSpec& job, const HarnessPaths& paths, const AttemptContext& ctx);
 
 // The environment of the reservation sidecar: the runner's, the job's `env` (the double's settings live

@@ -462,6 +462,29 @@ TEST_F(JobRunnerTest, ResultsDoNotDependOnHowManyJobsRunAtOnce) {
   EXPECT_EQ(serial[5].trace.attempts.back().exit_code, 5);
 }
 
+// Note [CPU share of packed jobs], through real processes: what each job finds in OMP_NUM_THREADS.
+TEST_F(JobRunnerTest, JobsRunningAtOnceShareTheCpus) {
+  unsetenv("OMP_NUM_THREADS");
+  auto threads_seen = [&](const JobOutcome& o) { return o.trace.attempts.at(0).output_tail; };
+  std::vector<JobSpec> jobs;
+  for (int i = 0; i < 4; ++i) jobs.push_back(sh_job("j" + std::to_string(i), "echo \"threads=${OMP_NUM_THREADS:-unset}\""));
+  options.cpus = 16;
+  options.jobs = 4;
+  for (const JobOutcome& o : run(jobs)) EXPECT_EQ(threads_seen(o), "threads=4\n");
+  options.jobs = 8;  // only four jobs: four run at once
+  for (const JobOutcome& o : run(jobs)) EXPECT_EQ(threads_seen(o), "threads=4\n");
+  options.jobs = 1;  // one at a time: each may have every core
+  for (const JobOutcome& o : run(jobs)) EXPECT_EQ(threads_seen(o), "threads=unset\n");
+  options.jobs = 4;
+  options.threads_per_job = ThreadsPerJob{ThreadsPerJob::Mode::off, 0};
+  for (const JobOutcome& o : run(jobs)) EXPECT_EQ(threads_seen(o), "threads=unset\n");
+  options.threads_per_job = ThreadsPerJob{};
+  jobs[0].env = {{"OMP_NUM_THREADS", "3"}};  // the job's own setting wins
+  auto out = run(jobs);
+  EXPECT_EQ(threads_seen(out[0]), "threads=3\n");
+  EXPECT_EQ(threads_seen(out[1]), "threads=4\n");
+}
+
 TEST_F(JobRunnerTest, RunsAReferenceWithoutFaultsWhenAPolicyWantsOne) {
   JobSpec j = sh_job("ref", "echo \"plan $OOMH_PLAN\"; echo work={workdir}");
   j.faults.push_back({"f", {{"name", "f"}, {"when", {{"step", 1}}}}, {}});

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include "exec/cpu_share.h"
 #include "exec/gpu_packing.h"
 #include "exec/launch.h"
 #include "exec/output.h"
@@ -154,7 +155,7 @@ TEST(Launch, EnvironmentCarriesTheHarness) {
   job.name = "j";
   job.env = {{"MY_VAR", "{workdir}/x"}};
   HarnessPaths paths{"/h/inject.so", "/h/python", "/h/reserve", "/h/double"};
-  AttemptContext ctx{"j", 2, "/oomh-1-0-2", "/o/ev.jsonl", "{\"version\":1}", "/w", 1};
+  AttemptContext ctx{"j", 2, "/oomh-1-0-2", "/o/ev.jsonl", "{\"version\":1}", "/w", 1, std::nullopt};
   auto env = job_environment(job, paths, ctx);
   EXPECT_EQ(env_value(env, "LD_PRELOAD"), "/user/lib.so:/h/inject.so");
   EXPECT_EQ(env_value(env, "PYTHONPATH"), "/h/python:/user/py");
@@ -183,13 +184,45 @@ TEST(Launch, TellsTheProbeWhichStepsAFaultTargets) {
   HarnessPaths paths{"/h/inject.so", "/h/python", "/h/reserve", ""};
   std::string plan = R"({"version":1,"rules":[{"when":{"step":5,"phase":"forward"}},{"when":{"steps":{"from":9,"to":12}}},)"
                      R"({"when":{"nth":3}}],"caps":[{"limit":100},{"limit":50,"at":{"step":7}}]})";
-  AttemptContext ctx{"j", 0, "/oomh-1-0-0", "/o/ev.jsonl", plan, "/w", std::nullopt};
+  AttemptContext ctx{"j", 0, "/oomh-1-0-0", "/o/ev.jsonl", plan, "/w", std::nullopt, std::nullopt};
   EXPECT_EQ(env_value(job_environment(job, paths, ctx), "OOMH_FLUSH_AT_STEPS"), "5,7,9");
   ctx.plan_json = R"({"version":1,"rules":[{"when":{"nth":3}}]})";
   EXPECT_EQ(env_value(job_environment(job, paths, ctx), "OOMH_FLUSH_AT_STEPS"), "<unset>");
   ctx.plan_json = plan;
   job.probe = ProbeMode::none;  // C++ code reads it through the C++ probe
   EXPECT_EQ(env_value(job_environment(job, paths, ctx), "OOMH_FLUSH_AT_STEPS"), "5,7,9");
+}
+
+// Note [CPU share of packed jobs]: eight jobs on 16 CPUs get two threads each; one job at a time keeps them all.
+TEST(CpuShare, GivesEachConcurrentJobItsShareOfTheCpus) {
+  ThreadsPerJob automatic;
+  EXPECT_EQ(threads_for_each_job(automatic, 8, 16), 2);
+  EXPECT_EQ(threads_for_each_job(automatic, 3, 16), 5);
+  EXPECT_EQ(threads_for_each_job(automatic, 32, 16), 1);  // never 0
+  EXPECT_EQ(threads_for_each_job(automatic, 1, 16), std::nullopt);
+  EXPECT_EQ(threads_for_each_job(*parse_threads_per_job("off"), 8, 16), std::nullopt);
+  EXPECT_EQ(threads_for_each_job(*parse_threads_per_job("3"), 1, 16), 3);
+  EXPECT_EQ(parse_threads_per_job("auto")->mode, ThreadsPerJob::Mode::automatic);
+  for (const char* bad : {"", "0", "-2", "2x", "many"}) EXPECT_FALSE(parse_threads_per_job(bad)) << bad;
+  EXPECT_GE(usable_cpus(), 1);
+}
+
+TEST(Launch, SetsTheThreadShareUnlessTheJobOrTheRunnerAlreadyDid) {
+  unsetenv("OMP_NUM_THREADS");
+  JobSpec job;
+  job.name = "j";
+  HarnessPaths paths{"/h/inject.so", "/h/python", "/h/reserve", ""};
+  AttemptContext ctx{"j", 0, "/oomh-1-0-0", "/o/ev.jsonl", "{}", "/w", std::nullopt, 2};
+  EXPECT_EQ(env_value(job_environment(job, paths, ctx), "OMP_NUM_THREADS"), "2");
+  ctx.threads.reset();
+  EXPECT_EQ(env_value(job_environment(job, paths, ctx), "OMP_NUM_THREADS"), "<unset>");
+  ctx.threads = 2;
+  job.env = {{"OMP_NUM_THREADS", "7"}};
+  EXPECT_EQ(env_value(job_environment(job, paths, ctx), "OMP_NUM_THREADS"), "7");
+  job.env.clear();
+  setenv("OMP_NUM_THREADS", "5", 1);
+  EXPECT_EQ(env_value(job_environment(job, paths, ctx), "OMP_NUM_THREADS"), "5");
+  unsetenv("OMP_NUM_THREADS");
 }
 
 TEST(Launch, ResolvesProgramsOnThePath) {

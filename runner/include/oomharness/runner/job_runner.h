@@ -46,12 +46,22 @@ struct GpuInfo {
   uint64_t used = 0;   // bytes already in use by others when the run starts
 };
 
+// OMP_NUM_THREADS for each job (`oomharness run --threads-per-job`; Note [CPU share of packed jobs] in
+// src/exec/cpu_share.h): `automatic` gives each job its share of the cores when more than one job runs at
+// once, `off` never sets it, `fixed` sets `threads`.
+struct ThreadsPerJob {
+  enum class Mode { automatic, off, fixed } mode = Mode::automatic;
+  int threads = 0;
+};
+
 struct RunOptions {
   int jobs = 1;                          // how many jobs run at once
   std::vector<int> gpus;                 // GPUs to use; empty: detect (none found: run without assigning one)
   std::string out_dir;                   // per job/attempt: output logs, event logs, work dirs
   double sample_interval = 0.05;         // control block sampling, seconds
   uint64_t gpu_margin = 1ull << 30;      // kept free on a GPU when packing capped jobs
+  ThreadsPerJob threads_per_job;         // CPU threads each job may start when jobs run at once
+  int cpus = 0;                          // CPUs to share among jobs; 0: those this process may run on
   HarnessPaths paths;
   // The GPUs to pack jobs onto, instead of asking nvidia-smi (tests give a fake inventory; an empty vector
   // means "no GPU"). `gpus`, when not empty, still selects which of them to use.
