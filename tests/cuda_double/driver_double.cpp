@@ -35,6 +35,19 @@ bool read_memory(uint64_t& out) {
   return true;
 }
 
+bool read_context_memory(uint64_t& out) {
+  const char* text = std::getenv("CUDA_DOUBLE_CONTEXT_MEMORY");
+  out = 0;
+  if (!text || !*text) return true;
+  oomh::ParseResult r = oomh::parse_bytes(text);
+  if (!r) {
+    std::fprintf(stderr, "cuda double: CUDA_DOUBLE_CONTEXT_MEMORY: %s\n", r.error.c_str());
+    return false;
+  }
+  out = static_cast<uint64_t>(*r.value);
+  return true;
+}
+
 bool read_devices(int& out) {
   const char* text = std::getenv("CUDA_DOUBLE_DEVICES");
   if (!text || !*text) {
@@ -86,7 +99,7 @@ CUresult Driver::init(unsigned int flags) {
   if (initialized_) return CUDA_SUCCESS;
   uint64_t memory = 0;
   int devices = 0;
-  if (!read_memory(memory) || !read_devices(devices)) return CUDA_ERROR_INVALID_VALUE;
+  if (!read_memory(memory) || !read_devices(devices) || !read_context_memory(context_memory_)) return CUDA_ERROR_INVALID_VALUE;
   if (devices == 0) return CUDA_ERROR_NO_DEVICE;
   total_memory_ = memory;
   device_count_ = devices;
@@ -112,6 +125,8 @@ CUresult Driver::retain_primary(CUdevice d, CUcontext* out) {
   if (!out) return CUDA_ERROR_INVALID_VALUE;
   if (!valid_device(d)) return CUDA_ERROR_INVALID_DEVICE;
   std::lock_guard lock(mu_);
+  if (primary_refs_[static_cast<size_t>(d)] == 0)
+    if (CUresult r = add_context(d); r != CUDA_SUCCESS) return r;
   ++primary_refs_[static_cast<size_t>(d)];
   *out = reinterpret_cast<CUcontext>(primary_context(d));
   return CUDA_SUCCESS;
@@ -122,7 +137,7 @@ CUresult Driver::release_primary(CUdevice d) {
   std::lock_guard lock(mu_);
   int& refs = primary_refs_[static_cast<size_t>(d)];
   if (refs == 0) return CUDA_ERROR_INVALID_CONTEXT;  // released more often than retained
-  --refs;
+  if (--refs == 0) drop_context(d);
   return CUDA_SUCCESS;
 }
 
@@ -140,6 +155,7 @@ CUresult Driver::reset_primary(CUdevice d) {
       ++it;
     }
   }
+  if (primary_refs_[static_cast<size_t>(d)] != 0) drop_context(d);
   primary_refs_[static_cast<size_t>(d)] = 0;
   return CUDA_SUCCESS;
 }
@@ -159,6 +175,10 @@ CUresult Driver::create_context(CUdevice d, CUcontext* out) {
   auto* ctx = new Context{d, false};
   {
     std::lock_guard lock(mu_);
+    if (CUresult r = add_context(d); r != CUDA_SUCCESS) {
+      delete ctx;
+      return r;
+    }
     contexts_.insert(ctx);
   }
   context_stack().push_back(ctx);  // cuCtxCreate makes the new context current
@@ -171,6 +191,7 @@ CUresult Driver::destroy_context(CUcontext handle) {
   {
     std::lock_guard lock(mu_);
     if (!contexts_.erase(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+    drop_context(ctx->device);
   }
   auto& stack = context_stack();
   std::erase(stack, ctx);
@@ -272,6 +293,26 @@ CUresult Driver::charge(int device, size_t bytes) {
 }
 
 void Driver::refund(int device, size_t bytes) { used_[static_cast<size_t>(device)] -= bytes; }
+
+// Under mu_. The first context of a device takes its memory; like the driver, creating it fails with
+// CUDA_ERROR_OUT_OF_MEMORY when the device has no room for it.
+CUresult Driver::add_context(int device) {
+  int& live = live_contexts_[static_cast<size_t>(device)];
+  if (live == 0)
+    if (CUresult r = charge(device, context_memory_); r != CUDA_SUCCESS) return r;
+  ++live;
+  return CUDA_SUCCESS;
+}
+
+void Driver::drop_context(int device) {
+  int& live = live_contexts_[static_cast<size_t>(device)];
+  if (live > 0 && --live == 0) refund(device, context_memory_);
+}
+
+uint64_t Driver::used(int device) {
+  std::lock_guard lock(mu_);
+  return initialized_ && valid_device(device) ? used_[static_cast<size_t>(device)] : 0;
+}
 
 CUresult Driver::allocate(int device, size_t bytes, CUdeviceptr* out, bool low) {
   if (!out || bytes == 0) return CUDA_ERROR_INVALID_VALUE;

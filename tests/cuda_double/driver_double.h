@@ -14,8 +14,13 @@
 // the driver rounds cuMemAlloc, and each device's bytes in use are counted against CUDA_DOUBLE_MEMORY.
 // One mutex guards everything: the double is not the shim, and simple is worth more here than fast.
 //
-// Environment: CUDA_DOUBLE_MEMORY (bytes per device, "8GiB" by default, any size oomh::parse_bytes reads)
-// and CUDA_DOUBLE_DEVICES (device count, 1 by default). Both are read once, by cuInit.
+// Like the driver, a context takes device memory of its own: CUDA_DOUBLE_CONTEXT_MEMORY bytes from when a
+// device's first context (primary or created) exists in the process until its last one goes, shown in
+// cuMemGetInfo's free figure and in what the NVML double reports for the process (oomh_cuda_double_used).
+//
+// Environment: CUDA_DOUBLE_MEMORY (bytes per device, "8GiB" by default, any size oomh::parse_bytes reads),
+// CUDA_DOUBLE_DEVICES (device count, 1 by default) and CUDA_DOUBLE_CONTEXT_MEMORY (0 by default). All are
+// read once, by cuInit.
 
 #include <cuda.h>
 
@@ -105,6 +110,8 @@ class Driver {
   CUresult allocate(int device, size_t bytes, CUdeviceptr* out, bool low = false);
   CUresult free(CUdeviceptr ptr);
   CUresult memory_info(int device, size_t* free_bytes, size_t* total_bytes);
+  // Bytes this process holds on `device`: contexts, allocations, physical memory (0 before cuInit).
+  uint64_t used(int device);
 
   // Virtual memory management.
   CUresult create_physical(CUmemGenericAllocationHandle* out, size_t size, const CUmemAllocationProp* prop);
@@ -123,6 +130,9 @@ class Driver {
   Driver() = default;
   CUresult charge(int device, size_t bytes);  // counts bytes against the device, or OUT_OF_MEMORY
   void refund(int device, size_t bytes);
+  // A device's contexts (primary retained or created) come and go: its context memory follows the count.
+  CUresult add_context(int device);
+  void drop_context(int device);
   void drop_physical_if_unused(CUmemGenericAllocationHandle handle);
   bool inside_reservation(CUdeviceptr ptr, size_t size) const;
 
@@ -130,6 +140,8 @@ class Driver {
   bool initialized_ = false;
   int device_count_ = 0;
   uint64_t total_memory_ = 0;
+  uint64_t context_memory_ = 0;
+  std::vector<int> live_contexts_ = std::vector<int>(kMaxDevices, 0);
   std::vector<uint64_t> used_;
   std::vector<Context> primaries_ = std::vector<Context>(kMaxDevices);
   std::vector<int> primary_refs_ = std::vector<int>(kMaxDevices, 0);

@@ -633,6 +633,11 @@ const OomhDoubleProc* find_proc(const char* symbol, int cudaVersion, bool per_th
 
 }  // namespace
 
+// What the NVML double reports as this process's memory on a device (the double's own introspection).
+extern "C" __attribute__((visibility("default"))) unsigned long long oomh_cuda_double_used(int device) {
+  return drv().used(device);
+}
+
 extern "C" __attribute__((visibility("default"))) const OomhDoubleProc* oomh_cuda_double_procs(size_t* count) {
   if (count) *count = sizeof kProcs / sizeof kProcs[0];
   return kProcs;
