@@ -36,7 +36,8 @@ inline constexpr const char* kShimStart = "shim_start";    // pid, ppid, exec (b
 inline constexpr const char* kInject = "inject";           // entry, size, device, rule, reason ("rule"|"cap"), step, phase, tid, call
 inline constexpr const char* kCapChange = "cap_change";    // device, from, to, reason
 inline constexpr const char* kPlanChange = "plan_change";  // generation, rules
-inline constexpr const char* kShimExit = "shim_exit";      // per device: alloc_calls, failures, held, peak
+inline constexpr const char* kFootprint = "footprint";     // device, footprint, overhead (first measurement per device)
+inline constexpr const char* kShimExit = "shim_exit";      // per device: alloc_calls, failures, held, peak, overhead
 inline constexpr const char* kWarning = "warning";         // message
 
 // Kinds written by the probes (Python and C++).

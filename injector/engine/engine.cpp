@@ -41,6 +41,8 @@ Engine::Engine(EngineSetup setup)
       rank_(setup.rank),
       local_rank_(setup.local_rank),
       option_caps_(std::move(setup.option_caps)),
+      option_counting_(setup.cap_counts),
+      footprint_probe_(setup.footprint_probe),
       process_start_ns_(monotonic_ns()) {
   register_process(setup.process_flags, setup.parent_pid);
   Plan* plan = make_plan(setup.plan ? std::move(*setup.plan) : FaultPlan{});
@@ -82,6 +84,72 @@ void Engine::install(Plan* plan, const char* reason) noexcept {
   if (old) {
     old->retired_next = retired_;
     retired_ = old;
+  }
+  bool footprint = plan->source.cap_counts.value_or(option_counting_) == CapCounting::footprint;
+  if (footprint && !footprint_probe_) {
+    report_warning("cap_counts footprint: this shim has no way to measure the device footprint; caps count allocations only");
+    footprint = false;
+  }
+  if (footprint_on_.exchange(footprint, std::memory_order_relaxed) && !footprint) {
+    for (int d = 0; d < kMaxDevices; ++d) set_footprint_overhead(d, 0);  // back to counting allocations
+  }
+}
+
+CapCounting Engine::cap_counting() const noexcept {
+  return footprint_on_.load(std::memory_order_relaxed) ? CapCounting::footprint : CapCounting::allocations;
+}
+
+uint64_t Engine::footprint_overhead(int device) const noexcept {
+  return valid_device(device) ? footprint_[device].overhead.load(std::memory_order_relaxed) : 0;
+}
+
+// Books `bytes` as this process's overhead on `device` (Note [Counting the footprint]): the difference from
+// what was booked goes onto the job's and the slot's held, never refused.
+void Engine::set_footprint_overhead(int device, uint64_t bytes) noexcept {
+  uint64_t old = footprint_[device].overhead.exchange(bytes, std::memory_order_relaxed);
+  DeviceCounters& dc = cb_->devices[device];
+  if (bytes > old) {
+    uint64_t add = bytes - old;
+    raise_peak(dc.peak, dc.held.fetch_add(add, std::memory_order_relaxed) + add);
+    slot_->held[device].fetch_add(add, std::memory_order_relaxed);
+    note_device(device);
+  } else if (old > bytes) {
+    release_bytes(dc, old - bytes);
+    sub_saturating(slot_->held[device], old - bytes);
+  }
+}
+
+void Engine::refresh_footprint(int device, uint64_t max_age_ns) noexcept {
+  if (!footprint_on_.load(std::memory_order_relaxed) || !valid_device(device)) return;
+  DeviceFootprint& f = footprint_[device];
+  uint64_t now = monotonic_ns();
+  uint64_t last = f.measured_ns.load(std::memory_order_relaxed);
+  if (max_age_ns != 0 && last != 0 && now - last < max_age_ns) return;
+  if (!f.lock.try_lock()) return;  // another thread is measuring; this call uses the figure booked now
+  uint64_t booked = f.overhead.load(std::memory_order_relaxed);
+  uint64_t before = slot_->held[device].load(std::memory_order_relaxed);
+  uint64_t footprint = 0;
+  bool measured = footprint_probe_(device, &footprint);
+  uint64_t after = slot_->held[device].load(std::memory_order_relaxed);
+  f.measured_ns.store(now, std::memory_order_relaxed);  // a failed probe is not retried at once either
+  if (!measured) {
+    f.lock.unlock();
+    if (!footprint_failed_.exchange(true, std::memory_order_relaxed))
+      report_warning("cap_counts footprint: cannot measure this process's device footprint (NVML does not list "
+                     "it, or cannot be loaded); its caps count allocations only");
+    return;
+  }
+  uint64_t allocated = std::max(before, after);
+  allocated = allocated > booked ? allocated - booked : 0;
+  uint64_t overhead = footprint > allocated ? footprint - allocated : 0;
+  set_footprint_overhead(device, overhead);
+  f.lock.unlock();
+  if (last == 0) {
+    events::EventLine line(events::kSrcShim, events::kFootprint);
+    line.add("device", device).add("footprint", footprint).add("overhead", overhead);
+    emit(line);
+    log(LogLevel::info, "device %d: footprint %llu bytes, of which %llu not from allocations (counted against the cap)",
+        device, static_cast<unsigned long long>(footprint), static_cast<unsigned long long>(overhead));
   }
 }
 
@@ -247,7 +315,14 @@ AllocDecision Engine::begin_alloc(Entry entry, const char* symbol, int device, u
     }
   }
 
-  if (!reserve_bytes(dc, size)) {
+  bool footprint = footprint_on_.load(std::memory_order_relaxed);
+  if (footprint) refresh_footprint(device, kFootprintMaxAge);
+  bool reserved = reserve_bytes(dc, size);
+  if (!reserved && footprint) {  // a refusal for the cap is decided on a fresh footprint
+    refresh_footprint(device, 0);
+    reserved = reserve_bytes(dc, size);
+  }
+  if (!reserved) {
     dc.cap_failures.fetch_add(1, std::memory_order_relaxed);
     failures_[device].fetch_add(1, std::memory_order_relaxed);
     report_inject(symbol, size, device, "cap", "cap", step, phase, call);
@@ -313,6 +388,7 @@ MemInfo Engine::mem_info(int device, uint64_t real_free, uint64_t real_total, bo
   poll_plan();
   Plan& plan = *plan_.load(std::memory_order_acquire);
   if (plan.caps.changes()) apply_cap(plan, device, cb_->step.load(std::memory_order_relaxed), nullptr);
+  refresh_footprint(device, kFootprintMaxAge);
   const DeviceCounters& dc = cb_->devices[device];
   return capped_mem_info(real_free, real_total, dc.cap.load(std::memory_order_relaxed), dc.held.load(std::memory_order_relaxed));
 }
@@ -374,6 +450,7 @@ void Engine::finish() noexcept {
         .add("peak", ledger_.peak(d))
         .add("job_held", dc.held.load(std::memory_order_relaxed))
         .add("job_peak", dc.peak.load(std::memory_order_relaxed))
+        .add("overhead", footprint_[d].overhead.load(std::memory_order_relaxed))
         .add("events_dropped", dropped_events_.load(std::memory_order_relaxed));
     emit(line);
   }
@@ -410,6 +487,11 @@ void Engine::after_fork_child() noexcept {
     failures_[d].store(0, std::memory_order_relaxed);
   }
   used_devices_.store(0, std::memory_order_relaxed);
+  for (DeviceFootprint& f : footprint_) {  // the child's context (if it makes one) is its own
+    f.lock.unlock();  // a thread of the parent may have been measuring: it does not exist here
+    f.overhead.store(0, std::memory_order_relaxed);
+    f.measured_ns.store(0, std::memory_order_relaxed);
+  }
   inject_events_.store(0, std::memory_order_relaxed);
   dropped_events_.store(0, std::memory_order_relaxed);
   process_start_ns_ = monotonic_ns();

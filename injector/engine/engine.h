@@ -21,8 +21,32 @@
 // plan is installed. Replaced plans are never freed while the process runs (a thread may still read one;
 // one small object per change), only by ~Engine, which runs in tests alone.
 //
+// Note [Counting the footprint]
+// A cap counts, by default, the bytes the job allocates through the driver's allocation calls, which is
+// what PyTorch's set_per_process_memory_fraction limits too. A real GPU of that size also holds what no
+// allocation call shows: the CUDA context (measured for PyTorch 2.11 on an H100: 610 MiB once CUDA starts,
+// 742 MiB after cuBLAS and a transformer step had loaded their kernels), module code loaded lazily, and
+// what a stream-ordered pool keeps after a free. So under the same 8 GiB a job fits a larger batch under an
+// allocations cap than beside a real reservation that leaves 8 GiB free (bench/RESULTS.md, "Fidelity").
+// With `cap_counts: footprint` each process measures its own device footprint through the preload's probe
+// (NVML's memory for this pid) and books what its ledger does not explain as held bytes, on the job's
+// counters and its process slot like an allocation: the cap, the memory queries and the runner's samples
+// then see what a GPU of that size would see. The overhead is never refused (it is already there), only
+// counted.
+// When: at most every kFootprintMaxAge per device and process, on an allocation or a memory query; and
+// once more, at once, before an allocation is refused for the cap, so that a stale figure never fails a
+// call (a pool block freed and then reused is counted once by NVML but, until the next measurement, also
+// as overhead). Between measurements the figure may lag: memory the driver takes on its own after a
+// measurement is counted up to kFootprintMaxAge late.
+// The sum: footprint = allocations + overhead, where allocations are this process slot's held bytes minus
+// the overhead already booked, read before and after the probe; the larger reading is used, so that an
+// allocation or free in flight during the probe can only make the overhead smaller, never fail a call.
+// When the probe cannot measure (no NVML, or NVML does not list this pid, as in a container with its own
+// pid namespace), the shim says so once and the cap counts allocations only.
+//
 // Nothing here throws or writes per successful call; events are written for injections (the first 10000 per
-// process, the rest only counted), cap changes, plan changes, start and exit.
+// process, the rest only counted), cap changes, plan changes, the first footprint of each device, start and
+// exit.
 
 #include "caps.h"
 #include "fault_plan.h"
@@ -42,11 +66,16 @@
 
 namespace oomh::inject {
 
+// Measures this process's device footprint in bytes (Note [Counting the footprint]); false when it cannot.
+using FootprintProbe = bool (*)(int device, uint64_t* bytes) noexcept;
+
 struct EngineSetup {
   ControlBlock* block = nullptr;        // required: the runner's, or one the shim created
   int events_fd = -1;                   // OOMH_EVENTS, opened O_APPEND; -1: no events
   std::optional<FaultPlan> plan;        // rules and plan caps; empty: none
   std::vector<CapEntry> option_caps;    // OOMH_CAP, applied before the plan's caps
+  CapCounting cap_counts = CapCounting::allocations;  // OOMH_CAP_COUNTS; a plan's cap_counts wins
+  FootprintProbe footprint_probe = nullptr;           // needed for CapCounting::footprint
   int rank = 0;                         // RANK (0 when unset)
   int local_rank = 0;                   // LOCAL_RANK (0 when unset)
   uint32_t process_flags = 0;           // kProcessExecd for a process that inherited the shim through exec
@@ -65,6 +94,7 @@ struct AllocDecision {
 class Engine {
  public:
   static constexpr uint64_t kInjectEventLimit = 10000;
+  static constexpr uint64_t kFootprintMaxAge = 100'000'000;  // ns (Note [Counting the footprint])
 
   explicit Engine(EngineSetup setup);
   ~Engine();
@@ -104,6 +134,9 @@ class Engine {
   ProcessSlot* slot() const { return slot_; }
   Ledger& ledger() { return ledger_; }
   size_t rule_count() const noexcept;
+  CapCounting cap_counting() const noexcept;
+  // Bytes of this process's footprint on `device` that its allocations do not explain, booked as held.
+  uint64_t footprint_overhead(int device) const noexcept;
   uint64_t events_dropped() const { return dropped_events_.load(std::memory_order_relaxed); }
 
  private:
@@ -123,6 +156,9 @@ class Engine {
   void report_inject(const char* symbol, uint64_t size, int device, const char* rule, const char* reason,
                      int64_t step, Phase phase, uint64_t call) noexcept;
   void write_start_event() noexcept;
+  // Note [Counting the footprint]. `max_age_ns` 0: measure now (unless another thread is measuring).
+  void refresh_footprint(int device, uint64_t max_age_ns) noexcept;
+  void set_footprint_overhead(int device, uint64_t bytes) noexcept;
   void emit(events::EventLine& line) noexcept;
   double process_elapsed() const noexcept;
   double job_elapsed() const noexcept;
@@ -151,6 +187,17 @@ class Engine {
   std::atomic<uint64_t> inject_events_{0};
   std::atomic<uint64_t> dropped_events_{0};
   std::atomic<bool> finished_{false};
+
+  struct DeviceFootprint {
+    std::atomic<uint64_t> overhead{0};     // booked on the job's and the slot's held
+    std::atomic<uint64_t> measured_ns{0};  // CLOCK_MONOTONIC of the last measurement; 0: never
+    SpinLock lock;                         // one measurement at a time; others go on without one
+  };
+  CapCounting option_counting_;
+  FootprintProbe footprint_probe_;
+  std::atomic<bool> footprint_on_{false};
+  std::atomic<bool> footprint_failed_{false};
+  DeviceFootprint footprint_[kMaxDevices];
   uint64_t process_start_ns_;  // CLOCK_MONOTONIC
   char plan_buffer_[kPlanCapacity];
 };

@@ -247,7 +247,7 @@ CapEntry parse_cap(const json& v, size_t index) {
 
 FaultPlan parse_plan_object(const json& root) {
   if (!root.is_object()) fail("", "the plan must be a JSON object");
-  check_keys(root, "", {"version", "seed", "rules", "caps"});
+  check_keys(root, "", {"version", "seed", "rules", "caps", "cap_counts"});
   FaultPlan plan;
   if (root.contains("version")) {
     int64_t version = 0;
@@ -264,6 +264,12 @@ FaultPlan parse_plan_object(const json& root) {
     if (!caps.is_array()) fail("caps", "must be a list");
     for (size_t i = 0; i < caps.size(); ++i) plan.caps.push_back(parse_cap(caps[i], i));
   }
+  if (root.contains("cap_counts")) {
+    const json& v = root["cap_counts"];
+    auto counting = v.is_string() ? parse_cap_counting(v.get<std::string>()) : std::nullopt;
+    if (!counting) fail("cap_counts", "must be \"allocations\" or \"footprint\" (got " + v.dump() + ")");
+    plan.cap_counts = counting;
+  }
   return plan;
 }
 
@@ -278,6 +284,14 @@ std::string json_error_text(const char* what) {
 }
 
 }  // namespace
+
+const char* cap_counting_name(CapCounting c) { return c == CapCounting::footprint ? "footprint" : "allocations"; }
+
+std::optional<CapCounting> parse_cap_counting(std::string_view text) {
+  if (text == "allocations") return CapCounting::allocations;
+  if (text == "footprint") return CapCounting::footprint;
+  return std::nullopt;
+}
 
 const char* entry_name(Entry e) {
   auto i = static_cast<unsigned>(e);

@@ -69,10 +69,18 @@ struct CapEntry {
   double at_after_s = 0;
 };
 
+// What a cap counts (docs/fault-plan.md, `cap_counts`; Note [Counting the footprint] in engine.h):
+// the bytes the job allocates through the driver, or the whole device footprint of its processes.
+enum class CapCounting : uint8_t { allocations, footprint };
+const char* cap_counting_name(CapCounting c);
+// Parses "allocations" or "footprint".
+std::optional<CapCounting> parse_cap_counting(std::string_view text);
+
 struct FaultPlan {
   uint64_t seed = 0;
   std::vector<Rule> rules;
   std::vector<CapEntry> caps;
+  std::optional<CapCounting> cap_counts;  // unset: OOMH_CAP_COUNTS, else allocations
 };
 
 struct PlanResult {

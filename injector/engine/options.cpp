@@ -18,6 +18,10 @@ bool read_flag(std::string_view v, bool& out) {
 void assign(Options& o, std::string_view name, std::string_view value) {
   if (name == "OOMH_PLAN") { o.plan = value; o.has_plan = true; }
   else if (name == "OOMH_CAP") { o.cap = value; o.has_cap = true; }
+  else if (name == "OOMH_CAP_COUNTS") {
+    if (auto c = parse_cap_counting(value)) o.cap_counts = *c;
+    else o.problems.push_back("OOMH_CAP_COUNTS: '" + std::string(value) + "' is not allocations or footprint; caps count allocations");
+  }
   else if (name == "OOMH_CONTROL") { o.control = value; o.has_control = !value.empty(); }
   else if (name == "OOMH_EVENTS") { o.events = value; o.has_events = !value.empty(); }
   else if (name == "OOMH_SHIM_PARENT") { o.shim_parent = value; o.has_shim_parent = !value.empty(); }

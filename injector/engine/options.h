@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "fault_plan.h"
+
 namespace oomh::inject {
 
 enum class LogLevel { quiet = 0, warn = 1, info = 2, debug = 3 };
@@ -23,6 +25,7 @@ struct OptionSpec {
 inline constexpr OptionSpec kOptionTable[] = {
     {"OOMH_PLAN", true, "the fault plan: JSON text, or the path of a file holding it (docs/fault-plan.md)"},
     {"OOMH_CAP", true, "memory cap for the whole job: 8GiB (every device) or 0=8GiB,1=4GiB"},
+    {"OOMH_CAP_COUNTS", false, "what a cap counts: allocations (default) or footprint (the context and driver memory too)"},
     {"OOMH_CONTROL", true, "name of the control block (/oomh-...) to map; without it the shim creates its own"},
     {"OOMH_EVENTS", true, "event log to append JSON lines to (docs/events.md)"},
     {"OOMH_LOG", false, "what the shim prints on stderr: quiet, warn (default), info or debug"},
@@ -50,6 +53,7 @@ inline constexpr OptionSpec kOptionTable[] = {
 
 struct Options {
   std::string plan, cap, control, events, shim_parent;
+  CapCounting cap_counts = CapCounting::allocations;
   bool has_plan = false, has_cap = false, has_control = false, has_events = false, has_shim_parent = false;
   LogLevel log = LogLevel::warn;
   bool disable = false;

@@ -30,7 +30,9 @@
 // use it, and never links libcuda. A thread-local guard (initial-exec TLS: no allocation on first use)
 // makes a hook that the engine's own work reaches again forward straight to the driver.
 
+#include "footprint.h"
 #include "hook_table.h"
+#include "real_driver.h"
 
 #include "../engine/engine.h"
 #include "../engine/options.h"
@@ -163,13 +165,12 @@ void say(const char* format, ...) {
 }  // namespace oomh::inject
 
 // ---- The real dlsym (Note [dlsym override]). Hidden, but named for the assembly below.
-using DlsymFn = void* (*)(void*, const char*);
+using oomh::inject::DlsymFn;
 extern "C" {
 __attribute__((visibility("hidden"))) DlsymFn oomh_real_dlsym_ptr = nullptr;
 }
 
 namespace oomh::inject {
-namespace {
 
 DlsymFn real_dlsym() {
   DlsymFn f = __atomic_load_n(&oomh_real_dlsym_ptr, __ATOMIC_ACQUIRE);
@@ -196,6 +197,8 @@ void* libcuda() {
   if (h) g_libcuda.store(h, std::memory_order_release);
   return h;
 }
+
+namespace {
 
 void* libnvml() {
   void* h = g_libnvml.load(std::memory_order_acquire);
@@ -255,14 +258,19 @@ int env_int(const char* name) {
 }
 
 void fork_prepare() {
-  if (g_state.load(std::memory_order_acquire) == kActive) g_engine->prepare_fork();
+  if (g_state.load(std::memory_order_acquire) != kActive) return;
+  g_engine->prepare_fork();
+  footprint_prepare_fork();
 }
 void fork_parent() {
-  if (g_state.load(std::memory_order_acquire) == kActive) g_engine->after_fork_parent();
+  if (g_state.load(std::memory_order_acquire) != kActive) return;
+  footprint_after_fork_parent();
+  g_engine->after_fork_parent();
 }
 void fork_child() {
   if (g_state.load(std::memory_order_acquire) != kActive) return;
   g_created_block = false;  // the parent unlinks the block it created, not a child
+  footprint_after_fork_child();
   g_engine->after_fork_child();
   char pid[24];
   std::snprintf(pid, sizeof pid, "%d", static_cast<int>(getpid()));
@@ -305,6 +313,8 @@ int start_engine() {
 
   EngineSetup setup;
   setup.log = o.log;
+  setup.cap_counts = o.cap_counts;
+  setup.footprint_probe = &measure_footprint;
   std::string faults_off;  // why faults are off, when a variable could not be read
   if (o.has_plan) {
     PlanResult plan = load_fault_plan(o.plan.c_str());

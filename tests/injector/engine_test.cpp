@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -350,4 +351,146 @@ TEST(Engine, RankComesFromTheSetup) {
   Engine zero(std::move(z));
   EXPECT_FALSE(allocate(one, 1, 1));
   EXPECT_TRUE(allocate(zero, 2, 1));
+}
+
+// ---- Note [Counting the footprint] -------------------------------------------------------------------------
+namespace {
+
+// A fake footprint probe: what "the driver" says this process holds on device 0 (a context plus what the
+// test has allocated), and how often it was asked.
+struct FakeDevice {
+  uint64_t context = 0;
+  uint64_t allocated = 0;
+  bool measurable = true;
+  int probes = 0;
+};
+FakeDevice g_fake;
+
+bool fake_probe(int device, uint64_t* bytes) noexcept {
+  ++g_fake.probes;
+  if (!g_fake.measurable || device != 0) return false;
+  *bytes = g_fake.context + g_fake.allocated;
+  return true;
+}
+
+EngineSetup footprint_setup(ControlBlock* cb, const char* cap, int events_fd = -1) {
+  g_fake = FakeDevice{};
+  EngineSetup s = setup(cb, events_fd);
+  s.option_caps = parse_cap_option(cap).caps;
+  s.cap_counts = CapCounting::footprint;
+  s.footprint_probe = &fake_probe;
+  return s;
+}
+
+// An allocation the fake driver then holds.
+bool allocate_real(Engine& e, uint64_t key, uint64_t size) {
+  if (!allocate(e, key, size)) return false;
+  g_fake.allocated += size;
+  return true;
+}
+
+}  // namespace
+
+TEST(Footprint, TheContextCountsAgainstTheCapAndInTheMemoryFigures) {
+  Block block;
+  EventFile events;
+  Engine e(footprint_setup(block.get(), "1024MiB", events.fd()));
+  g_fake.context = 600 * MiB;
+  EXPECT_EQ(e.cap_counting(), CapCounting::footprint);
+  EXPECT_TRUE(allocate_real(e, 0x1, 300 * MiB));
+  EXPECT_EQ(e.footprint_overhead(0), 600 * MiB);
+  EXPECT_EQ(block.get()->devices[0].held.load(), 900 * MiB);
+  EXPECT_EQ(e.slot()->held[0].load(), 900 * MiB);
+  EXPECT_FALSE(allocate_real(e, 0x2, 200 * MiB));  // 600 + 300 + 200 > 1024
+  EXPECT_TRUE(allocate_real(e, 0x3, 124 * MiB));   // exactly at the cap
+  MemInfo m = e.mem_info(0, 70000 * MiB, 80000 * MiB);
+  EXPECT_EQ(m.total, 1024 * MiB);
+  EXPECT_EQ(m.free, 0u);
+  release(e, 0x3);
+  g_fake.allocated -= 124 * MiB;
+  EXPECT_EQ(e.mem_info(0, 70000 * MiB, 80000 * MiB).free, 124 * MiB);
+  auto first = events.read("footprint");
+  ASSERT_EQ(first.size(), 1u);  // the first measurement of the device only
+  EXPECT_EQ(first[0]["fields"]["footprint"], 600 * MiB);
+  EXPECT_EQ(first[0]["fields"]["overhead"], 600 * MiB);
+  e.finish();
+  EXPECT_EQ(events.read("shim_exit").at(0)["fields"]["overhead"], 600 * MiB);
+  EXPECT_EQ(block.get()->devices[0].held.load(), 0u);  // the overhead leaves with the process
+
+  // The same calls when the cap counts allocations: the context is the driver's business.
+  Block other;
+  EngineSetup s = footprint_setup(other.get(), "1024MiB");
+  s.cap_counts = CapCounting::allocations;
+  Engine plain(std::move(s));
+  g_fake.context = 600 * MiB;
+  EXPECT_TRUE(allocate_real(plain, 0x1, 300 * MiB));
+  EXPECT_TRUE(allocate_real(plain, 0x2, 200 * MiB));
+  EXPECT_EQ(plain.footprint_overhead(0), 0u);
+  EXPECT_EQ(g_fake.probes, 0);
+}
+
+TEST(Footprint, MeasuredAtMostEveryMaxAgeButAfreshBeforeARefusal) {
+  Block block;
+  Engine e(footprint_setup(block.get(), "1024MiB"));
+  g_fake.context = 600 * MiB;
+  for (uint64_t i = 1; i <= 20; ++i) ASSERT_TRUE(allocate_real(e, i, MiB));
+  EXPECT_EQ(g_fake.probes, 1);  // 20 allocations well within kFootprintMaxAge
+  // The driver gave memory back (a smaller context): the booked figure is stale and too high. An
+  // allocation that fits the fresh figure is not refused on the stale one.
+  g_fake.context = 100 * MiB;
+  EXPECT_TRUE(allocate_real(e, 0x100, 500 * MiB));  // stale: 600 + 20 + 500 > 1024; fresh: 100 + 20 + 500
+  EXPECT_EQ(g_fake.probes, 2);
+  EXPECT_EQ(e.footprint_overhead(0), 100 * MiB);
+  EXPECT_EQ(block.get()->devices[0].held.load(), 620 * MiB);
+  // Growth after a measurement is counted once kFootprintMaxAge has passed.
+  g_fake.context = 400 * MiB;
+  std::this_thread::sleep_for(std::chrono::nanoseconds(Engine::kFootprintMaxAge + 10'000'000));
+  EXPECT_TRUE(allocate_real(e, 0x101, MiB));
+  EXPECT_EQ(e.footprint_overhead(0), 400 * MiB);
+  EXPECT_EQ(block.get()->devices[0].held.load(), 921 * MiB);
+  EXPECT_EQ(block.get()->devices[0].peak.load(), 921 * MiB);
+}
+
+TEST(Footprint, WithoutAMeasurementCapsCountAllocationsAndSaySoOnce) {
+  Block block;
+  EventFile events;
+  Engine e(footprint_setup(block.get(), "1024MiB", events.fd()));
+  g_fake.context = 600 * MiB;
+  g_fake.measurable = false;  // NVML does not list the pid (a container's own pid namespace)
+  EXPECT_TRUE(allocate_real(e, 0x1, 600 * MiB));
+  EXPECT_TRUE(allocate_real(e, 0x2, 424 * MiB));
+  EXPECT_FALSE(allocate_real(e, 0x3, 1));  // the refusal asked once more, and still could not measure
+  EXPECT_EQ(e.footprint_overhead(0), 0u);
+  auto warnings = events.read("warning");
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0]["fields"]["message"].get<std::string>().find("caps count allocations only"), std::string::npos);
+}
+
+TEST(Footprint, APlanDecidesWhatTheCapCountsAndTurningItOffGivesTheOverheadBack) {
+  Block block;
+  EngineSetup s = footprint_setup(block.get(), "1024MiB");
+  s.cap_counts = CapCounting::allocations;  // OOMH_CAP_COUNTS unset; the plan says footprint
+  s.plan = plan(R"({"cap_counts":"footprint"})");
+  Engine e(std::move(s));
+  g_fake.context = 600 * MiB;
+  EXPECT_EQ(e.cap_counting(), CapCounting::footprint);
+  EXPECT_TRUE(allocate_real(e, 0x1, 100 * MiB));
+  EXPECT_EQ(block.get()->devices[0].held.load(), 700 * MiB);
+  std::string next = R"({"caps":[{"limit":"1024MiB"}],"cap_counts":"allocations"})";
+  ASSERT_TRUE(oomh::control_block_publish_plan(block.get(), next.data(), static_cast<uint32_t>(next.size())));
+  EXPECT_TRUE(allocate_real(e, 0x2, 900 * MiB));  // the new plan is read here; 100 + 900 fit
+  EXPECT_EQ(e.cap_counting(), CapCounting::allocations);
+  EXPECT_EQ(e.footprint_overhead(0), 0u);
+  EXPECT_EQ(block.get()->devices[0].held.load(), 1000 * MiB);
+  EXPECT_EQ(e.slot()->held[0].load(), 1000 * MiB);
+}
+
+TEST(Footprint, NoProbeMeansAllocationsAndAWarning) {
+  Block block;
+  EventFile events;
+  EngineSetup s = footprint_setup(block.get(), "1GiB", events.fd());
+  s.footprint_probe = nullptr;
+  Engine e(std::move(s));
+  EXPECT_EQ(e.cap_counting(), CapCounting::allocations);
+  EXPECT_EQ(events.read("warning").size(), 1u);
 }

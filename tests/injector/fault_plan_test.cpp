@@ -44,6 +44,12 @@ TEST(FaultPlan, EveryExampleInTheDocsParses) {
   }
 }
 
+TEST(FaultPlan, CapCountsIsReadWhenGiven) {
+  EXPECT_FALSE(parse_fault_plan(R"({"caps":[{"limit":"8GiB"}]})").plan->cap_counts.has_value());
+  EXPECT_EQ(parse_fault_plan(R"({"cap_counts":"footprint"})").plan->cap_counts, CapCounting::footprint);
+  EXPECT_EQ(parse_fault_plan(R"({"cap_counts":"allocations"})").plan->cap_counts, CapCounting::allocations);
+}
+
 TEST(FaultPlan, TheDocsExampleMeansWhatTheDocsSay) {
   auto examples = json_examples(std::string(OOMH_DOCS_DIR) + "/fault-plan.md");
   ASSERT_FALSE(examples.empty());
@@ -133,6 +139,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadPlan{R"([1,2])", "the plan must be a JSON object"},
         BadPlan{R"({"rule":[]})", "unknown key 'rule'"},
         BadPlan{R"({"version":2})", "version: must be 1 (got 2)"},
+        BadPlan{R"({"cap_counts":"everything"})", "cap_counts: must be \"allocations\" or \"footprint\" (got \"everything\")"},
+        BadPlan{R"({"cap_counts":1})", "cap_counts: must be \"allocations\" or \"footprint\" (got 1)"},
         BadPlan{R"({"seed":-1})", "seed: must be at least 0 (got -1)"},
         BadPlan{R"({"seed":"x"})", "seed: must be an integer (got \"x\")"},
         BadPlan{R"({"rules":{}})", "rules: must be a list"},

@@ -58,3 +58,15 @@ TEST(Options, BadValues) {
 TEST(Options, EveryTableEntryIsKnown) {
   for (const auto& spec : kOptionTable) EXPECT_EQ(closest_option(spec.name), spec.name);
 }
+
+TEST(Options, CapCountsAllocationsUnlessToldFootprint) {
+  EXPECT_EQ(read({"OOMH_CAP=8GiB"}).cap_counts, CapCounting::allocations);
+  Options o = read({"OOMH_CAP=8GiB", "OOMH_CAP_COUNTS=footprint"});
+  EXPECT_EQ(o.cap_counts, CapCounting::footprint);
+  EXPECT_TRUE(o.problems.empty());
+  o = read({"OOMH_CAP=8GiB", "OOMH_CAP_COUNTS=context"});
+  EXPECT_EQ(o.cap_counts, CapCounting::allocations);
+  ASSERT_EQ(o.problems.size(), 1u);
+  EXPECT_EQ(o.problems[0], "OOMH_CAP_COUNTS: 'context' is not allocations or footprint; caps count allocations");
+  EXPECT_FALSE(read({"OOMH_CAP_COUNTS=footprint"}).active());  // it says what a cap counts, not that there is one
+}

@@ -256,6 +256,48 @@ TEST_F(Preload, MemoryQueriesAnswerTheCap) {
   EXPECT_EQ(inject[0]["fields"]["size"], 48 * MiB);
 }
 
+// Note [Counting the footprint], through the real preload: the double's context takes 40 MiB of the device;
+// NVML (the double) reports it for this pid; under a footprint cap it counts, under an allocations cap not.
+TEST_F(Preload, AFootprintCapCountsTheContext) {
+  Job job;
+  Child c = run({kClient, "info", "export"},
+                job.env({"OOMH_CAP=64MiB", "OOMH_CAP_COUNTS=footprint", "CUDA_DOUBLE_CONTEXT_MEMORY=40MiB"}));
+  ASSERT_EQ(c.code, 0) << c.err;
+  EXPECT_NE(c.out.find("before free=25165824 total=67108864"), std::string::npos) << c.out;  // 64 - 40 MiB
+  EXPECT_NE(c.out.find("alloc rc=0"), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("after free=20971520 total=67108864"), std::string::npos) << c.out;  // 64 - 40 - 4
+  EXPECT_NE(c.out.find("big rc=2"), std::string::npos) << c.out;  // 48 MiB: over the cap only with the context
+  auto footprint = job.events("footprint");
+  ASSERT_EQ(footprint.size(), 1u);
+  EXPECT_EQ(footprint[0]["fields"]["footprint"], 40 * MiB);
+  EXPECT_EQ(footprint[0]["fields"]["overhead"], 40 * MiB);
+  EXPECT_EQ(job.events("shim_exit").at(0)["fields"]["overhead"], 40 * MiB);
+  EXPECT_EQ(job.block()->devices[0].peak.load(), 44 * MiB);
+  EXPECT_EQ(job.block()->devices[0].held.load(), 0u);  // given back at exit, context included
+
+  Job plain;
+  c = run({kClient, "info", "export"}, plain.env({"OOMH_CAP=64MiB", "CUDA_DOUBLE_CONTEXT_MEMORY=40MiB"}));
+  ASSERT_EQ(c.code, 0) << c.err;
+  EXPECT_NE(c.out.find("before free=67108864 total=67108864"), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("big rc=0"), std::string::npos) << c.out;  // 4 + 48 MiB of allocations fit 64 MiB
+  EXPECT_TRUE(plain.events("footprint").empty());
+}
+
+// Where NVML does not list the process (a container's own pid namespace), the shim says so once and the cap
+// counts allocations.
+TEST_F(Preload, AFootprintCapThatCannotMeasureCountsAllocations) {
+  Job job;
+  Child c = run({kClient, "info", "export"}, job.env({"OOMH_CAP=64MiB", "OOMH_CAP_COUNTS=footprint",
+                                                      "CUDA_DOUBLE_CONTEXT_MEMORY=40MiB", "NVML_DOUBLE_PID_OFFSET=100000"}));
+  ASSERT_EQ(c.code, 0) << c.err;
+  EXPECT_NE(c.out.find("before free=67108864 total=67108864"), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("big rc=0"), std::string::npos) << c.out;
+  auto warnings = job.events("warning");
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0]["fields"]["message"].get<std::string>().find("cannot measure"), std::string::npos);
+  EXPECT_NE(c.err.find("caps count allocations only"), std::string::npos) << c.err;
+}
+
 TEST_F(Preload, CapThroughCuGetProcAddress) {
   Job job;
   Child c = run({kClient, "info", "procaddr"}, job.env({"OOMH_CAP=0=16MiB"}));
