@@ -70,6 +70,8 @@ int parse_and_run(std::vector<std::string> args) {
   exec_args.command_line.insert(exec_args.command_line.end(), command.begin(), command.end());
   CLI::App* exec = app.add_subcommand("exec", "Stress one command: oomharness exec [flags] -- CMD ARGS...");
   exec->add_option("--cap", exec_args.cap, "Make every GPU look this big to the job: 8GiB, 512MiB");
+  exec->add_option("--cap-counts", exec_args.cap_counts,
+                   "What the cap counts: allocations (default) or footprint (the CUDA context and driver memory too)");
   exec->add_option("--fault", exec_args.faults, "A fault rule: step=5,times=4 | every=10,min_size=64MiB | ... (repeatable)");
   exec->add_option("--expect", exec_args.expects, "A check: batch_halving:factor=0.5,min=8 | exit=0 | ... (repeatable)");
   exec->add_option("--timeout", exec_args.timeout, "Stop the job after this long: 30s, 10m (default 10m)");

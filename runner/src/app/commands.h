@@ -32,6 +32,7 @@ struct RunArgs {
 
 struct ExecArgs {
   std::string cap;
+  std::string cap_counts;             // allocations, footprint
   std::vector<std::string> faults;
   std::vector<std::string> expects;
   std::string timeout;

@@ -340,6 +340,14 @@ ExitCode command_exec(const ExecArgs& args, std::ostream& out, std::ostream& err
     }
     job.memory.limit = static_cast<uint64_t>(*cap.value);
   }
+  if (!args.cap_counts.empty()) {
+    if (args.cap_counts != "allocations" && args.cap_counts != "footprint") {
+      err << "oomharness exec: bad --cap-counts '" << args.cap_counts << "': allocations or footprint\n";
+      return ExitCode::usage_error;
+    }
+    job.memory.counts_footprint = args.cap_counts == "footprint";
+  }
+
   if (!args.timeout.empty()) {
     ParseResult t = parse_duration(args.timeout);
     if (!t || *t.value <= 0) {

@@ -16,7 +16,7 @@ GpuNeed gpu_need(const JobSpec& job) {
   if (!job.memory.limit || *job.memory.limit == 0) return {true, 0};
   uint64_t cap = *job.memory.limit;
   for (const CapChange& c : job.memory.schedule) cap = std::max(cap, c.limit);
-  return {false, cap + job.memory.reserve};
+  return {false, cap + job.memory.reserve + (job.memory.counts_footprint ? 0 : kContextAllowance)};
 }
 
 GpuPacker::GpuPacker(std::vector<GpuInfo> gpus, uint64_t margin) {

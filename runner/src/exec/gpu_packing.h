@@ -3,7 +3,11 @@
 //
 // Note [GPU packing]
 // A job with a virtual cap (`memory.limit`) can share a GPU: it never holds more than its cap (the shim
-// fails what would pass it), plus what its reservation sidecar holds. So capped jobs are packed onto one
+// fails what would pass it), plus what its reservation sidecar holds, plus, when its cap counts only
+// allocations, what no allocation shows: its CUDA context and the driver's own memory (610-742 MiB for a
+// PyTorch job on an H100, Note [Counting the footprint] in injector/engine/engine.h), for which the packer
+// sets aside kContextAllowance per job. A cap that counts the footprint already includes it. So capped jobs
+// are packed onto one
 // GPU while the sum of their needs fits the GPU's free memory (total − used at the start of the run)
 // minus the margin. A job without a cap may take all the memory there is, so it gets a GPU to itself;
 // so does a capped job whose need does not fit any GPU even when empty (otherwise it would wait
@@ -19,6 +23,9 @@
 #include "oomharness/runner/job_runner.h"
 
 namespace oomh::exec {
+
+// What a job's context and driver memory take beside an allocations cap (Note [GPU packing]).
+inline constexpr uint64_t kContextAllowance = uint64_t{1} << 30;
 
 // What a job needs on a GPU: its bytes, or the whole GPU (exclusive).
 struct GpuNeed {

@@ -44,7 +44,8 @@ using suite::Reader;
 const std::vector<std::string> top_keys = {"version", "name", "defaults", "matrix", "jobs"};
 const std::vector<std::string> job_keys = {"name", "run", "shell", "cwd", "env", "timeout", "grace", "probe",
                                            "observe", "memory", "faults", "restart", "expect", "target_step"};
-const std::vector<std::string> memory_keys = {"limit", "schedule", "reserve", "reserve_chunk", "snapshot"};
+const std::vector<std::string> memory_keys = {"limit", "counts", "schedule", "reserve", "reserve_chunk", "snapshot"};
+const std::vector<std::string> cap_countings = {"allocations", "footprint"};
 const std::vector<std::string> schedule_keys = {"at", "limit"};
 const std::vector<std::string> at_keys = {"step", "after"};
 const std::vector<std::string> fault_keys = {"name", "when", "fail"};
@@ -79,6 +80,7 @@ struct Partial {
   std::optional<ProbeMode> probe;
   std::vector<ObserveSpec> observe;
   std::optional<uint64_t> limit;
+  std::optional<bool> counts_footprint;
   std::optional<std::vector<CapChange>> schedule;
   std::optional<uint64_t> reserve, reserve_chunk;
   std::optional<bool> snapshot;
@@ -117,6 +119,7 @@ Partial merge(Partial base, const Partial& over) {
     else base.observe.push_back(o);
   }
   take(base.limit, over.limit);
+  take(base.counts_footprint, over.counts_footprint);
   take(base.schedule, over.schedule);
   take(base.reserve, over.reserve);
   take(base.reserve_chunk, over.reserve_chunk);
@@ -514,7 +517,10 @@ void Loader::read_memory(Partial& p, const Entry& e, const Field& f) {
   for (const auto& v : *entries) {
     const Field vf = f / v.key;
     if (v.key == "limit") p.limit = r_.size(v, vf);
-    else if (v.key == "reserve") p.reserve = r_.size(v, vf);
+    else if (v.key == "counts") {
+      if (auto c = r_.choice(v.value, v.value_at, vf, cap_countings, "way of counting a cap"))
+        p.counts_footprint = *c == "footprint";
+    } else if (v.key == "reserve") p.reserve = r_.size(v, vf);
     else if (v.key == "reserve_chunk") {
       p.reserve_chunk = r_.size(v, vf);
       if (p.reserve_chunk && *p.reserve_chunk == 0) {
@@ -903,6 +909,7 @@ JobSpec Loader::instantiate(const JobTemplate& t, const Combination& combination
   job.probe = p.probe.value_or(ProbeMode::auto_);
   job.observe = p.observe;
   job.memory.limit = p.limit;
+  job.memory.counts_footprint = p.counts_footprint.value_or(false);
   job.memory.schedule = p.schedule.value_or(std::vector<CapChange>{});
   job.memory.reserve = p.reserve.value_or(0);
   job.memory.reserve_chunk = p.reserve_chunk;

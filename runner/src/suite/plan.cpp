@@ -18,7 +18,9 @@ nlohmann::json JobSpec::plan(bool with_faults) const {
     else if (change.at_seconds) cap["at"] = {{"after", *change.at_seconds}};
     caps.push_back(std::move(cap));
   }
-  return {{"version", 1}, {"seed", 0}, {"rules", std::move(rules)}, {"caps", std::move(caps)}};
+  nlohmann::json plan = {{"version", 1}, {"seed", 0}, {"rules", std::move(rules)}, {"caps", std::move(caps)}};
+  if (memory.counts_footprint) plan["cap_counts"] = "footprint";
+  return plan;
 }
 
 }  // namespace oomh

@@ -320,6 +320,40 @@ TEST_F(E2E, RunPassingAndFailingJobsWritesReportsThatParse) {
             4);
 }
 
+// Note [Counting the footprint] through the runner: the driver double's context takes 40 MiB and the NVML
+// double reports it for the job's pid. Under a 64 MiB cap that counts the footprint, the trainer ends at a
+// quarter of the batch it ends at when the same cap counts allocations only.
+TEST_F(E2E, ACapThatCountsTheFootprintLeavesLessForTheBatch) {
+  NEED("APP_E2E_BIN", bin);
+  NEED("APP_E2E_TRAINER", trainer);
+  NEED("APP_E2E_INJECT", inject);
+  NEED("APP_E2E_DOUBLE", dbl);
+  NEED("APP_E2E_NVML_DOUBLE", nvml);
+  auto job = [&](const std::string& name, const std::string& counts) {
+    return "  - name: " + name + "\n" +
+           "    run: [\"" + trainer + "\", --steps, 3, --batch-size, 32, --bytes-per-sample, 1MiB, --recovery, halve, --min-batch, 2]\n" +
+           "    env: {CUDA_DOUBLE_CONTEXT_MEMORY: 40MiB, LD_LIBRARY_PATH: \"" + fs::path(nvml).parent_path().string() + "\"}\n" +
+           "    memory: {limit: 64MiB, counts: " + counts + "}\n" +
+           "    expect: [{exit: 0}, {completes: 3}]\n";
+  };
+  std::string suite = write_suite(dir_, "counts", job("footprint", "footprint") + job("allocations", "allocations"));
+  fs::path out = dir_ / "out";
+  Result r = run({bin, "run", suite, "--simulate", "--out", out.string()}, dir_, dir_);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  std::string footprint_log = read_file(out / "jobs" / "counts__footprint" / "attempt-0.log");
+  std::string allocations_log = read_file(out / "jobs" / "counts__allocations" / "attempt-0.log");
+  EXPECT_NE(footprint_log.find("step 3 batch 8 "), std::string::npos) << footprint_log;
+  EXPECT_NE(allocations_log.find("step 3 batch 16 "), std::string::npos) << allocations_log;
+  nlohmann::json results = load_json(out / "results.json");
+  auto jobs = jobs_by_name(results);
+  // The peak the report shows includes the context under a footprint cap, and stays under the cap.
+  uint64_t footprint_peak = (*jobs.at("footprint"))["peak"]["0"].get<uint64_t>();
+  uint64_t allocations_peak = (*jobs.at("allocations"))["peak"]["0"].get<uint64_t>();
+  EXPECT_GE(footprint_peak, uint64_t{40} << 20);
+  EXPECT_LE(footprint_peak, uint64_t{64} << 20);
+  EXPECT_LE(allocations_peak, uint64_t{64} << 20);
+}
+
 // Every process whose command line mentions `needle` (our temporary folder): what a run may leave behind.
 std::vector<std::string> processes_mentioning(const std::string& needle) {
   std::vector<std::string> found;

@@ -327,7 +327,8 @@ TEST_F(JobRunnerTest, ReadsTheEventLogIntoTheTraceInTimeOrder) {
 }
 
 TEST_F(JobRunnerTest, PacksCappedJobsOntoAGpuOnlyWhileTheyFit) {
-  // One fake GPU of 10 GiB with 1 GiB kept free: two 6 GiB jobs cannot share it, two 4 GiB jobs can.
+  // One fake GPU of 10 GiB with 1 GiB kept free: two jobs capped at 6 GiB cannot share it, two capped at
+  // 3 GiB can (each also needs kContextAllowance, 1 GiB, for its context).
   options.gpu_inventory = std::vector<GpuInfo>{{0, 10 * GiB, 0}};
   options.gpu_margin = GiB;
   options.jobs = 2;
@@ -345,8 +346,8 @@ TEST_F(JobRunnerTest, PacksCappedJobsOntoAGpuOnlyWhileTheyFit) {
   EXPECT_LE(big[0].end, big[1].start) << "the second 6 GiB job started before the first gave its memory back";
   EXPECT_GE(waiting, 1);
 
-  auto small = run({job("small1", 4 * GiB), job("small2", 4 * GiB)});
-  EXPECT_LT(small[1].start, small[0].end) << "two 4 GiB jobs fit together and should have run at once";
+  auto small = run({job("small1", 3 * GiB), job("small2", 3 * GiB)});
+  EXPECT_LT(small[1].start, small[0].end) << "two 3 GiB jobs fit together and should have run at once";
 
   // An uncapped job needs the GPU to itself.
   JobSpec whole = sh_job("whole", "sleep 0.3");

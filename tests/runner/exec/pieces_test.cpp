@@ -132,14 +132,16 @@ TEST(GpuInventory, ParsesNvidiaSmiAndSelects) {
   EXPECT_EQ(s[0].index, 1);
 }
 
-TEST(GpuNeed, ACappedJobNeedsItsLargestCapPlusItsReservation) {
+TEST(GpuNeed, ACappedJobNeedsItsLargestCapPlusItsReservationPlusItsContext) {
   JobSpec job;
   EXPECT_TRUE(gpu_need(job).exclusive);
   job.memory.limit = 2 * GiB;
   job.memory.schedule.push_back({int64_t{8}, std::nullopt, 3 * GiB});
   job.memory.reserve = GiB;
   EXPECT_FALSE(gpu_need(job).exclusive);
-  EXPECT_EQ(gpu_need(job).bytes, 4 * GiB);
+  EXPECT_EQ(gpu_need(job).bytes, 4 * GiB + kContextAllowance);  // an allocations cap leaves the context out
+  job.memory.counts_footprint = true;
+  EXPECT_EQ(gpu_need(job).bytes, 4 * GiB);  // a footprint cap holds it
 }
 
 std::string env_value(const std::vector<std::string>& env, const std::string& name) {

@@ -351,6 +351,22 @@ jobs:
             nlohmann::json::parse(R"({"version": 1, "seed": 0, "rules": [], "caps": []})"));
 }
 
+// `counts: footprint` goes into the plan (docs/fault-plan.md, `cap_counts`); it merges from defaults like
+// every memory key, and `allocations` (the default) leaves the plan as it was.
+TEST(Suite, WhatACapCountsGoesIntoThePlan) {
+  const Suite s = load_ok(R"(version: 1
+defaults: {memory: {counts: footprint}}
+jobs:
+  - {name: a, run: 'true', memory: {limit: 8GiB}}
+  - {name: b, run: 'true', memory: {limit: 8GiB, counts: allocations}}
+)");
+  EXPECT_TRUE(s.jobs[0].memory.counts_footprint);
+  EXPECT_EQ(s.jobs[0].plan()["cap_counts"], "footprint");
+  EXPECT_EQ(s.jobs[0].plan(false)["cap_counts"], "footprint");  // a reference run counts the same way
+  EXPECT_FALSE(s.jobs[1].memory.counts_footprint);
+  EXPECT_FALSE(s.jobs[1].plan().contains("cap_counts"));
+}
+
 TEST(Suite, EveryErrorIsReportedInFileOrder) {
   const auto errors = errors_of(R"(version: 1
 jobs:

@@ -46,6 +46,7 @@ struct CapChange {              // `memory.schedule` entries
 
 struct MemorySpec {
   std::optional<uint64_t> limit;          // virtual cap in bytes, every device
+  bool counts_footprint = false;          // `counts: footprint`: the cap counts context and driver memory too
   std::vector<CapChange> schedule;
   uint64_t reserve = 0;                   // real bytes held by the reservation sidecar
   std::optional<uint64_t> reserve_chunk;  // hold the reservation in chunks of this size (fragmentation)
