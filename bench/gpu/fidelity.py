@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Fidelity of the simulated small GPU: the largest batch that fits under
-  (a) a virtual cap of X (the shim, OOMH_CAP=X),
-  (b) a real reservation that leaves X free (the oomh-reserve sidecar holds the rest),
-  (c) torch.cuda.set_per_process_memory_fraction(X / total),
+  (a) a virtual cap of X that counts allocations (the shim, OOMH_CAP=X),
+  (b) a virtual cap of X that counts the footprint (OOMH_CAP=X OOMH_CAP_COUNTS=footprint),
+  (c) a real reservation that leaves X free (oomh-reserve --leave X holds the rest, its own context counted),
+  (d) torch.cuda.set_per_process_memory_fraction(X / total),
 found by the same bisection of the batch size of one training step of a small transformer.
+Targets: (a) gives (d)'s batch, and (b) gives (c)'s: each kind of limit has a virtual counterpart.
 
     python3 bench/gpu/fidelity.py --inject build/injector/liboomharness_inject.so \
         --reserve build/runner/oomh-reserve [--limit 8GiB]
@@ -100,25 +102,30 @@ def main():
     env = clean_env()
     env.update(LD_PRELOAD=args.inject, OOMH_CAP=str(limit))
     res["virtual_cap"] = largest("cap", limit, env)
+    env.update(OOMH_CAP_COUNTS="footprint")
+    res["virtual_cap_footprint"] = largest("cap", limit, env)
 
     res["set_per_process_memory_fraction"] = largest("fraction", limit, clean_env())
 
-    hold = free_bytes() - limit
-    side = subprocess.Popen([args.reserve, "--device", "0", "--bytes", str(hold)], stdin=subprocess.PIPE,
+    # --leave: the sidecar sizes its hold once its own context exists, so that `limit` bytes stay free.
+    side = subprocess.Popen([args.reserve, "--device", "0", "--leave", str(limit)], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True, env=clean_env())
     try:
         line = side.stdout.readline().strip()
         if not line.startswith("READY"):
             raise RuntimeError(f"reservation sidecar: {line}")
-        res["reserved_bytes"] = hold
+        res["reserved_bytes"] = int(line.split()[1])
+        res["free_beside_reservation"] = free_bytes()
         res["real_reservation"] = largest("reserve", limit, clean_env())
     finally:
         side.stdin.close()
         side.terminate()
         side.wait(timeout=30)
     print(json.dumps(res))
-    print("\n| limit | virtual cap (shim) | real reservation | set_per_process_memory_fraction |\n| --- | --- | --- | --- |")
-    print(f"| {args.limit} | {res['virtual_cap']} | {res['real_reservation']} | {res['set_per_process_memory_fraction']} |")
+    print("\n| limit | cap, counts allocations | `set_per_process_memory_fraction` | cap, counts footprint | real reservation |")
+    print("| --- | --- | --- | --- | --- |")
+    print(f"| {args.limit} | {res['virtual_cap']} | {res['set_per_process_memory_fraction']} | "
+          f"{res['virtual_cap_footprint']} | {res['real_reservation']} |")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,12 @@
 // oomh-reserve: holds real device memory for a job (`memory.reserve`), so that the job's real
 // allocations meet a GPU that is already partly full, as they would next to a neighbour.
 //
-//   oomh-reserve --device D --bytes N [--chunk C [--fragment]]
+//   oomh-reserve --device D (--bytes N | --leave F) [--chunk C [--fragment]]
 //
-// Prints `READY <bytes held>` on stdout once the memory is held, then waits until stdin closes or
+// --leave F holds whatever leaves F bytes free on the device, measured (cuMemGetInfo) once the sidecar's
+// own CUDA context exists: a sidecar started with the free memory minus F, measured before, would leave F
+// minus its context (about 0.5 GiB on an H100) free. Prints `READY <bytes held>` on stdout once the memory
+// is held, then waits until stdin closes or
 // SIGTERM/SIGINT arrives, frees everything and exits 0. On failure prints `ERROR <message>` and exits 1.
 //
 // The driver is resolved at run time (dlopen("libcuda.so.1"), then cuGetProcAddress_v2 or dlsym) like the
@@ -41,6 +44,7 @@ using PFN_cuCtxSetCurrent = CUresult (*)(CUcontext);
 using PFN_cuMemAlloc = CUresult (*)(CUdeviceptr*, size_t);
 using PFN_cuMemFree = CUresult (*)(CUdeviceptr);
 using PFN_cuGetErrorString = CUresult (*)(CUresult, const char**);
+using PFN_cuMemGetInfo = CUresult (*)(size_t*, size_t*);
 
 struct Driver {
   void* lib = nullptr;
@@ -53,6 +57,7 @@ struct Driver {
   PFN_cuMemAlloc alloc = nullptr;
   PFN_cuMemFree free = nullptr;
   PFN_cuGetErrorString error_string = nullptr;
+  PFN_cuMemGetInfo mem_info = nullptr;
 };
 
 volatile sig_atomic_t g_stop = 0;
@@ -105,6 +110,7 @@ Driver load_driver() {
   d.alloc = reinterpret_cast<PFN_cuMemAlloc>(resolve(d, "cuMemAlloc", "cuMemAlloc_v2"));
   d.free = reinterpret_cast<PFN_cuMemFree>(resolve(d, "cuMemFree", "cuMemFree_v2"));
   d.error_string = reinterpret_cast<PFN_cuGetErrorString>(resolve(d, "cuGetErrorString", "cuGetErrorString"));
+  d.mem_info = reinterpret_cast<PFN_cuMemGetInfo>(resolve(d, "cuMemGetInfo", "cuMemGetInfo_v2"));
   const char* missing = !d.init ? "cuInit" : !d.device_get ? "cuDeviceGet" : !d.retain ? "cuDevicePrimaryCtxRetain"
                       : !d.release ? "cuDevicePrimaryCtxRelease" : !d.set_current ? "cuCtxSetCurrent"
                       : !d.alloc ? "cuMemAlloc" : !d.free ? "cuMemFree" : nullptr;
@@ -141,21 +147,26 @@ void wait_for_stop() {
 
 int main(int argc, char** argv) {
   int device = 0;
-  uint64_t bytes = 0, chunk = 0;
-  bool fragment = false;
+  uint64_t bytes = 0, chunk = 0, leave = 0;
+  bool fragment = false, leaving = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     const char* next = i + 1 < argc ? argv[i + 1] : nullptr;
     if (a == "--device" && next) device = std::atoi(argv[++i]);
     else if (a == "--bytes" && next) bytes = parse_size("--bytes", argv[++i]);
+    else if (a == "--leave" && next) {
+      leave = parse_size("--leave", argv[++i]);
+      leaving = true;
+    }
     else if (a == "--chunk" && next) chunk = parse_size("--chunk", argv[++i]);
     else if (a == "--fragment") fragment = true;
     else if (a == "--help" || a == "-h") {
-      std::printf("usage: oomh-reserve --device D --bytes N [--chunk C [--fragment]]\n");
+      std::printf("usage: oomh-reserve --device D (--bytes N | --leave F) [--chunk C [--fragment]]\n");
       return 0;
-    } else fail("unknown or incomplete argument '" + a + "' (usage: oomh-reserve --device D --bytes N [--chunk C [--fragment]])");
+    } else fail("unknown or incomplete argument '" + a + "' (usage: oomh-reserve --device D (--bytes N | --leave F) [--chunk C [--fragment]])");
   }
-  if (bytes == 0) fail("--bytes must be given and greater than 0");
+  if (leaving && bytes != 0) fail("give --bytes or --leave, not both");
+  if (!leaving && bytes == 0) fail("--bytes must be given and greater than 0 (or --leave)");
   if (fragment && chunk == 0) fail("--fragment needs --chunk");
 
   if (pipe(g_wake) != 0) fail(std::string("pipe: ") + std::strerror(errno));
@@ -174,6 +185,15 @@ int main(int argc, char** argv) {
   CUcontext ctx = nullptr;
   if ((r = d.retain(&ctx, dev)) != CUDA_SUCCESS) fail("cuDevicePrimaryCtxRetain failed: " + cu_error(d, r));
   if ((r = d.set_current(ctx)) != CUDA_SUCCESS) fail("cuCtxSetCurrent failed: " + cu_error(d, r));
+  if (leaving) {
+    size_t free_bytes = 0, total_bytes = 0;
+    if (!d.mem_info) fail("the CUDA driver has no cuMemGetInfo (needed by --leave)");
+    if ((r = d.mem_info(&free_bytes, &total_bytes)) != CUDA_SUCCESS) fail("cuMemGetInfo failed: " + cu_error(d, r));
+    if (free_bytes <= leave)
+      fail("--leave " + oomh::format_bytes(leave) + ": only " + oomh::format_bytes(free_bytes) + " is free, nothing to hold");
+    bytes = free_bytes - leave;
+    if (chunk) bytes -= bytes % chunk;  // whole pieces: the last piece must not take what is left
+  }
 
   std::vector<CUdeviceptr> held;
   auto free_all = [&] {

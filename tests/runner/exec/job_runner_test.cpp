@@ -536,6 +536,29 @@ TEST_F(JobRunnerTest, ReservationSidecarHoldsMemoryForTheJobAndStopsAfterIt) {
   EXPECT_THAT(out[1].error, testing::HasSubstr("cuMemAlloc"));
 }
 
+// oomh-reserve --leave: what stays free is measured after the sidecar's own context took its memory (the
+// double's context takes 50 MiB of 1 GiB here).
+TEST(ReservationSidecar, LeaveHoldsWhatLeavesThatMuchFreeAfterItsOwnContext) {
+  const char* reserve = std::getenv("EXEC_TEST_RESERVE");
+  const char* double_dir = std::getenv("EXEC_TEST_DOUBLE_DIR");
+  if (!reserve || !double_dir) GTEST_SKIP() << "needs oomh-reserve and the CUDA driver double";
+  auto sidecar = [&](const std::string& args) {
+    std::string cmd = std::string("LD_LIBRARY_PATH=") + double_dir + " CUDA_DOUBLE_MEMORY=1GiB CUDA_DOUBLE_CONTEXT_MEMORY=50MiB " +
+                      reserve + " --device 0 " + args + " </dev/null 2>&1";
+    std::string out;
+    if (FILE* f = popen(cmd.c_str(), "r")) {
+      char buf[512];
+      while (fgets(buf, sizeof buf, f)) out += buf;
+      pclose(f);
+    }
+    return out;
+  };
+  EXPECT_EQ(sidecar("--leave 100MiB"), "READY " + std::to_string(874ull << 20) + "\n");
+  EXPECT_EQ(sidecar("--leave 100MiB --chunk 64MiB"), "READY " + std::to_string(832ull << 20) + "\n");  // whole pieces
+  EXPECT_THAT(sidecar("--leave 2GiB"), testing::HasSubstr("ERROR --leave 2.00 GiB: only 974.00 MiB is free"));
+  EXPECT_THAT(sidecar("--leave 1GiB --bytes 1MiB"), testing::HasSubstr("ERROR give --bytes or --leave, not both"));
+}
+
 // The real path: the emulated trainer loads the driver double through the preloaded shim, the shim fails
 // allocations at step 3, the trainer dies of the OOM, the runner restarts it without faults, and it
 // resumes from its checkpoint.
