@@ -41,23 +41,6 @@ phase() {  # phase NAME COMMAND...: runs it, logs to $work/NAME.log, records rc 
   return 0
 }
 
-libtorch_checks() {
-  local trainer=$build/examples/oomh_libtorch_trainer
-  [ -x "$trainer" ] || { echo "RESULT libtorch default build FAIL $trainer was not built"; return 1; }
-  # Under a 1 GiB cap a batch of 65536 (1 GiB of hidden activations) does not fit: the halving trainer must
-  # recover. (Under 256 MiB, cuBLAS's own handle allocation, made outside PyTorch's allocator after the
-  # caught OOM, failed as CUBLAS_STATUS_ALLOC_FAILED: a cap must leave room for the libraries' workspaces.)
-  "$bin" exec --cap 1GiB --expect oom_visible --expect batch_halving --expect exit=0 --out "$work/libtorch-cap" \
-    -- "$trainer" --recovery halve --steps 6 --batch 65536 >"$work/libtorch-cap.txt" 2>&1
-  local rc=$?
-  echo "RESULT libtorch default cap $([ $rc -eq 0 ] && echo PASS || echo FAIL) c10::OutOfMemoryError caught under a 1 GiB cap, batch halved (oomharness exec rc=$rc)"
-  # From the 20th allocation on nothing succeeds: the trainer without a handler must stop with the OOM.
-  "$bin" exec --fault nth=20,forever --expect oom_visible --out "$work/libtorch-nth" \
-    -- "$trainer" --recovery none --steps 6 >"$work/libtorch-nth.txt" 2>&1
-  rc=$?
-  echo "RESULT libtorch default nth_persistent $([ $rc -eq 0 ] && echo PASS || echo FAIL) c10::OutOfMemoryError raised from the 20th allocation on (oomharness exec rc=$rc)"
-}
-
 # A suite whose job runs beside the reservation sidecar: it holds all but 3 GiB of the GPU's free memory,
 # and the halving trainer must find a batch that fits what is left. (Not with reserve_chunk: fragmenting
 # allocates twice the reservation and frees every other chunk, which all-but-3-GiB cannot do; the first
@@ -89,7 +72,7 @@ for p in $phases; do
     ctest) phase ctest ctest --test-dir "$build" --output-on-failure -j"$OOMH_JOBS" --timeout 300 ;;
     injector) phase injector bash "$root/tests/gpu/injector/run.sh" "$build" "$work/injector" ;;
     reservation) phase reservation bash "$root/tests/gpu/reservation_checks.sh" "$build" "$work/reservation" ;;
-    libtorch) phase libtorch libtorch_checks ;;
+    libtorch) phase libtorch bash "$root/tests/gpu/libtorch_checks.sh" "$build" "$work/libtorch" ;;
     demo) phase demo "$bin" demo --out "$work/demo" ;;
     reservesuite) phase reservesuite reservation_suite ;;
     selftest) phase selftest "$bin" run "$root/suites/self-test.yaml" --jobs 6 --out "$work/self-test" ;;
