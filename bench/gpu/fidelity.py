@@ -8,9 +8,14 @@ found by the same bisection of the batch size of one training step of a small tr
 Targets: (a) gives (d)'s batch, and (b) gives (c)'s: each kind of limit has a virtual counterpart.
 
     python3 bench/gpu/fidelity.py --inject build/injector/liboomharness_inject.so \
-        --reserve build/runner/oomh-reserve [--limit 8GiB]
+        --reserve build/runner/oomh-reserve [--limit 8GiB] [--modes caps|reserve|all] [--json-out F]
+
+The three caps are limits inside one process and may run beside other jobs (--modes caps runs them at
+once); the reservation needs the GPU to itself (--modes reserve). --json-out adds this run's figures to
+a JSON file, so that two runs make one table (run_all.sh runs the two halves apart).
 """
 import argparse
+import concurrent.futures
 import json
 import os
 import subprocess
@@ -90,24 +95,9 @@ def free_bytes():
     return int(q.stdout.split()[0]) << 20
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--inject", required=True)
-    ap.add_argument("--reserve", required=True)
-    ap.add_argument("--limit", default="8GiB")
-    args = ap.parse_args()
-    limit = parse_size(args.limit)
-    res = {"limit": args.limit}
-
-    env = clean_env()
-    env.update(LD_PRELOAD=args.inject, OOMH_CAP=str(limit))
-    res["virtual_cap"] = largest("cap", limit, env)
-    env.update(OOMH_CAP_COUNTS="footprint")
-    res["virtual_cap_footprint"] = largest("cap", limit, env)
-
-    res["set_per_process_memory_fraction"] = largest("fraction", limit, clean_env())
-
-    # --leave: the sidecar sizes its hold once its own context exists, so that `limit` bytes stay free.
+def reservation(args, limit):
+    """(c): oomh-reserve --leave sizes its hold once its own context exists, so that `limit` stays free."""
+    res = {}
     side = subprocess.Popen([args.reserve, "--device", "0", "--leave", str(limit)], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True, env=clean_env())
     try:
@@ -121,11 +111,45 @@ def main():
         side.stdin.close()
         side.terminate()
         side.wait(timeout=30)
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--inject", required=True)
+    ap.add_argument("--reserve", required=True)
+    ap.add_argument("--limit", default="8GiB")
+    ap.add_argument("--modes", choices=("caps", "reserve", "all"), default="all")
+    ap.add_argument("--json-out")
+    args = ap.parse_args()
+    limit = parse_size(args.limit)
+    res = {}
+    if args.json_out and os.path.exists(args.json_out):
+        res = json.load(open(args.json_out))
+    res["limit"] = args.limit
+
+    if args.modes in ("caps", "all"):
+        cap = clean_env()
+        cap.update(LD_PRELOAD=args.inject, OOMH_CAP=str(limit))
+        footprint = dict(cap, OOMH_CAP_COUNTS="footprint")
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            runs = {"virtual_cap": pool.submit(largest, "cap", limit, cap),
+                    "virtual_cap_footprint": pool.submit(largest, "cap", limit, footprint),
+                    "set_per_process_memory_fraction": pool.submit(largest, "fraction", limit, clean_env())}
+            for key, run in runs.items():
+                res[key] = run.result()
+    if args.modes in ("reserve", "all"):
+        res.update(reservation(args, limit))
+    if args.json_out:
+        with open(args.json_out + ".tmp", "w") as f:
+            json.dump(res, f)
+        os.replace(args.json_out + ".tmp", args.json_out)
     print(json.dumps(res))
-    print("\n| limit | cap, counts allocations | `set_per_process_memory_fraction` | cap, counts footprint | real reservation |")
-    print("| --- | --- | --- | --- | --- |")
-    print(f"| {args.limit} | {res['virtual_cap']} | {res['set_per_process_memory_fraction']} | "
-          f"{res['virtual_cap_footprint']} | {res['real_reservation']} |")
+    if all(k in res for k in ("virtual_cap", "virtual_cap_footprint", "set_per_process_memory_fraction", "real_reservation")):
+        print("\n| limit | cap, counts allocations | `set_per_process_memory_fraction` | cap, counts footprint | real reservation |")
+        print("| --- | --- | --- | --- | --- |")
+        print(f"| {res['limit']} | {res['virtual_cap']} | {res['set_per_process_memory_fraction']} | "
+              f"{res['virtual_cap_footprint']} | {res['real_reservation']} |")
 
 
 if __name__ == "__main__":

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Packing: 8 small capped jobs on one GPU with `--jobs 8` against `--jobs 1`, in one invocation.
 # Target: the 8 packed jobs take at most 1.5x the time of one job alone (total with --jobs 1 / 8).
-# The packed run is timed twice: with the runner's CPU share (`--threads-per-job auto`, the default: each
-# job gets OMP_NUM_THREADS = CPUs / 8) and without it (`off`: every job starts one thread per core), which
-# is what Note [CPU share of packed jobs] (runner/src/exec/cpu_share.h) is about.
+# The packed run uses the runner's CPU share (`--threads-per-job auto`, the default: each job gets
+# OMP_NUM_THREADS = CPUs / 8). With COMPARE_OFF=1 it is also timed without it (`off`: every job starts one
+# thread per core), which is what Note [CPU share of packed jobs] (runner/src/exec/cpu_share.h) is about.
 #
-# usage: bench/gpu/packing.sh BUILD_DIR OUT_DIR [STEPS]
+# usage: [COMPARE_OFF=1] bench/gpu/packing.sh BUILD_DIR OUT_DIR [STEPS]
 set -eu
 BUILD=$(cd "$1" && pwd)
 OUT=$2
@@ -31,14 +31,16 @@ timed() {  # timed NAME ARGS...: runs the suite, prints the seconds it took; fai
   python3 -c "import sys; print(float(sys.argv[2]) - float(sys.argv[1]))" "$t0" "$t1"
 }
 serial=$(timed jobs1 --jobs 1)
-packed_off=$(timed jobs8-off --jobs 8 --threads-per-job off)
 packed=$(timed jobs8 --jobs 8)
+packed_off=-1
+[ "${COMPARE_OFF:-0}" = 1 ] && packed_off=$(timed jobs8-off --jobs 8 --threads-per-job off)
 python3 - "$serial" "$packed_off" "$packed" "$(nproc)" "$STEPS" <<'PY'
 import sys
 serial, off, auto = map(float, sys.argv[1:4])
 cpus, steps = sys.argv[4], sys.argv[5]
 one = serial / 8
-print(f"| jobs | --jobs 1 total | one job (total / 8) | --jobs 8, --threads-per-job off | --jobs 8 (auto: {int(cpus) // 8} threads each) | packed / one job |")
+off_cell = f"{off:.1f} s ({off / one:.2f}x)" if off >= 0 else "not run (COMPARE_OFF=1)"
+print(f"| jobs | --jobs 1 total | one job (total / 8) | --jobs 8 (auto: {int(cpus) // 8} threads each) | packed / one job | --jobs 8, --threads-per-job off |")
 print("| --- | --- | --- | --- | --- | --- |")
-print(f"| 8 x MLP ({steps} steps), cap 2 GiB each | {serial:.1f} s | {one:.1f} s | {off:.1f} s ({off / one:.2f}x) | {auto:.1f} s | **{auto / one:.2f}x** |")
+print(f"| 8 x MLP ({steps} steps), cap 2 GiB each | {serial:.1f} s | {one:.1f} s | {auto:.1f} s | **{auto / one:.2f}x** | {off_cell} |")
 PY
