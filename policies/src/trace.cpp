@@ -65,6 +65,37 @@ bool Attempt::ended_by_oom() const {
   return false;
 }
 
+// Note [Visible faults]
+// An injected failure is *visible* when the training code saw an out-of-memory error because of it, and
+// *absorbed* when the framework got past it unseen (PyTorch's caching allocator frees its cache and
+// retries once; DESIGN.md). The trace does not link an OOM to the allocation that caused it, so the rule
+// is about order, within one attempt: an `inject` event is visible when, after it and before the next
+// completed step, the probe reported an `oom` (or `oom_caught`), or the attempt ended by an OOM
+// (Attempt::ended_by_oom: exit with an OOM message or an uncaught probe `oom`) with no completed step in
+// between. A completed step first means the code went on without seeing it: absorbed. Several injects
+// before one OOM (a `times: 4` fault) are all visible: together they made the error the code saw. The
+// reports (which fault was visible) and the oom_visible check read this one rule.
+std::vector<InjectedFault> Attempt::injected_faults() const {
+  auto is_probe = [](const Event& e, const char* kind) { return e.src == events::kSrcProbe && e.kind == kind; };
+  // A completed step: the probe's `step`, or a `step` the runner read from the output (`observe:`).
+  auto completed_step = [&](const Event& e) {
+    return is_probe(e, events::kStep) ||
+           (e.src == events::kSrcRunner && e.kind == events::kObserved && e.text("key") == "step");
+  };
+  std::vector<InjectedFault> out;
+  const bool died_of_oom = ended_by_oom();
+  for (size_t i = 0; i < events.size(); ++i) {
+    if (events[i].src != events::kSrcShim || events[i].kind != events::kInject) continue;
+    InjectedFault f{&events[i], died_of_oom};
+    for (size_t j = i + 1; j < events.size(); ++j) {
+      if (is_probe(events[j], events::kOom) || is_probe(events[j], events::kOomCaught)) { f.visible = true; break; }
+      if (completed_step(events[j])) { f.visible = false; break; }
+    }
+    out.push_back(f);
+  }
+  return out;
+}
+
 std::vector<std::pair<int, const Event*>> Trace::all_events() const {
   std::vector<std::pair<int, const Event*>> out;
   for (const Attempt& a : attempts)

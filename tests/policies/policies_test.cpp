@@ -97,12 +97,21 @@ TEST(Completes, InconclusiveWithoutSteps) {
 
 TEST(OomVisible, Pass) {
   Trace t = TraceBuilder().attempt().step(4, 64).inject().inject().oom(5, 64).step(5, 32).exit(0).build();
-  EXPECT_VERDICT(check("oom_visible", t), pass, "2 faults were injected and the code saw 1 out-of-memory error");
+  EXPECT_VERDICT(check("oom_visible", t), pass, "2 faults were injected, 2 reached the code, and it saw 1 out-of-memory error");
 }
 
 TEST(OomVisible, PassFromOomExitWithoutProbe) {
   Trace t = TraceBuilder().attempt().inject().inject().exit(1, true).build();
-  EXPECT_VERDICT(check("oom_visible", t), pass, "the code saw 1 out-of-memory error");
+  EXPECT_VERDICT(check("oom_visible", t), pass, "2 reached the code, and it saw 1 out-of-memory error");
+}
+
+// Note [Visible faults]: an injected fault the allocator absorbed (a step completed after it) stays absorbed
+// when the code later sees an OOM of its own making.
+TEST(OomVisible, AnUnrelatedOomDoesNotMakeAnAbsorbedFaultVisible) {
+  Trace t = TraceBuilder().attempt().step(4, 64).inject().step(5, 64).oom(6, 64).exit(1).build();
+  Verdict v = check("oom_visible", t);
+  EXPECT_EQ(v.status, VerdictStatus::fail) << v.reason;
+  EXPECT_THAT(v.reason, HasSubstr("1 fault was injected but the code never saw an out-of-memory error"));
 }
 
 TEST(OomVisible, FailWhenAbsorbed) {

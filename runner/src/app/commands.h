@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "exec/gpu_packing.h"
 #include "oomharness/runner/app.h"
 #include "oomharness/runner/suite.h"
 
@@ -28,6 +29,9 @@ struct RunArgs {
   std::string out_dir = "oomh-out";
   bool simulate = false;
   std::vector<std::string> command_line;
+  // The machine's GPUs when the caller surveyed them already (the demo, to choose its suite): a command
+  // asks nvidia-smi once. Unset: run_suites surveys (unless --simulate).
+  std::optional<exec::GpuSurvey> surveyed;
 };
 
 struct ExecArgs {

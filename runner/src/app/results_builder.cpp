@@ -33,7 +33,6 @@ int64_t step_of(const Event& e) {
 }
 
 bool is_inject(const Event& e) { return e.src == events::kSrcShim && e.kind == events::kInject; }
-bool is_oom_seen(const Event& e) { return is_probe(e, events::kOom) || is_probe(e, events::kOomCaught); }
 
 std::string step_text(int64_t step) { return step >= 0 ? " at step " + std::to_string(step) : std::string(); }
 
@@ -70,22 +69,12 @@ std::string attempt_outcome(const Attempt& a) {
   return a.ended_by_oom() ? "oom" : "nonzero";
 }
 
-// Note [Visible faults]
-// An injected failure is *visible* when the training code saw an out-of-memory error because of it, and
-// *absorbed* when the framework got past it unseen (PyTorch's caching allocator frees its cache and
-// retries once; DESIGN.md). The trace does not link an OOM to the allocation that caused it, so the rule
-// is about order, within one attempt: an `inject` event is visible when, after it and before the next
-// completed step, the probe reported an `oom` (or `oom_caught`), or the attempt ended by an OOM
-// (Attempt::ended_by_oom: exit with an OOM message or an uncaught probe `oom`) with no completed step in
-// between. A completed step first means the code went on without seeing it: absorbed. Several injects
-// before one OOM (a `times: 4` fault) are all visible: together they made the error the code saw.
+// Which injected faults the code saw: Note [Visible faults] in policies/src/trace.cpp.
 std::vector<FaultRecord> fault_records(const Trace& trace, double job_start) {
   std::vector<FaultRecord> out;
   for (const Attempt& a : trace.attempts) {
-    const bool ended_by_oom = a.ended_by_oom();
-    for (size_t i = 0; i < a.events.size(); ++i) {
-      const Event& e = a.events[i];
-      if (!is_inject(e)) continue;
+    for (const InjectedFault& injected : a.injected_faults()) {
+      const Event& e = *injected.event;
       FaultRecord f;
       f.attempt = a.index;
       f.t = e.t - job_start;
@@ -95,12 +84,7 @@ std::vector<FaultRecord> fault_records(const Trace& trace, double job_start) {
       f.device = static_cast<int>(e.integer("device", 0));
       f.step = e.integer("step", -1);
       f.phase = e.text("phase");
-      bool decided = false;
-      for (size_t j = i + 1; j < a.events.size() && !decided; ++j) {
-        if (is_oom_seen(a.events[j])) { f.visible = true; decided = true; }
-        else if (is_completed_step(a.events[j])) decided = true;
-      }
-      if (!decided) f.visible = ended_by_oom;
+      f.visible = injected.visible;
       out.push_back(std::move(f));
     }
   }

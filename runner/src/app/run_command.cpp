@@ -176,6 +176,9 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
   options.jobs = args.jobs;
   options.threads_per_job = *threads;
   options.gpus = *gpus;
+  // The machine's GPUs, asked once: the packer packs onto them and the results name the first.
+  std::optional<exec::GpuSurvey> survey = args.simulate ? std::nullopt : args.surveyed ? args.surveyed : exec::survey_gpus();
+  options.gpu_inventory = survey ? survey->gpus : std::vector<GpuInfo>{};
   if (auto missing = resolve_paths(args.simulate, options.paths)) {
     err << "oomharness: " << *missing << "\n";
     return ExitCode::internal_error;
@@ -203,7 +206,8 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
       origin.emplace_back(s, j);
     }
 
-  EnvironmentOptions env_options{args.simulate, python, args.command_line};
+  EnvironmentOptions env_options{args.simulate, python, args.command_line, std::nullopt};
+  if (survey) env_options.gpu = GpuIdentity{survey->name, survey->driver_version, survey->cuda_version};
   RunResult run;
   run.environment = detect_environment(env_options);
   run.start = events::now_seconds();
@@ -421,7 +425,8 @@ ExitCode command_exec(const ExecArgs& args, std::ostream& out, std::ostream& err
 
 ExitCode command_demo(const std::string& out_dir, const std::vector<std::string>& command_line, std::ostream& out,
                       std::ostream& err) {
-  const bool simulate = !detect_gpu();
+  std::optional<exec::GpuSurvey> survey = exec::survey_gpus();
+  const bool simulate = !survey;
   Found demo = find_demo_suite(simulate);
   if (!demo.path) {
     err << "oomharness demo: cannot find " << (simulate ? "suites/demo-simulated.yaml" : "suites/demo.yaml")
@@ -434,6 +439,7 @@ ExitCode command_demo(const std::string& out_dir, const std::vector<std::string>
   args.command_line = command_line;
   // The demo's jobs are capped, so on a GPU they pack onto it; four at a time keeps it short.
   args.jobs = 4;
+  args.surveyed = survey;
   if (simulate) {
     args.simulate = true;
     out << "No GPU found: running the demo on the CPU driver double (simulated device)\n";

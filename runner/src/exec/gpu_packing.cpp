@@ -3,10 +3,12 @@
 #include "exec/gpu_packing.h"
 
 #include "exec/launch.h"
+#include "oomharness/runner/command.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <regex>
 #include <sstream>
 
 
@@ -59,31 +61,53 @@ void GpuPacker::release(const Placement& p) {
   }
 }
 
-std::vector<GpuInfo> parse_nvidia_smi(const std::string& text) {
-  std::vector<GpuInfo> out;
+namespace {
+std::string trimmed(const std::string& s) {
+  size_t a = s.find_first_not_of(" \t\r"), b = s.find_last_not_of(" \t\r");
+  return a == std::string::npos ? std::string() : s.substr(a, b - a + 1);
+}
+}  // namespace
+
+GpuSurvey parse_gpu_query(const std::string& text) {
+  GpuSurvey survey;
   std::istringstream in(text);
   std::string line;
   while (std::getline(in, line)) {
+    std::vector<std::string> fields;
+    std::istringstream cells(line);
+    for (std::string cell; std::getline(cells, cell, ',');) fields.push_back(trimmed(cell));
+    if (fields.size() < 3) continue;
     long long index = 0, total = 0, used = 0;
-    if (std::sscanf(line.c_str(), " %lld , %lld , %lld", &index, &total, &used) != 3) continue;
-    if (index < 0 || total < 0 || used < 0) continue;
-    out.push_back({static_cast<int>(index), static_cast<uint64_t>(total) << 20, static_cast<uint64_t>(used) << 20});
+    if (std::sscanf(fields[0].c_str(), "%lld", &index) != 1 || std::sscanf(fields[1].c_str(), "%lld", &total) != 1 ||
+        std::sscanf(fields[2].c_str(), "%lld", &used) != 1 || index < 0 || total < 0 || used < 0)
+      continue;
+    if (survey.gpus.empty() && fields.size() >= 5) {
+      survey.name = fields[3];
+      survey.driver_version = fields[4];
+    }
+    survey.gpus.push_back({static_cast<int>(index), static_cast<uint64_t>(total) << 20, static_cast<uint64_t>(used) << 20});
   }
-  return out;
+  return survey;
 }
 
+std::optional<GpuSurvey> survey_gpus(double timeout_seconds) {
+  CommandOutput q = run_command({"nvidia-smi", "--query-gpu=index,memory.total,memory.used,name,driver_version",
+                                 "--format=csv,noheader,nounits"}, timeout_seconds);
+  if (q.exit_code != 0) return std::nullopt;
+  GpuSurvey survey = parse_gpu_query(q.out);
+  if (survey.gpus.empty()) return std::nullopt;
+  // The CUDA version the driver supports is only in nvidia-smi's banner.
+  CommandOutput banner = run_command({"nvidia-smi"}, timeout_seconds);
+  if (banner.exit_code == 0)
+    if (auto v = parse_smi_cuda_version(banner.out)) survey.cuda_version = *v;
+  return survey;
+}
 
-std::vector<GpuInfo> detect_gpus() {
-  const char* path = std::getenv("PATH");
-  if (resolve_program("nvidia-smi", {std::string("PATH=") + (path ? path : "")}).empty()) return {};
-  FILE* f = popen("nvidia-smi --query-gpu=index,memory.total,memory.used --format=csv,noheader,nounits 2>/dev/null", "re");
-  if (!f) return {};
-  std::string text;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
-  if (pclose(f) != 0) return {};
-  return parse_nvidia_smi(text);
+std::optional<std::string> parse_smi_cuda_version(const std::string& text) {
+  static const std::regex re(R"(CUDA Version:\s*([0-9]+\.[0-9]+))");
+  std::smatch m;
+  if (std::regex_search(text, m, re)) return m[1].str();
+  return std::nullopt;
 }
 
 std::vector<GpuInfo> select_gpus(std::vector<GpuInfo> gpus, const std::vector<int>& wanted) {

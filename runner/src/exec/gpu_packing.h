@@ -59,10 +59,19 @@ class GpuPacker {
   std::vector<Slot> slots_;
 };
 
-// The GPUs nvidia-smi lists (index, memory.total, memory.used); empty when it is absent or fails.
-std::vector<GpuInfo> detect_gpus();
-// Parses `nvidia-smi --query-gpu=index,memory.total,memory.used --format=csv,noheader,nounits` (MiB).
-std::vector<GpuInfo> parse_nvidia_smi(const std::string& text);
+// The machine's GPUs as nvidia-smi reports them, asked once per command (a run, the demo): what the
+// packer packs onto and what the results' environment names. Each nvidia-smi call has a time limit.
+struct GpuSurvey {
+  std::vector<GpuInfo> gpus;
+  std::string name, driver_version, cuda_version;  // of the first GPU ("13.0": the driver's CUDA)
+};
+// nullopt when there is no nvidia-smi, it fails or times out, or it lists no GPU.
+std::optional<GpuSurvey> survey_gpus(double timeout_seconds = 10);
+// Parses `nvidia-smi --query-gpu=index,memory.total,memory.used,name,driver_version --format=csv,noheader,nounits`
+// (MiB); lines that do not parse are skipped. The name and driver are the first GPU's.
+GpuSurvey parse_gpu_query(const std::string& text);
+// "13.0" from nvidia-smi's banner ("| ... CUDA Version: 13.0 |").
+std::optional<std::string> parse_smi_cuda_version(const std::string& text);
 // Keeps the GPUs whose index is in `wanted` (all when `wanted` is empty).
 std::vector<GpuInfo> select_gpus(std::vector<GpuInfo> gpus, const std::vector<int>& wanted);
 

@@ -285,7 +285,9 @@ std::vector<JobOutcome> JobRunner::Impl::run(const std::vector<JobSpec>& specs) 
   pending.clear();
   jobs.clear();
 
-  std::vector<GpuInfo> gpus = options.gpu_inventory ? *options.gpu_inventory : detect_gpus();
+  std::vector<GpuInfo> gpus;
+  if (options.gpu_inventory) gpus = *options.gpu_inventory;
+  else if (auto survey = survey_gpus()) gpus = std::move(survey->gpus);
   packer = std::make_unique<GpuPacker>(select_gpus(std::move(gpus), options.gpus), options.gpu_margin);
   int concurrency = static_cast<int>(std::min<size_t>(static_cast<size_t>(std::max(1, options.jobs)), specs.size()));
   threads_each = threads_for_each_job(options.threads_per_job, concurrency, options.cpus > 0 ? options.cpus : usable_cpus());

@@ -10,9 +10,8 @@
 namespace oomh {
 namespace {
 
-TEST(Environment, ParsesNvccAndSmiVersions) {
+TEST(Environment, ParsesNvccVersions) {
   EXPECT_EQ(parse_nvcc_version("nvcc: NVIDIA (R) Cuda compiler driver\nCuda compilation tools, release 13.0, V13.0.88\n"), "13.0");
-  EXPECT_EQ(parse_smi_cuda_version("| NVIDIA-SMI 580.95.05   Driver Version: 580.95.05   CUDA Version: 13.0     |"), "13.0");
   EXPECT_FALSE(parse_nvcc_version("no version here"));
 }
 
@@ -37,8 +36,19 @@ TEST(Environment, MissingProgram) {
   EXPECT_NE(r.exit_code, 0);
 }
 
+// The GPU comes from the caller's survey: detecting the environment asks nvidia-smi nothing.
+TEST(Environment, NamesTheSurveyedGpu) {
+  EnvironmentOptions o;
+  o.gpu = GpuIdentity{"NVIDIA H100 80GB HBM3", "580.159.04", "13.0"};
+  Environment env = detect_environment(o);
+  EXPECT_EQ(env.gpu_name, "NVIDIA H100 80GB HBM3");
+  EXPECT_EQ(env.driver_version, "580.159.04");
+  EXPECT_EQ(env.cuda_version, "13.0");
+  EXPECT_FALSE(env.simulated_device);
+}
+
 TEST(Environment, SimulatedDeviceAndHarnessFields) {
-  Environment env = detect_environment({true, false, {"oomharness", "run", "x.yaml"}});
+  Environment env = detect_environment({true, false, {"oomharness", "run", "x.yaml"}, std::nullopt});
   EXPECT_TRUE(env.simulated_device);
   EXPECT_EQ(env.gpu_name, "simulated (CPU driver double)");
   EXPECT_EQ(env.harness_version, kVersion);

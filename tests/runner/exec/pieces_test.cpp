@@ -122,7 +122,10 @@ TEST(GpuPacker, WithoutGpusEveryJobRunsWithoutOne) {
 }
 
 TEST(GpuInventory, ParsesNvidiaSmiAndSelects) {
-  auto g = parse_nvidia_smi("0, 81559, 1\n1, 81559, 40000\nbad line\n");
+  GpuSurvey survey = parse_gpu_query("0, 81559, 1, NVIDIA H100 80GB HBM3, 580.159.04\n1, 81559, 40000, NVIDIA H100 80GB HBM3, 580.159.04\nbad line\n");
+  EXPECT_EQ(survey.name, "NVIDIA H100 80GB HBM3");
+  EXPECT_EQ(survey.driver_version, "580.159.04");
+  const auto& g = survey.gpus;
   ASSERT_EQ(g.size(), 2u);
   EXPECT_EQ(g[1].index, 1);
   EXPECT_EQ(g[1].total, 81559ull << 20);
@@ -130,6 +133,10 @@ TEST(GpuInventory, ParsesNvidiaSmiAndSelects) {
   auto s = select_gpus(g, {1});
   ASSERT_EQ(s.size(), 1u);
   EXPECT_EQ(s[0].index, 1);
+  EXPECT_EQ(parse_gpu_query("0, 1024, 0\n").gpus.size(), 1u);  // name and driver are optional
+  EXPECT_TRUE(parse_gpu_query("0, [N/A], 0\n").gpus.empty());
+  EXPECT_EQ(parse_smi_cuda_version("| NVIDIA-SMI 580.95.05   Driver Version: 580.95.05   CUDA Version: 13.0     |"), "13.0");
+  EXPECT_FALSE(parse_smi_cuda_version("NVIDIA-SMI has failed"));
 }
 
 TEST(GpuNeed, ACappedJobNeedsItsLargestCapPlusItsReservationPlusItsContext) {

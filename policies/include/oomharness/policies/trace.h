@@ -46,6 +46,15 @@ enum class AttemptEnd {
   failed_to_start,
 };
 
+struct Attempt;
+
+// A fault the shim injected (its `inject` event) and whether the training code saw it as an out-of-memory
+// error (Note [Visible faults] in trace.cpp).
+struct InjectedFault {
+  const Event* event = nullptr;
+  bool visible = false;
+};
+
 struct Attempt {
   int index = 0;                   // 0-based
   double start = 0, end = 0;       // wall-clock seconds
@@ -61,6 +70,8 @@ struct Attempt {
 
   double duration() const { return end > start ? end - start : 0; }
   bool ended_by_oom() const;       // exited non-zero (or by SIGABRT) with an OOM message or an uncaught probe `oom`
+  // Every injected fault of the attempt, in order, with whether the code saw it (Note [Visible faults]).
+  std::vector<InjectedFault> injected_faults() const;
 };
 
 struct Trace {

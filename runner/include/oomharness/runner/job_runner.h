@@ -39,7 +39,8 @@ struct JobProgress {
   enum class State { waiting, running, restarting, done } state = State::waiting;
 };
 
-// One GPU as the runner sees it when packing jobs (bytes). Detected with nvidia-smi, or given by tests.
+// One GPU as the runner sees it when packing jobs (bytes). From the caller's survey of the machine
+// (exec::survey_gpus, nvidia-smi), or given by tests.
 struct GpuInfo {
   int index = 0;
   uint64_t total = 0;  // bytes
@@ -63,8 +64,8 @@ struct RunOptions {
   ThreadsPerJob threads_per_job;         // CPU threads each job may start when jobs run at once
   int cpus = 0;                          // CPUs to share among jobs; 0: those this process may run on
   HarnessPaths paths;
-  // The GPUs to pack jobs onto, instead of asking nvidia-smi (tests give a fake inventory; an empty vector
-  // means "no GPU"). `gpus`, when not empty, still selects which of them to use.
+  // The GPUs to pack jobs onto (the app's survey, or a test's fake inventory; an empty vector means "no
+  // GPU"); unset: the runner surveys the machine itself. `gpus`, when not empty, selects which to use.
   std::optional<std::vector<GpuInfo>> gpu_inventory;
   std::function<void(const JobProgress&)> on_progress;   // called from the runner's thread
   std::function<void(size_t job_index)> on_job_done;     // called as each job finishes
