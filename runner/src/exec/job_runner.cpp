@@ -489,6 +489,7 @@ void JobRunner::Impl::start_attempt(JobState& j, bool reference) {
   actx.control_name = r.shm_name;
   actx.events_path = r.events_path;
   actx.plan_json = j.spec->plan(r.attempt.faults_enabled).dump();
+  actx.flush_steps = j.spec->flush_steps(r.attempt.faults_enabled);
   actx.workdir = work;
   actx.gpu = j.placement.gpu;
   actx.threads = threads_each;

@@ -4,9 +4,6 @@
 
 #include <csignal>
 #include <map>
-#include <set>
-
-#include <nlohmann/json.hpp>
 
 #include <unistd.h>
 
@@ -40,29 +37,6 @@ void append_path(EnvMap& env, const std::string& name, const std::string& item) 
   env[name] = (it == env.end() || it->second.empty()) ? item : it->second + ":" + item;
 }
 
-// The steps at which the plan starts failing allocations or lowers a cap: the Python probe empties
-// PyTorch's cache as each begins (policies/python/oomharness/probe.py, Note [Flushing before a faulted
-// step]), so that the step's allocations reach the driver, where the shim can fail them.
-std::string flush_steps(const std::string& plan_json) {
-  auto plan = nlohmann::json::parse(plan_json, nullptr, false);
-  if (!plan.is_object()) return {};
-  std::set<int64_t> steps;
-  auto take = [&](const nlohmann::json& when) {
-    if (!when.is_object()) return;
-    if (when.contains("step") && when["step"].is_number_integer()) steps.insert(when["step"].get<int64_t>());
-    if (when.contains("steps") && when["steps"].is_object() && when["steps"].contains("from") &&
-        when["steps"]["from"].is_number_integer())
-      steps.insert(when["steps"]["from"].get<int64_t>());
-  };
-  if (plan.contains("rules") && plan["rules"].is_array())
-    for (const auto& r : plan["rules"]) take(r.value("when", nlohmann::json::object()));
-  if (plan.contains("caps") && plan["caps"].is_array())
-    for (const auto& c : plan["caps"]) take(c.value("at", nlohmann::json::object()));
-  std::string out;
-  for (int64_t s : steps) out += (out.empty() ? "" : ",") + std::to_string(s);
-  return out;
-}
-
 std::vector<std::string> flatten(const EnvMap& env) {
   std::vector<std::string> out;
   out.reserve(env.size());
@@ -85,7 +59,11 @@ std::vector<std::string> job_environment(const JobSpec& job, const HarnessPaths&
     env.insert_or_assign("OOMH_PROBE", std::string("1"));
   }
   // For the Python probe and for C++ code using oomh::recover::begin_step alike.
-  if (std::string steps = flush_steps(ctx.plan_json); !steps.empty()) env["OOMH_FLUSH_AT_STEPS"] = steps;
+  if (!ctx.flush_steps.empty()) {
+    std::string steps;
+    for (int64_t s : ctx.flush_steps) steps += (steps.empty() ? "" : ",") + std::to_string(s);
+    env["OOMH_FLUSH_AT_STEPS"] = steps;
+  }
   prepend_path(env, "LD_LIBRARY_PATH", paths.driver_library_dir);
   if (ctx.gpu) env["CUDA_VISIBLE_DEVICES"] = std::to_string(*ctx.gpu);
   if (ctx.threads) env.try_emplace("OMP_NUM_THREADS", std::to_string(*ctx.threads));  // Note [CPU share of packed jobs]

@@ -20,6 +20,7 @@ struct AttemptContext {
   std::string control_name;   // OOMH_CONTROL: "/oomh-<runner pid>-<job index>-<attempt>"
   std::string events_path;    // OOMH_EVENTS
   std::string plan_json;      // OOMH_PLAN (the JSON text)
+  std::vector<int64_t> flush_steps;  // OOMH_FLUSH_AT_STEPS (JobSpec::flush_steps of the same plan)
   std::string workdir;        // {workdir}
   std::optional<int> gpu;     // CUDA_VISIBLE_DEVICES
   std::optional<int> threads; // OMP_NUM_THREADS, unless the job's env or the runner's already sets it

@@ -2,6 +2,8 @@
 
 #include "oomharness/runner/suite.h"
 
+#include <set>
+
 namespace oomh {
 
 nlohmann::json JobSpec::plan(bool with_faults) const {
@@ -21,6 +23,21 @@ nlohmann::json JobSpec::plan(bool with_faults) const {
   nlohmann::json plan = {{"version", 1}, {"seed", 0}, {"rules", std::move(rules)}, {"caps", std::move(caps)}};
   if (memory.counts_footprint) plan["cap_counts"] = "footprint";
   return plan;
+}
+
+std::vector<int64_t> JobSpec::flush_steps(bool with_faults) const {
+  std::set<int64_t> steps;
+  if (with_faults)
+    for (const auto& f : faults) {
+      const nlohmann::json& when = f.rule.value("when", nlohmann::json::object());
+      if (when.contains("step") && when["step"].is_number_integer()) steps.insert(when["step"].get<int64_t>());
+      if (when.contains("steps") && when["steps"].is_object() && when["steps"].contains("from") &&
+          when["steps"]["from"].is_number_integer())
+        steps.insert(when["steps"]["from"].get<int64_t>());
+    }
+  for (const auto& change : memory.schedule)
+    if (change.at_step) steps.insert(*change.at_step);
+  return {steps.begin(), steps.end()};
 }
 
 }  // namespace oomh

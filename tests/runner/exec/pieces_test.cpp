@@ -164,7 +164,7 @@ TEST(Launch, EnvironmentCarriesTheHarness) {
   job.name = "j";
   job.env = {{"MY_VAR", "{workdir}/x"}};
   HarnessPaths paths{"/h/inject.so", "/h/python", "/h/reserve", "/h/double"};
-  AttemptContext ctx{"j", 2, "/oomh-1-0-2", "/o/ev.jsonl", "{\"version\":1}", "/w", 1, std::nullopt};
+  AttemptContext ctx{"j", 2, "/oomh-1-0-2", "/o/ev.jsonl", "{\"version\":1}", {}, "/w", 1, std::nullopt};
   auto env = job_environment(job, paths, ctx);
   EXPECT_EQ(env_value(env, "LD_PRELOAD"), "/user/lib.so:/h/inject.so");
   EXPECT_EQ(env_value(env, "PYTHONPATH"), "/h/python:/user/py");
@@ -190,16 +190,20 @@ TEST(Launch, EnvironmentCarriesTheHarness) {
 TEST(Launch, TellsTheProbeWhichStepsAFaultTargets) {
   JobSpec job;
   job.name = "j";
+  job.faults = {{"a", {{"when", {{"step", 5}, {"phase", "forward"}}}}, {}},
+                {"b", {{"when", {{"steps", {{"from", 9}, {"to", 12}}}}}}, {}},
+                {"c", {{"when", {{"nth", 3}}}}, {}}};
+  job.memory.limit = 100;
+  job.memory.schedule = {{int64_t{7}, std::nullopt, 50}, {std::nullopt, 30.0, 40}};
+  EXPECT_EQ(job.flush_steps(), (std::vector<int64_t>{5, 7, 9}));
+  EXPECT_EQ(job.flush_steps(false), (std::vector<int64_t>{7}));  // without faults only the cap change stays
   HarnessPaths paths{"/h/inject.so", "/h/python", "/h/reserve", ""};
-  std::string plan = R"({"version":1,"rules":[{"when":{"step":5,"phase":"forward"}},{"when":{"steps":{"from":9,"to":12}}},)"
-                     R"({"when":{"nth":3}}],"caps":[{"limit":100},{"limit":50,"at":{"step":7}}]})";
-  AttemptContext ctx{"j", 0, "/oomh-1-0-0", "/o/ev.jsonl", plan, "/w", std::nullopt, std::nullopt};
+  AttemptContext ctx{"j", 0, "/oomh-1-0-0", "/o/ev.jsonl", job.plan().dump(), job.flush_steps(), "/w", std::nullopt, std::nullopt};
   EXPECT_EQ(env_value(job_environment(job, paths, ctx), "OOMH_FLUSH_AT_STEPS"), "5,7,9");
-  ctx.plan_json = R"({"version":1,"rules":[{"when":{"nth":3}}]})";
-  EXPECT_EQ(env_value(job_environment(job, paths, ctx), "OOMH_FLUSH_AT_STEPS"), "<unset>");
-  ctx.plan_json = plan;
   job.probe = ProbeMode::none;  // C++ code reads it through the C++ probe
   EXPECT_EQ(env_value(job_environment(job, paths, ctx), "OOMH_FLUSH_AT_STEPS"), "5,7,9");
+  ctx.flush_steps.clear();
+  EXPECT_EQ(env_value(job_environment(job, paths, ctx), "OOMH_FLUSH_AT_STEPS"), "<unset>");
 }
 
 // Note [CPU share of packed jobs]: eight jobs on 16 CPUs get two threads each; one job at a time keeps them all.
@@ -221,7 +225,7 @@ TEST(Launch, SetsTheThreadShareUnlessTheJobOrTheRunnerAlreadyDid) {
   JobSpec job;
   job.name = "j";
   HarnessPaths paths{"/h/inject.so", "/h/python", "/h/reserve", ""};
-  AttemptContext ctx{"j", 0, "/oomh-1-0-0", "/o/ev.jsonl", "{}", "/w", std::nullopt, 2};
+  AttemptContext ctx{"j", 0, "/oomh-1-0-0", "/o/ev.jsonl", "{}", {}, "/w", std::nullopt, 2};
   EXPECT_EQ(env_value(job_environment(job, paths, ctx), "OMP_NUM_THREADS"), "2");
   ctx.threads.reset();
   EXPECT_EQ(env_value(job_environment(job, paths, ctx), "OMP_NUM_THREADS"), "<unset>");

@@ -97,6 +97,10 @@ struct JobSpec {
 
   // The fault plan JSON (docs/fault-plan.md) for this job: its faults and memory caps.
   nlohmann::json plan(bool with_faults = true) const;
+  // The steps at which that plan starts failing allocations (a rule's `step`, or the first of its `steps`)
+  // or lowers a cap (`memory.schedule` at a step), in order: the probes empty the framework's cache as each
+  // begins (OOMH_FLUSH_AT_STEPS), so that the step's allocations reach the driver.
+  std::vector<int64_t> flush_steps(bool with_faults = true) const;
 };
 
 struct Suite {
