@@ -55,14 +55,11 @@ for p in $phases; do
   [ -n "${EST[$p]:-}" ] || { echo "tests/gpu/run_all.sh: unknown phase '$p' (phases: $(echo $all_phases))" >&2; exit 2; }
 done
 
-# A suite whose job runs beside the reservation sidecar: it holds all but 3 GiB of the GPU's free memory,
-# and the halving trainer must find a batch that fits what is left. (Not with reserve_chunk: fragmenting
-# allocates twice the reservation and frees every other chunk, which all-but-3-GiB cannot do; the first
-# run on the H100 failed so, at the sidecar, with a clear message.)
+# A suite whose job runs beside the reservation sidecar: it holds all of the GPU but 3 GiB (memory.leave,
+# measured once the sidecar's own context exists), and the halving trainer must find a batch that fits
+# what is left.
 reservation_suite() {
-  local free_mib reserve suite=$work/reservation-suite.yaml
-  free_mib=$(nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits -i 0 | head -1)
-  reserve=$(( (free_mib - 3072) * 1024 * 1024 ))
+  local suite=$work/reservation-suite.yaml
   cat >"$suite" <<YAML
 version: 1
 name: reservation
@@ -71,7 +68,7 @@ jobs:
     run: python3 $root/examples/python/train.py --model transformer --steps 8 --batch 4096 --recovery halve --min-batch 8
     env: {PYTHONUNBUFFERED: "1"}
     timeout: 3m
-    memory: {reserve: $reserve}
+    memory: {leave: 3GiB}
     expect:                   # no oom_visible: it speaks of injected faults, and a reservation injects none
       - exit: 0
       - batch_halving: {factor: 0.5, min: 8, no_sample_loss: true}

@@ -15,7 +15,8 @@
 namespace oomh::exec {
 
 GpuNeed gpu_need(const JobSpec& job) {
-  if (!job.memory.limit || *job.memory.limit == 0) return {true, 0};
+  // A job with `leave` takes all but that much of the GPU: it shares it with nobody.
+  if (!job.memory.limit || *job.memory.limit == 0 || job.memory.leave) return {true, 0};
   uint64_t cap = *job.memory.limit;
   for (const CapChange& c : job.memory.schedule) cap = std::max(cap, c.limit);
   return {false, cap + job.memory.reserve + (job.memory.counts_footprint ? 0 : kContextAllowance)};

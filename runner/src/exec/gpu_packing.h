@@ -7,13 +7,12 @@
 // allocations, what no allocation shows: its CUDA context and the driver's own memory (610-742 MiB for a
 // PyTorch job on an H100, Note [Counting the footprint] in injector/engine/engine.h), for which the packer
 // sets aside kContextAllowance per job. A cap that counts the footprint already includes it. So capped jobs
-// are packed onto one
-// GPU while the sum of their needs fits the GPU's free memory (total − used at the start of the run)
-// minus the margin. A job without a cap may take all the memory there is, so it gets a GPU to itself;
-// so does a capped job whose need does not fit any GPU even when empty (otherwise it would wait
-// forever). Jobs are placed in suite order (first come, first served): a job that does not fit waits
-// until running jobs give their memory back, and no later job overtakes it, so a big job is never
-// starved by a stream of small ones. Without GPUs every job runs without CUDA_VISIBLE_DEVICES.
+// are packed onto one GPU while the sum of their needs fits the GPU's free memory (total − used at the
+// start of the run) minus the margin. A job without a cap may take all the memory there is, so it gets a
+// GPU to itself; so does a job whose sidecar holds all but `memory.leave` of it, and a capped job whose
+// need does not fit any GPU even when empty (otherwise it would wait forever). Jobs are placed in suite
+// order (first come, first served): a job that does not fit waits until running jobs give their memory
+// back, and no later job overtakes it, so a big job is never starved by a stream of small ones. Without GPUs every job runs without CUDA_VISIBLE_DEVICES.
 
 #include <cstdint>
 #include <optional>

@@ -163,6 +163,7 @@ struct Sidecar {
   asio::steady_timer timer;       // READY timeout
   asio::steady_timer kill_timer;  // SIGKILL after SIGTERM
   bool ready = false, exited = false, stopping = false;
+  uint64_t held = 0;              // what READY said it holds
 };
 
 struct JobState {
@@ -385,7 +386,7 @@ void JobRunner::Impl::start_job(JobState& j, const Placement& p) {
   }
   for (const ExpectSpec& e : j.spec->expect)
     if (const PolicyInfo* policy = find_policy(e.policy); policy && wants_reference(*policy, e.args)) j.want_reference = true;
-  if (j.spec->memory.reserve > 0) start_sidecar(j);
+  if (j.spec->memory.reserve > 0 || j.spec->memory.leave) start_sidecar(j);
   else start_attempt(j, false);
 }
 
@@ -497,7 +498,9 @@ void JobRunner::Impl::start_attempt(JobState& j, bool reference) {
   if (j.sidecar && j.sidecar->proc) env.push_back("OOMH_RESERVE_PID=" + std::to_string(j.sidecar->proc->id()));
   std::vector<std::string> argv = attempt_argv(*j.spec, work, n);
   if (!reference && n == 0) j.outcome->argv = argv;
-  r.attempt.events.push_back(runner_event(events::kAttemptStart, r.attempt.start, {{"attempt", n}, {"argv", argv}}));
+  nlohmann::json start_fields = {{"attempt", n}, {"argv", argv}};
+  if (j.sidecar && j.sidecar->ready) start_fields["reserved"] = j.sidecar->held;  // real bytes held beside it
+  r.attempt.events.push_back(runner_event(events::kAttemptStart, r.attempt.start, start_fields));
   if (argv.empty()) return fail_attempt(r, "the job has no command");
   std::string program = resolve_program(argv[0], env);
   if (program.empty()) return fail_attempt(r, "cannot start '" + argv[0] + "': command not found");
@@ -760,7 +763,9 @@ void JobRunner::Impl::sample(AttemptRun& r, bool last) {
 void JobRunner::Impl::start_sidecar(JobState& j) {
   j.sidecar = std::make_unique<Sidecar>(*ctx);
   Sidecar& s = *j.sidecar;
-  std::vector<std::string> args = {"--device", "0", "--bytes", std::to_string(j.spec->memory.reserve)};
+  std::vector<std::string> args = {"--device", "0"};
+  if (j.spec->memory.leave) args.insert(args.end(), {"--leave", std::to_string(*j.spec->memory.leave)});
+  else args.insert(args.end(), {"--bytes", std::to_string(j.spec->memory.reserve)});
   if (j.spec->memory.reserve_chunk) {
     args.insert(args.end(), {"--chunk", std::to_string(*j.spec->memory.reserve_chunk), "--fragment"});
   }
@@ -810,6 +815,7 @@ void JobRunner::Impl::sidecar_read(JobState* j) {
     while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
     if (!ec && line.rfind("READY", 0) == 0) {
       sc.ready = true;
+      sc.held = std::strtoull(line.c_str() + 5, nullptr, 10);
       sc.timer.cancel();
       if (stopping) {
         j->outcome->interrupted = true;

@@ -44,7 +44,7 @@ using suite::Reader;
 const std::vector<std::string> top_keys = {"version", "name", "defaults", "matrix", "jobs"};
 const std::vector<std::string> job_keys = {"name", "run", "shell", "cwd", "env", "timeout", "grace", "probe",
                                            "observe", "memory", "faults", "restart", "expect", "target_step"};
-const std::vector<std::string> memory_keys = {"limit", "counts", "schedule", "reserve", "reserve_chunk", "snapshot"};
+const std::vector<std::string> memory_keys = {"limit", "counts", "schedule", "reserve", "leave", "reserve_chunk", "snapshot"};
 const std::vector<std::string> cap_countings = {"allocations", "footprint"};
 const std::vector<std::string> schedule_keys = {"at", "limit"};
 const std::vector<std::string> at_keys = {"step", "after"};
@@ -82,7 +82,7 @@ struct Partial {
   std::optional<uint64_t> limit;
   std::optional<bool> counts_footprint;
   std::optional<std::vector<CapChange>> schedule;
-  std::optional<uint64_t> reserve, reserve_chunk;
+  std::optional<uint64_t> reserve, leave, reserve_chunk;
   std::optional<bool> snapshot;
   std::optional<std::vector<FaultSpec>> faults;
   std::optional<int> restart_max;
@@ -122,6 +122,7 @@ Partial merge(Partial base, const Partial& over) {
   take(base.counts_footprint, over.counts_footprint);
   take(base.schedule, over.schedule);
   take(base.reserve, over.reserve);
+  take(base.leave, over.leave);
   take(base.reserve_chunk, over.reserve_chunk);
   take(base.snapshot, over.snapshot);
   take(base.faults, over.faults);
@@ -521,6 +522,7 @@ void Loader::read_memory(Partial& p, const Entry& e, const Field& f) {
       if (auto c = r_.choice(v.value, v.value_at, vf, cap_countings, "way of counting a cap"))
         p.counts_footprint = *c == "footprint";
     } else if (v.key == "reserve") p.reserve = r_.size(v, vf);
+    else if (v.key == "leave") p.leave = r_.size(v, vf);
     else if (v.key == "reserve_chunk") {
       p.reserve_chunk = r_.size(v, vf);
       if (p.reserve_chunk && *p.reserve_chunk == 0) {
@@ -876,6 +878,15 @@ std::optional<Loader::JobTemplate> Loader::make_job(Partial job, const SourceLoc
     ok = false;
   }
   if (!job.given.count("run")) d_.error(where, owner + ": missing 'run' (the command to run, e.g. run: python train.py)");
+  // `reserve` and `leave` are two ways to say how much the sidecar holds (either may come from defaults).
+  if (job.reserve && *job.reserve > 0 && job.leave) {
+    d_.error(where, owner + ": memory: give 'reserve' (bytes to hold) or 'leave' (bytes to keep free), not both");
+    ok = false;
+  }
+  if (job.leave && job.reserve_chunk) {
+    d_.error(where, owner + ": memory.reserve_chunk fragments a 'reserve'; with 'leave' nothing is left to fragment into");
+    ok = false;
+  }
   if (!job.run || job.bad.count("run") || job.bad.count("shell")) return std::nullopt;
   auto argv = command(*job.run, job.shell.value_or(false), f / "run");
   if (!argv || !ok) return std::nullopt;
@@ -912,6 +923,7 @@ JobSpec Loader::instantiate(const JobTemplate& t, const Combination& combination
   job.memory.counts_footprint = p.counts_footprint.value_or(false);
   job.memory.schedule = p.schedule.value_or(std::vector<CapChange>{});
   job.memory.reserve = p.reserve.value_or(0);
+  job.memory.leave = p.leave;
   job.memory.reserve_chunk = p.reserve_chunk;
   job.memory.snapshot = p.snapshot.value_or(false);
   job.faults = p.faults.value_or(std::vector<FaultSpec>{});

@@ -536,6 +536,31 @@ TEST_F(JobRunnerTest, ReservationSidecarHoldsMemoryForTheJobAndStopsAfterIt) {
   EXPECT_THAT(out[1].error, testing::HasSubstr("cuMemAlloc"));
 }
 
+// memory.leave: the sidecar holds whatever leaves that much free (its own context counted), and each
+// attempt's start says how much it held.
+TEST_F(JobRunnerTest, LeaveHoldsAllButThatMuchOfTheGpu) {
+  const char* reserve = std::getenv("EXEC_TEST_RESERVE");
+  const char* double_dir = std::getenv("EXEC_TEST_DOUBLE_DIR");
+  if (!reserve || !double_dir) GTEST_SKIP() << "needs oomh-reserve and the CUDA driver double";
+  options.paths.reserve_program = reserve;
+  options.paths.driver_library_dir = double_dir;
+  JobSpec j = sh_job("left", "kill -0 $OOMH_RESERVE_PID && echo reserve-alive");
+  j.env = {{"CUDA_DOUBLE_MEMORY", "1GiB"}, {"CUDA_DOUBLE_CONTEXT_MEMORY", "24MiB"}};
+  j.memory.leave = uint64_t{100} << 20;
+  JobSpec too_much = j;
+  too_much.name = "too_much";
+  too_much.memory.leave = uint64_t{2} << 30;
+  auto out = run({j, too_much});
+  ASSERT_TRUE(out[0].error.empty()) << out[0].error;
+  ASSERT_EQ(out[0].trace.attempts.size(), 1u);
+  EXPECT_THAT(out[0].trace.attempts[0].output_tail, testing::HasSubstr("reserve-alive"));
+  const Event& start = out[0].trace.attempts[0].events.front();
+  ASSERT_EQ(start.kind, "attempt_start");
+  EXPECT_EQ(start.integer("reserved"), (1024 - 24 - 100) << 20);
+  EXPECT_TRUE(out[1].trace.attempts.empty());
+  EXPECT_THAT(out[1].error, testing::HasSubstr("--leave 2.00 GiB: only 1000.00 MiB is free"));
+}
+
 // oomh-reserve --leave: what stays free is measured after the sidecar's own context took its memory (the
 // double's context takes 50 MiB of 1 GiB here).
 TEST(ReservationSidecar, LeaveHoldsWhatLeavesThatMuchFreeAfterItsOwnContext) {

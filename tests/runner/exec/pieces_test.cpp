@@ -149,6 +149,9 @@ TEST(GpuNeed, ACappedJobNeedsItsLargestCapPlusItsReservationPlusItsContext) {
   EXPECT_EQ(gpu_need(job).bytes, 4 * GiB + kContextAllowance);  // an allocations cap leaves the context out
   job.memory.counts_footprint = true;
   EXPECT_EQ(gpu_need(job).bytes, 4 * GiB);  // a footprint cap holds it
+  job.memory.reserve = 0;
+  job.memory.leave = GiB;
+  EXPECT_TRUE(gpu_need(job).exclusive);  // its sidecar takes all of the GPU but 1 GiB
 }
 
 std::string env_value(const std::vector<std::string>& env, const std::string& name) {

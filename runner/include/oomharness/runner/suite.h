@@ -49,6 +49,7 @@ struct MemorySpec {
   bool counts_footprint = false;          // `counts: footprint`: the cap counts context and driver memory too
   std::vector<CapChange> schedule;
   uint64_t reserve = 0;                   // real bytes held by the reservation sidecar
+  std::optional<uint64_t> leave;          // or: the sidecar holds whatever leaves this many bytes free
   std::optional<uint64_t> reserve_chunk;  // hold the reservation in chunks of this size (fragmentation)
   bool snapshot = false;                  // PyTorch memory snapshot at the OOM (Python probe)
 };
