@@ -7,6 +7,7 @@
 # 4 minutes. Exit status: 0 all PASS, 1 some FAIL, 125 no GPU.
 #
 # usage: tests/gpu/injector/run.sh BUILD_DIR [OUT_DIR]
+#   also builds runtime_alloc.cu into OUT_DIR/runtime_alloc (tests/gpu/reservation_checks.sh can reuse it)
 set -u
 
 if [ $# -lt 1 ]; then
@@ -15,6 +16,7 @@ if [ $# -lt 1 ]; then
 fi
 BUILD=$(cd "$1" && pwd)
 HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../../.." && pwd)
 SHIM="$BUILD/injector/liboomharness_inject.so"
 OUT=${2:-$(mktemp -d /tmp/oomh-gpu-injector-XXXXXX)}
 mkdir -p "$OUT"
@@ -60,9 +62,10 @@ run_job jax-prealloc jax prealloc -- "$PYTHON" jax_checks.py prealloc
 run_job jax-noprealloc jax noprealloc XLA_PYTHON_CLIENT_PREALLOCATE=false -- "$PYTHON" jax_checks.py noprealloc
 run_job cupy cupy default -- "$PYTHON" cupy_checks.py
 
-# The runtime program: built without the shim (nvcc must not run under it), then run under it.
+# The runtime program: built without the shim (nvcc must not run under it), then run under it. It maps the
+# control block through include/oomharness/control_block.h.
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
-if timeout 120 "$NVCC" -O2 -o "$OUT/runtime_alloc" "$HERE/runtime_alloc.cu" >"$OUT/runtime-build.log" 2>&1; then
+if timeout 120 "$NVCC" -O2 -std=c++17 -I"$ROOT/include" -o "$OUT/runtime_alloc" "$HERE/runtime_alloc.cu" >"$OUT/runtime-build.log" 2>&1; then
   run_job runtime runtime default -- "$OUT/runtime_alloc"
 else
   echo "RESULT runtime default build FAIL nvcc failed (see $OUT/runtime-build.log)" | tee "$OUT/runtime.log"
