@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # The injector's GPU evidence: PyTorch (three allocator modes), JAX (two), CuPy and a plain CUDA runtime
 # program, each under LD_PRELOAD=liboomharness_inject.so with OOMH_CAP=4GiB, run in parallel (each job has its
-# own control block, so their caps are independent). Prints one line per check:
+# own control block, so their caps and plans are independent). Faults are switched at run time through the
+# control block (cap, Nth persistent fault, step fault, single transient fault). JAX runs as three jobs per
+# mode (cap, nth, step groups of jax_checks.py): XLA's BFC allocator waits up to 10 s for memory to come back
+# before it reports an out-of-memory error (tsl's AllocatorRetry), so one OOM per process keeps the phase short.
+# Prints one line per check:
 #     RESULT <framework> <mode> <check> PASS|FAIL <detail>
 # for docs/compatibility.md. Bounded: every job is killed after JOB_LIMIT seconds; the whole run stays under
 # 4 minutes. Exit status: 0 all PASS, 1 some FAIL, 125 no GPU.
@@ -58,8 +62,10 @@ run_job() {
 run_job torch-native torch native -- "$PYTHON" torch_checks.py native
 run_job torch-expandable torch expandable PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True -- "$PYTHON" torch_checks.py expandable
 run_job torch-async torch async PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync -- "$PYTHON" torch_checks.py async
-run_job jax-prealloc jax prealloc -- "$PYTHON" jax_checks.py prealloc
-run_job jax-noprealloc jax noprealloc XLA_PYTHON_CLIENT_PREALLOCATE=false -- "$PYTHON" jax_checks.py noprealloc
+for group in cap nth step; do
+  run_job "jax-prealloc-$group" jax prealloc -- "$PYTHON" jax_checks.py prealloc "$group"
+  run_job "jax-noprealloc-$group" jax noprealloc XLA_PYTHON_CLIENT_PREALLOCATE=false -- "$PYTHON" jax_checks.py noprealloc "$group"
+done
 run_job cupy cupy default -- "$PYTHON" cupy_checks.py
 
 # The runtime program: built without the shim (nvcc must not run under it), then run under it. It maps the
