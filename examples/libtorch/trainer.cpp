@@ -5,6 +5,7 @@
 //   oomh_libtorch_trainer --recovery retry    # empties the cache and retries the step
 //   oomh_libtorch_trainer --recovery none     # no OOM handler: the error ends the program (SIGABRT)
 //   oomh_libtorch_trainer --recovery checkpoint --checkpoint ck.pt   # dies of the OOM, resumes on restart
+//   oomh_libtorch_trainer --alloc-bytes 6442450944   # no training: one tensor of that many bytes (see alloc_once)
 //
 // Prints `step N bs=B loss=L` after each step, like examples/python/train.py. Batch k is drawn from its
 // own generator seeded with the seed and k, so a resumed run sees the data an uninterrupted one saw.
@@ -26,6 +27,7 @@ struct Options {
   std::string recovery = "none";
   std::string checkpoint = "checkpoint.pt";
   int64_t steps = 20, batch = 256, features = 512, hidden = 4096, classes = 16, min_batch = 1, save_every = 5;
+  int64_t alloc_bytes = 0;
   int max_retries = 3;
   uint64_t seed = 0;
 };
@@ -34,7 +36,7 @@ struct Options {
   std::fprintf(stderr,
                "oomh_libtorch_trainer: %s\nusage: oomh_libtorch_trainer [--recovery none|halve|retry|checkpoint] "
                "[--steps N] [--batch B] [--min-batch B] [--hidden H] [--features F] [--max-retries N] "
-               "[--checkpoint PATH] [--save-every K] [--seed S]\n",
+               "[--checkpoint PATH] [--save-every K] [--seed S] [--alloc-bytes N]\n",
                why);
   std::exit(2);
 }
@@ -55,6 +57,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--save-every") o.save_every = std::stoll(v);
     else if (a == "--max-retries") o.max_retries = std::stoi(v);
     else if (a == "--seed") o.seed = std::stoull(v);
+    else if (a == "--alloc-bytes") o.alloc_bytes = std::stoll(v);
     else usage(("unknown option " + a).c_str());
   }
   if (o.recovery != "none" && o.recovery != "halve" && o.recovery != "retry" && o.recovery != "checkpoint")
@@ -92,6 +95,27 @@ struct Data {
   }
 };
 
+// --alloc-bytes N: allocates one tensor of N bytes and nothing else, so that LibTorch's own answer to a
+// request that cannot fit shows directly (tests/gpu/reservation_checks.sh asks for more than the reservation
+// sidecar left free). Prints `allocated N bytes on DEVICE` (exit 0), or the error's type and the first line of
+// its message, `c10::OutOfMemoryError: CUDA out of memory. ...` (exit 1).
+int alloc_once(int64_t bytes, const torch::Device& device) {
+  auto first_line = [](const char* text) {
+    std::string s(text ? text : "");
+    return s.substr(0, s.find('\n'));
+  };
+  try {
+    torch::Tensor t = torch::empty({bytes}, torch::TensorOptions().dtype(torch::kUInt8).device(device));
+    std::printf("allocated %lld bytes on %s\n", static_cast<long long>(bytes), device.str().c_str());
+    return 0;
+  } catch (const c10::OutOfMemoryError& e) {
+    std::printf("c10::OutOfMemoryError: %s\n", first_line(e.what_without_backtrace()).c_str());
+  } catch (const c10::Error& e) {
+    std::printf("c10::Error (not an out-of-memory error): %s\n", first_line(e.what_without_backtrace()).c_str());
+  }
+  return 1;
+}
+
 void report(int64_t step, int64_t bs, double loss) {
   std::printf("step %lld bs=%lld loss=%.8g\n", static_cast<long long>(step), static_cast<long long>(bs), loss);
   std::fflush(stdout);
@@ -102,6 +126,7 @@ void report(int64_t step, int64_t bs, double loss) {
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
   torch::Device device(torch::cuda::is_available() ? torch::kCUDA : torch::kCPU);
+  if (o.alloc_bytes > 0) return alloc_once(o.alloc_bytes, device);
   oomh::probe::started("libtorch", TORCH_VERSION);
   Data data(o, device);
   torch::manual_seed(o.seed);

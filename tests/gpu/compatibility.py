@@ -4,7 +4,9 @@
     python3 tests/gpu/compatibility.py RUN_DIR OUT.md
 
 RUN_DIR holds the phase logs of run_all.sh: RESULT lines (injector/results.txt, reservation.log,
-libtorch.log) and the results.json of the demo and the self-test.
+libtorch.log) and the results.json of the demo and the self-test. A cell lists every RESULT check that
+COLUMNS maps to it, with the first 90 characters of each one's detail (the full lines are in those logs);
+"not run" means no such line was found.
 """
 import datetime
 import json
@@ -27,7 +29,8 @@ ROWS = [
 COLUMNS = {
     "cap": ["cap_oom", "cap_mem_get_info", "cap_mem_info", "sizes_from_cap", "oom_beyond_cap", "cudaMalloc_over_cap", "cudaMallocAsync_over_cap", "cap"],
     "Nth persistent fault": ["nth_persistent", "rule_oom"],
-    "step fault": ["step_fault"],
+    # step_fault_after_pool: JAX with preallocation, the fault after the pool exists (expected: never seen).
+    "step fault": ["step_fault", "step_fault_after_pool"],
     "reservation": ["reservation"],
     "single transient fault": ["transient_absorbed"],
 }
@@ -99,10 +102,22 @@ def main():
         "",
         "Column meanings: **cap** — `OOMH_CAP=4GiB` (LibTorch: 1 GiB through `oomharness exec --cap`); memory queries",
         "report the cap and an allocation beyond it fails. **Nth persistent fault** — from the Nth allocation on, every",
-        "allocation fails. **step fault** — allocations of one training step fail (step written by the probe).",
-        "**reservation** — the `oomh-reserve` sidecar holds real memory so that 4 GiB stay free, and a 6 GiB request",
-        "fails with no shim at all. **single transient fault** — one failed allocation, which PyTorch's caching",
-        "allocator absorbs by freeing its cache and retrying (the event log shows the injection, the code never sees it).",
+        "allocation fails (PyTorch, CUDA runtime: N=3; LibTorch: N=20, `--fault nth=20,forever`; CuPy: N=1; JAX: N=2",
+        "without preallocation, N=1 with it, where the first driver allocation is the whole pool's and nothing after it",
+        "reaches the driver). **step fault** — allocations of training step 3 fail, the step written into the control",
+        "block. PyTorch: four consecutive failures from step 3's first allocation, each step keeping a fresh, larger",
+        "tensor; LibTorch: `--fault step=3,times=4` on the trainer at batch 8192, whose `oomh::recover::begin_step`",
+        "empties the cache as step 3 begins; JAX, CuPy, CUDA runtime: every allocation of step 3 fails, each step",
+        "allocating fresh, larger memory so that step 3's reaches the driver. JAX with preallocation makes its first",
+        "array in step 3, so that its pool's one allocation is the faulted one; `step_fault_after_pool` shows that once",
+        "the pool exists a step fault never reaches JAX (expected there: no error, nothing injected).",
+        "**reservation** — the `oomh-reserve` sidecar holds real memory so that 4 GiB stay free (`--leave 4GiB`; each",
+        "framework's own CUDA context comes out of them), and a 6 GiB request fails with no shim at all (LibTorch:",
+        "`oomh_libtorch_trainer --alloc-bytes`; CUDA runtime: one `cudaMalloc`). For JAX with preallocation the detail",
+        "also gives its pool limit (`bytes_limit`; JAX's documentation: 75% of the total memory, whatever is free) and",
+        "the pool it got, once a small array was made after the OOM, by backing off until one allocation fit.",
+        "**single transient fault** — one failed allocation, which PyTorch's caching allocator absorbs by freeing its",
+        "cache and retrying (the event log shows the injection, the code never sees it).",
         "",
         "## Did the verdicts match?",
         "",
