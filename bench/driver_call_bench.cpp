@@ -10,7 +10,11 @@
 // reports the difference; on the CPU driver double it runs the same way (async_pair is left out where the
 // driver cannot do it).
 //
-//   driver_call_bench [--calls N] [--reps R] [--size BYTES]
+// --nvml loads NVML and initialises it before measuring (as a footprint cap does), without the shim, and
+// also times nvmlInit_v2 and one nvmlDeviceGetComputeRunningProcesses_v3: whether NVML's presence alone
+// changes what the driver's calls cost.
+//
+//   driver_call_bench [--calls N] [--reps R] [--size BYTES] [--nvml]
 
 #include <cuda.h>
 
@@ -59,7 +63,14 @@ double median_ns(int reps, int calls, Body&& body, After&& after) {
 int main(int argc, char** argv) {
   int calls = 2000, reps = 15;
   size_t size = size_t{2} << 20;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  bool nvml = false;
+  for (int i = 1; i < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--nvml")) {
+      nvml = true;
+      --i;
+      continue;
+    }
+    if (i + 1 >= argc) die(std::string("missing value for ") + argv[i]);
     if (!std::strcmp(argv[i], "--calls")) calls = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--size")) size = std::strtoull(argv[i + 1], nullptr, 10);
@@ -90,6 +101,31 @@ int main(int argc, char** argv) {
       set_current(ctx) != CUDA_SUCCESS)
     die("cannot make a context on device 0");
 
+  double nvml_init_ms = -1, nvml_query_us = -1;
+  if (nvml) {
+    void* ml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    auto nvml_init = ml ? sym<int (*)()>(ml, "nvmlInit_v2") : nullptr;
+    auto by_index = ml ? sym<int (*)(unsigned, void**)>(ml, "nvmlDeviceGetHandleByIndex_v2") : nullptr;
+    struct Info { unsigned pid; unsigned long long used; unsigned gi, ci; };
+    auto processes = ml ? sym<int (*)(void*, unsigned*, Info*)>(ml, "nvmlDeviceGetComputeRunningProcesses_v3") : nullptr;
+    if (!nvml_init || !by_index || !processes) die("--nvml: cannot load NVML");
+    auto t0 = Clock::now();
+    if (nvml_init() != 0) die("--nvml: nvmlInit_v2 failed");
+    nvml_init_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    void* handle = nullptr;
+    by_index(0, &handle);
+    Info infos[64];
+    std::vector<double> q;
+    for (int i = 0; i < 21; ++i) {
+      unsigned count = 64;
+      auto t1 = Clock::now();
+      processes(handle, &count, infos);
+      q.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t1).count());
+    }
+    std::sort(q.begin(), q.end());
+    nvml_query_us = q[q.size() / 2];
+  }
+
   auto nothing = [] {};
   double alloc_free = median_ns(reps, calls, [&] {
     CUdeviceptr p = 0;
@@ -110,7 +146,8 @@ int main(int argc, char** argv) {
       if (alloc_async(&p, size, stream) != CUDA_SUCCESS || free_async(p, stream) != CUDA_SUCCESS) die("async pair failed");
     }, [&] { stream_sync(stream); });
   }
-  std::printf("{\"alloc_free_ns\": %.1f, \"async_pair_ns\": %.1f, \"mem_get_info_ns\": %.1f, \"calls\": %d, \"reps\": %d, \"size\": %zu}\n",
-              alloc_free, async_pair, mem_get_info, calls, reps, size);
+  std::printf("{\"alloc_free_ns\": %.1f, \"async_pair_ns\": %.1f, \"mem_get_info_ns\": %.1f, \"calls\": %d, \"reps\": %d, "
+              "\"size\": %zu, \"nvml_init_ms\": %.2f, \"nvml_query_us\": %.1f}\n",
+              alloc_free, async_pair, mem_get_info, calls, reps, size, nvml_init_ms, nvml_query_us);
   return 0;
 }

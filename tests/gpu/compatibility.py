@@ -4,7 +4,8 @@
     python3 tests/gpu/compatibility.py RUN_DIR OUT.md
 
 RUN_DIR holds the phase logs of run_all.sh: RESULT lines (injector/results.txt, reservation.log,
-libtorch.log) and the results.json of the demo and the self-test. A cell lists every RESULT check that
+libtorch.log) and the results.json of the demo and the self-test. The findings that close the file are
+written by hand, in compatibility_findings.md beside this script, and copied in as they are. A cell lists every RESULT check that
 COLUMNS maps to it, with the first 90 characters of each one's detail (the full lines are in those logs);
 "not run" means no such line was found.
 """
@@ -131,6 +132,9 @@ def main():
         "",
         suite_table(run, "self-test"),
     ]
+    findings = os.path.join(os.path.dirname(os.path.abspath(__file__)), "compatibility_findings.md")
+    if os.path.exists(findings):
+        md += ["", open(findings).read().rstrip()]
     tmp = out + ".tmp"
     with open(tmp, "w") as f:
         f.write("\n".join(md) + "\n")

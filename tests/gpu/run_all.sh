@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Everything that needs a GPU, in one command that fits one call of the device machine (600 s):
 #   build   the project, LibTorch trainer included, tests configured with this machine's python3 (PyTorch)
-#   wave 1  at once: ctest (every test; the Python probe tests with this machine's PyTorch), the injector's
-#           framework checks (caps, faults), LibTorch, the Python probe against the GPU, and the fidelity
-#           benchmark's three caps (limits inside a process, so they may share the GPU)
+#   pytests in the background from wave 1 until the timing phases: the Python probe's and the recovery
+#           code's unit tests with this machine's PyTorch, on the CPU (CUDA_VISIBLE_DEVICES empty), so
+#           that they hold no GPU memory beside the reservations (about 200 s: each imports torch)
+#   wave 1  at once: ctest (every other test), the injector's framework checks (caps, faults), LibTorch,
+#           the Python probe against the GPU, and the fidelity benchmark's three caps (limits inside a
+#           process, so they may share the GPU)
 #   wave 2  at once: the self-test suite and the demo
 #   alone   the reservation checks, a suite beside a reservation, the fidelity benchmark's reservation
 #           (each holds nearly all of the GPU's memory)
@@ -11,7 +14,7 @@
 #   compat  docs/compatibility.md regenerated from all of the above
 #
 #   tests/gpu/run_all.sh [PHASE...]
-#   PHASE: build ctest injector libtorch probe fidelity-caps selftest demo reservation reservesuite
+#   PHASE: build pytests ctest injector libtorch probe fidelity-caps selftest demo reservation reservesuite
 #          fidelity-reserve throughput packing drivercalls shimbench runnerbench compat
 #   (no PHASE: all, in that order; named phases of one wave still run at once)
 #
@@ -35,17 +38,18 @@ bin=$build/runner/oomharness
 inject=$build/injector/liboomharness_inject.so
 summary=$work/summary.txt
 budget=${RUN_ALL_BUDGET:-570}
-all_phases="build ctest injector libtorch probe fidelity-caps selftest demo reservation reservesuite fidelity-reserve
+all_phases="build pytests ctest injector libtorch probe fidelity-caps selftest demo reservation reservesuite fidelity-reserve
             throughput packing drivercalls shimbench runnerbench compat"
 phases=${*:-$all_phases}
 wave1="ctest injector libtorch probe fidelity-caps"
 wave2="selftest demo"
+timing="throughput packing drivercalls shimbench runnerbench compat"
 
 # Seconds each phase usually takes on the H100 (see the measured times in bench/RESULTS.md's GPU section);
 # the budget check uses them.
-declare -A EST=([build]=80 [ctest]=60 [injector]=30 [libtorch]=20 [probe]=60 [fidelity-caps]=40 [selftest]=70
-                [demo]=70 [reservation]=35 [reservesuite]=30 [fidelity-reserve]=25 [throughput]=135 [packing]=120
-                [drivercalls]=25 [shimbench]=10 [runnerbench]=10 [compat]=5)
+declare -A EST=([build]=80 [pytests]=200 [ctest]=60 [injector]=30 [libtorch]=30 [probe]=40 [fidelity-caps]=30
+                [selftest]=60 [demo]=60 [reservation]=55 [reservesuite]=30 [fidelity-reserve]=20 [throughput]=145
+                [packing]=120 [drivercalls]=35 [shimbench]=10 [runnerbench]=10 [compat]=5)
 
 if ! nvidia-smi -L >/dev/null 2>&1; then
   echo "tests/gpu/run_all.sh: no GPU here (nvidia-smi -L failed)" >&2
@@ -90,7 +94,8 @@ run_phase() {  # run_phase NAME: the phase's command, its output to stdout
   fi
   case $1 in
     build) bash "$root/scripts/build.sh" -DOOMH_WITH_TORCH=AUTO -DOOMH_TEST_PYTHON_EXE="$(command -v python3)" ;;
-    ctest) ctest --test-dir "$build" --output-on-failure -j8 --timeout 300 ;;
+    pytests) CUDA_VISIBLE_DEVICES= ctest --test-dir "$build" -L python --output-on-failure -j3 --timeout 400 ;;
+    ctest) ctest --test-dir "$build" -LE python --output-on-failure -j8 --timeout 300 ;;
     injector) bash "$root/tests/gpu/injector/run.sh" "$build" "$work/injector" ;;
     libtorch) bash "$root/tests/gpu/libtorch_checks.sh" "$build" "$work/libtorch" ;;
     probe) probe_checks ;;
@@ -98,7 +103,7 @@ run_phase() {  # run_phase NAME: the phase's command, its output to stdout
                      --limit 8GiB --modes caps --json-out "$work/fidelity.json" ;;
     selftest) "$bin" run "$root/suites/self-test.yaml" --jobs 6 --out "$work/self-test" ;;
     demo) "$bin" demo --out "$work/demo" ;;
-    reservation) bash "$root/tests/gpu/reservation_checks.sh" "$build" "$work/reservation" ;;
+    reservation) RUNTIME_ALLOC="$work/injector/runtime_alloc" bash "$root/tests/gpu/reservation_checks.sh" "$build" "$work/reservation" ;;
     reservesuite) reservation_suite ;;
     fidelity-reserve) python3 "$root/bench/gpu/fidelity.py" --inject "$inject" --reserve "$build/runner/oomh-reserve" \
                         --limit 8GiB --modes reserve --json-out "$work/fidelity.json" ;;
@@ -138,9 +143,17 @@ wave() {  # wave PHASE...: the named phases that were asked for, at once
 }
 
 in_wave() { [[ " $1 " == *" $2 "* ]]; }
+background=""
+join_background() {  # waits for the phase running in the background, if any
+  [ -n "$background" ] && wait "$background"
+  background=""
+}
 done_waves=""
 for p in $phases; do
-  if in_wave "$wave1" "$p"; then
+  in_wave "$timing" "$p" && join_background
+  if [ "$p" = pytests ] && [ "$phases" != pytests ]; then
+    phase pytests & background=$!
+  elif in_wave "$wave1" "$p"; then
     in_wave "$done_waves" 1 || { wave $wave1; done_waves+=" 1"; }
   elif in_wave "$wave2" "$p"; then
     in_wave "$done_waves" 2 || { wave $wave2; done_waves+=" 2"; }
@@ -148,6 +161,7 @@ for p in $phases; do
     phase "$p"
   fi
 done
+join_background
 echo "total ${SECONDS}s" | tee -a "$summary"
 
 cp "$summary" "$out/summary.txt" 2>/dev/null

@@ -13,7 +13,7 @@ for t in test_probe test_recover test_examples; do
   tail -3 "$out/$t.log"
 done
 # The probe on the GPU: a real OOM caught by the code, the allocator's observer, a snapshot.
-"$py" "$root/tests/python/gpu_probe_check.py" "$out" 2>&1 | tail -40
+"$py" "$root/tests/python/gpu_probe_check.py" "$out" --sizes 2>&1 | tail -40
 # The LibTorch trainer, built against the LibTorch inside the PyTorch package.
 prefix=$("$py" -c 'import torch; print(torch.utils.cmake_prefix_path)')
 mkdir -p "$out/lt"

@@ -1,6 +1,9 @@
-"""The probe against a real GPU (run by device_check.sh): a real out-of-memory error seen by the caching
-allocator's observer, caught and uncaught, a memory snapshot, and the example trainers' memory per step.
-Prints what it found; exits 125 without a GPU."""
+"""The probe against a real GPU (tests/gpu/run_all.sh's probe phase, tests/python/device_check.sh): a real
+out-of-memory error seen by the caching allocator's observer, caught and uncaught, and a memory snapshot.
+With --sizes it also prints the example trainers' memory per step and run time (what sized the self-test's
+caps; informative, about 80 s). Prints what it found; exits 125 without a GPU.
+
+    python3 tests/python/gpu_probe_check.py [OUT_DIR] [--sizes]"""
 import json
 import os
 import sys
@@ -15,7 +18,9 @@ from harness import EXAMPLES, Job  # noqa: E402
 if not torch.cuda.is_available():
     print("no GPU: skipped")
     sys.exit(125)
-out = sys.argv[1] if len(sys.argv) > 1 else "/tmp"
+args = [a for a in sys.argv[1:] if a != "--sizes"]
+sizes = "--sizes" in sys.argv[1:]
+out = args[0] if args else "/tmp"
 failures = 0
 
 
@@ -64,8 +69,8 @@ check("uncaught OOM: probe_exit says so", events[-1]["kind"] == "probe_exit" and
 job.close()
 
 # Memory per step of the example trainers (to size the self-test's caps), and their run time.
-for args in (["--model", "transformer"], ["--model", "mlp"], ["--model", "transformer", "--bug", "leak-outputs"],
-             ["--model", "transformer", "--recovery", "halve"], ["--model", "mlp", "--recovery", "retry"]):
+for args in ([] if not sizes else (["--model", "transformer"], ["--model", "mlp"], ["--model", "transformer", "--bug", "leak-outputs"],
+             ["--model", "transformer", "--recovery", "halve"], ["--model", "mlp", "--recovery", "retry"])):
     job = Job()
     t0 = time.time()
     r = job.run_file(os.path.join(EXAMPLES, "train.py"), args + ["--steps", "6"])
@@ -85,7 +90,7 @@ code = textwrap.dedent("""
     train.main(sys.argv[1:])
     print("max_allocated MiB", torch.cuda.max_memory_allocated() >> 20, "max_reserved MiB", torch.cuda.max_memory_reserved() >> 20)
 """ % EXAMPLES)
-for model in ("transformer", "mlp"):
+for model in (("transformer", "mlp") if sizes else ()):
     job = Job()
     r = job.run(code, probe=False, args=("--model", model))
     print(model, r.stdout.strip().splitlines()[-1] if r.stdout else r.stderr[-800:])
