@@ -83,7 +83,7 @@ Driver& Driver::get() {
 CUresult Driver::init(unsigned int flags) {
   if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard lock(mu_);
-  if (initialized_) return CUDA_SUCCESS;
+  if (initialized_.load(std::memory_order_relaxed)) return CUDA_SUCCESS;
   uint64_t memory = 0;
   int devices = 0;
   if (!read_memory(memory) || !read_devices(devices)) return CUDA_ERROR_INVALID_VALUE;
@@ -95,14 +95,11 @@ CUresult Driver::init(unsigned int flags) {
     primaries_[static_cast<size_t>(d)] = Context{d, true};
     default_pools_[static_cast<size_t>(d)] = Pool{d, true};
   }
-  initialized_ = true;
+  initialized_.store(true, std::memory_order_release);
   return CUDA_SUCCESS;
 }
 
-bool Driver::initialized() const {
-  std::lock_guard lock(mu_);
-  return initialized_;
-}
+bool Driver::initialized() const { return initialized_.load(std::memory_order_acquire); }
 
 // --- contexts -------------------------------------------------------------------------------------------
 

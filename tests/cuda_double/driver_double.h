@@ -12,13 +12,18 @@
 // Memory is host memory: every allocation is an anonymous MAP_NORESERVE mapping that is never touched here,
 // so an 8 GiB "device" costs nothing until a program writes to it. Sizes are rounded up to 512 bytes the way
 // the driver rounds cuMemAlloc, and each device's bytes in use are counted against CUDA_DOUBLE_MEMORY.
-// One mutex guards everything: the double is not the shim, and simple is worth more here than fast.
+// One mutex guards the driver's shared state: the double is not the shim, and simple is worth more here than
+// fast. Two things stay off it, as in the driver: the current context is per thread (a thread-local stack,
+// so cuCtxGetDevice on a primary context takes no lock), and "is cuInit done" is one atomic flag that cuInit
+// sets last. Every allocation asks both, and so does the shim's hook (for the device), so a lock there would
+// be charged twice to every hooked call and make the shim look slower than it is against the real driver.
 //
 // Environment: CUDA_DOUBLE_MEMORY (bytes per device, "8GiB" by default, any size oomh::parse_bytes reads)
 // and CUDA_DOUBLE_DEVICES (device count, 1 by default). Both are read once, by cuInit.
 
 #include <cuda.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -127,7 +132,7 @@ class Driver {
   bool inside_reservation(CUdeviceptr ptr, size_t size) const;
 
   mutable std::mutex mu_;
-  bool initialized_ = false;
+  std::atomic<bool> initialized_{false};  // set last by init(), with release: what init wrote is then visible
   int device_count_ = 0;
   uint64_t total_memory_ = 0;
   std::vector<uint64_t> used_;
