@@ -21,6 +21,24 @@
 // plan is installed. Replaced plans are never freed while the process runs (a thread may still read one;
 // one small object per change), only by ~Engine, which runs in tests alone.
 //
+// Note [Counters on the hot path]
+// An uncontended atomic read-modify-write costs about 5 ns on the machines we measure (bench/RESULTS.md),
+// as much as a few dozen other instructions, so each number the engine keeps is kept once, with the fewest:
+//  - the bytes the process holds per device: its ProcessSlot::held in the control block, where the runner
+//    and an exec'd successor read them; the ledger does not count bytes. The process's peak is raised from
+//    the value that add returned, once the driver gave the memory (a reservation it refused never was
+//    memory the process held; the job's peak, Note [Caps across processes], does count reservations).
+//  - its allocation calls per device: alloc_calls_, one add per call, whose result is the running number
+//    `call` of an inject event (a number no other call of the process gets).
+//  - its free calls per device: counted by the ledger under the shard lock the free takes anyway, with a
+//    plain add (Ledger::taken).
+//  - the bytes it freed: only while the plan has an `until_freed` rule, the one thing that reads them.
+//  - the job's DeviceCounters (alloc_calls, held, free_calls): shared by every process, one add each.
+// An allocation with no rule matching therefore does five: the job's alloc_calls and held (a
+// compare-and-swap under a cap), the process's call count and held, and the ledger shard's lock; a free
+// four: the shard lock, the job's free_calls and held, the process's held. A peak takes a
+// compare-and-swap only when it rises.
+//
 // Nothing here throws or writes per successful call; events are written for injections (the first 10000 per
 // process, the rest only counted), cap changes, plan changes, start and exit.
 
@@ -60,6 +78,7 @@ struct AllocDecision {
   bool tracked = false;  // false: the engine takes no part (device out of range, or after exit)
   int device = 0;
   uint64_t reserved = 0;
+  uint64_t process_held = 0;  // the process's bytes on the device once this call's were added
 };
 
 class Engine {
@@ -103,6 +122,9 @@ class Engine {
   ControlBlock* block() const { return cb_; }
   ProcessSlot* slot() const { return slot_; }
   Ledger& ledger() { return ledger_; }
+  // This process's bytes held on a device now (its slot's share of the job's), and their peak.
+  uint64_t held(int device) const noexcept;
+  uint64_t peak(int device) const noexcept;
   size_t rule_count() const noexcept;
   uint64_t events_dropped() const { return dropped_events_.load(std::memory_order_relaxed); }
 
@@ -120,6 +142,9 @@ class Engine {
   void set_cap(int device, uint64_t limit, const char* reason) noexcept;
   void register_process(uint32_t flags, int parent_pid) noexcept;
   void note_device(int device) noexcept;
+  uint64_t hold(int device, uint64_t bytes) noexcept;  // returns the process's bytes held now
+  void unhold(int device, uint64_t bytes) noexcept;
+  void count_freed(uint64_t bytes) noexcept;
   void report_inject(const char* symbol, uint64_t size, int device, const char* rule, const char* reason,
                      int64_t step, Phase phase, uint64_t call) noexcept;
   void write_start_event() noexcept;
@@ -142,10 +167,11 @@ class Engine {
   SpinLock plan_lock_;
   std::atomic<uint32_t> seen_generation_{0};
 
-  Ledger ledger_;
+  Ledger ledger_;  // also counts this process's free calls (Ledger::taken)
   std::atomic<uint64_t> alloc_calls_[kMaxDevices]{};
-  std::atomic<uint64_t> free_calls_[kMaxDevices]{};
   std::atomic<uint64_t> failures_[kMaxDevices]{};
+  std::atomic<uint64_t> peak_[kMaxDevices]{};  // highest slot_->held[d]
+  std::atomic<uint64_t> freed_{0};  // bytes freed, counted only while a rule needs it (until_freed)
   std::atomic<uint32_t> used_devices_{0};
   std::atomic<uint32_t> physical_known_{0};
   std::atomic<uint64_t> inject_events_{0};
