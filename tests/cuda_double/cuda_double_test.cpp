@@ -398,6 +398,28 @@ TEST_F(Driver, ContextStackFollowsTheDriversRules) {
   EXPECT_EQ(api().pop(&popped), CUDA_ERROR_INVALID_CONTEXT);
 }
 
+TEST_F(Driver, DestroyingAContextBelowTheTopKeepsTheRestInOrder) {
+  CUcontext created = nullptr, primary1 = nullptr, current = nullptr, popped = nullptr;
+  ASSERT_EQ(api().ctx_create(&created, nullptr, 0, 1), CUDA_SUCCESS);  // [primary 0, created]
+  ASSERT_EQ(api().retain(&primary1, 1), CUDA_SUCCESS);
+  retained_.push_back(1);
+  ASSERT_EQ(api().push(primary1), CUDA_SUCCESS);  // [primary 0, created, primary 1]
+  ASSERT_EQ(api().ctx_destroy(created), CUDA_SUCCESS);
+  ASSERT_EQ(api().get_current(&current), CUDA_SUCCESS);
+  EXPECT_EQ(current, primary1);
+  ASSERT_EQ(api().pop(&popped), CUDA_SUCCESS);
+  EXPECT_EQ(popped, primary1);
+  CUdevice dev = -1;
+  ASSERT_EQ(api().ctx_device(&dev), CUDA_SUCCESS);
+  EXPECT_EQ(dev, 0);  // the destroyed one is gone from the middle
+  // cuCtxSetCurrent replaces the top only.
+  ASSERT_EQ(api().push(primary1), CUDA_SUCCESS);
+  ASSERT_EQ(api().set_current(primary1), CUDA_SUCCESS);
+  ASSERT_EQ(api().pop(&popped), CUDA_SUCCESS);
+  ASSERT_EQ(api().ctx_device(&dev), CUDA_SUCCESS);
+  EXPECT_EQ(dev, 0);
+}
+
 // The current context belongs to the thread (the double keeps it thread-local, without a lock, as the
 // driver does): a new thread starts with none, and what it makes current is its own.
 TEST_F(Driver, TheCurrentContextIsPerThread) {

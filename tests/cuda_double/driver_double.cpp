@@ -70,9 +70,41 @@ bool is_special_stream(CUstream s) { return s == nullptr || s == CU_STREAM_LEGAC
 
 }  // namespace
 
-std::vector<Context*>& context_stack() {
-  thread_local std::vector<Context*> stack;
-  return stack;
+namespace {
+constinit thread_local ContextStack t_context_stack;  // trivially destructible: no guard on access
+}  // namespace
+
+ContextStack& context_stack() { return t_context_stack; }
+
+std::vector<Context*>& ContextStack::below() {
+  thread_local std::vector<Context*> contexts;
+  return contexts;
+}
+
+void ContextStack::push(Context* c) {
+  if (top_) below().push_back(top_);
+  top_ = c;
+}
+
+void ContextStack::pop() {
+  if (!top_) return;
+  std::vector<Context*>& rest = below();
+  if (rest.empty()) {
+    top_ = nullptr;
+  } else {
+    top_ = rest.back();
+    rest.pop_back();
+  }
+}
+
+void ContextStack::set_top(Context* c) {
+  if (!c) pop();
+  else top_ = c;
+}
+
+void ContextStack::remove(Context* c) {
+  std::erase(below(), c);
+  if (top_ == c) pop();
 }
 
 Driver& Driver::get() {
@@ -158,7 +190,7 @@ CUresult Driver::create_context(CUdevice d, CUcontext* out) {
     std::lock_guard lock(mu_);
     contexts_.insert(ctx);
   }
-  context_stack().push_back(ctx);  // cuCtxCreate makes the new context current
+  context_stack().push(ctx);  // cuCtxCreate makes the new context current
   *out = reinterpret_cast<CUcontext>(ctx);
   return CUDA_SUCCESS;
 }
@@ -169,24 +201,20 @@ CUresult Driver::destroy_context(CUcontext handle) {
     std::lock_guard lock(mu_);
     if (!contexts_.erase(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
   }
-  auto& stack = context_stack();
-  std::erase(stack, ctx);
+  context_stack().remove(ctx);
   delete ctx;
   return CUDA_SUCCESS;
 }
 
-bool Driver::valid_context(CUcontext handle) {
-  auto* ctx = reinterpret_cast<Context*>(handle);
-  if (!ctx) return false;
-  if (ctx >= primaries_.data() && ctx < primaries_.data() + device_count_) return true;
+bool Driver::valid_created_context(Context* ctx) {
   std::lock_guard lock(mu_);
   return contexts_.count(ctx) != 0;
 }
 
 CUresult Driver::current_device(int& device) {
-  auto& stack = context_stack();
-  if (stack.empty() || !valid_context(reinterpret_cast<CUcontext>(stack.back()))) return CUDA_ERROR_INVALID_CONTEXT;
-  device = stack.back()->device;
+  Context* current = context_stack().top();
+  if (!current || !valid_context(reinterpret_cast<CUcontext>(current))) return CUDA_ERROR_INVALID_CONTEXT;
+  device = current->device;
   return CUDA_SUCCESS;
 }
 
@@ -194,9 +222,9 @@ CUresult Driver::current_device(int& device) {
 
 CUresult Driver::create_stream(CUstream* out) {
   if (!out) return CUDA_ERROR_INVALID_VALUE;
-  auto& stack = context_stack();
-  if (stack.empty()) return CUDA_ERROR_INVALID_CONTEXT;
-  auto* s = new Stream{stack.back()};
+  Context* current = context_stack().top();
+  if (!current) return CUDA_ERROR_INVALID_CONTEXT;
+  auto* s = new Stream{current};
   std::lock_guard lock(mu_);
   streams_.insert(s);
   *out = reinterpret_cast<CUstream>(s);

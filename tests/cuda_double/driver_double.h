@@ -92,7 +92,10 @@ class Driver {
   CUresult primary_state(CUdevice d, unsigned int* flags, int* active);
   CUresult create_context(CUdevice d, CUcontext* out);
   CUresult destroy_context(CUcontext ctx);
-  bool valid_context(CUcontext ctx);
+  bool valid_context(CUcontext ctx) {
+    auto* c = reinterpret_cast<Context*>(ctx);
+    return c && (is_primary(c) || valid_created_context(c));
+  }
   // The current context's device, or CUDA_ERROR_INVALID_CONTEXT when there is none.
   CUresult current_device(int& device);
 
@@ -126,6 +129,8 @@ class Driver {
 
  private:
   Driver() = default;
+  bool is_primary(const Context* c) const { return c >= primaries_.data() && c < primaries_.data() + device_count_; }
+  bool valid_created_context(Context* c);  // one cuCtxCreate made and nobody destroyed yet
   CUresult charge(int device, size_t bytes);  // counts bytes against the device, or OUT_OF_MEMORY
   void refund(int device, size_t bytes);
   void drop_physical_if_unused(CUmemGenericAllocationHandle handle);
@@ -149,7 +154,25 @@ class Driver {
   std::map<CUdeviceptr, Mapping> mappings_;
 };
 
-// The per-thread context stack.
-std::vector<Context*>& context_stack();
+// The calling thread's context stack, under the driver's rules (cuCtxPushCurrent/PopCurrent push and pop,
+// cuCtxSetCurrent replaces the top, NULL pops). Its top, the current context, is read by every allocation
+// and by every cuCtxGetDevice (the shim asks it on each hooked allocation), so it is a plain thread-local
+// pointer: reading it takes no lock and no thread-local guard (a thread_local with a destructor costs a
+// guard check and a second TLS lookup on every access). The contexts below the top, which only a push or a
+// pop touches, sit in a thread-local vector.
+class ContextStack {
+ public:
+  Context* top() const { return top_; }  // nullptr: no current context
+  void push(Context* c);
+  void pop();
+  void set_top(Context* c);  // on an empty stack, a push
+  void remove(Context* c);   // every entry that is `c` (a destroyed context)
+
+ private:
+  static std::vector<Context*>& below();
+  Context* top_ = nullptr;
+};
+
+ContextStack& context_stack();
 
 }  // namespace cuda_double
