@@ -24,8 +24,8 @@
 // Note [Counters on the hot path]
 // An uncontended atomic read-modify-write costs about 5 ns on the machines we measure (bench/RESULTS.md),
 // as much as a few dozen other instructions, so each number the engine keeps is kept once, with the fewest:
-//  - the bytes the process holds per device: its ProcessSlot::held in the control block, where the runner
-//    and an exec'd successor read them; the ledger does not count bytes. The process's peak is raised from
+//  - the bytes the process holds per device: its ProcessSlot::held in the control block, where an exec'd
+//    successor (and whoever gives back a dead process's bytes) finds them; the ledger does not count bytes. The process's peak is raised from
 //    the value that add returned, once the driver gave the memory (a reservation it refused never was
 //    memory the process held; the job's peak, Note [Caps across processes], does count reservations).
 //  - its allocation calls per device: alloc_calls_, one add per call, whose result is the running number

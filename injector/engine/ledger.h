@@ -10,7 +10,7 @@
 // on one shard. Key 0 is never recorded (no allocation returns a null pointer or handle).
 //
 // The ledger does not count bytes: the process's bytes held per device are its slot's `held` in the
-// control block (the engine keeps them there, where the runner and an exec'd successor see them), and a
+// control block (the engine keeps them there, where other processes of the job can see them), and a
 // second count here would cost an atomic read-modify-write per allocation and per free for the same
 // number. What it does count is the frees it served, per device: under the shard lock that a take already
 // holds, with a plain add, so the count costs nothing extra (Note [Counters on the hot path] in engine.h).
