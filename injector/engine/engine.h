@@ -25,9 +25,10 @@
 // An uncontended atomic read-modify-write costs about 5 ns on the machines we measure (bench/RESULTS.md),
 // as much as a few dozen other instructions, so each number the engine keeps is kept once, with the fewest:
 //  - the bytes the process holds per device: its ProcessSlot::held in the control block, where an exec'd
-//    successor (and whoever gives back a dead process's bytes) finds them; the ledger does not count bytes. The process's peak is raised from
-//    the value that add returned, once the driver gave the memory (a reservation it refused never was
-//    memory the process held; the job's peak, Note [Caps across processes], does count reservations).
+//    successor (and whoever gives back a dead process's bytes) finds them; the ledger does not count
+//    bytes. The process's peak is raised from the value that add returned, once the driver gave the
+//    memory (a reservation it refused never was memory the process held; the job's peak, Note [Caps
+//    across processes], does count reservations).
 //  - its allocation calls per device: alloc_calls_, one add per call, whose result is the running number
 //    `call` of an inject event (a number no other call of the process gets).
 //  - its free calls per device: counted by the ledger under the shard lock the free takes anyway, with a
@@ -170,7 +171,7 @@ class Engine {
   Ledger ledger_;  // also counts this process's free calls (Ledger::taken)
   std::atomic<uint64_t> alloc_calls_[kMaxDevices]{};
   std::atomic<uint64_t> failures_[kMaxDevices]{};
-  std::atomic<uint64_t> peak_[kMaxDevices]{};  // highest slot_->held[d]
+  std::atomic<uint64_t> peak_[kMaxDevices]{};  // highest slot_->held[d] once the driver gave the bytes
   std::atomic<uint64_t> freed_{0};  // bytes freed, counted only while a rule needs it (until_freed)
   std::atomic<uint32_t> used_devices_{0};
   std::atomic<uint32_t> physical_known_{0};

@@ -48,7 +48,8 @@ bool Ledger::grow(Table& t) noexcept {
   return true;
 }
 
-bool Ledger::insert(Table& t, uint64_t key, uint64_t hash, const Allocation& a, std::optional<Allocation>& replaced) noexcept {
+bool Ledger::insert(Table& t, uint64_t key, uint64_t hash, const Allocation& a,
+                    std::optional<Allocation>& replaced) noexcept {
   if ((!t.slots || (t.count + 1) * 4 > (t.mask + 1) * 3) && !grow(t)) return false;
   size_t i = hash & t.mask;
   while (t.slots[i].key != 0 && t.slots[i].key != key) i = (i + 1) & t.mask;

@@ -83,7 +83,8 @@ class Ledger {
   static uint64_t mix(uint64_t key) noexcept;
   Table& table(Space space, uint64_t hash) noexcept;
   static bool grow(Table& t) noexcept;
-  static bool insert(Table& t, uint64_t key, uint64_t hash, const Allocation& a, std::optional<Allocation>& replaced) noexcept;
+  static bool insert(Table& t, uint64_t key, uint64_t hash, const Allocation& a,
+                     std::optional<Allocation>& replaced) noexcept;
   static bool erase(Table& t, uint64_t key, uint64_t hash, Allocation& out) noexcept;
 
   Table tables_[2][kShards];
