@@ -302,6 +302,7 @@ void added_per_call(benchmark::State& state) {
 
 void BM_Driver_AddedPerCall_NoRule(benchmark::State& s) { added_per_call(s); }
 void BM_Driver_AddedPerCall_EightRulesNoneMatching(benchmark::State& s) {
+  if (!driver_ready(s, true)) return;
   EightRulesPublished plan(s);
   if (plan.cb) added_per_call(s);
 }
