@@ -304,7 +304,7 @@ AllocDecision Engine::begin_alloc(Entry entry, const char* symbol, int device, u
     facts.step = step;
     facts.phase = phase;
     facts.elapsed_s = plan.rules.needs_time() ? process_elapsed() : 0.0;
-    facts.freed_total = ledger_.freed_total();
+    facts.freed_total = freed_.load(std::memory_order_relaxed);
     int rule = plan.rules.decide(facts);
     if (rule >= 0) {
       dc.failures_injected.fetch_add(1, std::memory_order_relaxed);
@@ -329,9 +329,19 @@ AllocDecision Engine::begin_alloc(Entry entry, const char* symbol, int device, u
     d.fail = true;
     return d;
   }
-  slot_->held[device].fetch_add(size, std::memory_order_relaxed);
+  d.process_held = hold(device, size);
   d.reserved = size;
   return d;
+}
+
+uint64_t Engine::hold(int device, uint64_t bytes) noexcept {
+  return slot_->held[device].fetch_add(bytes, std::memory_order_relaxed) + bytes;
+}
+
+void Engine::unhold(int device, uint64_t bytes) noexcept { sub_saturating(slot_->held[device], bytes); }
+
+void Engine::count_freed(uint64_t bytes) noexcept {
+  if (plan_.load(std::memory_order_acquire)->rules.needs_freed()) freed_.fetch_add(bytes, std::memory_order_relaxed);
 }
 
 void Engine::end_alloc(const AllocDecision& d, bool succeeded, Space space, uint64_t key, uint64_t actual_size) noexcept {
@@ -339,33 +349,38 @@ void Engine::end_alloc(const AllocDecision& d, bool succeeded, Space space, uint
   DeviceCounters& dc = cb_->devices[d.device];
   if (!succeeded) {
     release_bytes(dc, d.reserved);
-    sub_saturating(slot_->held[d.device], d.reserved);
+    unhold(d.device, d.reserved);
     return;
   }
   // The driver may round (cuMemAllocPitch's pitch): book what it really gave. Rounding up can pass the cap
   // by less than one row; the allocation already happened, so it is counted, not refused.
+  uint64_t process_held = d.process_held;
   if (actual_size > d.reserved) {
     uint64_t extra = actual_size - d.reserved;
     raise_peak(dc.peak, dc.held.fetch_add(extra, std::memory_order_relaxed) + extra);
-    slot_->held[d.device].fetch_add(extra, std::memory_order_relaxed);
+    process_held = hold(d.device, extra);
   } else if (actual_size < d.reserved) {
     release_bytes(dc, d.reserved - actual_size);
-    sub_saturating(slot_->held[d.device], d.reserved - actual_size);
+    unhold(d.device, d.reserved - actual_size);
+    process_held -= d.reserved - actual_size;
   }
   std::optional<Allocation> replaced = ledger_.record(space, key, Allocation{actual_size, d.device});
   if (replaced && valid_device(replaced->device)) {
     release_bytes(cb_->devices[replaced->device], replaced->size);
-    sub_saturating(slot_->held[replaced->device], replaced->size);
+    unhold(replaced->device, replaced->size);
+    count_freed(replaced->size);
+    if (replaced->device == d.device) process_held -= std::min(process_held, replaced->size);
   }
+  // The process's peak counts what the driver gave, not a reservation that it then refused.
+  raise_peak(peak_[d.device], process_held);
 }
 
 std::optional<Allocation> Engine::begin_free(Space space, uint64_t key) noexcept {
   if (finished_.load(std::memory_order_relaxed)) return std::nullopt;
+  // The ledger counts the free for this process (under the shard lock it takes anyway).
   std::optional<Allocation> taken = ledger_.take(space, key);
-  if (taken && valid_device(taken->device)) {
+  if (taken && valid_device(taken->device))
     cb_->devices[taken->device].free_calls.fetch_add(1, std::memory_order_relaxed);
-    free_calls_[taken->device].fetch_add(1, std::memory_order_relaxed);
-  }
   return taken;
 }
 
@@ -375,11 +390,19 @@ void Engine::end_free(Space space, uint64_t key, const std::optional<Allocation>
     ledger_.restore(space, key, *taken);
     return;
   }
-  ledger_.release(*taken);
   if (valid_device(taken->device)) {
     release_bytes(cb_->devices[taken->device], taken->size);
-    sub_saturating(slot_->held[taken->device], taken->size);
+    unhold(taken->device, taken->size);
   }
+  count_freed(taken->size);
+}
+
+uint64_t Engine::held(int device) const noexcept {
+  return valid_device(device) ? slot_->held[device].load(std::memory_order_relaxed) : 0;
+}
+
+uint64_t Engine::peak(int device) const noexcept {
+  return valid_device(device) ? peak_[device].load(std::memory_order_relaxed) : 0;
 }
 
 MemInfo Engine::mem_info(int device, uint64_t real_free, uint64_t real_total, bool from_driver) noexcept {
@@ -444,10 +467,10 @@ void Engine::finish() noexcept {
     events::EventLine line(events::kSrcShim, events::kShimExit);
     line.add("device", d)
         .add("alloc_calls", alloc_calls_[d].load(std::memory_order_relaxed))
-        .add("free_calls", free_calls_[d].load(std::memory_order_relaxed))
+        .add("free_calls", ledger_.taken(d))
         .add("failures", failures_[d].load(std::memory_order_relaxed))
-        .add("held", ledger_.held(d))
-        .add("peak", ledger_.peak(d))
+        .add("held", slot_->held[d].load(std::memory_order_relaxed))
+        .add("peak", peak_[d].load(std::memory_order_relaxed))
         .add("job_held", dc.held.load(std::memory_order_relaxed))
         .add("job_peak", dc.peak.load(std::memory_order_relaxed))
         .add("overhead", footprint_[d].overhead.load(std::memory_order_relaxed))
@@ -483,9 +506,10 @@ void Engine::after_fork_child() noexcept {
   ledger_.clear();
   for (int d = 0; d < kMaxDevices; ++d) {
     alloc_calls_[d].store(0, std::memory_order_relaxed);
-    free_calls_[d].store(0, std::memory_order_relaxed);
     failures_[d].store(0, std::memory_order_relaxed);
+    peak_[d].store(0, std::memory_order_relaxed);
   }
+  freed_.store(0, std::memory_order_relaxed);
   used_devices_.store(0, std::memory_order_relaxed);
   for (DeviceFootprint& f : footprint_) {  // the child's context (if it makes one) is its own
     f.lock.unlock();  // a thread of the parent may have been measuring: it does not exist here

@@ -44,6 +44,25 @@
 // When the probe cannot measure (no NVML, or NVML does not list this pid, as in a container with its own
 // pid namespace), the shim says so once and the cap counts allocations only.
 //
+// Note [Counters on the hot path]
+// An uncontended atomic read-modify-write costs about 5 ns on the machines we measure (bench/RESULTS.md),
+// as much as a few dozen other instructions, so each number the engine keeps is kept once, with the fewest:
+//  - the bytes the process holds per device: its ProcessSlot::held in the control block, where an exec'd
+//    successor (and whoever gives back a dead process's bytes) finds them; the ledger does not count
+//    bytes. The process's peak is raised from the value that add returned, once the driver gave the
+//    memory (a reservation it refused never was memory the process held; the job's peak, Note [Caps
+//    across processes], does count reservations).
+//  - its allocation calls per device: alloc_calls_, one add per call, whose result is the running number
+//    `call` of an inject event (a number no other call of the process gets).
+//  - its free calls per device: counted by the ledger under the shard lock the free takes anyway, with a
+//    plain add (Ledger::taken).
+//  - the bytes it freed: only while the plan has an `until_freed` rule, the one thing that reads them.
+//  - the job's DeviceCounters (alloc_calls, held, free_calls): shared by every process, one add each.
+// An allocation with no rule matching therefore does five: the job's alloc_calls and held (a
+// compare-and-swap under a cap), the process's call count and held, and the ledger shard's lock; a free
+// four: the shard lock, the job's free_calls and held, the process's held. A peak takes a
+// compare-and-swap only when it rises.
+//
 // Nothing here throws or writes per successful call; events are written for injections (the first 10000 per
 // process, the rest only counted), cap changes, plan changes, the first footprint of each device, start and
 // exit.
@@ -89,6 +108,7 @@ struct AllocDecision {
   bool tracked = false;  // false: the engine takes no part (device out of range, or after exit)
   int device = 0;
   uint64_t reserved = 0;
+  uint64_t process_held = 0;  // the process's bytes on the device once this call's were added
 };
 
 class Engine {
@@ -133,6 +153,9 @@ class Engine {
   ControlBlock* block() const { return cb_; }
   ProcessSlot* slot() const { return slot_; }
   Ledger& ledger() { return ledger_; }
+  // This process's bytes held on a device now (its slot's share of the job's), and their peak.
+  uint64_t held(int device) const noexcept;
+  uint64_t peak(int device) const noexcept;
   size_t rule_count() const noexcept;
   CapCounting cap_counting() const noexcept;
   // Bytes of this process's footprint on `device` that its allocations do not explain, booked as held.
@@ -153,6 +176,9 @@ class Engine {
   void set_cap(int device, uint64_t limit, const char* reason) noexcept;
   void register_process(uint32_t flags, int parent_pid) noexcept;
   void note_device(int device) noexcept;
+  uint64_t hold(int device, uint64_t bytes) noexcept;  // returns the process's bytes held now
+  void unhold(int device, uint64_t bytes) noexcept;
+  void count_freed(uint64_t bytes) noexcept;
   void report_inject(const char* symbol, uint64_t size, int device, const char* rule, const char* reason,
                      int64_t step, Phase phase, uint64_t call) noexcept;
   void write_start_event() noexcept;
@@ -178,10 +204,11 @@ class Engine {
   SpinLock plan_lock_;
   std::atomic<uint32_t> seen_generation_{0};
 
-  Ledger ledger_;
+  Ledger ledger_;  // also counts this process's free calls (Ledger::taken)
   std::atomic<uint64_t> alloc_calls_[kMaxDevices]{};
-  std::atomic<uint64_t> free_calls_[kMaxDevices]{};
   std::atomic<uint64_t> failures_[kMaxDevices]{};
+  std::atomic<uint64_t> peak_[kMaxDevices]{};  // highest slot_->held[d] once the driver gave the bytes
+  std::atomic<uint64_t> freed_{0};  // bytes freed, counted only while a rule needs it (until_freed)
   std::atomic<uint32_t> used_devices_{0};
   std::atomic<uint32_t> physical_known_{0};
   std::atomic<uint64_t> inject_events_{0};

@@ -23,8 +23,9 @@ uint64_t Ledger::mix(uint64_t key) noexcept {
   return key;
 }
 
-Ledger::Table& Ledger::table(Space space, uint64_t key) noexcept {
-  return tables_[static_cast<int>(space)][mix(key) >> 58];  // top 6 bits: shard; low bits: slot
+// `hash` is mix(key), computed once per call: its top 6 bits pick the shard, its low bits the slot.
+Ledger::Table& Ledger::table(Space space, uint64_t hash) noexcept {
+  return tables_[static_cast<int>(space)][hash >> 58];
 }
 
 // calloc/free rather than new: the table must not throw inside a hook.
@@ -47,9 +48,10 @@ bool Ledger::grow(Table& t) noexcept {
   return true;
 }
 
-bool Ledger::insert(Table& t, uint64_t key, const Allocation& a, std::optional<Allocation>& replaced) noexcept {
+bool Ledger::insert(Table& t, uint64_t key, uint64_t hash, const Allocation& a,
+                    std::optional<Allocation>& replaced) noexcept {
   if ((!t.slots || (t.count + 1) * 4 > (t.mask + 1) * 3) && !grow(t)) return false;
-  size_t i = mix(key) & t.mask;
+  size_t i = hash & t.mask;
   while (t.slots[i].key != 0 && t.slots[i].key != key) i = (i + 1) & t.mask;
   if (t.slots[i].key == key) replaced = Allocation{t.slots[i].size, static_cast<int>(t.slots[i].device)};
   else ++t.count;
@@ -57,9 +59,9 @@ bool Ledger::insert(Table& t, uint64_t key, const Allocation& a, std::optional<A
   return true;
 }
 
-bool Ledger::erase(Table& t, uint64_t key, Allocation& out) noexcept {
+bool Ledger::erase(Table& t, uint64_t key, uint64_t hash, Allocation& out) noexcept {
   if (!t.slots) return false;
-  size_t i = mix(key) & t.mask;
+  size_t i = hash & t.mask;
   while (t.slots[i].key != key) {
     if (t.slots[i].key == 0) return false;
     i = (i + 1) & t.mask;
@@ -80,53 +82,44 @@ bool Ledger::erase(Table& t, uint64_t key, Allocation& out) noexcept {
   return true;
 }
 
-void Ledger::count_in(const Allocation& a) noexcept {
-  if (!valid_device(a.device)) return;
-  uint64_t now = held_[a.device].fetch_add(a.size, std::memory_order_relaxed) + a.size;
-  raise_peak(peak_[a.device], now);
-}
-
 std::optional<Allocation> Ledger::record(Space space, uint64_t key, Allocation a) noexcept {
-  if (key == 0) return std::nullopt;
   std::optional<Allocation> replaced;
-  bool stored = false;
-  {
-    Table& t = table(space, key);
-    SpinGuard guard(t.lock);
-    stored = insert(t, key, a, replaced);
-  }
-  if (replaced) release(*replaced);
-  if (stored) count_in(a);
+  if (key == 0) return replaced;
+  uint64_t hash = mix(key);
+  Table& t = table(space, hash);
+  SpinGuard guard(t.lock);
+  insert(t, key, hash, a, replaced);
   return replaced;
 }
 
 std::optional<Allocation> Ledger::take(Space space, uint64_t key) noexcept {
   if (key == 0) return std::nullopt;
   Allocation a;
-  Table& t = table(space, key);
+  uint64_t hash = mix(key);
+  Table& t = table(space, hash);
   SpinGuard guard(t.lock);
-  if (!erase(t, key, a)) return std::nullopt;
+  if (!erase(t, key, hash, a)) return std::nullopt;
+  if (valid_device(a.device)) {
+    std::atomic<uint64_t>& n = t.taken[a.device];
+    n.store(n.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);  // the lock makes this exact
+  }
   return a;
 }
 
 void Ledger::restore(Space space, uint64_t key, Allocation a) noexcept {
   std::optional<Allocation> replaced;
-  Table& t = table(space, key);
+  uint64_t hash = mix(key);
+  Table& t = table(space, hash);
   SpinGuard guard(t.lock);
-  insert(t, key, a, replaced);
+  insert(t, key, hash, a, replaced);
 }
 
-void Ledger::release(const Allocation& a) noexcept {
-  freed_.fetch_add(a.size, std::memory_order_relaxed);
-  if (valid_device(a.device)) held_[a.device].fetch_sub(a.size, std::memory_order_relaxed);
-}
-
-uint64_t Ledger::held(int device) const noexcept {
-  return valid_device(device) ? held_[device].load(std::memory_order_relaxed) : 0;
-}
-
-uint64_t Ledger::peak(int device) const noexcept {
-  return valid_device(device) ? peak_[device].load(std::memory_order_relaxed) : 0;
+uint64_t Ledger::taken(int device) const noexcept {
+  if (!valid_device(device)) return 0;
+  uint64_t n = 0;
+  for (const auto& space : tables_)
+    for (const auto& t : space) n += t.taken[device].load(std::memory_order_relaxed);
+  return n;
 }
 
 uint64_t Ledger::live_count() noexcept {
@@ -158,13 +151,9 @@ void Ledger::clear() noexcept {
       t.slots = nullptr;
       t.mask = 0;
       t.count = 0;
+      for (auto& n : t.taken) n.store(0, std::memory_order_relaxed);
     }
   }
-  for (int d = 0; d < kMaxDevices; ++d) {
-    held_[d].store(0, std::memory_order_relaxed);
-    peak_[d].store(0, std::memory_order_relaxed);
-  }
-  freed_.store(0, std::memory_order_relaxed);
 }
 
 }  // namespace oomh::inject

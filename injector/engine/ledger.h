@@ -1,6 +1,6 @@
 #pragma once
-// The ledger: what one process holds. Per device the bytes held now and their peak, and for every live
-// device pointer or VMM handle the size and device behind it, so that a free knows what it gives back.
+// The ledger: what one process holds. For every live device pointer or VMM handle the size and device
+// behind it, so that a free knows what it gives back.
 //
 // Note [Ledger]
 // Device pointers (cuMemAlloc*, cuMemAllocAsync*) and VMM handles (cuMemCreate) live in separate spaces:
@@ -9,7 +9,13 @@
 // SpinLock: an insert costs no malloc until the shard grows, and 32 threads allocating at once rarely meet
 // on one shard. Key 0 is never recorded (no allocation returns a null pointer or handle).
 //
-// The ledger does not know about caps or the control block: the engine mirrors its changes there.
+// The ledger does not count bytes: the process's bytes held per device are its slot's `held` in the
+// control block (the engine keeps them there, where other processes of the job can see them), and a
+// second count here would cost an atomic read-modify-write per allocation and per free for the same
+// number. What it does count is the frees it served, per device: under the shard lock that a take already
+// holds, with a plain add, so the count costs nothing extra (Note [Counters on the hot path] in engine.h).
+//
+// The ledger does not know about caps or the control block.
 
 #include "spin_lock.h"
 
@@ -38,22 +44,19 @@ class Ledger {
   Ledger(const Ledger&) = delete;
   Ledger& operator=(const Ledger&) = delete;
 
-  // Records a live allocation and counts its bytes as held. When `key` was already live (it was freed
-  // through a path the shim does not see), the old record is replaced, its bytes are given back, and it is
-  // returned so that the caller can mirror that. A record that cannot be stored (out of host memory) is
-  // dropped: the bytes are then never counted.
+  // Records a live allocation. When `key` was already live (it was freed through a path the shim does not
+  // see), the old record is replaced and returned, so that the caller can give its bytes back. A record
+  // that cannot be stored (out of host memory) is dropped: a later free of `key` then finds nothing.
   std::optional<Allocation> record(Space space, uint64_t key, Allocation a) noexcept;
 
-  // Removes a live allocation without giving its bytes back (the real free may still fail).
+  // Removes a live allocation (the real free may still fail) and counts it as taken on its device.
   std::optional<Allocation> take(Space space, uint64_t key) noexcept;
-  // Puts back what take() removed, when the real free failed.
+  // Puts back what take() removed, when the real free failed (it stays counted as taken: a free call
+  // happened).
   void restore(Space space, uint64_t key, Allocation a) noexcept;
-  // Gives back the bytes of an allocation that take() removed and the driver freed.
-  void release(const Allocation& a) noexcept;
 
-  uint64_t held(int device) const noexcept;
-  uint64_t peak(int device) const noexcept;
-  uint64_t freed_total() const noexcept { return freed_.load(std::memory_order_relaxed); }
+  // Allocations of `device` that take() removed so far. Sums the shards: for exit reports, not per call.
+  uint64_t taken(int device) const noexcept;
   uint64_t live_count() noexcept;
 
   // Fork safety: lock every shard before fork(), unlock in both parent and child.
@@ -73,19 +76,18 @@ class Ledger {
     Slot* slots = nullptr;
     size_t mask = 0;  // capacity - 1, capacity a power of two
     size_t count = 0;
+    // Written under `lock` only (a load and a store, no read-modify-write); read by taken() without it.
+    std::atomic<uint64_t> taken[kMaxDevices]{};
   };
 
   static uint64_t mix(uint64_t key) noexcept;
-  Table& table(Space space, uint64_t key) noexcept;
+  Table& table(Space space, uint64_t hash) noexcept;
   static bool grow(Table& t) noexcept;
-  static bool insert(Table& t, uint64_t key, const Allocation& a, std::optional<Allocation>& replaced) noexcept;
-  static bool erase(Table& t, uint64_t key, Allocation& out) noexcept;
-  void count_in(const Allocation& a) noexcept;
+  static bool insert(Table& t, uint64_t key, uint64_t hash, const Allocation& a,
+                     std::optional<Allocation>& replaced) noexcept;
+  static bool erase(Table& t, uint64_t key, uint64_t hash, Allocation& out) noexcept;
 
   Table tables_[2][kShards];
-  std::atomic<uint64_t> held_[kMaxDevices]{};
-  std::atomic<uint64_t> peak_[kMaxDevices]{};
-  std::atomic<uint64_t> freed_{0};
 };
 
 }  // namespace oomh::inject

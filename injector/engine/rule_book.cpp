@@ -28,6 +28,7 @@ RuleBook::RuleBook(std::vector<Rule> rules, uint64_t seed)
     // Each rule draws from its own stream, so adding a rule does not change another rule's draws.
     states_[i].rng = seed ^ ((i + 1) * 0xD1B54A32D192ED03ull);
     needs_time_ = needs_time_ || rules_[i].when.after_s > 0;
+    needs_freed_ = needs_freed_ || rules_[i].fail.kind == Duration::until_freed;
   }
 }
 

@@ -39,7 +39,7 @@ struct CallFacts {
   int64_t step = kUnknownStep;
   Phase phase = Phase::none;
   double elapsed_s = 0;      // since the process started
-  uint64_t freed_total = 0;  // bytes the process has freed so far
+  uint64_t freed_total = 0;  // bytes the process has freed so far (only differences are used: see needs_freed)
 };
 
 uint64_t splitmix64(uint64_t& state) noexcept;
@@ -56,6 +56,8 @@ class RuleBook {
   const Rule& rule(size_t i) const { return rules_[i]; }
   // True when some rule filters on time (the caller then measures elapsed_s).
   bool needs_time() const { return needs_time_; }
+  // True when some rule fails `until_freed` (the caller then counts the bytes freed for freed_total).
+  bool needs_freed() const { return needs_freed_; }
 
   // Fork safety (Note [Fork safety] in engine.h).
   void lock_all() noexcept;
@@ -79,6 +81,7 @@ class RuleBook {
   std::vector<Rule> rules_;
   std::unique_ptr<State[]> states_;
   bool needs_time_ = false;
+  bool needs_freed_ = false;
 };
 
 bool target_matches(const RuleWhen& w, const CallFacts& call) noexcept;

@@ -216,13 +216,11 @@ void remember_real(int index, void* p) {
 }
 
 // `report`: say once on stderr when the real function is missing (a call needs it, not a comparison).
-void* resolve(int index, bool report = true) {
-  void* p = g_real[index].load(std::memory_order_acquire);
-  if (p) return p;
+__attribute__((noinline, cold)) void* resolve_slow(int index, bool report) {
   const HookSpec& spec = kHookTable[index];
   void* lib = spec.library == HookLibrary::cuda ? libcuda() : libnvml();
   if (lib) remember_real(index, real_dlsym()(lib, spec.name));
-  p = g_real[index].load(std::memory_order_acquire);
+  void* p = g_real[index].load(std::memory_order_acquire);
   if (!p && report && !g_missing_reported[index].exchange(true)) {
     say("%s: the real %s was not found (%s); the call fails", spec.name, spec.name,
         lib ? "the driver does not export it" : "libcuda.so.1 cannot be loaded");
@@ -230,9 +228,27 @@ void* resolve(int index, bool report = true) {
   return p;
 }
 
+// Once resolved, a real function costs one load.
+inline void* resolve(int index, bool report = true) {
+  void* p = g_real[index].load(std::memory_order_acquire);
+  return p ? p : resolve_slow(index, report);
+}
+
+// An entry of kHookTable, found by name at compile time. Every hook calls real_fn, so looking the name up at
+// run time (a string compare per table entry, ~300 instructions for cuMemFree_v2) cost more per call than
+// the rest of the hook. The constructor is consteval: a name that is not in the table does not compile (the
+// throw is never evaluated at run time).
+struct HookId {
+  consteval HookId(const char* entry) : index(hook_index(entry)) {
+    if (index < 0) throw "not an entry of kHookTable";
+  }
+  const char* name() const { return kHookTable[index].name; }
+  int index;
+};
+
 template <typename Fn>
-Fn real_fn(const char* name) {
-  return reinterpret_cast<Fn>(resolve(hook_index(name)));
+Fn real_fn(HookId id) {
+  return reinterpret_cast<Fn>(resolve(id.index));
 }
 
 // ---- Start-up (Note [Start-up]).
@@ -472,8 +488,8 @@ int nvml_cuda_ordinal(nvmlDevice_t device) {
 // Both NVML memory queries: the real answer, then total and free capped for the CUDA device it maps to.
 // Returns true when `memory` was capped (the caller then fixes the fields its struct version adds).
 template <class Memory>
-bool cap_nvml_memory(const char* name, nvmlDevice_t device, Memory* memory, nvmlReturn_t& rc) {
-  auto real = real_fn<nvmlReturn_t (*)(nvmlDevice_t, Memory*)>(name);
+bool cap_nvml_memory(HookId id, nvmlDevice_t device, Memory* memory, nvmlReturn_t& rc) {
+  auto real = real_fn<nvmlReturn_t (*)(nvmlDevice_t, Memory*)>(id);
   if (!real) {
     rc = 999;  // NVML_ERROR_UNKNOWN
     return false;
@@ -623,30 +639,30 @@ OOMH_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsig
 
 namespace {
 template <typename Fn>
-CUresult alloc_async(const char* symbol, CUdeviceptr* dptr, size_t bytesize, CUstream stream) {
-  auto real = real_fn<Fn>(symbol);
+CUresult alloc_async(HookId id, CUdeviceptr* dptr, size_t bytesize, CUstream stream) {
+  auto real = real_fn<Fn>(id);
   if (!real) return missing();
   Engine* e = engine();
   if (!e) return real(dptr, bytesize, stream);
-  return intercept_alloc(*e, Entry::mem_alloc_async, symbol, current_device(), bytesize, Space::device_pointer,
+  return intercept_alloc(*e, Entry::mem_alloc_async, id.name(), current_device(), bytesize, Space::device_pointer,
                          [&] { return real(dptr, bytesize, stream); }, [&] { return static_cast<uint64_t>(*dptr); },
                          [&] { return static_cast<uint64_t>(bytesize); });
 }
 
 template <typename Fn>
-CUresult alloc_from_pool(const char* symbol, CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CUstream stream) {
-  auto real = real_fn<Fn>(symbol);
+CUresult alloc_from_pool(HookId id, CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CUstream stream) {
+  auto real = real_fn<Fn>(id);
   if (!real) return missing();
   Engine* e = engine();
   if (!e) return real(dptr, bytesize, pool, stream);
-  return intercept_alloc(*e, Entry::mem_alloc_from_pool_async, symbol, current_device(), bytesize, Space::device_pointer,
+  return intercept_alloc(*e, Entry::mem_alloc_from_pool_async, id.name(), current_device(), bytesize, Space::device_pointer,
                          [&] { return real(dptr, bytesize, pool, stream); },
                          [&] { return static_cast<uint64_t>(*dptr); }, [&] { return static_cast<uint64_t>(bytesize); });
 }
 
 template <typename Fn>
-CUresult free_async(const char* symbol, CUdeviceptr dptr, CUstream stream) {
-  auto real = real_fn<Fn>(symbol);
+CUresult free_async(HookId id, CUdeviceptr dptr, CUstream stream) {
+  auto real = real_fn<Fn>(id);
   if (!real) return missing();
   Engine* e = engine();
   if (!e) return real(dptr, stream);

@@ -289,6 +289,8 @@ TEST_F(FreshProcess, CallsBeforeCuInitFailNotInitialized) {
         CHILD_EXPECT_EQ(a.device_count(&count), CUDA_ERROR_NOT_INITIALIZED);
         CHILD_EXPECT_EQ(a.alloc(&p, 1024), CUDA_ERROR_NOT_INITIALIZED);
         CHILD_EXPECT_EQ(a.free(0x1000), CUDA_ERROR_NOT_INITIALIZED);
+        CUdevice dev = -1;
+        CHILD_EXPECT_EQ(a.ctx_device(&dev), CUDA_ERROR_NOT_INITIALIZED);
         CHILD_EXPECT_EQ(a.driver_version(&version), CUDA_SUCCESS);  // allowed before cuInit, as in the driver
         CHILD_EXPECT_EQ(version, 13000);
         CHILD_EXPECT_EQ(a.init(1), CUDA_ERROR_INVALID_VALUE);
@@ -394,6 +396,51 @@ TEST_F(Driver, ContextStackFollowsTheDriversRules) {
   EXPECT_EQ(api().alloc(&p, 1024), CUDA_ERROR_INVALID_CONTEXT);
   EXPECT_EQ(api().mem_info(&free, &total), CUDA_ERROR_INVALID_CONTEXT);
   EXPECT_EQ(api().pop(&popped), CUDA_ERROR_INVALID_CONTEXT);
+}
+
+TEST_F(Driver, DestroyingAContextBelowTheTopKeepsTheRestInOrder) {
+  CUcontext created = nullptr, primary1 = nullptr, current = nullptr, popped = nullptr;
+  ASSERT_EQ(api().ctx_create(&created, nullptr, 0, 1), CUDA_SUCCESS);  // [primary 0, created]
+  ASSERT_EQ(api().retain(&primary1, 1), CUDA_SUCCESS);
+  retained_.push_back(1);
+  ASSERT_EQ(api().push(primary1), CUDA_SUCCESS);  // [primary 0, created, primary 1]
+  ASSERT_EQ(api().ctx_destroy(created), CUDA_SUCCESS);
+  ASSERT_EQ(api().get_current(&current), CUDA_SUCCESS);
+  EXPECT_EQ(current, primary1);
+  ASSERT_EQ(api().pop(&popped), CUDA_SUCCESS);
+  EXPECT_EQ(popped, primary1);
+  CUdevice dev = -1;
+  ASSERT_EQ(api().ctx_device(&dev), CUDA_SUCCESS);
+  EXPECT_EQ(dev, 0);  // the destroyed one is gone from the middle
+  // cuCtxSetCurrent replaces the top only.
+  ASSERT_EQ(api().push(primary1), CUDA_SUCCESS);
+  ASSERT_EQ(api().set_current(primary1), CUDA_SUCCESS);
+  ASSERT_EQ(api().pop(&popped), CUDA_SUCCESS);
+  ASSERT_EQ(api().ctx_device(&dev), CUDA_SUCCESS);
+  EXPECT_EQ(dev, 0);
+}
+
+// The current context belongs to the thread (the double keeps it thread-local, without a lock, as the
+// driver does): a new thread starts with none, and what it makes current is its own.
+TEST_F(Driver, TheCurrentContextIsPerThread) {
+  CUresult in_new_thread = CUDA_SUCCESS, after_set = CUDA_ERROR_UNKNOWN;
+  CUdevice seen = -1;
+  std::thread other([&] {
+    CUdevice dev = -1;
+    in_new_thread = api().ctx_device(&dev);
+    CUcontext ctx = nullptr;
+    if (api().retain(&ctx, 1) != CUDA_SUCCESS || api().set_current(ctx) != CUDA_SUCCESS) return;
+    after_set = api().ctx_device(&seen);
+    api().set_current(nullptr);
+    api().release(1);
+  });
+  other.join();
+  EXPECT_EQ(in_new_thread, CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(after_set, CUDA_SUCCESS);
+  EXPECT_EQ(seen, 1);
+  CUdevice here = -1;
+  ASSERT_EQ(api().ctx_device(&here), CUDA_SUCCESS);
+  EXPECT_EQ(here, 0);  // this thread's context did not move
 }
 
 // --- memory --------------------------------------------------------------------------------------------

@@ -83,9 +83,41 @@ bool is_special_stream(CUstream s) { return s == nullptr || s == CU_STREAM_LEGAC
 
 }  // namespace
 
-std::vector<Context*>& context_stack() {
-  thread_local std::vector<Context*> stack;
-  return stack;
+namespace {
+constinit thread_local ContextStack t_context_stack;  // trivially destructible: no guard on access
+}  // namespace
+
+ContextStack& context_stack() { return t_context_stack; }
+
+std::vector<Context*>& ContextStack::below() {
+  thread_local std::vector<Context*> contexts;
+  return contexts;
+}
+
+void ContextStack::push(Context* c) {
+  if (top_) below().push_back(top_);
+  top_ = c;
+}
+
+void ContextStack::pop() {
+  if (!top_) return;
+  std::vector<Context*>& rest = below();
+  if (rest.empty()) {
+    top_ = nullptr;
+  } else {
+    top_ = rest.back();
+    rest.pop_back();
+  }
+}
+
+void ContextStack::set_top(Context* c) {
+  if (!c) pop();
+  else top_ = c;
+}
+
+void ContextStack::remove(Context* c) {
+  std::erase(below(), c);
+  if (top_ == c) pop();
 }
 
 Driver& Driver::get() {
@@ -96,7 +128,7 @@ Driver& Driver::get() {
 CUresult Driver::init(unsigned int flags) {
   if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard lock(mu_);
-  if (initialized_) return CUDA_SUCCESS;
+  if (initialized_.load(std::memory_order_relaxed)) return CUDA_SUCCESS;
   uint64_t memory = 0;
   int devices = 0;
   if (!read_memory(memory) || !read_devices(devices) || !read_context_memory(context_memory_)) return CUDA_ERROR_INVALID_VALUE;
@@ -108,14 +140,11 @@ CUresult Driver::init(unsigned int flags) {
     primaries_[static_cast<size_t>(d)] = Context{d, true};
     default_pools_[static_cast<size_t>(d)] = Pool{d, true};
   }
-  initialized_ = true;
+  initialized_.store(true, std::memory_order_release);
   return CUDA_SUCCESS;
 }
 
-bool Driver::initialized() const {
-  std::lock_guard lock(mu_);
-  return initialized_;
-}
+bool Driver::initialized() const { return initialized_.load(std::memory_order_acquire); }
 
 // --- contexts -------------------------------------------------------------------------------------------
 
@@ -181,7 +210,7 @@ CUresult Driver::create_context(CUdevice d, CUcontext* out) {
     }
     contexts_.insert(ctx);
   }
-  context_stack().push_back(ctx);  // cuCtxCreate makes the new context current
+  context_stack().push(ctx);  // cuCtxCreate makes the new context current
   *out = reinterpret_cast<CUcontext>(ctx);
   return CUDA_SUCCESS;
 }
@@ -193,24 +222,20 @@ CUresult Driver::destroy_context(CUcontext handle) {
     if (!contexts_.erase(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
     drop_context(ctx->device);
   }
-  auto& stack = context_stack();
-  std::erase(stack, ctx);
+  context_stack().remove(ctx);
   delete ctx;
   return CUDA_SUCCESS;
 }
 
-bool Driver::valid_context(CUcontext handle) {
-  auto* ctx = reinterpret_cast<Context*>(handle);
-  if (!ctx) return false;
-  if (ctx >= primaries_.data() && ctx < primaries_.data() + device_count_) return true;
+bool Driver::valid_created_context(Context* ctx) {
   std::lock_guard lock(mu_);
   return contexts_.count(ctx) != 0;
 }
 
 CUresult Driver::current_device(int& device) {
-  auto& stack = context_stack();
-  if (stack.empty() || !valid_context(reinterpret_cast<CUcontext>(stack.back()))) return CUDA_ERROR_INVALID_CONTEXT;
-  device = stack.back()->device;
+  Context* current = context_stack().top();
+  if (!current || !valid_context(reinterpret_cast<CUcontext>(current))) return CUDA_ERROR_INVALID_CONTEXT;
+  device = current->device;
   return CUDA_SUCCESS;
 }
 
@@ -218,9 +243,9 @@ CUresult Driver::current_device(int& device) {
 
 CUresult Driver::create_stream(CUstream* out) {
   if (!out) return CUDA_ERROR_INVALID_VALUE;
-  auto& stack = context_stack();
-  if (stack.empty()) return CUDA_ERROR_INVALID_CONTEXT;
-  auto* s = new Stream{stack.back()};
+  Context* current = context_stack().top();
+  if (!current) return CUDA_ERROR_INVALID_CONTEXT;
+  auto* s = new Stream{current};
   std::lock_guard lock(mu_);
   streams_.insert(s);
   *out = reinterpret_cast<CUstream>(s);

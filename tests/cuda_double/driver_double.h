@@ -12,7 +12,11 @@
 // Memory is host memory: every allocation is an anonymous MAP_NORESERVE mapping that is never touched here,
 // so an 8 GiB "device" costs nothing until a program writes to it. Sizes are rounded up to 512 bytes the way
 // the driver rounds cuMemAlloc, and each device's bytes in use are counted against CUDA_DOUBLE_MEMORY.
-// One mutex guards everything: the double is not the shim, and simple is worth more here than fast.
+// One mutex guards the driver's shared state: the double is not the shim, and simple is worth more here than
+// fast. Two things stay off it, as in the driver: the current context is per thread (a thread-local stack,
+// so cuCtxGetDevice on a primary context takes no lock), and "is cuInit done" is one atomic flag that cuInit
+// sets last. Every allocation asks both, and so does the shim's hook (for the device), so a lock there would
+// be charged twice to every hooked call and make the shim look slower than it is against the real driver.
 //
 // Like the driver, a context takes device memory of its own: CUDA_DOUBLE_CONTEXT_MEMORY bytes from when a
 // device's first context (primary or created) exists in the process until its last one goes, shown in
@@ -24,6 +28,7 @@
 
 #include <cuda.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -92,7 +97,10 @@ class Driver {
   CUresult primary_state(CUdevice d, unsigned int* flags, int* active);
   CUresult create_context(CUdevice d, CUcontext* out);
   CUresult destroy_context(CUcontext ctx);
-  bool valid_context(CUcontext ctx);
+  bool valid_context(CUcontext ctx) {
+    auto* c = reinterpret_cast<Context*>(ctx);
+    return c && (is_primary(c) || valid_created_context(c));
+  }
   // The current context's device, or CUDA_ERROR_INVALID_CONTEXT when there is none.
   CUresult current_device(int& device);
 
@@ -128,6 +136,8 @@ class Driver {
 
  private:
   Driver() = default;
+  bool is_primary(const Context* c) const { return c >= primaries_.data() && c < primaries_.data() + device_count_; }
+  bool valid_created_context(Context* c);  // one cuCtxCreate made and nobody destroyed yet
   CUresult charge(int device, size_t bytes);  // counts bytes against the device, or OUT_OF_MEMORY
   void refund(int device, size_t bytes);
   // A device's contexts (primary retained or created) come and go: its context memory follows the count.
@@ -137,7 +147,7 @@ class Driver {
   bool inside_reservation(CUdeviceptr ptr, size_t size) const;
 
   mutable std::mutex mu_;
-  bool initialized_ = false;
+  std::atomic<bool> initialized_{false};  // set last by init(), with release: what init wrote is then visible
   int device_count_ = 0;
   uint64_t total_memory_ = 0;
   uint64_t context_memory_ = 0;
@@ -156,7 +166,25 @@ class Driver {
   std::map<CUdeviceptr, Mapping> mappings_;
 };
 
-// The per-thread context stack.
-std::vector<Context*>& context_stack();
+// The calling thread's context stack, under the driver's rules (cuCtxPushCurrent/PopCurrent push and pop,
+// cuCtxSetCurrent replaces the top, NULL pops). Its top, the current context, is read by every allocation
+// and by every cuCtxGetDevice (the shim asks it on each hooked allocation), so it is a plain thread-local
+// pointer: reading it takes no lock and no thread-local guard (a thread_local with a destructor costs a
+// guard check and a second TLS lookup on every access). The contexts below the top, which only a push or a
+// pop touches, sit in a thread-local vector.
+class ContextStack {
+ public:
+  Context* top() const { return top_; }  // nullptr: no current context
+  void push(Context* c);
+  void pop();
+  void set_top(Context* c);  // on an empty stack, a push
+  void remove(Context* c);   // every entry that is `c` (a destroyed context)
+
+ private:
+  static std::vector<Context*>& below();
+  Context* top_ = nullptr;
+};
+
+ContextStack& context_stack();
 
 }  // namespace cuda_double

@@ -209,23 +209,15 @@ DRIVER_API cuCtxDestroy(CUcontext ctx) { return cuCtxDestroy_v2(ctx); }
 // Replaces the top of the calling thread's context stack; NULL pops it (the driver's documented rule).
 DRIVER_API cuCtxSetCurrent(CUcontext ctx) {
   REQUIRE_INIT();
-  auto& stack = cuda_double::context_stack();
-  if (ctx == nullptr) {
-    if (!stack.empty()) stack.pop_back();
-    return CUDA_SUCCESS;
-  }
-  if (!drv().valid_context(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
-  auto* c = reinterpret_cast<cuda_double::Context*>(ctx);
-  if (stack.empty()) stack.push_back(c);
-  else stack.back() = c;
+  if (ctx != nullptr && !drv().valid_context(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+  cuda_double::context_stack().set_top(reinterpret_cast<cuda_double::Context*>(ctx));
   return CUDA_SUCCESS;
 }
 
 DRIVER_API cuCtxGetCurrent(CUcontext* pctx) {
   REQUIRE_INIT();
   if (!pctx) return CUDA_ERROR_INVALID_VALUE;
-  auto& stack = cuda_double::context_stack();
-  *pctx = stack.empty() ? nullptr : reinterpret_cast<CUcontext>(stack.back());
+  *pctx = reinterpret_cast<CUcontext>(cuda_double::context_stack().top());
   return CUDA_SUCCESS;
 }
 
@@ -249,17 +241,17 @@ DRIVER_API cuCtxGetDevice_v2(CUdevice* device, CUcontext ctx) {
 DRIVER_API cuCtxPushCurrent_v2(CUcontext ctx) {
   REQUIRE_INIT();
   if (!drv().valid_context(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
-  cuda_double::context_stack().push_back(reinterpret_cast<cuda_double::Context*>(ctx));
+  cuda_double::context_stack().push(reinterpret_cast<cuda_double::Context*>(ctx));
   return CUDA_SUCCESS;
 }
 DRIVER_API cuCtxPushCurrent(CUcontext ctx) { return cuCtxPushCurrent_v2(ctx); }
 
 DRIVER_API cuCtxPopCurrent_v2(CUcontext* pctx) {
   REQUIRE_INIT();
-  auto& stack = cuda_double::context_stack();
-  if (stack.empty()) return CUDA_ERROR_INVALID_CONTEXT;
-  if (pctx) *pctx = reinterpret_cast<CUcontext>(stack.back());
-  stack.pop_back();
+  cuda_double::ContextStack& stack = cuda_double::context_stack();
+  if (!stack.top()) return CUDA_ERROR_INVALID_CONTEXT;
+  if (pctx) *pctx = reinterpret_cast<CUcontext>(stack.top());
+  stack.pop();
   return CUDA_SUCCESS;
 }
 DRIVER_API cuCtxPopCurrent(CUcontext* pctx) { return cuCtxPopCurrent_v2(pctx); }

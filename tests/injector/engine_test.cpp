@@ -187,7 +187,8 @@ TEST(Engine, AFailedDriverCallGivesTheReservationBack) {
   d = e.begin_alloc(Entry::mem_alloc_pitch, "cuMemAllocPitch_v2", 0, 1000);
   e.end_alloc(d, true, Space::device_pointer, 0x20, 1024);
   EXPECT_EQ(block.get()->devices[0].held.load(), 1024u);
-  EXPECT_EQ(e.ledger().held(0), 1024u);
+  EXPECT_EQ(e.held(0), 1024u);
+  EXPECT_EQ(e.slot()->held[0].load(), 1024u);
 }
 
 TEST(Engine, CapScheduleChangesAtAStep) {
@@ -313,6 +314,72 @@ TEST(Engine, FinishGivesTheProcessBytesBackToTheJob) {
   EXPECT_FALSE(a.begin_alloc(Entry::mem_alloc, "cuMemAlloc_v2", 1, 1).tracked);
   release(a, 0x1);
   EXPECT_EQ(block.get()->devices[1].held.load(), 2 * MiB);
+}
+
+TEST(Engine, ProcessHeldAndPeakAreWhatTheDriverGave) {
+  Block block;
+  EventFile events;
+  EngineSetup s = setup(block.get(), events.fd());
+  s.option_caps = parse_cap_option("0=100MiB").caps;
+  Engine e(std::move(s));
+  ASSERT_TRUE(allocate(e, 0x1, 3 * MiB));
+  ASSERT_TRUE(allocate(e, 0x2, 2 * MiB));
+  EXPECT_EQ(e.held(0), 5 * MiB);
+  EXPECT_EQ(e.peak(0), 5 * MiB);
+  release(e, 0x1);
+  EXPECT_EQ(e.held(0), 2 * MiB);
+  EXPECT_EQ(e.slot()->held[0].load(), 2 * MiB);  // the process's held is its slot's share, nothing else
+  // A reservation that the driver then refuses never was memory the process held: not a peak.
+  AllocDecision d = e.begin_alloc(Entry::mem_alloc, "cuMemAlloc_v2", 0, 90 * MiB);
+  ASSERT_FALSE(d.fail);
+  EXPECT_EQ(e.held(0), 92 * MiB);  // reserved while the driver works on it
+  e.end_alloc(d, false, Space::device_pointer, 0, 0);
+  EXPECT_EQ(e.held(0), 2 * MiB);
+  EXPECT_EQ(e.peak(0), 5 * MiB);
+  // A pointer the driver hands out again (freed behind the shim's back) replaces its old record.
+  ASSERT_TRUE(allocate(e, 0x2, 4 * MiB));
+  EXPECT_EQ(e.held(0), 4 * MiB);
+  EXPECT_EQ(e.peak(0), 5 * MiB);
+  ASSERT_TRUE(allocate(e, 0x3, 3 * MiB));
+  EXPECT_EQ(e.peak(0), 7 * MiB);
+  // A free the driver refuses is still a free call.
+  auto taken = e.begin_free(Space::device_pointer, 0x3);
+  e.end_free(Space::device_pointer, 0x3, taken, false);
+  release(e, 0x3);
+  e.begin_free(Space::device_pointer, 0x999);  // unknown to the shim: not counted
+  e.finish();
+  auto exits = events.read("shim_exit");
+  ASSERT_EQ(exits.size(), 1u);
+  const auto& f = exits[0]["fields"];
+  EXPECT_EQ(f["alloc_calls"], 5);
+  EXPECT_EQ(f["free_calls"], 3);
+  EXPECT_EQ(f["held"], 4 * MiB);
+  EXPECT_EQ(f["peak"], 7 * MiB);
+  EXPECT_EQ(f["job_peak"], 92 * MiB);  // the job's peak counts reservations (Note [Caps across processes])
+  EXPECT_EQ(block.get()->devices[0].free_calls.load(), 3u);
+}
+
+TEST(Engine, UntilFreedCountsTheProcessFrees) {
+  Block block;
+  EngineSetup s = setup(block.get());
+  // Fails device 0's second call, then every device 0 call until the process freed 4 MiB + 512 bytes.
+  s.plan = plan(R"({"rules":[{"when":{"nth":2,"device":0},"fail":{"until_freed":4194816}}]})");
+  Engine e(std::move(s));
+  ASSERT_TRUE(allocate(e, 0x1, 2 * MiB));
+  ASSERT_TRUE(allocate(e, 0x2, 2 * MiB, 1));
+  ASSERT_TRUE(allocate(e, 0x3, 512, 1));
+  release(e, 0x1);                  // freed before the trigger: does not count towards it
+  ASSERT_TRUE(allocate(e, 0x1, 2 * MiB, 1));
+  EXPECT_FALSE(allocate(e, 0x4, 1));  // the trigger
+  release(e, 0x1);
+  EXPECT_FALSE(allocate(e, 0x4, 1));  // 2 MiB freed
+  auto taken = e.begin_free(Space::device_pointer, 0x2);
+  e.end_free(Space::device_pointer, 0x2, taken, false);
+  EXPECT_FALSE(allocate(e, 0x4, 1));  // a free the driver refused frees nothing
+  release(e, 0x2);
+  EXPECT_FALSE(allocate(e, 0x4, 1));  // 4 MiB freed: 512 bytes short
+  ASSERT_TRUE(allocate(e, 0x3, 1000, 1));  // the driver handed 0x3 out again: its old 512 bytes were freed
+  EXPECT_TRUE(allocate(e, 0x4, 1));
 }
 
 TEST(Engine, ManyThreadsKeepExactTotals) {
