@@ -13,19 +13,19 @@ MemInfo capped_mem_info(uint64_t real_free, uint64_t real_total, uint64_t cap, u
   return m;
 }
 
-bool reserve_bytes(DeviceCounters& device, uint64_t size) noexcept {
+bool reserve_bytes(DeviceCounters& device, uint64_t size, uint64_t* held_after) noexcept {
   uint64_t cap = device.cap.load(std::memory_order_relaxed);
-  if (cap == 0) {  // no cap: one add, nothing to check
-    raise_peak(device.peak, device.held.fetch_add(size, std::memory_order_relaxed) + size);
-    return true;
-  }
-  uint64_t held = device.held.load(std::memory_order_relaxed);
   uint64_t now = 0;
-  do {
-    now = held + size;
-    if (now < held || now > cap) return false;
-  } while (!device.held.compare_exchange_weak(held, now, std::memory_order_relaxed));
-  raise_peak(device.peak, now);
+  if (cap == 0) {  // no cap: one add, nothing to check
+    now = device.held.fetch_add(size, std::memory_order_relaxed) + size;
+  } else {
+    uint64_t held = device.held.load(std::memory_order_relaxed);
+    do {
+      now = held + size;
+      if (now < held || now > cap) return false;
+    } while (!device.held.compare_exchange_weak(held, now, std::memory_order_relaxed));
+  }
+  if (held_after) *held_after = now;
   return true;
 }
 

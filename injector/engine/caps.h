@@ -32,8 +32,9 @@ struct MemInfo {
 MemInfo capped_mem_info(uint64_t real_free, uint64_t real_total, uint64_t cap, uint64_t job_held) noexcept;
 
 // Reserves `size` bytes on the job's shared counters unless that would pass the cap. Returns false (and
-// changes nothing) when it would.
-bool reserve_bytes(DeviceCounters& device, uint64_t size) noexcept;
+// changes nothing) when it would. `held_after` gets the job's held bytes with this reservation in: the
+// peak is raised from it once the driver gave the memory (a reservation it refused never was held).
+bool reserve_bytes(DeviceCounters& device, uint64_t size, uint64_t* held_after = nullptr) noexcept;
 // Gives back bytes that reserve_bytes (or a record) added.
 void release_bytes(DeviceCounters& device, uint64_t size) noexcept;
 

@@ -317,10 +317,10 @@ AllocDecision Engine::begin_alloc(Entry entry, const char* symbol, int device, u
 
   bool footprint = footprint_on_.load(std::memory_order_relaxed);
   if (footprint) refresh_footprint(device, kFootprintMaxAge);
-  bool reserved = reserve_bytes(dc, size);
+  bool reserved = reserve_bytes(dc, size, &d.job_held);
   if (!reserved && footprint) {  // a refusal for the cap is decided on a fresh footprint
     refresh_footprint(device, 0);
-    reserved = reserve_bytes(dc, size);
+    reserved = reserve_bytes(dc, size, &d.job_held);
   }
   if (!reserved) {
     dc.cap_failures.fetch_add(1, std::memory_order_relaxed);
@@ -355,9 +355,10 @@ void Engine::end_alloc(const AllocDecision& d, bool succeeded, Space space, uint
   // The driver may round (cuMemAllocPitch's pitch): book what it really gave. Rounding up can pass the cap
   // by less than one row; the allocation already happened, so it is counted, not refused.
   uint64_t process_held = d.process_held;
+  uint64_t job_held = d.job_held;
   if (actual_size > d.reserved) {
     uint64_t extra = actual_size - d.reserved;
-    raise_peak(dc.peak, dc.held.fetch_add(extra, std::memory_order_relaxed) + extra);
+    job_held = dc.held.fetch_add(extra, std::memory_order_relaxed) + extra;
     process_held = hold(d.device, extra);
   } else if (actual_size < d.reserved) {
     release_bytes(dc, d.reserved - actual_size);
@@ -371,8 +372,9 @@ void Engine::end_alloc(const AllocDecision& d, bool succeeded, Space space, uint
     count_freed(replaced->size);
     if (replaced->device == d.device) process_held -= std::min(process_held, replaced->size);
   }
-  // The process's peak counts what the driver gave, not a reservation that it then refused.
+  // Peaks count what the driver gave, not a reservation that it then refused.
   raise_peak(peak_[d.device], process_held);
+  raise_peak(dc.peak, job_held);
 }
 
 std::optional<Allocation> Engine::begin_free(Space space, uint64_t key) noexcept {

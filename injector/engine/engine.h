@@ -49,9 +49,9 @@
 // as much as a few dozen other instructions, so each number the engine keeps is kept once, with the fewest:
 //  - the bytes the process holds per device: its ProcessSlot::held in the control block, where an exec'd
 //    successor (and whoever gives back a dead process's bytes) finds them; the ledger does not count
-//    bytes. The process's peak is raised from the value that add returned, once the driver gave the
-//    memory (a reservation it refused never was memory the process held; the job's peak, Note [Caps
-//    across processes], does count reservations).
+//    bytes. The process's peak is raised from the value that add returned, and the job's peak from the
+//    value its reservation returned, both once the driver gave the memory (a reservation it refused
+//    never was memory the job held: beside a real reservation, a batch the GPU refused is not a peak).
 //  - its allocation calls per device: alloc_calls_, one add per call, whose result is the running number
 //    `call` of an inject event (a number no other call of the process gets).
 //  - its free calls per device: counted by the ledger under the shard lock the free takes anyway, with a
@@ -109,6 +109,7 @@ struct AllocDecision {
   int device = 0;
   uint64_t reserved = 0;
   uint64_t process_held = 0;  // the process's bytes on the device once this call's were added
+  uint64_t job_held = 0;      // the job's, likewise: its peak is raised from this once the driver succeeded
 };
 
 class Engine {

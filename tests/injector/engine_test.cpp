@@ -316,7 +316,7 @@ TEST(Engine, FinishGivesTheProcessBytesBackToTheJob) {
   EXPECT_EQ(block.get()->devices[1].held.load(), 2 * MiB);
 }
 
-TEST(Engine, ProcessHeldAndPeakAreWhatTheDriverGave) {
+TEST(Engine, ProcessAndJobHeldAndPeakAreWhatTheDriverGave) {
   Block block;
   EventFile events;
   EngineSetup s = setup(block.get(), events.fd());
@@ -333,9 +333,11 @@ TEST(Engine, ProcessHeldAndPeakAreWhatTheDriverGave) {
   AllocDecision d = e.begin_alloc(Entry::mem_alloc, "cuMemAlloc_v2", 0, 90 * MiB);
   ASSERT_FALSE(d.fail);
   EXPECT_EQ(e.held(0), 92 * MiB);  // reserved while the driver works on it
+  EXPECT_EQ(block.get()->devices[0].held.load(), 92 * MiB);
   e.end_alloc(d, false, Space::device_pointer, 0, 0);
   EXPECT_EQ(e.held(0), 2 * MiB);
   EXPECT_EQ(e.peak(0), 5 * MiB);
+  EXPECT_EQ(block.get()->devices[0].peak.load(), 5 * MiB);  // the job's peak neither
   // A pointer the driver hands out again (freed behind the shim's back) replaces its old record.
   ASSERT_TRUE(allocate(e, 0x2, 4 * MiB));
   EXPECT_EQ(e.held(0), 4 * MiB);
@@ -355,7 +357,7 @@ TEST(Engine, ProcessHeldAndPeakAreWhatTheDriverGave) {
   EXPECT_EQ(f["free_calls"], 3);
   EXPECT_EQ(f["held"], 4 * MiB);
   EXPECT_EQ(f["peak"], 7 * MiB);
-  EXPECT_EQ(f["job_peak"], 92 * MiB);  // the job's peak counts reservations (Note [Caps across processes])
+  EXPECT_EQ(f["job_peak"], 7 * MiB);
   EXPECT_EQ(block.get()->devices[0].free_calls.load(), 3u);
 }
 
