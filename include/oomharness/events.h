@@ -58,6 +58,7 @@ inline constexpr const char* kProbeExit = "probe_exit";    // reason
 inline constexpr const char* kAttemptStart = "attempt_start";  // attempt, argv
 inline constexpr const char* kAttemptExit = "attempt_exit";    // attempt, code, signal, timed_out, oom_message
 inline constexpr const char* kObserved = "observed";           // key, value, stream, line  (a stdout/stderr regex hit)
+inline constexpr const char* kReclaimed = "reclaimed";         // pid, device, bytes (a dead process's bytes given back)
 
 inline double now_seconds() {
   timespec ts{};

@@ -49,6 +49,7 @@
 #include "exec/boost_process.h"
 
 #include "exec/cpu_share.h"
+#include "exec/dead_processes.h"
 #include "exec/gpu_packing.h"
 #include "exec/launch.h"
 #include "exec/output.h"
@@ -730,6 +731,9 @@ void JobRunner::Impl::arm_sampler() {
 // Records the devices the job used. Beyond kMaxSamples the series is thinned (every other sample kept)
 // and later samples are taken at half the rate, so a long job keeps an even, bounded record.
 void JobRunner::Impl::sample(AttemptRun& r, bool last) {
+  // Note [Bytes of dead processes]: before the figures are read, so that they no longer count them.
+  for (const Reclaimed& g : reclaim_dead_processes(*r.cb))
+    r.attempt.events.push_back(runner_event(events::kReclaimed, now(), {{"pid", g.pid}, {"device", g.device}, {"bytes", g.bytes}}));
   const ControlBlock* cb = r.cb;
   if (!last && (r.tick++ % r.stride) != 0) return;
   double t = now();

@@ -2,6 +2,9 @@
 
 #include "oomharness/runner/job_runner.h"
 
+#include "exec/dead_processes.h"
+#include "oomharness/control_block.h"
+
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -13,6 +16,7 @@
 #include <thread>
 
 #include <dirent.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gmock/gmock.h>
@@ -587,6 +591,32 @@ TEST(ReservationSidecar, LeaveHoldsWhatLeavesThatMuchFreeAfterItsOwnContext) {
 // The real path: the emulated trainer loads the driver double through the preloaded shim, the shim fails
 // allocations at step 3, the trainer dies of the OOM, the runner restarts it without faults, and it
 // resumes from its checkpoint.
+// A crash leaves the shim no time to give its bytes back: the runner does (Note [Bytes of dead processes]),
+// and says so in the trace, so that the job's last figures do not count memory the driver took back.
+TEST_F(JobRunnerTest, ACrashedProcessesBytesAreGivenBackToTheJob) {
+  const char* trainer = std::getenv("EXEC_TEST_TRAINER");
+  const char* inject = std::getenv("EXEC_TEST_INJECT");
+  const char* double_dir = std::getenv("EXEC_TEST_DOUBLE_DIR");
+  if (!trainer || !inject || !double_dir) GTEST_SKIP() << "needs emulated_trainer, the shim and the driver double";
+  options.paths.inject_library = inject;
+  options.paths.driver_library_dir = double_dir;
+  JobSpec j;
+  j.name = "crash";
+  j.argv = {trainer, "--steps", "5", "--batch-size", "4", "--bytes-per-sample", "1048576", "--crash-at-step", "3"};
+  j.env = {{"CUDA_DOUBLE_MEMORY", "1GiB"}};
+  j.memory.limit = uint64_t{512} << 20;
+  auto out = run({j});
+  const Attempt& a = out[0].trace.attempts.at(0);
+  EXPECT_EQ(a.end_kind, AttemptEnd::signalled) << a.output_tail;
+  std::vector<const Event*> reclaimed;
+  for (const Event& e : a.events)
+    if (e.kind == "reclaimed") reclaimed.push_back(&e);
+  ASSERT_EQ(reclaimed.size(), 1u);
+  EXPECT_GT(reclaimed[0]->integer("bytes"), 0);
+  ASSERT_FALSE(a.samples.empty());
+  EXPECT_EQ(a.samples.back().held, 0u);  // the last sample no longer counts the dead process's bytes
+}
+
 TEST_F(JobRunnerTest, EmulatedTrainerUnderTheShimDiesOfAnInjectedOomAndResumesAfterARestart) {
   const char* trainer = std::getenv("EXEC_TEST_TRAINER");
   const char* inject = std::getenv("EXEC_TEST_INJECT");
@@ -631,6 +661,47 @@ TEST_F(JobRunnerTest, EmulatedTrainerUnderTheShimDiesOfAnInjectedOomAndResumesAf
   bool held = false;
   for (const MemorySample& s : first.samples) held |= s.held > 0 || s.peak > 0;
   EXPECT_TRUE(held) << "the control block never showed memory held";
+}
+
+}  // namespace
+}  // namespace oomh
+
+namespace oomh {
+namespace {
+
+// Note [Bytes of dead processes], with real processes: one that is gone and reaped, one that is a zombie,
+// and this one, alive.
+TEST(DeadProcesses, TheirBytesGoBackToTheJobAndTheLivingKeepTheirs) {
+  std::string name = "/oomh-dead-test-" + std::to_string(getpid());
+  ControlBlock* cb = control_block_create(name.c_str());
+  ASSERT_NE(cb, nullptr);
+  pid_t reaped = fork();
+  if (reaped == 0) _exit(0);
+  waitpid(reaped, nullptr, 0);
+  pid_t zombie = fork();
+  if (zombie == 0) _exit(0);
+  while (!exec::process_gone(zombie)) usleep(1000);  // exited, not reaped yet
+  auto book = [&](int slot, int pid, int device, uint64_t bytes) {
+    cb->processes[slot].pid.store(pid);
+    cb->processes[slot].held[device].store(bytes);
+    cb->devices[device].held.fetch_add(bytes);
+  };
+  book(0, reaped, 0, 3 * GiB);
+  book(1, zombie, 1, 2 * GiB);
+  book(2, getpid(), 0, GiB);
+  auto back = exec::reclaim_dead_processes(*cb);
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_EQ(back[0].pid, reaped);
+  EXPECT_EQ(back[0].bytes, 3 * GiB);
+  EXPECT_EQ(back[1].pid, zombie);
+  EXPECT_EQ(back[1].device, 1);
+  EXPECT_EQ(cb->devices[0].held.load(), GiB);  // this process keeps its share
+  EXPECT_EQ(cb->devices[1].held.load(), 0u);
+  EXPECT_TRUE(exec::reclaim_dead_processes(*cb).empty());  // given back once
+  EXPECT_FALSE(exec::process_gone(getpid()));
+  waitpid(zombie, nullptr, 0);
+  control_block_close(cb);
+  shm_unlink(name.c_str());
 }
 
 }  // namespace
