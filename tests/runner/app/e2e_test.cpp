@@ -68,9 +68,15 @@ Child spawn(const std::vector<std::string>& args, const fs::path& cwd, const fs:
   posix_spawn_file_actions_addopen(&fa, 2, c.err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   std::vector<std::string> env_strings;
+  auto overridden = [&](const std::string& kv) {  // extra_env replaces a variable of the same name
+    std::string name = kv.substr(0, kv.find('=') + 1);
+    for (const auto& x : extra_env)
+      if (x.rfind(name, 0) == 0) return true;
+    return false;
+  };
   for (char** e = environ; *e; ++e) {
     std::string s = *e;
-    if (s.rfind("CI=", 0) == 0 || s.rfind("GITHUB_STEP_SUMMARY=", 0) == 0) continue;
+    if (s.rfind("CI=", 0) == 0 || s.rfind("GITHUB_STEP_SUMMARY=", 0) == 0 || overridden(s)) continue;
     env_strings.push_back(s);
   }
   env_strings.insert(env_strings.end(), extra_env.begin(), extra_env.end());
@@ -352,6 +358,26 @@ TEST_F(E2E, ACapThatCountsTheFootprintLeavesLessForTheBatch) {
   EXPECT_GE(footprint_peak, uint64_t{40} << 20);
   EXPECT_LE(footprint_peak, uint64_t{64} << 20);
   EXPECT_LE(allocations_peak, uint64_t{64} << 20);
+}
+
+// The environment's versions are asked beside the jobs: a python3 that takes 3 s to say torch's version
+// (as a real one takes seconds to import torch) holds no job back, and its answer still reaches the results.
+TEST_F(E2E, JobsDoNotWaitForTheEnvironmentToBeDetected) {
+  NEED("APP_E2E_BIN", bin);
+  fs::path fake = dir_ / "fakebin";
+  fs::create_directories(fake);
+  std::ofstream(fake / "python3") << "#!/bin/sh\ncase \"$*\" in *'import torch'*) sleep 3; echo 9.9.9;; *) echo job-ran;; esac\n";
+  fs::permissions(fake / "python3", fs::perms::owner_all);
+  std::string suite = write_suite(dir_, "env", "  - {name: py, run: python3 train.py, timeout: 60s, probe: none}\n");
+  const char* path = std::getenv("PATH");
+  const double launched = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  Result r = run({bin, "run", suite, "--simulate", "--out", (dir_ / "out").string()}, dir_, dir_,
+                 {"PATH=" + fake.string() + ":" + (path ? path : "/usr/bin:/bin")});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  nlohmann::json results = load_json(dir_ / "out" / "results.json");
+  EXPECT_EQ(results["environment"]["frameworks"]["torch"], "9.9.9");
+  const auto& job = *jobs_by_name(results).at("py");
+  EXPECT_LT(job["start"].get<double>() - launched, 2.5) << "the job waited for the 3 s detection";
 }
 
 // Every process whose command line mentions `needle` (our temporary folder): what a run may leave behind.
