@@ -103,7 +103,7 @@ def main():
         "",
         "Column meanings: **cap** — `OOMH_CAP=4GiB` (LibTorch: 1 GiB through `oomharness exec --cap`); memory queries",
         "report the cap and an allocation beyond it fails. **Nth persistent fault** — from the Nth allocation on, every",
-        "allocation fails (PyTorch, CUDA runtime: N=3; LibTorch: N=20, `--fault nth=20,forever`; CuPy: N=1; JAX: N=2",
+        "allocation fails (PyTorch, CUDA runtime: N=3; LibTorch: N=3, `--fault nth=3,forever`; CuPy: N=1; JAX: N=2",
         "without preallocation, N=1 with it, where the first driver allocation is the whole pool's and nothing after it",
         "reaches the driver). **step fault** — allocations of training step 3 fail, the step written into the control",
         "block. PyTorch: four consecutive failures from step 3's first allocation, each step keeping a fresh, larger",
