@@ -133,6 +133,8 @@ phase() {  # phase NAME: runs it if it fits the budget, logs to $work/NAME.log, 
   echo "== $name (at ${SECONDS}s)"
   run_phase "$name" >"$work/$name.log" 2>&1
   rc=$?
+  # A check script prints RESULT lines; a FAIL among them fails the phase whatever the script's status.
+  if (( rc == 0 )) && grep -q '^RESULT .* FAIL' "$work/$name.log"; then rc=1; fi
   echo "$name rc=$rc $((SECONDS - t0))s" | tee -a "$summary"
   tail -4 "$work/$name.log" | sed "s/^/   $name | /"
 }
