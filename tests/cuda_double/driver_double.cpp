@@ -18,30 +18,18 @@ namespace {
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
-// Reads CUDA_DOUBLE_MEMORY / CUDA_DOUBLE_DEVICES. A bad value is reported on stderr (the only place a
-// driver can say why) and makes cuInit fail, rather than silently running with a default.
-bool read_memory(uint64_t& out) {
-  const char* text = std::getenv("CUDA_DOUBLE_MEMORY");
+// Reads a size variable (CUDA_DOUBLE_MEMORY, CUDA_DOUBLE_CONTEXT_MEMORY; CUDA_DOUBLE_DEVICES below). A bad
+// value is reported on stderr (the only place a driver can say why) and makes cuInit fail, rather than
+// silently running with a default.
+bool read_size(const char* name, uint64_t fallback, uint64_t& out) {
+  const char* text = std::getenv(name);
   if (!text || !*text) {
-    out = uint64_t{8} << 30;
+    out = fallback;
     return true;
   }
   oomh::ParseResult r = oomh::parse_bytes(text);
   if (!r) {
-    std::fprintf(stderr, "cuda double: CUDA_DOUBLE_MEMORY: %s\n", r.error.c_str());
-    return false;
-  }
-  out = static_cast<uint64_t>(*r.value);
-  return true;
-}
-
-bool read_context_memory(uint64_t& out) {
-  const char* text = std::getenv("CUDA_DOUBLE_CONTEXT_MEMORY");
-  out = 0;
-  if (!text || !*text) return true;
-  oomh::ParseResult r = oomh::parse_bytes(text);
-  if (!r) {
-    std::fprintf(stderr, "cuda double: CUDA_DOUBLE_CONTEXT_MEMORY: %s\n", r.error.c_str());
+    std::fprintf(stderr, "cuda double: %s: %s\n", name, r.error.c_str());
     return false;
   }
   out = static_cast<uint64_t>(*r.value);
@@ -131,7 +119,9 @@ CUresult Driver::init(unsigned int flags) {
   if (initialized_.load(std::memory_order_relaxed)) return CUDA_SUCCESS;
   uint64_t memory = 0;
   int devices = 0;
-  if (!read_memory(memory) || !read_devices(devices) || !read_context_memory(context_memory_)) return CUDA_ERROR_INVALID_VALUE;
+  if (!read_size("CUDA_DOUBLE_MEMORY", uint64_t{8} << 30, memory) || !read_devices(devices) ||
+      !read_size("CUDA_DOUBLE_CONTEXT_MEMORY", 0, context_memory_))
+    return CUDA_ERROR_INVALID_VALUE;
   if (devices == 0) return CUDA_ERROR_NO_DEVICE;
   total_memory_ = memory;
   device_count_ = devices;

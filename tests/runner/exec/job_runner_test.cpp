@@ -94,6 +94,17 @@ class JobRunnerTest : public testing::Test {
     JobRunner runner(options);
     return runner.run(jobs);
   }
+  // Jobs run under the real shim over the driver double; false (the test skips) when a piece is missing.
+  bool shim_and_double() {
+    trainer = std::getenv("EXEC_TEST_TRAINER");
+    const char* inject = std::getenv("EXEC_TEST_INJECT");
+    const char* double_dir = std::getenv("EXEC_TEST_DOUBLE_DIR");
+    if (!trainer || !inject || !double_dir) return false;
+    options.paths.inject_library = inject;
+    options.paths.driver_library_dir = double_dir;
+    return true;
+  }
+  const char* trainer = nullptr;  // the emulated trainer, once shim_and_double() found it
   std::string out_dir;
   RunOptions options;
 };
@@ -588,18 +599,10 @@ TEST(ReservationSidecar, LeaveHoldsWhatLeavesThatMuchFreeAfterItsOwnContext) {
   EXPECT_THAT(sidecar("--leave 1GiB --bytes 1MiB"), testing::HasSubstr("ERROR give --bytes or --leave, not both"));
 }
 
-// The real path: the emulated trainer loads the driver double through the preloaded shim, the shim fails
-// allocations at step 3, the trainer dies of the OOM, the runner restarts it without faults, and it
-// resumes from its checkpoint.
 // A crash leaves the shim no time to give its bytes back: the runner does (Note [Bytes of dead processes]),
 // and says so in the trace, so that the job's last figures do not count memory the driver took back.
 TEST_F(JobRunnerTest, ACrashedProcessesBytesAreGivenBackToTheJob) {
-  const char* trainer = std::getenv("EXEC_TEST_TRAINER");
-  const char* inject = std::getenv("EXEC_TEST_INJECT");
-  const char* double_dir = std::getenv("EXEC_TEST_DOUBLE_DIR");
-  if (!trainer || !inject || !double_dir) GTEST_SKIP() << "needs emulated_trainer, the shim and the driver double";
-  options.paths.inject_library = inject;
-  options.paths.driver_library_dir = double_dir;
+  if (!shim_and_double()) GTEST_SKIP() << "needs emulated_trainer, the shim and the driver double";
   JobSpec j;
   j.name = "crash";
   j.argv = {trainer, "--steps", "5", "--batch-size", "4", "--bytes-per-sample", "1048576", "--crash-at-step", "3"};
@@ -617,13 +620,11 @@ TEST_F(JobRunnerTest, ACrashedProcessesBytesAreGivenBackToTheJob) {
   EXPECT_EQ(a.samples.back().held, 0u);  // the last sample no longer counts the dead process's bytes
 }
 
+// The real path: the emulated trainer loads the driver double through the preloaded shim, the shim fails
+// allocations at step 3, the trainer dies of the OOM, the runner restarts it without faults, and it
+// resumes from its checkpoint.
 TEST_F(JobRunnerTest, EmulatedTrainerUnderTheShimDiesOfAnInjectedOomAndResumesAfterARestart) {
-  const char* trainer = std::getenv("EXEC_TEST_TRAINER");
-  const char* inject = std::getenv("EXEC_TEST_INJECT");
-  const char* double_dir = std::getenv("EXEC_TEST_DOUBLE_DIR");
-  if (!trainer || !inject || !double_dir) GTEST_SKIP() << "needs emulated_trainer, the shim and the driver double";
-  options.paths.inject_library = inject;
-  options.paths.driver_library_dir = double_dir;
+  if (!shim_and_double()) GTEST_SKIP() << "needs emulated_trainer, the shim and the driver double";
   JobSpec j;
   j.name = "trainer";
   j.argv = {trainer, "--steps", "5", "--batch-size", "4", "--bytes-per-sample", "1048576", "--recovery", "checkpoint",
