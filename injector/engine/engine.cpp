@@ -111,11 +111,11 @@ void Engine::set_footprint_overhead(int device, uint64_t bytes) noexcept {
   if (bytes > old) {
     uint64_t add = bytes - old;
     raise_peak(dc.peak, dc.held.fetch_add(add, std::memory_order_relaxed) + add);
-    slot_->held[device].fetch_add(add, std::memory_order_relaxed);
+    hold(device, add);
     note_device(device);
   } else if (old > bytes) {
     release_bytes(dc, old - bytes);
-    sub_saturating(slot_->held[device], old - bytes);
+    unhold(device, old - bytes);
   }
 }
 
