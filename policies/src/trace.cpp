@@ -75,13 +75,13 @@ bool Attempt::ended_by_oom() const {
 // between. A completed step first means the code went on without seeing it: absorbed. Several injects
 // before one OOM (a `times: 4` fault) are all visible: together they made the error the code saw. The
 // reports (which fault was visible) and the oom_visible check read this one rule.
+bool completes_a_step(const Event& e) {
+  if (e.src == events::kSrcProbe && e.kind == events::kStep) return true;
+  return e.src == events::kSrcRunner && e.kind == events::kObserved && e.text("key") == "step";
+}
+
 std::vector<InjectedFault> Attempt::injected_faults() const {
   auto is_probe = [](const Event& e, const char* kind) { return e.src == events::kSrcProbe && e.kind == kind; };
-  // A completed step: the probe's `step`, or a `step` the runner read from the output (`observe:`).
-  auto completed_step = [&](const Event& e) {
-    return is_probe(e, events::kStep) ||
-           (e.src == events::kSrcRunner && e.kind == events::kObserved && e.text("key") == "step");
-  };
   std::vector<InjectedFault> out;
   const bool died_of_oom = ended_by_oom();
   for (size_t i = 0; i < events.size(); ++i) {
@@ -89,7 +89,7 @@ std::vector<InjectedFault> Attempt::injected_faults() const {
     InjectedFault f{&events[i], died_of_oom};
     for (size_t j = i + 1; j < events.size(); ++j) {
       if (is_probe(events[j], events::kOom) || is_probe(events[j], events::kOomCaught)) { f.visible = true; break; }
-      if (completed_step(events[j])) { f.visible = false; break; }
+      if (completes_a_step(events[j])) { f.visible = false; break; }
     }
     out.push_back(f);
   }

@@ -15,13 +15,6 @@ namespace {
 
 bool is_probe(const Event& e, const char* kind) { return e.src == events::kSrcProbe && e.kind == kind; }
 
-// A completed training step: the probe's `step` event, or a `step` the runner read from the job's output
-// (`observe:`), for jobs that run without a probe.
-bool is_completed_step(const Event& e) {
-  if (is_probe(e, events::kStep)) return true;
-  return e.src == events::kSrcRunner && e.kind == events::kObserved && e.text("key") == "step";
-}
-
 int64_t step_of(const Event& e) {
   if (e.kind == events::kObserved) {
     if (e.has("value") && e.fields["value"].is_string()) {
@@ -158,7 +151,7 @@ std::vector<Marker> markers(const Trace& trace, double job_start) {
       } else if (is_probe(e, events::kLoad)) {
         m.kind = "checkpoint_load";
         m.label = "checkpoint loaded" + step_text(e.integer("step"));
-      } else if (is_completed_step(e)) {
+      } else if (completes_a_step(e)) {
         m.kind = "step";
         m.label = "step " + std::to_string(step_of(e));
         if (e.integer("batch_size") >= 0) m.label += " (batch " + std::to_string(e.integer("batch_size")) + ")";
@@ -226,7 +219,7 @@ std::optional<double> recovery_seconds(const Trace& trace) {
   std::optional<double> next_step;
   for (const Attempt& a : trace.attempts)
     for (const Event& e : a.events)
-      if (is_completed_step(e) && e.t > *first_oom && (!next_step || e.t < *next_step)) next_step = e.t;
+      if (completes_a_step(e) && e.t > *first_oom && (!next_step || e.t < *next_step)) next_step = e.t;
   if (!next_step) return std::nullopt;
   return *next_step - *first_oom;
 }
@@ -253,7 +246,7 @@ JobResult build_job_result(const std::string& display_name, const JobOutcome& ou
     ar.signal = a.signal;
     ar.faults_enabled = a.faults_enabled;
     for (const Event& e : a.events)
-      if (is_completed_step(e)) ar.last_step = std::max(ar.last_step, step_of(e));
+      if (completes_a_step(e)) ar.last_step = std::max(ar.last_step, step_of(e));
     ar.output_tail = a.output_tail;
     ar.log_path = a.log_path;
     r.attempts.push_back(std::move(ar));

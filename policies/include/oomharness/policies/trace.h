@@ -87,6 +87,10 @@ struct Trace {
   std::vector<std::pair<int, const Event*>> all_events() const;
 };
 
+// A completed training step: the probe's `step` event, or a `step` the runner read from the job's output
+// (`observe:`), for jobs that run without a probe.
+bool completes_a_step(const Event& e);
+
 // Parses one JSON line of an event log. Returns nullopt for a line that is not a valid event.
 std::optional<Event> parse_event_line(const std::string& line);
 
