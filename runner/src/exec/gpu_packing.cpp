@@ -2,15 +2,12 @@
 
 #include "exec/gpu_packing.h"
 
-#include "exec/launch.h"
 #include "oomharness/runner/command.h"
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <regex>
 #include <sstream>
-
 
 namespace oomh::exec {
 
