@@ -26,6 +26,11 @@ std::optional<std::string> parse_nvcc_version(const std::string& text) {
   return std::nullopt;
 }
 
+std::string device_name(const EnvironmentOptions& options) {
+  if (options.simulated) return "simulated (CPU driver double)";
+  return options.gpu ? options.gpu->name : std::string();
+}
+
 Environment detect_environment(const EnvironmentOptions& options) {
   Environment env;
   char host[256] = {};
@@ -33,10 +38,8 @@ Environment detect_environment(const EnvironmentOptions& options) {
   env.harness_version = kVersion;
   env.command_line = options.command_line;
   env.simulated_device = options.simulated;
-  if (options.simulated) {
-    env.gpu_name = "simulated (CPU driver double)";
-  } else if (options.gpu) {
-    env.gpu_name = options.gpu->name;
+  env.gpu_name = device_name(options);
+  if (!options.simulated && options.gpu) {
     env.driver_version = options.gpu->driver_version;
     env.cuda_version = options.gpu->cuda_version;
   }

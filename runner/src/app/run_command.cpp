@@ -218,9 +218,9 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
   run.start = events::now_seconds();
 
   TerminalStyle style = detect_terminal_style();
-  const std::string device = args.simulate ? "simulated (CPU driver double)" : survey ? survey->name : "no GPU found";
+  const std::string device = device_name(env_options);
   out << "oomharness " << kVersion << ": " << jobs.size() << (jobs.size() == 1 ? " job" : " jobs") << " from "
-      << suites.size() << (suites.size() == 1 ? " suite" : " suites") << " on " << device << "\n";
+      << suites.size() << (suites.size() == 1 ? " suite" : " suites") << " on " << (device.empty() ? "no GPU found" : device) << "\n";
   out.flush();
 
   std::vector<JobOutcome> outcomes;

@@ -28,5 +28,8 @@ struct EnvironmentOptions {
   std::optional<GpuIdentity> gpu; // what the survey found (nullopt: no GPU)
 };
 Environment detect_environment(const EnvironmentOptions& options);
+// The device the jobs run on, in the results' words: the GPU's name, "simulated (CPU driver double)", or ""
+// when there is no GPU. Asks nothing: the run's header shows it before the detection is done.
+std::string device_name(const EnvironmentOptions& options);
 
 }  // namespace oomh
