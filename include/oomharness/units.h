@@ -78,6 +78,8 @@ inline ParseResult parse_bytes(std::string_view text) {
 }
 
 // Parses a duration into seconds.
+inline constexpr double kMaxDurationSeconds = 1e9;
+
 inline ParseResult parse_duration(std::string_view text) {
   std::string_view s = detail::trim(text);
   auto bad = [&](std::string_view why) {
@@ -90,8 +92,14 @@ inline ParseResult parse_duration(std::string_view text) {
   if (!detail::split_number(s, n, unit)) return bad("it does not start with a number (write a duration like 30s, 5m or 250ms)");
   struct Unit { std::string_view name; double factor; };
   static constexpr Unit units[] = {{"", 1}, {"s", 1}, {"ms", 1e-3}, {"us", 1e-6}, {"ns", 1e-9}, {"m", 60}, {"min", 60}, {"h", 3600}};
-  for (const auto& u : units)
-    if (unit == u.name) return ParseResult{n * u.factor, {}};
+  for (const auto& u : units) {
+    if (unit != u.name) continue;
+    // Beyond a billion seconds (about 31 years) a duration is a typo, and past 9.2e9 s it no longer fits
+    // a clock's nanoseconds (a timeout that large fired at once).
+    const double seconds = n * u.factor;
+    if (!(seconds <= kMaxDurationSeconds)) return bad("longer than 1e9 seconds (about 31 years)");
+    return ParseResult{seconds, {}};
+  }
   return bad("unknown unit '" + std::string(unit) + "' (use ns, us, ms, s, m or h)");
 }
 

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <initializer_list>
+#include <iterator>
 
 namespace oomh::inject {
 
@@ -16,8 +17,9 @@ namespace {
 
 using nlohmann::json;
 
-constexpr const char* kEntryNames[kEntryCount] = {"cuMemAlloc", "cuMemAllocPitch", "cuMemAllocManaged",
-                                                 "cuMemAllocAsync", "cuMemAllocFromPoolAsync", "cuMemCreate"};
+// The first kEntryCount choices are the entry points themselves, in Entry's order.
+constexpr const char* const* kEntryNames = kEntryChoices;
+static_assert(std::size(kEntryChoices) >= kEntryCount);
 
 struct EntryGroup {
   const char* name;
@@ -42,12 +44,16 @@ struct PlanError {
 
 std::string join(const std::string& where, const std::string& key) { return where.empty() ? key : where + "." + key; }
 
-void check_keys(const json& object, const std::string& where, std::initializer_list<const char*> allowed) {
+template <class Keys>
+void check_keys(const json& object, const std::string& where, const Keys& allowed) {
   for (auto it = object.begin(); it != object.end(); ++it) {
     bool known = false;
     for (const char* k : allowed) known = known || it.key() == k;
     if (!known) fail(where, "unknown key '" + it.key() + "'");
   }
+}
+void check_keys(const json& object, const std::string& where, std::initializer_list<const char*> allowed) {
+  check_keys<std::initializer_list<const char*>>(object, where, allowed);
 }
 
 const json& require_object(const json& v, const std::string& where) {
@@ -101,6 +107,7 @@ double seconds_value(const json& v, const std::string& where) {
   if (v.is_number()) {
     double d = v.get<double>();
     if (d < 0 || !std::isfinite(d)) fail(where, "must be a non-negative number of seconds (got " + v.dump() + ")");
+    if (d > kMaxDurationSeconds) fail(where, "must be at most 1e9 seconds, about 31 years (got " + v.dump() + ")");
     return d;
   }
   fail(where, "must be seconds (a number, or a string like \"30s\"; got " + v.dump() + ")");
@@ -116,6 +123,7 @@ EntryMask entry_value(const json& name, const std::string& where) {
   fail(where, "unknown entry point '" + s +
                   "' (use cuMemAlloc, cuMemAllocPitch, cuMemAllocManaged, cuMemAllocAsync, cuMemAllocFromPoolAsync, "
                   "cuMemCreate, or a group: alloc, sync, async, vmm, managed)");
+  static_assert(std::size(kEntryChoices) == kEntryCount + std::size(kGroups), "kEntryChoices lists every entry and group");
 }
 
 EntryMask entries_value(const json& v, const std::string& where) {
@@ -129,7 +137,8 @@ EntryMask entries_value(const json& v, const std::string& where) {
 
 void parse_steps(const json& v, const std::string& where, RuleWhen& w) {
   require_object(v, where);
-  check_keys(v, where, {"from", "to"});
+  check_keys(v, where, kStepsKeys);
+  if (v.empty()) fail(where, "give 'from', 'to' or both");
   if (v.contains("from")) w.steps_from = int_at_least(v["from"], where + ".from", 0);
   if (v.contains("to")) w.steps_to = int_at_least(v["to"], where + ".to", 0);
   if (w.steps_from > w.steps_to) fail(where, "'from' is after 'to'");
@@ -138,8 +147,7 @@ void parse_steps(const json& v, const std::string& where, RuleWhen& w) {
 
 RuleWhen parse_when(const json& v, const std::string& where) {
   require_object(v, where);
-  check_keys(v, where, {"entry", "min_size", "max_size", "device", "rank", "local_rank", "step", "steps", "phase",
-                        "after", "nth", "every", "probability", "repeat"});
+  check_keys(v, where, kWhenKeys);
   RuleWhen w;
   if (v.contains("entry")) w.entries = entries_value(v["entry"], join(where, "entry"));
   if (v.contains("min_size")) w.min_size = bytes_value(v["min_size"], join(where, "min_size"));
@@ -177,8 +185,9 @@ RuleWhen parse_when(const json& v, const std::string& where) {
   }
   if (v.contains("probability")) {
     const json& p = v["probability"];
-    if (!p.is_number() || !(p.get<double>() >= 0.0 && p.get<double>() <= 1.0))
-      fail(join(where, "probability"), "must be a number from 0 to 1 (got " + p.dump() + ")");
+    // 0 is refused: a rule that can never fire tests nothing.
+    if (!p.is_number() || !(p.get<double>() > 0.0 && p.get<double>() <= 1.0))
+      fail(join(where, "probability"), "must be a number more than 0 and at most 1 (got " + p.dump() + ")");
     w.trigger = Trigger::probability;
     w.probability = p.get<double>();
     w.repeat = 0;
@@ -189,7 +198,7 @@ RuleWhen parse_when(const json& v, const std::string& where) {
 
 RuleFail parse_fail(const json& v, const std::string& where) {
   require_object(v, where);
-  check_keys(v, where, {"times", "until_freed", "forever"});
+  check_keys(v, where, kFailKeys);
   int kinds = int(v.contains("times")) + int(v.contains("until_freed")) + int(v.contains("forever"));
   if (kinds > 1) fail(where, "use only one of 'times', 'until_freed' and 'forever'");
   RuleFail f;
@@ -209,7 +218,7 @@ RuleFail parse_fail(const json& v, const std::string& where) {
 Rule parse_rule(const json& v, size_t index) {
   std::string where = "rules[" + std::to_string(index) + "]";
   require_object(v, where);
-  check_keys(v, where, {"name", "when", "fail"});
+  check_keys(v, where, kRuleKeys);
   Rule r;
   r.name = where;
   if (v.contains("name")) {
@@ -281,6 +290,59 @@ std::string json_error_text(const char* what) {
     if (close != std::string::npos) s.erase(0, close + 2);
   }
   return "invalid JSON: " + s;
+}
+
+// The inverse of parse_rule and parse_cap: what they read back to the same values. Defaults are left out
+// except `repeat`, written whenever it differs from its trigger's default.
+json rule_to_json(const Rule& r) {
+  const RuleWhen& w = r.when;
+  json when = json::object();
+  if (w.entries != kAllEntries) {
+    json list = json::array();
+    for (int i = 0; i < kEntryCount; ++i)
+      if (w.entries & entry_bit(static_cast<Entry>(i))) list.push_back(kEntryNames[i]);
+    when["entry"] = list;
+  }
+  if (w.min_size != 0) when["min_size"] = w.min_size;
+  if (w.max_size != UINT64_MAX) when["max_size"] = w.max_size;
+  if (w.device >= 0) when["device"] = w.device;
+  if (w.rank >= 0) when["rank"] = w.rank;
+  if (w.local_rank >= 0) when["local_rank"] = w.local_rank;
+  if (w.has_steps) {
+    if (w.steps_from == w.steps_to) {
+      when["step"] = w.steps_from;
+    } else {
+      json steps = json::object();
+      if (w.steps_from != INT64_MIN) steps["from"] = w.steps_from;
+      if (w.steps_to != INT64_MAX) steps["to"] = w.steps_to;
+      when["steps"] = steps;
+    }
+  }
+  if (w.has_phase) when["phase"] = phase_name(w.phase);
+  if (w.after_s > 0) when["after"] = w.after_s;
+  uint64_t default_repeat = 1;
+  switch (w.trigger) {
+    case Trigger::first: break;
+    case Trigger::nth: when["nth"] = w.n; break;
+    case Trigger::every: when["every"] = w.n; default_repeat = 0; break;
+    case Trigger::probability: when["probability"] = w.probability; default_repeat = 0; break;
+  }
+  if (w.repeat != default_repeat) when["repeat"] = w.repeat;
+  json fail_part = json::object();
+  switch (r.fail.kind) {
+    case Duration::times: fail_part["times"] = r.fail.times; break;
+    case Duration::until_freed: fail_part["until_freed"] = r.fail.until_freed; break;
+    case Duration::forever: fail_part["forever"] = true; break;
+  }
+  return json{{"name", r.name}, {"when", when}, {"fail", fail_part}};
+}
+
+json cap_to_json(const CapEntry& c) {
+  json cap = {{"limit", c.limit}};
+  if (c.device >= 0) cap["device"] = c.device;
+  if (c.at == CapEntry::At::step) cap["at"] = {{"step", c.at_step}};
+  if (c.at == CapEntry::At::after) cap["at"] = {{"after", c.at_after_s}};
+  return cap;
 }
 
 }  // namespace
@@ -378,6 +440,35 @@ CapsResult parse_cap_option(std::string_view text) noexcept {
     out.error = "cannot read the cap";
   }
   return out;
+}
+
+RuleCheck check_rule(std::string_view rule_json) noexcept {
+  RuleCheck out;
+  try {
+    json rule = json::parse(rule_json.begin(), rule_json.end());
+    Rule parsed = parse_rule(rule, 0);
+    out.json = rule_to_json(parsed).dump();
+  } catch (const PlanError& e) {
+    // parse_rule names fields from "rules[0]"; the caller knows which rule it is.
+    std::string m = e.message;
+    for (const char* prefix : {"rules[0].", "rules[0]: "})
+      if (m.rfind(prefix, 0) == 0) m.erase(0, std::strlen(prefix));
+    out.error = m;
+  } catch (const json::exception& e) {
+    out.error = json_error_text(e.what());
+  } catch (...) {
+    out.error = "cannot read the rule";
+  }
+  return out;
+}
+
+std::string fault_plan_json(const FaultPlan& plan) {
+  json rules = json::array(), caps = json::array();
+  for (const Rule& r : plan.rules) rules.push_back(rule_to_json(r));
+  for (const CapEntry& c : plan.caps) caps.push_back(cap_to_json(c));
+  json out = {{"version", 1}, {"seed", plan.seed}, {"rules", rules}, {"caps", caps}};
+  if (plan.cap_counts) out["cap_counts"] = cap_counting_name(*plan.cap_counts);
+  return out.dump();
 }
 
 }  // namespace oomh::inject

@@ -76,6 +76,22 @@ const char* cap_counting_name(CapCounting c);
 // Parses "allocations" or "footprint".
 std::optional<CapCounting> parse_cap_counting(std::string_view text);
 
+// Note [One rule schema]
+// This file is the only place that knows what a fault rule, a cap and a plan may say: the shim parses
+// OOMH_PLAN with it, and the runner links it to check a suite's `faults:` and `memory:` and the
+// `--fault` text before anything runs (runner/src/suite/fault_rule.cpp), so `oomharness validate` accepts
+// exactly what the shim accepts. The front ends only translate their syntax (YAML, key=value items) into
+// the plan's JSON; the keys below are what they offer as suggestions.
+inline constexpr const char* kRuleKeys[] = {"name", "when", "fail"};
+inline constexpr const char* kWhenKeys[] = {"entry", "min_size", "max_size", "device", "rank", "local_rank", "step",
+                                            "steps", "phase", "after", "nth", "every", "probability", "repeat"};
+inline constexpr const char* kStepsKeys[] = {"from", "to"};
+inline constexpr const char* kFailKeys[] = {"times", "until_freed", "forever"};
+// What `entry` may name: an entry point, or a group of them.
+inline constexpr const char* kEntryChoices[] = {"cuMemAlloc", "cuMemAllocPitch", "cuMemAllocManaged", "cuMemAllocAsync",
+                                                "cuMemAllocFromPoolAsync", "cuMemCreate", "alloc", "sync", "async",
+                                                "vmm", "managed"};
+
 struct FaultPlan {
   uint64_t seed = 0;
   std::vector<Rule> rules;
@@ -95,6 +111,19 @@ PlanResult parse_fault_plan(std::string_view json) noexcept;
 // Reads OOMH_PLAN's value: the JSON text itself (it starts with '{') or the path of a file holding it.
 // A file's errors are prefixed with its path: "/tmp/plan.json: rules[0]: ...".
 PlanResult load_fault_plan(const char* value) noexcept;
+
+// One rule (the JSON of one item of `rules`), checked as the shim checks it. On success `json` is the rule
+// as the shim will read it (sizes in bytes, times in seconds, every default explicit where it matters);
+// else `error` names the field relative to the rule: "when.steps: 'from' is after 'to'".
+struct RuleCheck {
+  std::string json;
+  std::string error;
+  bool ok() const { return error.empty(); }
+};
+RuleCheck check_rule(std::string_view rule_json) noexcept;
+
+// The plan as JSON text that parse_fault_plan reads back to the same plan.
+std::string fault_plan_json(const FaultPlan& plan);
 
 struct CapsResult {
   std::vector<CapEntry> caps;

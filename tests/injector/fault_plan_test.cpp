@@ -173,7 +173,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadPlan{R"({"rules":[{"when":{"nth":2,"every":3}}]})", "rules[0].when: use only one of 'nth', 'every' and 'probability'"},
         BadPlan{R"({"rules":[{"when":{"nth":0}}]})", "rules[0].when.nth: must be at least 1 (got 0)"},
         BadPlan{R"({"rules":[{"when":{"every":0}}]})", "rules[0].when.every: must be at least 1 (got 0)"},
-        BadPlan{R"({"rules":[{"when":{"probability":1.5}}]})", "rules[0].when.probability: must be a number from 0 to 1 (got 1.5)"},
+        BadPlan{R"({"rules":[{"when":{"probability":1.5}}]})", "rules[0].when.probability: must be a number more than 0 and at most 1 (got 1.5)"},
         BadPlan{R"({"rules":[{"when":{"repeat":-2}}]})", "rules[0].when.repeat: must be at least 0 (got -2)"},
         BadPlan{R"({"rules":[{"fail":{"times":0}}]})", "rules[0].fail.times: must be at least 1 (got 0)"},
         BadPlan{R"({"rules":[{"fail":{"times":2,"forever":true}}]})", "rules[0].fail: use only one of 'times', 'until_freed' and 'forever'"},

@@ -160,9 +160,11 @@ TEST(RuleBook, ProbabilityIsDeterministicForASeed) {
   EXPECT_NE(run(other_seed, 2000), first);
 }
 
-TEST(RuleBook, ProbabilityZeroAndOne) {
-  RuleBook never = book(R"({"rules":[{"when":{"probability":0}}]})");
-  EXPECT_EQ(run(never, 50), std::string(50, '.'));
+TEST(RuleBook, ProbabilityOneAlwaysFailsAndZeroIsRefused) {
+  // A rule that can never fire tests nothing: the plan refuses it (Note [One rule schema]).
+  PlanResult never = parse_fault_plan(R"({"rules":[{"when":{"probability":0}}]})");
+  EXPECT_FALSE(never);
+  EXPECT_EQ(never.error, "rules[0].when.probability: must be a number more than 0 and at most 1 (got 0)");
   RuleBook always = book(R"({"rules":[{"when":{"probability":1}}]})");
   EXPECT_EQ(run(always, 50), std::string(50, 'x'));
 }
