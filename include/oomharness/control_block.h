@@ -100,7 +100,13 @@ struct ControlBlock {
   std::atomic<uint64_t> ooms_seen;         // @64  out-of-memory errors the training code saw (probe)
   std::atomic<uint64_t> ooms_caught;       // @72  ... of which the code caught and went on
   std::atomic<uint64_t> empty_cache_calls; // @80  (probe)
-  uint64_t reserved[5];                    // @88
+  // The armed record (Note [Armed record]): what the shims of the job's processes said about themselves.
+  std::atomic<uint32_t> shims_armed;       // @88  processes whose shim accepted the fault plan and caps
+  std::atomic<uint32_t> plans_rejected;    // @92  processes whose shim rejected them (no faults, no caps)
+  std::atomic<uint32_t> ways_in;           // @96  kWayExport | kWayDlsym | kWayProcAddress, as seen
+  uint32_t reserved_armed;                 // @100
+  std::atomic<uint64_t> first_driver_call_ns;  // @104 CLOCK_REALTIME of the first intercepted driver call; 0: none
+  uint64_t reserved[2];                    // @112
   DeviceCounters devices[kMaxDevices];     // @128
   ProcessSlot processes[kMaxProcesses];    // @1152
   std::atomic<uint32_t> plan_size;         // bytes of plan_text in use
@@ -108,6 +114,21 @@ struct ControlBlock {
   char plan_text[kPlanCapacity];           // the fault plan as JSON (docs/fault-plan.md), not NUL-terminated
 };
 inline constexpr uint32_t kControlCreatedByShim = 1;
+
+// Note [Armed record]
+// A green verdict is only worth something when the faults and caps it was given were in force. So each
+// process under the shim says, in the control block and in its shim_start event, that it joined the job
+// (process_count), whether it accepted the plan and caps (shims_armed) or rejected them (plans_rejected,
+// with the reason in the event), how it was reached (ways_in), and when it first saw a driver call
+// (first_driver_call_ns, plus a driver_call event). The runner reads these once an attempt is over and
+// judges a job whose plan had rules or caps as an error, never as a pass, when no process armed, one
+// rejected the plan, or no driver call came (runner/src/app/untested.cpp).
+// Ways in (Note [Three ways in] in injector/preload/hooks.cpp): a lookup through dlsym or cuGetProcAddress
+// that handed out one of the shim's hooks sets its bit; a driver call that arrives before any such lookup
+// came through the exported symbol (the program links libcuda).
+inline constexpr uint32_t kWayExport = 1;
+inline constexpr uint32_t kWayDlsym = 2;
+inline constexpr uint32_t kWayProcAddress = 4;
 
 static_assert(offsetof(ControlBlock, step) == 24);
 static_assert(offsetof(ControlBlock, phase) == 32);
@@ -117,6 +138,10 @@ static_assert(offsetof(ControlBlock, events_written) == 56);
 static_assert(offsetof(ControlBlock, ooms_seen) == 64);
 static_assert(offsetof(ControlBlock, ooms_caught) == 72);
 static_assert(offsetof(ControlBlock, empty_cache_calls) == 80);
+static_assert(offsetof(ControlBlock, shims_armed) == 88);
+static_assert(offsetof(ControlBlock, plans_rejected) == 92);
+static_assert(offsetof(ControlBlock, ways_in) == 96);
+static_assert(offsetof(ControlBlock, first_driver_call_ns) == 104);
 static_assert(offsetof(ControlBlock, devices) == 128);
 static_assert(offsetof(ControlBlock, processes) == 128 + 64 * kMaxDevices);
 static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<int64_t>::is_always_lock_free &&

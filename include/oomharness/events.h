@@ -32,7 +32,8 @@ inline constexpr const char* kSrcProbe = "probe";
 inline constexpr const char* kSrcRunner = "runner";
 
 // Kinds written by the shim.
-inline constexpr const char* kShimStart = "shim_start";    // pid, ppid, exec (bool), forked (bool), rules, caps
+inline constexpr const char* kShimStart = "shim_start";    // pid, ppid, exec (bool), forked (bool), rules, cap, plan ("accepted"|"rejected"), plan_error
+inline constexpr const char* kDriverCall = "driver_call";  // entry, export, dlsym, proc_address (the process's first driver call)
 inline constexpr const char* kInject = "inject";           // entry, size, device, rule, reason ("rule"|"cap"), step, phase, tid, call
 inline constexpr const char* kCapChange = "cap_change";    // device, from, to, reason
 inline constexpr const char* kPlanChange = "plan_change";  // generation, rules

@@ -41,6 +41,7 @@ Engine::Engine(EngineSetup setup)
       rank_(setup.rank),
       local_rank_(setup.local_rank),
       option_caps_(std::move(setup.option_caps)),
+      plan_error_(std::move(setup.plan_error)),
       option_counting_(setup.cap_counts),
       footprint_probe_(setup.footprint_probe),
       process_start_ns_(monotonic_ns()) {
@@ -200,16 +201,41 @@ void Engine::register_process(uint32_t flags, int parent_pid) noexcept {
 }
 
 void Engine::write_start_event() noexcept {
+  const bool rejected = !plan_error_.empty();
+  (rejected ? cb_->plans_rejected : cb_->shims_armed).fetch_add(1, std::memory_order_relaxed);
   uint32_t flags = slot_->flags.load(std::memory_order_relaxed);
   events::EventLine line(events::kSrcShim, events::kShimStart);
   line.add("ppid", static_cast<int>(getppid()))
       .add("exec", (flags & kProcessExecd) != 0)
       .add("forked", (flags & kProcessForked) != 0)
       .add("rules", static_cast<uint64_t>(rule_count()))
-      .add("cap", cb_->devices[0].cap.load(std::memory_order_relaxed));
+      .add("cap", cb_->devices[0].cap.load(std::memory_order_relaxed))
+      .add("plan", rejected ? "rejected" : "accepted");
+  if (rejected) line.add("plan_error", plan_error_.c_str());
   emit(line);
   log(LogLevel::info, "active in pid %d: %zu rule(s), cap on device 0: %llu bytes", static_cast<int>(getpid()),
       rule_count(), static_cast<unsigned long long>(cb_->devices[0].cap.load(std::memory_order_relaxed)));
+}
+
+void Engine::note_way_in(uint32_t way) noexcept {
+  if ((ways_.load(std::memory_order_relaxed) & way) == way) return;
+  ways_.fetch_or(way, std::memory_order_relaxed);
+  cb_->ways_in.fetch_or(way, std::memory_order_relaxed);
+}
+
+void Engine::record_first_driver_call(const char* symbol) noexcept {
+  if (driver_called_.exchange(true, std::memory_order_relaxed)) return;
+  // No lookup handed out a hook before this call: the program reached the exported symbol.
+  if (ways_.load(std::memory_order_relaxed) == 0) note_way_in(kWayExport);
+  uint64_t none = 0;
+  cb_->first_driver_call_ns.compare_exchange_strong(none, realtime_ns(), std::memory_order_relaxed);
+  uint32_t ways = ways_.load(std::memory_order_relaxed);
+  events::EventLine line(events::kSrcShim, events::kDriverCall);
+  line.add("entry", symbol ? symbol : "?")
+      .add("export", (ways & kWayExport) != 0)
+      .add("dlsym", (ways & kWayDlsym) != 0)
+      .add("proc_address", (ways & kWayProcAddress) != 0);
+  emit(line);
 }
 
 void Engine::note_device(int device) noexcept {
@@ -279,6 +305,7 @@ void Engine::apply_cap(Plan& plan, int device, int64_t step, const char* reason)
 
 AllocDecision Engine::begin_alloc(Entry entry, const char* symbol, int device, uint64_t size) noexcept {
   AllocDecision d;
+  note_driver_call(symbol);
   if (!valid_device(device) || finished_.load(std::memory_order_relaxed)) return d;
   d.tracked = true;
   d.device = device;
@@ -408,6 +435,7 @@ uint64_t Engine::peak(int device) const noexcept {
 }
 
 MemInfo Engine::mem_info(int device, uint64_t real_free, uint64_t real_total, bool from_driver) noexcept {
+  if (from_driver) note_driver_call("cuMemGetInfo_v2");
   if (!valid_device(device)) return MemInfo{real_free, real_total};
   if (from_driver) note_physical_total(device, real_total);
   poll_plan();
@@ -419,6 +447,7 @@ MemInfo Engine::mem_info(int device, uint64_t real_free, uint64_t real_total, bo
 }
 
 uint64_t Engine::total_mem(int device, uint64_t real_total) noexcept {
+  note_driver_call("cuDeviceTotalMem_v2");
   if (!valid_device(device)) return real_total;
   note_physical_total(device, real_total);
   return capped_mem_info(real_total, real_total, cb_->devices[device].cap.load(std::memory_order_relaxed), 0).total;

@@ -92,6 +92,7 @@ struct EngineSetup {
   ControlBlock* block = nullptr;        // required: the runner's, or one the shim created
   int events_fd = -1;                   // OOMH_EVENTS, opened O_APPEND; -1: no events
   std::optional<FaultPlan> plan;        // rules and plan caps; empty: none
+  std::string plan_error;               // why OOMH_PLAN or OOMH_CAP was rejected; empty: accepted (Note [Armed record])
   std::vector<CapEntry> option_caps;    // OOMH_CAP, applied before the plan's caps
   CapCounting cap_counts = CapCounting::allocations;  // OOMH_CAP_COUNTS; a plan's cap_counts wins
   FootprintProbe footprint_probe = nullptr;           // needed for CapCounting::footprint
@@ -135,6 +136,14 @@ class Engine {
   // The preload asks the driver for a device's total once per process and reports it here.
   bool needs_physical_total(int device) const noexcept;
   void note_physical_total(int device, uint64_t bytes) noexcept;
+
+  // The armed record (Note [Armed record] in control_block.h). A way in is a lookup through dlsym or
+  // cuGetProcAddress that handed out a hook; the first driver call of the process is recorded once (the
+  // intercepted entry points call it; a relaxed load on every later call).
+  void note_way_in(uint32_t way) noexcept;
+  void note_driver_call(const char* symbol) noexcept {
+    if (!driver_called_.load(std::memory_order_relaxed)) record_first_driver_call(symbol);
+  }
 
   // Checks the control block for a new plan (called by begin_alloc and the memory queries).
   void poll_plan() noexcept;
@@ -182,7 +191,9 @@ class Engine {
   void count_freed(uint64_t bytes) noexcept;
   void report_inject(const char* symbol, uint64_t size, int device, const char* rule, const char* reason,
                      int64_t step, Phase phase, uint64_t call) noexcept;
+  // Counts this process as armed or as having rejected its plan, and writes shim_start.
   void write_start_event() noexcept;
+  void record_first_driver_call(const char* symbol) noexcept;
   // Note [Counting the footprint]. `max_age_ns` 0: measure now (unless another thread is measuring).
   void refresh_footprint(int device, uint64_t max_age_ns) noexcept;
   void set_footprint_overhead(int device, uint64_t bytes) noexcept;
@@ -215,6 +226,9 @@ class Engine {
   std::atomic<uint64_t> inject_events_{0};
   std::atomic<uint64_t> dropped_events_{0};
   std::atomic<bool> finished_{false};
+  std::string plan_error_;                  // Note [Armed record]
+  std::atomic<uint32_t> ways_{0};           // this process's ways in
+  std::atomic<bool> driver_called_{false};  // this process has seen a driver call
 
   struct DeviceFootprint {
     std::atomic<uint64_t> overhead{0};     // booked on the job's and the slot's held

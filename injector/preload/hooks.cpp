@@ -345,6 +345,7 @@ int start_engine() {
   if (!faults_off.empty()) {
     setup.plan.reset();
     setup.option_caps.clear();
+    setup.plan_error = faults_off;  // the armed record says so (Note [Armed record])
   }
 
   ControlBlock* cb = map_control_block(o);
@@ -459,7 +460,8 @@ CUresult missing() { return CUDA_ERROR_NOT_FOUND; }
 
 // ---- cuGetProcAddress (Note [Three ways in]).
 void wrap_proc_address(const char* symbol, void** pfn, int cuda_version, cuuint64_t flags) {
-  if (!symbol || !pfn || !*pfn || !engine()) return;
+  Engine* e = symbol && pfn && *pfn ? engine() : nullptr;
+  if (!e) return;
   void* got = *pfn;
   if (is_our_hook(got)) return;
   int index = -1;
@@ -471,7 +473,10 @@ void wrap_proc_address(const char* symbol, void** pfn, int cuda_version, cuuint6
     if (index >= 0 && kHookTable[index].library != HookLibrary::cuda) index = -1;
     if (index >= 0) remember_real(index, got);
   }
-  if (index >= 0) *pfn = hook_address(index);
+  if (index >= 0) {
+    *pfn = hook_address(index);
+    e->note_way_in(kWayProcAddress);
+  }
 }
 
 // ---- NVML (reached through dlsym only). NVML index -> CUDA ordinal through CUDA_VISIBLE_DEVICES.
@@ -533,9 +538,11 @@ extern "C" __attribute__((visibility("hidden"))) void* oomh_dlsym_replacement(vo
   real_dlsym();  // the assembly below jumps through oomh_real_dlsym_ptr
   if (!name || !((name[0] == 'c' && name[1] == 'u') || (name[0] == 'n' && name[1] == 'v')) || t_in_hook) return nullptr;
   int index = hook_index(name);
-  if (index < 0 || !engine()) return nullptr;
+  Engine* e = index < 0 ? nullptr : engine();
+  if (!e) return nullptr;
   void* real = real_dlsym()(handle, name);
   if (!real) return nullptr;
+  e->note_way_in(oomh::kWayDlsym);
   if (kHookTable[index].library == HookLibrary::nvml && !is_our_hook(real)) {
     // NVML's functions are resolved from the handle the program used; nvmlDeviceGetIndex comes from the same.
     if (handle != RTLD_DEFAULT && handle != RTLD_NEXT) g_libnvml.store(handle, std::memory_order_release);

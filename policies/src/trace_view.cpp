@@ -255,8 +255,6 @@ std::string seconds_text(double seconds) {
   return buf;
 }
 
-std::string attempt_name(int attempt) { return "attempt " + std::to_string(attempt + 1); }
-
 std::string step_text(int64_t step) { return step >= 0 ? "step " + std::to_string(step) : "an unknown step"; }
 
 bool ended_normally(const Attempt& attempt) {
@@ -298,6 +296,11 @@ std::string end_text(const Attempt& attempt) {
 }
 
 }  // namespace oomh::view
+
+namespace oomh {
+std::string attempt_name(int index) { return "attempt " + std::to_string(index + 1); }
+std::string attempt_end_text(const Attempt& attempt) { return view::end_text(attempt); }
+}  // namespace oomh
 
 namespace oomh::view {
 std::string absorbed_reason(size_t injected) {

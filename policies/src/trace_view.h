@@ -72,8 +72,8 @@ std::string phase_at(const Attempt& attempt, double t);
 
 // Messages: "95s", "250ms", "1.5s".
 std::string seconds_text(double seconds);
-// "attempt 2" (1-based, as users count).
-std::string attempt_name(int attempt);
+// "attempt 2" (1-based, as users count): the trace model's words (trace.h).
+using oomh::attempt_name;
 // "step 5" or "an unknown step".
 std::string step_text(int64_t step);
 

@@ -649,7 +649,17 @@ void JobRunner::Impl::release_control_block(AttemptRun& r) {
 void JobRunner::Impl::finish_attempt(AttemptRun& r) {
   JobState& j = *r.job;
   wait_group_gone(r.pgid);
-  if (r.cb) sample(r, true);
+  if (r.cb) {
+    sample(r, true);
+    const ControlBlock& cb = *r.cb;
+    ShimRecord shim;
+    shim.processes = cb.process_count.load(std::memory_order_relaxed);
+    shim.armed = cb.shims_armed.load(std::memory_order_relaxed);
+    shim.rejected = cb.plans_rejected.load(std::memory_order_relaxed);
+    shim.ways_in = cb.ways_in.load(std::memory_order_relaxed);
+    shim.driver_called = cb.first_driver_call_ns.load(std::memory_order_relaxed) != 0;
+    r.attempt.shim = shim;
+  }
   release_control_block(r);
   if (r.log_fd >= 0) {
     close(r.log_fd);

@@ -55,6 +55,16 @@ struct InjectedFault {
   bool visible = false;
 };
 
+// What the shims of an attempt's processes said about themselves, read from its control block when the
+// attempt ended (Note [Armed record] in include/oomharness/control_block.h).
+struct ShimRecord {
+  uint32_t processes = 0;          // processes whose shim joined the attempt's control block
+  uint32_t armed = 0;              // ... that accepted the fault plan and caps
+  uint32_t rejected = 0;           // ... that rejected them (the reason: their shim_start event's plan_error)
+  uint32_t ways_in = 0;            // kWayExport | kWayDlsym | kWayProcAddress
+  bool driver_called = false;      // some process made a driver call the shim intercepted
+};
+
 struct Attempt {
   int index = 0;                   // 0-based
   double start = 0, end = 0;       // wall-clock seconds
@@ -67,6 +77,7 @@ struct Attempt {
   std::vector<MemorySample> samples;  // in time order
   std::string output_tail;         // the last lines of stdout+stderr, for reports
   std::string log_path;            // the attempt's full output on disk
+  std::optional<ShimRecord> shim;  // unset when the attempt never started (no control block to read)
 
   double duration() const { return end > start ? end - start : 0; }
   bool ended_by_oom() const;       // exited non-zero (or by SIGABRT) with an OOM message or an uncaught probe `oom`
@@ -90,6 +101,11 @@ struct Trace {
 // A completed training step: the probe's `step` event, or a `step` the runner read from the job's output
 // (`observe:`), for jobs that run without a probe.
 bool completes_a_step(const Event& e);
+
+// The words every message uses for an attempt: "attempt 2" (counted from 1, as users count), and how it
+// ended: "exited with code 1", "was killed by signal 9 (SIGKILL)", "timed out after 30s and was stopped".
+std::string attempt_name(int index);
+std::string attempt_end_text(const Attempt& attempt);
 
 // Parses one JSON line of an event log. Returns nullopt for a line that is not a valid event.
 std::optional<Event> parse_event_line(const std::string& line);
