@@ -28,6 +28,7 @@ struct RunArgs {
   bool summary = false;
   std::string out_dir = "oomh-out";
   bool simulate = false;
+  bool strict = false;                // an inconclusive job fails the run
   std::vector<std::string> command_line;
   // The machine's GPUs when the caller surveyed them already (the demo, to choose its suite): a command
   // asks nvidia-smi once. Unset: run_suites surveys (unless --simulate).
@@ -41,7 +42,7 @@ struct ExecArgs {
   std::vector<std::string> expects;
   std::string timeout;
   int restart = 0;
-  std::string restart_on = "oom";
+  std::string restart_on;             // comma list; empty: the default (oom)
   bool clear_faults = false;
   std::optional<int64_t> target_step;
   std::string name;
@@ -51,6 +52,7 @@ struct ExecArgs {
   bool summary = false;
   std::string out_dir = "oomh-out";
   bool simulate = false;
+  bool strict = false;
   std::vector<std::string> command_line;
 };
 

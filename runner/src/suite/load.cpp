@@ -14,6 +14,7 @@
 // variables it uses.
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -26,6 +27,8 @@
 
 #include "oomharness/policies/registry.h"
 #include "oomharness/runner/suite.h"
+#include "suite/fault_rule.h"
+#include "suite/job_fields.h"
 #include "suite/matrix.h"
 #include "suite/names.h"
 #include "suite/reader.h"
@@ -45,22 +48,11 @@ const std::vector<std::string> top_keys = {"version", "name", "defaults", "matri
 const std::vector<std::string> job_keys = {"name", "run", "shell", "cwd", "env", "timeout", "grace", "probe",
                                            "observe", "memory", "faults", "restart", "expect", "target_step"};
 const std::vector<std::string> memory_keys = {"limit", "counts", "schedule", "reserve", "leave", "reserve_chunk", "snapshot"};
-const std::vector<std::string> cap_countings = {"allocations", "footprint"};
 const std::vector<std::string> schedule_keys = {"at", "limit"};
 const std::vector<std::string> at_keys = {"step", "after"};
-const std::vector<std::string> fault_keys = {"name", "when", "fail"};
-const std::vector<std::string> when_keys = {"entry", "min_size", "max_size", "device", "rank", "local_rank", "step",
-                                            "steps", "phase", "after", "nth", "every", "probability", "repeat"};
-const std::vector<std::string> steps_keys = {"from", "to"};
-const std::vector<std::string> fail_keys = {"times", "until_freed", "forever"};
 const std::vector<std::string> restart_keys = {"max", "on", "clear_faults"};
 const std::vector<std::string> restart_reasons = {"oom", "nonzero", "signal", "any"};
 const std::vector<std::string> probe_modes = {"auto", "python", "none"};
-// docs/fault-plan.md: the phases the probe reports, and the entry points and groups a rule can name.
-const std::vector<std::string> phases = {"forward", "backward", "optimizer", "eval", "checkpoint", "data"};
-const std::vector<std::string> entry_names = {"cuMemAlloc", "cuMemAllocPitch", "cuMemAllocManaged",
-                                              "cuMemAllocAsync", "cuMemAllocFromPoolAsync", "cuMemCreate",
-                                              "alloc", "sync", "async", "vmm", "managed"};
 const std::vector<std::string> reserved_variables = {"suite_dir", "workdir", "attempt"};
 
 // A string that may name template variables, with where it came from.
@@ -69,68 +61,20 @@ struct Text {
   SourceLocation where;
 };
 
-// One job's fields (or the defaults'), each present only when the file gives it.
+// One job's fields (or the defaults') as the file gives them (Note [Job fields]), with what only the
+// reading needs: the command, split once `shell` is known (defaults may set it), and which keys were
+// written and which had errors.
 struct Partial {
-  std::optional<Text> name;
-  std::optional<Entry> run;  // interpreted once `shell` is known (defaults may set it)
-  std::optional<bool> shell;
-  std::optional<Text> cwd;
-  std::vector<std::pair<std::string, Text>> env;
-  std::optional<double> timeout, grace;
-  std::optional<ProbeMode> probe;
-  std::vector<ObserveSpec> observe;
-  std::optional<uint64_t> limit;
-  std::optional<bool> counts_footprint;
-  std::optional<std::vector<CapChange>> schedule;
-  std::optional<uint64_t> reserve, leave, reserve_chunk;
-  std::optional<bool> snapshot;
-  std::optional<std::vector<FaultSpec>> faults;
-  std::optional<int> restart_max;
-  std::optional<std::vector<std::string>> restart_on;
-  std::optional<bool> clear_faults;
-  std::optional<std::vector<ExpectSpec>> expect;
-  std::optional<int64_t> target_step;
+  suite::JobFields fields;
+  std::optional<Entry> run;
   std::set<std::string> given;  // keys written, valid or not
   std::set<std::string> bad;    // keys whose value had an error (reported): later checks skip them
 };
 
-template <class T>
-void take(std::optional<T>& into, const std::optional<T>& from) {
-  if (from) into = from;
-}
-
-// `over` laid over `base`: maps merge key by key, everything else replaces.
+// `over` laid over `base`.
 Partial merge(Partial base, const Partial& over) {
-  take(base.name, over.name);
-  take(base.run, over.run);
-  take(base.shell, over.shell);
-  take(base.cwd, over.cwd);
-  for (const auto& [key, value] : over.env) {
-    auto it = std::find_if(base.env.begin(), base.env.end(), [&](const auto& kv) { return kv.first == key; });
-    if (it != base.env.end()) it->second = value;
-    else base.env.emplace_back(key, value);
-  }
-  take(base.timeout, over.timeout);
-  take(base.grace, over.grace);
-  take(base.probe, over.probe);
-  for (const auto& o : over.observe) {
-    auto it = std::find_if(base.observe.begin(), base.observe.end(), [&](const auto& b) { return b.key == o.key; });
-    if (it != base.observe.end()) *it = o;
-    else base.observe.push_back(o);
-  }
-  take(base.limit, over.limit);
-  take(base.counts_footprint, over.counts_footprint);
-  take(base.schedule, over.schedule);
-  take(base.reserve, over.reserve);
-  take(base.leave, over.leave);
-  take(base.reserve_chunk, over.reserve_chunk);
-  take(base.snapshot, over.snapshot);
-  take(base.faults, over.faults);
-  take(base.restart_max, over.restart_max);
-  take(base.restart_on, over.restart_on);
-  take(base.clear_faults, over.clear_faults);
-  take(base.expect, over.expect);
-  take(base.target_step, over.target_step);
+  base.fields = suite::merge(std::move(base.fields), over.fields);
+  if (over.run) base.run = over.run;
   base.given.insert(over.given.begin(), over.given.end());
   base.bad.insert(over.bad.begin(), over.bad.end());
   return base;
@@ -166,8 +110,7 @@ class Loader {
   void read_memory(Partial& p, const Entry& e, const Field& f);
   std::optional<CapChange> read_cap_change(const YAML::Node& node, const SourceLocation& where, const Field& f);
   std::optional<std::vector<FaultSpec>> read_faults(const Entry& e, const Field& f);
-  std::optional<nlohmann::json> read_when(const Entry& e, const Field& f);
-  std::optional<nlohmann::json> read_fail(const Entry& e, const Field& f);
+  void report_rule_problem(suite::RuleProblem problem, const YAML::Node& item, const Field& f);
   void read_restart(Partial& p, const Entry& e, const Field& f);
   std::optional<std::vector<ExpectSpec>> read_expect(const Entry& e, const Field& f);
   std::optional<ExpectSpec> read_expect_item(const YAML::Node& item, const Field& f);
@@ -399,15 +342,15 @@ void Loader::read_field(Partial& p, const Entry& e, const Field& owner) {
   const Field f = owner / e.key;
   const std::string& k = e.key;
   if (k == "name") {
-    p.name = text(e, f, false);
+    if (auto t = text(e, f, false)) p.fields.name = t->text;
   } else if (k == "run") {
     if (!e.value.IsScalar() && !e.value.IsSequence())
       d_.error(e.value_at, f.str() + ": expected a command (a string or a list of strings), got " + suite::describe(e.value));
     else p.run = e;
   } else if (k == "shell") {
-    p.shell = r_.boolean(e, f);
+    p.fields.shell = r_.boolean(e, f);
   } else if (k == "cwd") {
-    p.cwd = text(e, f, true);
+    if (auto t = text(e, f, true)) p.fields.cwd = t->text;
   } else if (k == "env") {
     read_env(p, e, f);
   } else if (k == "timeout" || k == "grace") {
@@ -416,22 +359,22 @@ void Loader::read_field(Partial& p, const Entry& e, const Field& owner) {
       d_.error(e.value_at, f.str() + ": must be longer than 0, got '" + e.value.Scalar() + "'");
       v.reset();
     }
-    (k == "timeout" ? p.timeout : p.grace) = v;
+    (k == "timeout" ? p.fields.timeout : p.fields.grace) = v;
   } else if (k == "probe") {
     if (auto m = r_.choice(e.value, e.value_at, f, probe_modes, "probe mode"))
-      p.probe = *m == "auto" ? ProbeMode::auto_ : *m == "python" ? ProbeMode::python : ProbeMode::none;
+      p.fields.probe = *m == "auto" ? ProbeMode::auto_ : *m == "python" ? ProbeMode::python : ProbeMode::none;
   } else if (k == "observe") {
     read_observe(p, e, f);
   } else if (k == "memory") {
     read_memory(p, e, f);
   } else if (k == "faults") {
-    p.faults = read_faults(e, f);
+    p.fields.faults = read_faults(e, f);
   } else if (k == "restart") {
     read_restart(p, e, f);
   } else if (k == "expect") {
-    p.expect = read_expect(e, f);
+    p.fields.expect = read_expect(e, f);
   } else if (k == "target_step") {
-    p.target_step = r_.integer(e, f, 0);
+    p.fields.target_step = r_.integer(e, f, 0);
   }
 }
 
@@ -449,7 +392,7 @@ void Loader::read_env(Partial& p, const Entry& e, const Field& f) {
                                suite::describe(v.value) + (v.value.IsNull() ? " (write \"\" for an empty value)" : ""));
       continue;
     }
-    if (auto t = text(v, f / v.key, true)) p.env.emplace_back(v.key, *t);
+    if (auto t = text(v, f / v.key, true)) p.fields.env[v.key] = t->text;
   }
 }
 
@@ -472,7 +415,7 @@ void Loader::read_observe(Partial& p, const Entry& e, const Field& f) {
       d_.error(v.value_at, vf.str() + ": bad regular expression '" + *pattern + "': " + err.what());
       continue;
     }
-    p.observe.push_back(ObserveSpec{v.key, *pattern, v.value_at});
+    p.fields.observe.push_back(ObserveSpec{v.key, *pattern, v.value_at});
   }
 }
 
@@ -517,108 +460,33 @@ void Loader::read_memory(Partial& p, const Entry& e, const Field& f) {
   if (!entries) return;
   for (const auto& v : *entries) {
     const Field vf = f / v.key;
-    if (v.key == "limit") p.limit = r_.size(v, vf);
+    if (v.key == "limit") p.fields.memory.limit = r_.size(v, vf);
     else if (v.key == "counts") {
-      if (auto c = r_.choice(v.value, v.value_at, vf, cap_countings, "way of counting a cap"))
-        p.counts_footprint = *c == "footprint";
-    } else if (v.key == "reserve") p.reserve = r_.size(v, vf);
-    else if (v.key == "leave") p.leave = r_.size(v, vf);
+      if (auto c = r_.choice(v.value, v.value_at, vf, suite::cap_counting_names(), "way of counting a cap"))
+        p.fields.memory.counts_footprint = suite::cap_counts_footprint(*c);
+    } else if (v.key == "reserve") p.fields.memory.reserve = r_.size(v, vf);
+    else if (v.key == "leave") p.fields.memory.leave = r_.size(v, vf);
     else if (v.key == "reserve_chunk") {
-      p.reserve_chunk = r_.size(v, vf);
-      if (p.reserve_chunk && *p.reserve_chunk == 0) {
+      auto& chunk = p.fields.memory.reserve_chunk;
+      chunk = r_.size(v, vf);
+      if (chunk && *chunk == 0) {
         d_.error(v.value_at, vf.str() + ": must be larger than 0");
-        p.reserve_chunk.reset();
+        chunk.reset();
       }
-    } else if (v.key == "snapshot") p.snapshot = r_.boolean(v, vf);
+    } else if (v.key == "snapshot") p.fields.memory.snapshot = r_.boolean(v, vf);
     else if (v.key == "schedule") {
       auto items = r_.list(v.value, v.value_at, vf);
       if (!items) continue;
       std::vector<CapChange> schedule;
       for (size_t i = 0; i < items->size(); ++i)
         if (auto c = read_cap_change((*items)[i], d_.at((*items)[i]), vf[i])) schedule.push_back(*c);
-      p.schedule = std::move(schedule);
+      p.fields.memory.schedule = std::move(schedule);
     }
   }
 }
 
-std::optional<nlohmann::json> Loader::read_when(const Entry& e, const Field& f) {
-  auto entries = r_.map(e.value, e.value_at, f, when_keys);
-  if (!entries) return std::nullopt;
-  nlohmann::json when = nlohmann::json::object();
-  int triggers = 0;
-  for (const auto& v : *entries) {
-    const Field vf = f / v.key;
-    const std::string& k = v.key;
-    if (k == "entry") {
-      std::vector<YAML::Node> names;
-      if (v.value.IsSequence()) for (const auto& n : v.value) names.push_back(n);
-      else names.push_back(v.value);
-      nlohmann::json list = nlohmann::json::array();
-      for (size_t i = 0; i < names.size(); ++i) {
-        const SourceLocation at = v.value.IsSequence() ? d_.at(names[i]) : v.value_at;
-        if (auto n = r_.choice(names[i], at, v.value.IsSequence() ? vf[i] : vf, entry_names, "entry point or group"))
-          list.push_back(*n);
-      }
-      if (list.size() == names.size()) when["entry"] = list;
-    } else if (k == "min_size" || k == "max_size") {
-      if (auto s = r_.size(v, vf)) when[k] = *s;
-    } else if (k == "device" || k == "rank" || k == "local_rank" || k == "step") {
-      if (auto n = r_.integer(v, vf, 0)) when[k] = *n;
-    } else if (k == "nth" || k == "every") {
-      ++triggers;
-      if (auto n = r_.integer(v, vf, 1)) when[k] = *n;
-    } else if (k == "repeat") {
-      if (auto n = r_.integer(v, vf, 0)) when[k] = *n;
-    } else if (k == "probability") {
-      ++triggers;
-      auto x = r_.number(v, vf);
-      if (x && !(*x > 0 && *x <= 1)) d_.error(v.value_at, vf.str() + ": must be more than 0 and at most 1, got '" + v.value.Scalar() + "'");
-      else if (x) when[k] = *x;
-    } else if (k == "after") {
-      if (auto t = r_.duration(v, vf)) when[k] = *t;
-    } else if (k == "phase") {
-      if (auto ph = r_.choice(v.value, v.value_at, vf, phases, "phase")) when[k] = *ph;
-    } else if (k == "steps") {
-      auto range = r_.map(v.value, v.value_at, vf, steps_keys);
-      if (!range) continue;
-      nlohmann::json steps = nlohmann::json::object();
-      for (const auto& s : *range)
-        if (auto n = r_.integer(s, vf / s.key, 0)) steps[s.key] = *n;
-      if (range->empty()) d_.error(v.value_at, vf.str() + ": give 'from', 'to' or both");
-      else if (steps.contains("from") && steps.contains("to") && steps["from"].get<int64_t>() > steps["to"].get<int64_t>())
-        d_.error(v.value_at, vf.str() + ": 'from' is after 'to'");
-      else when[k] = steps;
-    }
-  }
-  if (triggers > 1) d_.error(e.value_at, f.str() + ": choose one of 'nth', 'every' and 'probability'");
-  if (when.contains("min_size") && when.contains("max_size") && when["min_size"].get<uint64_t>() > when["max_size"].get<uint64_t>())
-    d_.error(e.value_at, f.str() + ": min_size is larger than max_size");
-  return when;
-}
-
-std::optional<nlohmann::json> Loader::read_fail(const Entry& e, const Field& f) {
-  auto entries = r_.map(e.value, e.value_at, f, fail_keys);
-  if (!entries) return std::nullopt;
-  if (entries->size() > 1) {
-    d_.error(e.value_at, f.str() + ": give one of 'times', 'until_freed' and 'forever'");
-    return std::nullopt;
-  }
-  nlohmann::json fail = nlohmann::json::object();
-  for (const auto& v : *entries) {
-    const Field vf = f / v.key;
-    if (v.key == "times") {
-      if (auto n = r_.integer(v, vf, 1)) fail["times"] = *n;
-    } else if (v.key == "until_freed") {
-      if (auto s = r_.size(v, vf)) fail["until_freed"] = *s;
-    } else if (auto b = r_.boolean(v, vf)) {
-      if (!*b) d_.error(v.value_at, vf.str() + ": can only be true (leave 'fail' out to fail once)");
-      else fail["forever"] = true;
-    }
-  }
-  if (entries->empty()) fail["times"] = 1;
-  return fail;
-}
-
+// Note [One rule schema]: the YAML is only translated into the rule's JSON; the shim's parser decides,
+// and its problem is reported at the node it names.
 std::optional<std::vector<FaultSpec>> Loader::read_faults(const Entry& e, const Field& f) {
   auto items = r_.list(e.value, e.value_at, f);
   if (!items) return std::nullopt;
@@ -627,32 +495,69 @@ std::optional<std::vector<FaultSpec>> Loader::read_faults(const Entry& e, const 
     const YAML::Node& item = (*items)[i];
     const SourceLocation at = d_.at(item);
     const Field ff = f[i];
-    auto entries = r_.map(item, at, ff, fault_keys);
+    auto entries = r_.map(item, at, ff, suite::rule_keys_at({}));
     if (!entries) continue;
     FaultSpec spec;
     spec.name = "fault-" + std::to_string(i + 1);
     spec.where = at;
-    nlohmann::json when = nlohmann::json::object();
-    nlohmann::json fail = {{"times", 1}};
+    nlohmann::json rule = nlohmann::json::object();
+    bool ok = true;
     for (const auto& v : *entries) {
       if (v.key == "name") {
-        if (auto n = r_.string(v, ff / "name")) {
-          spec.name = *n;
-          auto dup = std::find_if(faults.begin(), faults.end(), [&](const FaultSpec& s) { return s.name == *n; });
-          if (dup != faults.end())
-            d_.error(v.value_at, (ff / "name").str() + ": another fault is already named '" + *n + "' (at line " +
-                                     std::to_string(dup->where.line) + ")");
-        }
-      } else if (v.key == "when") {
-        if (auto w = read_when(v, ff / "when")) when = *w;
-      } else if (auto x = read_fail(v, ff / "fail")) {
-        fail = *x;
+        auto n = r_.string(v, ff / "name");
+        if (!n) { ok = false; continue; }
+        spec.name = *n;
+        auto dup = std::find_if(faults.begin(), faults.end(), [&](const FaultSpec& s) { return s.name == *n; });
+        if (dup != faults.end())
+          d_.error(v.value_at, (ff / "name").str() + ": another fault is already named '" + *n + "' (at line " +
+                                   std::to_string(dup->where.line) + ")");
+      } else {
+        // Repeated keys are lost in translation: the reader reports them first.
+        if (v.value.IsMap() && !r_.map(v.value, v.value_at, ff / v.key, {})) { ok = false; continue; }
+        rule[v.key] = suite::to_json(v.value);
       }
     }
-    spec.rule = {{"name", spec.name}, {"when", when}, {"fail", fail}};
+    if (!ok) continue;
+    rule["name"] = spec.name;
+    suite::CheckedRule checked = suite::check_fault_rule(rule);
+    if (!checked.rule) {
+      report_rule_problem(checked.problem, item, ff);
+      continue;
+    }
+    spec.rule = std::move(*checked.rule);
     faults.push_back(std::move(spec));
   }
   return faults;
+}
+
+// Points at the node the shim's parser named: the misspelt key itself, or the deepest value on its path.
+void Loader::report_rule_problem(suite::RuleProblem problem, const YAML::Node& item, const Field& f) {
+  YAML::Node node(item);  // rebound with reset(), never assigned (Note [yaml-cpp assignment])
+  Field field = f;
+  for (const std::string& part : problem.path) {
+    const bool index = !part.empty() && std::isdigit(static_cast<unsigned char>(part[0]));
+    if (index && node.IsSequence() && std::stoul(part) < node.size()) {
+      YAML::Node next = node[std::stoul(part)];
+      node.reset(next);
+      field = field[std::stoul(part)];
+    } else if (!index && node.IsMap() && node[part]) {
+      YAML::Node next = node[part];
+      node.reset(next);
+      field = field / part;
+    } else {
+      break;
+    }
+  }
+  if (!problem.unknown_key.empty() && node.IsMap()) {
+    for (auto it = node.begin(); it != node.end(); ++it)
+      if (it->first.IsScalar() && it->first.Scalar() == problem.unknown_key) {
+        d_.error(d_.at(it->first), "unknown key '" + problem.unknown_key + "' in " + field.str() +
+                                       problem.message.substr(problem.message.find('\'', 13) + 1));
+        return;
+      }
+  }
+  if (node.IsScalar()) suite::suggest_choice(problem, node.Scalar());
+  d_.error(d_.at(node), field.str() + ": " + problem.message);
 }
 
 void Loader::read_restart(Partial& p, const Entry& e, const Field& f) {
@@ -663,10 +568,10 @@ void Loader::read_restart(Partial& p, const Entry& e, const Field& f) {
     if (v.key == "max") {
       if (auto n = r_.integer(v, vf, 0)) {
         if (*n > 1000) d_.error(v.value_at, vf.str() + ": at most 1000 restarts, got '" + v.value.Scalar() + "'");
-        else p.restart_max = static_cast<int>(*n);
+        else p.fields.restart.max = static_cast<int>(*n);
       }
     } else if (v.key == "clear_faults") {
-      p.clear_faults = r_.boolean(v, vf);
+      p.fields.restart.clear_faults = r_.boolean(v, vf);
     } else {
       std::vector<YAML::Node> reasons;
       if (v.value.IsSequence()) for (const auto& n : v.value) reasons.push_back(n);
@@ -679,7 +584,7 @@ void Loader::read_restart(Partial& p, const Entry& e, const Field& f) {
         if (reason) on.push_back(*reason);
         else ok = false;
       }
-      if (ok) p.restart_on = on;
+      if (ok) p.fields.restart.on = on;
     }
   }
 }
@@ -879,21 +784,22 @@ std::optional<Loader::JobTemplate> Loader::make_job(Partial job, const SourceLoc
   }
   if (!job.given.count("run")) d_.error(where, owner + ": missing 'run' (the command to run, e.g. run: python train.py)");
   // `reserve` and `leave` are two ways to say how much the sidecar holds (either may come from defaults).
-  if (job.reserve && *job.reserve > 0 && job.leave) {
+  const suite::JobFields::Memory& memory = job.fields.memory;
+  if (memory.reserve && *memory.reserve > 0 && memory.leave) {
     d_.error(where, owner + ": memory: give 'reserve' (bytes to hold) or 'leave' (bytes to keep free), not both");
     ok = false;
   }
-  if (job.leave && job.reserve_chunk) {
+  if (memory.leave && memory.reserve_chunk) {
     d_.error(where, owner + ": memory.reserve_chunk fragments a 'reserve'; with 'leave' nothing is left to fragment into");
     ok = false;
   }
   if (!job.run || job.bad.count("run") || job.bad.count("shell")) return std::nullopt;
-  auto argv = command(*job.run, job.shell.value_or(false), f / "run");
+  auto argv = command(*job.run, job.fields.shell.value_or(false), f / "run");
   if (!argv || !ok) return std::nullopt;
   JobTemplate t;
-  t.name = job.name->text;
+  t.name = *job.fields.name;
   t.where = where;
-  t.shell = job.shell.value_or(false);
+  t.shell = job.fields.shell.value_or(false);
   t.argv = std::move(*argv);
   t.fields = std::move(job);
   return t;
@@ -902,43 +808,21 @@ std::optional<Loader::JobTemplate> Loader::make_job(Partial job, const SourceLoc
 JobSpec Loader::instantiate(const JobTemplate& t, const Combination& combination) {
   std::map<std::string, std::string> values(combination.begin(), combination.end());
   values["suite_dir"] = dir_;
-  const Partial& p = t.fields;
-  JobSpec job;
-  job.name = suite::expand_template(t.name, values, false);
-  for (const auto& a : t.argv) job.argv.push_back(suite::expand_template(a.text, values, true));
-  job.shell = t.shell;
-  for (const auto& [key, value] : p.env) job.env[key] = suite::expand_template(value.text, values, true);
-  if (p.cwd) {
-    std::string cwd = suite::expand_template(p.cwd->text, values, true);
+  // Only the templated fields change per combination; build_job does the rest (Note [Job fields]).
+  suite::JobFields f = t.fields.fields;
+  f.name = suite::expand_template(t.name, values, false);
+  f.argv.emplace();
+  for (const auto& a : t.argv) f.argv->push_back(suite::expand_template(a.text, values, true));
+  f.shell = t.shell;
+  for (auto& [key, value] : f.env) value = suite::expand_template(value, values, true);
+  if (f.cwd) {
+    std::string cwd = suite::expand_template(*f.cwd, values, true);
     // A relative cwd is the suite's directory's child; `{workdir}...` is absolute once the launcher fills it.
     if (!cwd.empty() && cwd[0] != '/' && cwd.rfind("{workdir}", 0) != 0)
       cwd = (std::filesystem::path(suite::expand_template("{suite_dir}", values, true)) / cwd).lexically_normal().string();
-    job.cwd = cwd;
+    f.cwd = cwd;
   }
-  job.timeout = p.timeout.value_or(600);
-  job.grace = p.grace.value_or(5);
-  job.probe = p.probe.value_or(ProbeMode::auto_);
-  job.observe = p.observe;
-  job.memory.limit = p.limit;
-  job.memory.counts_footprint = p.counts_footprint.value_or(false);
-  job.memory.schedule = p.schedule.value_or(std::vector<CapChange>{});
-  job.memory.reserve = p.reserve.value_or(0);
-  job.memory.leave = p.leave;
-  job.memory.reserve_chunk = p.reserve_chunk;
-  job.memory.snapshot = p.snapshot.value_or(false);
-  job.faults = p.faults.value_or(std::vector<FaultSpec>{});
-  job.restart.max = p.restart_max.value_or(0);
-  job.restart.on = p.restart_on.value_or(std::vector<std::string>{"oom"});
-  job.restart.clear_faults = p.clear_faults.value_or(false);
-  job.expect = p.expect.value_or(std::vector<ExpectSpec>{});
-  job.target_step = p.target_step;
-  if (!job.target_step) {
-    // `completes` says how far the job must get; the trace needs the same number.
-    for (const auto& e : job.expect)
-      if (e.policy == "completes")
-        for (const char* key : {"steps", "step", "target_step"})
-          if (e.args.contains(key) && e.args[key].is_number_integer()) job.target_step = e.args[key].get<int64_t>();
-  }
+  JobSpec job = suite::build_job(f);
   job.matrix = combination;
   job.where = t.where;
   return job;
@@ -952,13 +836,16 @@ void Loader::expand_job(const JobTemplate& t, std::vector<JobSpec>& out) {
   };
   collect(t.name);
   for (const auto& a : t.argv) collect(a.text);
-  for (const auto& [key, value] : t.fields.env) collect(value.text);
-  if (t.fields.cwd) collect(t.fields.cwd->text);
-  if (used.empty()) {
-    out.push_back(instantiate(t, {}));
-    return;
+  for (const auto& [key, value] : t.fields.fields.env) collect(value);
+  if (t.fields.fields.cwd) collect(*t.fields.fields.cwd);
+  std::vector<Combination> combinations = used.empty() ? std::vector<Combination>{{}} : suite::project(combinations_, used);
+  for (const auto& c : combinations) {
+    out.push_back(instantiate(t, c));
+    // Every rule was checked alone; the plan as the shim gets it is checked whole, once per job entry.
+    if (&c == &combinations.front())
+      if (auto problem = suite::check_fault_plan(out.back().plan()))
+        d_.error(t.where, "the job's fault plan is not one the shim accepts: " + *problem);
   }
-  for (const auto& c : suite::project(combinations_, used)) out.push_back(instantiate(t, c));
 }
 
 std::string describe_combination(const Combination& c) {

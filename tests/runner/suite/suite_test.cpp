@@ -334,7 +334,7 @@ jobs:
     "rules": [
       {"name": "first", "when": {"nth": 3, "entry": ["cuMemCreate"], "min_size": 1024, "max_size": 2097152, "after": 0.25},
        "fail": {"times": 1}},
-      {"name": "fault-2", "when": {"steps": {"from": 2, "to": 4}, "phase": "backward", "probability": 0.25, "repeat": 0,
+      {"name": "fault-2", "when": {"steps": {"from": 2, "to": 4}, "phase": "backward", "probability": 0.25,
                                    "rank": 1, "device": 0, "local_rank": 0},
        "fail": {"until_freed": 1073741824}},
       {"name": "forever", "when": {"every": 10}, "fail": {"forever": true}}

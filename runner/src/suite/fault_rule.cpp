@@ -1,0 +1,116 @@
+#include "suite/fault_rule.h"
+
+#include <algorithm>
+#include <cctype>
+#include <iterator>
+
+#include "engine/fault_plan.h"
+#include "oomharness/control_block.h"
+#include "suite/names.h"
+
+namespace oomh::suite {
+
+namespace {
+
+template <class Table>
+std::vector<std::string> names(const Table& table) {
+  return std::vector<std::string>(std::begin(table), std::end(table));
+}
+
+bool is_index(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
+}
+
+// "when.steps.from: must be ..." -> ({"when", "steps", "from"}, "must be ..."); "when.entry[1]: ..." too.
+RuleProblem split(const std::string& error) {
+  RuleProblem p;
+  size_t colon = error.find(": ");
+  std::string head = colon == std::string::npos ? std::string() : error.substr(0, colon);
+  // A path is made of names, dots and [N]; anything else means the message has no path.
+  bool is_path = !head.empty() && head.find_first_not_of("abcdefghijklmnopqrstuvwxyz_.[]0123456789") == std::string::npos;
+  if (!is_path) {
+    p.message = error;
+    return p;
+  }
+  p.message = error.substr(colon + 2);
+  std::string part;
+  for (char c : head) {
+    if (c == '.' || c == '[' || c == ']') {
+      if (!part.empty()) p.path.push_back(part);
+      part.clear();
+    } else {
+      part += c;
+    }
+  }
+  if (!part.empty()) p.path.push_back(part);
+  return p;
+}
+
+}  // namespace
+
+std::string path_text(const std::vector<std::string>& path) {
+  std::string out;
+  for (const auto& p : path) out += is_index(p) ? "[" + p + "]" : (out.empty() ? "" : ".") + p;
+  return out;
+}
+
+std::vector<std::string> rule_keys_at(const std::vector<std::string>& path) {
+  if (path.empty()) return names(inject::kRuleKeys);
+  if (path == std::vector<std::string>{"when"}) return names(inject::kWhenKeys);
+  if (path == std::vector<std::string>{"when", "steps"}) return names(inject::kStepsKeys);
+  if (path == std::vector<std::string>{"fail"}) return names(inject::kFailKeys);
+  return {};
+}
+
+CheckedRule check_fault_rule(const nlohmann::json& rule) {
+  CheckedRule out;
+  inject::RuleCheck check = inject::check_rule(rule.dump());
+  if (check.ok()) {
+    out.rule = nlohmann::json::parse(check.json);
+    return out;
+  }
+  out.problem = split(check.error);
+  const std::string& m = out.problem.message;
+  const std::string prefix = "unknown key '";
+  if (m.rfind(prefix, 0) == 0 && m.size() > prefix.size() + 1 && m.back() == '\'') {
+    out.problem.unknown_key = m.substr(prefix.size(), m.size() - prefix.size() - 1);
+    std::vector<std::string> known = rule_keys_at(out.problem.path);
+    out.problem.message += suggestion(out.problem.unknown_key, known, "known keys");
+  }
+  return out;
+}
+
+std::optional<std::string> check_fault_plan(const nlohmann::json& plan) {
+  inject::PlanResult r = inject::parse_fault_plan(plan.dump());
+  if (r) return std::nullopt;
+  return r.error;
+}
+
+std::optional<bool> cap_counts_footprint(const std::string& text) {
+  auto counting = inject::parse_cap_counting(text);
+  if (!counting) return std::nullopt;
+  return *counting == inject::CapCounting::footprint;
+}
+
+std::vector<std::string> cap_counting_names() {
+  return {inject::cap_counting_name(inject::CapCounting::allocations), inject::cap_counting_name(inject::CapCounting::footprint)};
+}
+
+void suggest_choice(RuleProblem& problem, const std::string& written) {
+  const auto& path = problem.path;
+  std::vector<std::string> choices;
+  if (!path.empty() && path.back() == "phase") {
+    for (uint32_t i = 1; i <= 6; ++i) choices.emplace_back(phase_name(static_cast<Phase>(i)));
+  } else if ((!path.empty() && path.back() == "entry") || (path.size() >= 2 && path[path.size() - 2] == "entry")) {
+    choices = names(inject::kEntryChoices);
+  }
+  if (choices.empty() || problem.message.rfind("unknown", 0) != 0) return;
+  std::string near = nearest_name(written, choices);
+  if (near.empty()) return;
+  // "unknown phase "forwards" (did you mean 'forward'?; use forward, backward, ...)"
+  size_t use = problem.message.find(" (use ");
+  if (use != std::string::npos) problem.message.replace(use, 6, " (did you mean '" + near + "'?; use ");
+  else problem.message += " (did you mean '" + near + "'?)";
+}
+
+}  // namespace oomh::suite

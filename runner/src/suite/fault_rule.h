@@ -1,0 +1,44 @@
+#pragma once
+// Checking a fault rule the way the shim will (Note [One rule schema] in injector/engine/fault_plan.h):
+// the suite loader and `--fault` translate their syntax into a rule's JSON and hand it here; the shim's
+// own parser decides, and its message is turned into one that names the field in the front end's words.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace oomh::suite {
+
+struct RuleProblem {
+  std::vector<std::string> path;  // the field the shim's parser named: {"when", "steps", "from"}, {"fail"}, {"when", "entry", "1"}
+  std::string message;            // its words, with a suggestion added for a misspelt key, phase or entry point
+  std::string unknown_key;        // set for "unknown key 'x'": the key, found in the map at `path`
+};
+
+struct CheckedRule {
+  std::optional<nlohmann::json> rule;  // the rule as the shim reads it: sizes in bytes, times in seconds
+  RuleProblem problem;                 // when `rule` is empty
+};
+
+CheckedRule check_fault_rule(const nlohmann::json& rule);
+
+// The whole plan of a job (its rules and caps), checked by the shim's parser: its problem, or nullopt.
+std::optional<std::string> check_fault_plan(const nlohmann::json& plan);
+
+// What a cap may count (`memory.counts`, `--cap-counts`, the plan's `cap_counts`): "allocations" (false)
+// or "footprint" (true); nullopt for anything else.
+std::optional<bool> cap_counts_footprint(const std::string& text);
+std::vector<std::string> cap_counting_names();
+
+// The keys a map at `path` of a rule may have (the shim's table): {} -> name, when, fail; {"when"} -> ...
+std::vector<std::string> rule_keys_at(const std::vector<std::string>& path);
+
+// Adds " (did you mean 'x'?)" to a problem with a misspelt phase or entry point, given the value written.
+void suggest_choice(RuleProblem& problem, const std::string& written);
+
+// "when.steps.from", "when.entry[1]".
+std::string path_text(const std::vector<std::string>& path);
+
+}  // namespace oomh::suite
