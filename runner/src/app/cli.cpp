@@ -21,8 +21,9 @@ namespace oomh {
 namespace {
 
 const char* kFooter =
-    "Exit codes: 0 all jobs passed, 1 some failed (or a regression), 2 interrupted, 3 internal error,\n"
-    "4 usage or suite error. Inconclusive jobs do not fail a run. docs/cli.md has every flag and example.";
+    "Exit codes: 0 the jobs passed, 1 some failed or erred (or a regression), 2 interrupted, 3 internal error,\n"
+    "4 usage or suite error, 5 nothing was tested (no job selected, or none passed or failed). Inconclusive\n"
+    "jobs beside passed ones do not fail a run unless --strict. docs/cli.md has every flag and example.";
 
 void add_report_flags(CLI::App* cmd, app::ReportFlags& f) {
   cmd->add_option("--junit", f.junit, "Also write JUnit XML here");
@@ -62,6 +63,7 @@ int parse_and_run(std::vector<std::string> args) {
   run->add_flag("--summary", run_args.summary, "Append the Markdown summary to $GITHUB_STEP_SUMMARY");
   run->add_option("-o,--out", run_args.out_dir, "Output folder: results.json, report.html, job logs (default oomh-out)");
   run->add_flag("--simulate", run_args.simulate, "Run on the CPU driver double instead of a GPU");
+  run->add_flag("--strict", run_args.strict, "An inconclusive job fails the run");
   run->footer(kFooter);
 
   app::ExecArgs exec_args;
@@ -85,6 +87,7 @@ int parse_and_run(std::vector<std::string> args) {
   exec->add_flag("--summary", exec_args.summary, "Append the Markdown summary to $GITHUB_STEP_SUMMARY");
   exec->add_option("-o,--out", exec_args.out_dir, "Output folder (default oomh-out)");
   exec->add_flag("--simulate", exec_args.simulate, "Run on the CPU driver double instead of a GPU");
+  exec->add_flag("--strict", exec_args.strict, "An inconclusive job fails the run");
   exec->footer(kFooter);
 
   std::vector<std::string> validate_suites;

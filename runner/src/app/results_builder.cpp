@@ -31,7 +31,9 @@ std::string step_text(int64_t step) { return step >= 0 ? " at step " + std::to_s
 
 }  // namespace
 
-JobStatus job_status(const JobOutcome& outcome, const std::vector<Verdict>& verdicts) {
+namespace {
+
+JobStatus status_from_verdicts(const JobOutcome& outcome, const std::vector<Verdict>& verdicts) {
   if (!outcome.error.empty()) return JobStatus::error;
   if (outcome.interrupted) return JobStatus::interrupted;
   if (verdicts.empty()) {
@@ -48,6 +50,15 @@ JobStatus job_status(const JobOutcome& outcome, const std::vector<Verdict>& verd
     if (v.status == VerdictStatus::inconclusive) inconclusive = true;
   }
   return inconclusive ? JobStatus::inconclusive : JobStatus::passed;
+}
+
+}  // namespace
+
+JobStatus job_status(const JobOutcome& outcome, const std::vector<Verdict>& verdicts, const StatusRules& rules) {
+  JobStatus s = status_from_verdicts(outcome, verdicts);
+  if (s == JobStatus::passed && rules.inconclusive) s = JobStatus::inconclusive;
+  if (s == JobStatus::inconclusive && rules.strict) s = JobStatus::failed;
+  return s;
 }
 
 std::string attempt_outcome(const Attempt& a) {
@@ -175,8 +186,18 @@ std::vector<Marker> markers(const Trace& trace, double job_start) {
   return out;
 }
 
-std::string failure_sentence(const JobOutcome& outcome, const std::vector<Verdict>& verdicts, JobStatus status) {
+std::string failure_sentence(const JobOutcome& outcome, const std::vector<Verdict>& verdicts, JobStatus status,
+                             const StatusRules& rules) {
+  if (rules.strict && status == JobStatus::failed) {
+    StatusRules lenient = rules;
+    lenient.strict = false;
+    JobStatus plain = job_status(outcome, verdicts, lenient);
+    if (plain == JobStatus::inconclusive)
+      return "inconclusive, which --strict fails: " + failure_sentence(outcome, verdicts, plain, lenient);
+  }
   if (status == JobStatus::error) return outcome.error;
+  if (status == JobStatus::inconclusive && rules.inconclusive && status_from_verdicts(outcome, verdicts) == JobStatus::passed)
+    return *rules.inconclusive;
   if (status == JobStatus::interrupted) {
     size_t n = outcome.trace.attempts.size();
     return "interrupted during attempt " + std::to_string(n == 0 ? 1 : n) + " (the run was stopped)";
@@ -224,12 +245,13 @@ std::optional<double> recovery_seconds(const Trace& trace) {
   return *next_step - *first_oom;
 }
 
-JobResult build_job_result(const std::string& display_name, const JobOutcome& outcome, std::vector<Verdict> verdicts) {
+JobResult build_job_result(const std::string& display_name, const JobOutcome& outcome, std::vector<Verdict> verdicts,
+                           const StatusRules& rules) {
   const Trace& trace = outcome.trace;
   JobResult r;
   r.name = display_name;
-  r.status = job_status(outcome, verdicts);
-  r.message = failure_sentence(outcome, verdicts, r.status);
+  r.status = job_status(outcome, verdicts, rules);
+  r.message = failure_sentence(outcome, verdicts, r.status, rules);
   double job_start = outcome.start;
   if (job_start <= 0 && !trace.attempts.empty()) job_start = trace.attempts.front().start;
   r.start = job_start;
@@ -268,14 +290,16 @@ JobResult build_job_result(const std::string& display_name, const JobOutcome& ou
 }
 
 ExitCode run_exit_code(const RunResult& run) {
-  bool failed = false, interrupted = run.interrupted;
+  bool failed = false, interrupted = run.interrupted, tested = false;
   for (const auto& suite : run.suites)
     for (const auto& job : suite.jobs) {
       if (job.status == JobStatus::interrupted) interrupted = true;
       if (job.status == JobStatus::failed || job.status == JobStatus::error) failed = true;
+      if (job.status == JobStatus::passed) tested = true;
     }
   if (interrupted) return ExitCode::interrupted;
-  return failed ? ExitCode::tests_failed : ExitCode::ok;
+  if (failed) return ExitCode::tests_failed;
+  return tested ? ExitCode::ok : ExitCode::nothing_tested;
 }
 
 }  // namespace oomh

@@ -18,6 +18,8 @@
 #include "app/paths.h"
 #include "app/spec_text.h"
 #include "exec/cpu_share.h"
+#include "suite/fault_rule.h"
+#include "suite/job_fields.h"
 #include "oomharness/policies/registry.h"
 #include "oomharness/reports/writers.h"
 #include "oomharness/runner/cli_specs.h"
@@ -25,6 +27,7 @@
 #include "oomharness/runner/job_runner.h"
 #include "oomharness/runner/results_builder.h"
 #include "oomharness/runner/terminal.h"
+#include "oomharness/runner/untested.h"
 #include "oomharness/events.h"
 #include "oomharness/units.h"
 #include "oomharness/version.h"
@@ -185,13 +188,16 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
     err << "oomharness: " << *missing << "\n";
     return ExitCode::internal_error;
   }
+  // Jobs run in their suite's folder or their own `cwd`: every path they are told (event log, {workdir},
+  // the probe's files) must be absolute, whatever folder --out names and whichever the runner runs in.
   std::error_code ec;
-  fs::create_directories(args.out_dir, ec);
+  const std::string out_dir = fs::absolute(args.out_dir, ec).lexically_normal().string();
+  if (!ec) fs::create_directories(out_dir, ec);
   if (ec) {
     err << "oomharness: cannot create the output folder " << args.out_dir << ": " << ec.message() << "\n";
     return ExitCode::usage_error;
   }
-  options.out_dir = (fs::path(args.out_dir) / "jobs").string();
+  options.out_dir = (fs::path(out_dir) / "jobs").string();
 
   // The runner sees one flat list; names carry their suite so that logs and progress lines stay apart.
   std::vector<JobSpec> jobs;
@@ -251,10 +257,19 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
     const JobSpec& spec = suites[s].jobs[j];
     o.trace.simulated_device = args.simulate;
     if (!o.trace.target_step) o.trace.target_step = spec.target_step;
+    // Note [Green means tested]: a job the harness cannot show it tested is never judged a pass.
+    StatusRules rules;
+    rules.strict = args.strict;
+    if (o.error.empty() && !o.interrupted) {
+      if (auto untested = why_untested(spec, o.trace)) {
+        if (untested->status == JobStatus::error) o.error = untested->message;
+        else rules.inconclusive = untested->message;
+      }
+    }
     std::vector<Verdict> verdicts;
     // An interrupted job's trace stops mid-way: judging it would report failures it never had.
     if (o.error.empty() && !o.interrupted) verdicts = judge(spec, o.trace);
-    run.suites[s].jobs.push_back(build_job_result(spec.name, o, std::move(verdicts)));
+    run.suites[s].jobs.push_back(build_job_result(spec.name, o, std::move(verdicts), rules));
   }
   for (size_t s = 0; s < suites.size(); ++s) {
     auto& sr = run.suites[s];
@@ -268,10 +283,10 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
   }
 
   std::string html;
-  bool written = write_reports(run, args.out_dir, args.reports, html, err);
+  bool written = write_reports(run, out_dir, args.reports, html, err);
   out << "\n" << summary_table(run, style.color);
   if (args.summary) append_step_summary(run, out, err);
-  out << "Results: " << (fs::path(args.out_dir) / "results.json").string() << "\n";
+  out << "Results: " << (fs::path(out_dir) / "results.json").string() << "\n";
   out << "HTML report: " << html << "\n";
   out.flush();
   ExitCode code = run_exit_code(run);
@@ -326,8 +341,8 @@ ExitCode command_run(const RunArgs& args, std::ostream& out, std::ostream& err) 
     }
     if (kept == 0) {
       err << "oomharness: no job matches -k '" << join(args.filters, "' or '") << "' (job names are suite::job; "
-          << "`oomharness validate` lists them)\n";
-      return ExitCode::usage_error;
+          << "`oomharness validate` lists them): nothing was tested\n";
+      return ExitCode::nothing_tested;
     }
   }
   return run_suites(std::move(suites), args, out, err);
@@ -338,33 +353,33 @@ ExitCode command_exec(const ExecArgs& args, std::ostream& out, std::ostream& err
     err << "oomharness exec: no command given: write it after --, like oomharness exec --cap 8GiB -- python train.py\n";
     return ExitCode::usage_error;
   }
-  JobSpec job;
-  job.name = args.name.empty() ? fs::path(args.command.front()).filename().string() : args.name;
-  job.argv = args.command;
-  job.where = SourceLocation{"<command line>", 0, 0};
+  // The flags give fields; build_job makes the job, exactly as for a suite's job (Note [Job fields]).
+  suite::JobFields fields;
+  fields.name = args.name.empty() ? fs::path(args.command.front()).filename().string() : args.name;
+  fields.argv = args.command;
   if (!args.cap.empty()) {
     ParseResult cap = parse_bytes(args.cap);
     if (!cap) {
       err << "oomharness exec: bad --cap: " << cap.error << "\n";
       return ExitCode::usage_error;
     }
-    job.memory.limit = static_cast<uint64_t>(*cap.value);
+    fields.memory.limit = static_cast<uint64_t>(*cap.value);
   }
   if (!args.cap_counts.empty()) {
-    if (args.cap_counts != "allocations" && args.cap_counts != "footprint") {
+    auto counting = suite::cap_counts_footprint(args.cap_counts);
+    if (!counting) {
       err << "oomharness exec: bad --cap-counts '" << args.cap_counts << "': allocations or footprint\n";
       return ExitCode::usage_error;
     }
-    job.memory.counts_footprint = args.cap_counts == "footprint";
+    fields.memory.counts_footprint = *counting;
   }
-
   if (!args.timeout.empty()) {
     ParseResult t = parse_duration(args.timeout);
     if (!t || *t.value <= 0) {
       err << "oomharness exec: bad --timeout: " << (t ? "bad duration '" + args.timeout + "': it must be more than 0" : t.error) << "\n";
       return ExitCode::usage_error;
     }
-    job.timeout = *t.value;
+    fields.timeout = *t.value;
   }
   std::set<std::string> names;
   for (size_t i = 0; i < args.faults.size(); ++i) {
@@ -378,7 +393,8 @@ ExitCode command_exec(const ExecArgs& args, std::ostream& out, std::ostream& err
     std::string base = fault.name;
     for (int n = 2; !names.insert(fault.name).second; ++n) fault.name = base + " #" + std::to_string(n);
     fault.rule["name"] = fault.name;
-    job.faults.push_back(std::move(fault));
+    if (!fields.faults) fields.faults.emplace();
+    fields.faults->push_back(std::move(fault));
   }
   for (const auto& text : args.expects) {
     auto e = parse_expect_spec(text);
@@ -386,21 +402,26 @@ ExitCode command_exec(const ExecArgs& args, std::ostream& out, std::ostream& err
       err << "oomharness exec: " << e.error << "\n";
       return ExitCode::usage_error;
     }
-    job.expect.push_back(std::move(*e.value));
+    if (!fields.expect) fields.expect.emplace();
+    fields.expect->push_back(std::move(*e.value));
   }
-  if (args.restart < 0) {
-    err << "oomharness exec: bad --restart " << args.restart << ": 0 or more\n";
+  if (args.restart < 0 || args.restart > 1000) {
+    err << "oomharness exec: bad --restart " << args.restart << ": from 0 to 1000\n";
     return ExitCode::usage_error;
   }
-  job.restart.max = args.restart;
-  job.restart.clear_faults = args.clear_faults;
-  for (const auto& on : split_items(args.restart_on)) {
-    if (on != "oom" && on != "nonzero" && on != "signal" && on != "any") {
-      err << "oomharness exec: bad --restart-on '" << args.restart_on << "': '" << on
-          << "' is not one of oom, nonzero, signal, any\n";
-      return ExitCode::usage_error;
+  fields.restart.max = args.restart;
+  fields.restart.clear_faults = args.clear_faults;
+  if (!args.restart_on.empty()) {
+    // The reasons given replace the default (`oom`), as `restart: {on: [...]}` does in a suite.
+    fields.restart.on.emplace();
+    for (const auto& on : split_items(args.restart_on)) {
+      if (on != "oom" && on != "nonzero" && on != "signal" && on != "any") {
+        err << "oomharness exec: bad --restart-on '" << args.restart_on << "': '" << on
+            << "' is not one of oom, nonzero, signal, any\n";
+        return ExitCode::usage_error;
+      }
+      fields.restart.on->push_back(on);
     }
-    job.restart.on.push_back(on);
   }
   for (const auto& kv : args.env) {
     size_t eq = kv.find('=');
@@ -408,16 +429,22 @@ ExitCode command_exec(const ExecArgs& args, std::ostream& out, std::ostream& err
       err << "oomharness exec: bad --env '" << kv << "': write NAME=VALUE\n";
       return ExitCode::usage_error;
     }
-    job.env[kv.substr(0, eq)] = kv.substr(eq + 1);
+    fields.env[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
-  job.target_step = args.target_step;
+  fields.target_step = args.target_step;
+  std::error_code cwd_error;
+  fields.cwd = fs::current_path(cwd_error).string();
+  JobSpec job = suite::build_job(fields);
+  job.where = SourceLocation{"<command line>", 0, 0};
+  if (auto problem = suite::check_fault_plan(job.plan())) {
+    err << "oomharness exec: the fault plan is not one the shim accepts: " << *problem << "\n";
+    return ExitCode::usage_error;
+  }
 
   Suite suite;
   suite.name = "exec";
   suite.file = "<command line>";
-  std::error_code ec;
-  suite.dir = fs::current_path(ec).string();
-  job.cwd = suite.dir;
+  suite.dir = *job.cwd;
   suite.jobs.push_back(std::move(job));
 
   RunArgs run;
@@ -425,6 +452,7 @@ ExitCode command_exec(const ExecArgs& args, std::ostream& out, std::ostream& err
   run.summary = args.summary;
   run.out_dir = args.out_dir;
   run.simulate = args.simulate;
+  run.strict = args.strict;
   run.command_line = args.command_line;
   return run_suites({std::move(suite)}, run, out, err);
 }

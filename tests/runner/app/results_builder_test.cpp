@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <csignal>
 
+#include "oomharness/control_block.h"
 #include "oomharness/runner/results_builder.h"
+#include "oomharness/runner/untested.h"
 
 namespace oomh {
 namespace {
@@ -298,9 +300,131 @@ TEST(ExitCodes, AsPytest) {
   EXPECT_EQ(run_exit_code(run_with({JobStatus::passed, JobStatus::error})), ExitCode::tests_failed);
   EXPECT_EQ(run_exit_code(run_with({JobStatus::failed, JobStatus::interrupted})), ExitCode::interrupted);
   EXPECT_EQ(run_exit_code(run_with({JobStatus::passed}, true)), ExitCode::interrupted);
-  EXPECT_EQ(run_exit_code(run_with({})), ExitCode::ok);
   EXPECT_EQ(to_int(ExitCode::internal_error), 3);
   EXPECT_EQ(to_int(ExitCode::usage_error), 4);
+  // Nothing tested: no job, or no job passed or failed.
+  EXPECT_EQ(run_exit_code(run_with({})), ExitCode::nothing_tested);
+  EXPECT_EQ(run_exit_code(run_with({JobStatus::inconclusive, JobStatus::skipped})), ExitCode::nothing_tested);
+  EXPECT_EQ(run_exit_code(run_with({JobStatus::inconclusive, JobStatus::error})), ExitCode::tests_failed);
+  EXPECT_EQ(to_int(ExitCode::nothing_tested), 5);
+}
+
+TEST(JobStatusTest, StrictFailsInconclusiveJobs) {
+  JobOutcome o = outcome({attempt(0, 0, 1, 0, {})});
+  StatusRules strict;
+  strict.strict = true;
+  std::vector<Verdict> unsure = {verdict(VerdictStatus::inconclusive, "the fault was absorbed"), verdict(VerdictStatus::pass, "ok")};
+  EXPECT_EQ(job_status(o, unsure), JobStatus::inconclusive);
+  EXPECT_EQ(job_status(o, unsure, strict), JobStatus::failed);
+  EXPECT_EQ(build_job_result("j", o, unsure, strict).message, "inconclusive, which --strict fails: the fault was absorbed");
+  EXPECT_EQ(job_status(o, {verdict(VerdictStatus::pass, "ok")}, strict), JobStatus::passed);
+  // Untested (Note [Green means tested]): a job that would pass is inconclusive, and fails under --strict.
+  StatusRules untested;
+  untested.inconclusive = "no fault fired";
+  EXPECT_EQ(job_status(o, {verdict(VerdictStatus::pass, "ok", "exit")}, untested), JobStatus::inconclusive);
+  EXPECT_EQ(build_job_result("j", o, {verdict(VerdictStatus::pass, "ok", "exit")}, untested).message, "no fault fired");
+  EXPECT_EQ(job_status(o, {verdict(VerdictStatus::fail, "no", "exit")}, untested), JobStatus::failed);
+  untested.strict = true;
+  EXPECT_EQ(job_status(o, {verdict(VerdictStatus::pass, "ok", "exit")}, untested), JobStatus::failed);
+}
+
+// Note [Green means tested]: each way a job can go untested, from hand-made traces.
+JobSpec faulted_job() {
+  JobSpec job;
+  job.name = "j";
+  job.argv = {"trainer"};
+  FaultSpec f;
+  f.name = "oom-at-3";
+  f.rule = {{"name", "oom-at-3"}, {"when", {{"step", 3}}}, {"fail", {{"times", 2}}}};
+  job.faults.push_back(f);
+  return job;
+}
+
+ShimRecord armed() {
+  ShimRecord r;
+  r.processes = r.armed = 1;
+  r.driver_called = true;
+  r.ways_in = kWayExport;
+  return r;
+}
+
+Attempt with_shim(Attempt a, std::optional<ShimRecord> shim) {
+  a.shim = shim;
+  return a;
+}
+
+TEST(Untested, ATestedJobIsNotAsked) {
+  Trace t = outcome({with_shim(attempt(0, 0, 5, 0, {step(1, 2), inject(1.1, 3), oom(1.2, 3, true), step(1.5, 3)}), armed())}).trace;
+  EXPECT_FALSE(why_untested(faulted_job(), t));
+}
+
+TEST(Untested, TheShimNeverStartedOrRejectedThePlan) {
+  Trace never = outcome({with_shim(attempt(0, 0, 5, 0, {step(1, 2)}), ShimRecord{})}).trace;
+  auto u = why_untested(faulted_job(), never);
+  ASSERT_TRUE(u);
+  EXPECT_EQ(u->status, JobStatus::error);
+  EXPECT_NE(u->message.find("attempt 1: the shim never started"), std::string::npos) << u->message;
+  ShimRecord rejected = armed();
+  rejected.armed = 0;
+  rejected.rejected = 1;
+  Event start = ev(0.1, "shim", "shim_start", {{"plan", "rejected"}, {"plan_error", "OOMH_PLAN: rules: must be a list"}});
+  Trace r = outcome({with_shim(attempt(0, 0, 5, 0, {start, step(1, 2)}), rejected)}).trace;
+  u = why_untested(faulted_job(), r);
+  ASSERT_TRUE(u);
+  EXPECT_EQ(u->message, "attempt 1: the shim rejected the fault plan, so no fault or cap was applied: OOMH_PLAN: rules: must be a list");
+  // A job with neither rules nor caps does not need the shim armed.
+  JobSpec plain;
+  plain.argv = {"trainer"};
+  EXPECT_FALSE(why_untested(plain, outcome({with_shim(attempt(0, 0, 5, 0, {step(1, 2)}), ShimRecord{})}).trace));
+}
+
+TEST(Untested, NoDriverCallIsAnError) {
+  ShimRecord idle = armed();
+  idle.driver_called = false;
+  JobSpec capped;
+  capped.argv = {"python3", "train.py"};
+  capped.memory.limit = 1ull << 30;
+  auto u = why_untested(capped, outcome({with_shim(attempt(0, 0, 5, 0, {step(1, 1)}), idle)}).trace);
+  ASSERT_TRUE(u);
+  EXPECT_EQ(u->status, JobStatus::error);
+  EXPECT_NE(u->message.find("never saw a CUDA driver call"), std::string::npos);
+}
+
+TEST(Untested, DyingBeforeAnyFaultFiredIsAnError) {
+  Attempt crashed = with_shim(attempt(0, 0, 1, 1, {}), armed());
+  crashed.output_tail = "Traceback (most recent call last):\n  File \"train.py\", line 1\nModuleNotFoundError: No module named 'x'\n";
+  auto u = why_untested(faulted_job(), outcome({crashed}).trace);
+  ASSERT_TRUE(u);
+  EXPECT_EQ(u->message, "attempt 1 exited with code 1 before any fault fired: nothing was tested (it printed: "
+                        "ModuleNotFoundError: No module named 'x')");
+  // Killed by a signal counts too; dying after a fault fired does not (that is the test).
+  Attempt killed = with_shim(attempt(0, 0, 1, std::nullopt, {step(0.5, 1)}), armed());
+  killed.end_kind = AttemptEnd::signalled;
+  killed.signal = SIGSEGV;
+  u = why_untested(faulted_job(), outcome({killed}).trace);
+  ASSERT_TRUE(u);
+  EXPECT_NE(u->message.find("was killed by signal 11 (SIGSEGV) before any fault fired"), std::string::npos) << u->message;
+  EXPECT_FALSE(why_untested(faulted_job(), outcome({with_shim(attempt(0, 0, 1, 1, {step(0.5, 2), inject(0.6, 3)}), armed())}).trace));
+  // A later attempt may die without a fault of its own: a fault fired earlier in the job.
+  Attempt first = with_shim(attempt(0, 0, 1, 1, {step(0.5, 2), inject(0.6, 3)}), armed());
+  first.oom_message = true;
+  Attempt second = with_shim(attempt(1, 1, 2, 2, {}), armed());
+  second.faults_enabled = false;
+  EXPECT_FALSE(why_untested(faulted_job(), outcome({first, second}).trace));
+  // With nothing to fire, the first training step is the line.
+  JobSpec plain;
+  plain.argv = {"trainer"};
+  u = why_untested(plain, outcome({attempt(0, 0, 1, 3, {})}).trace);
+  ASSERT_TRUE(u);
+  EXPECT_NE(u->message.find("exited with code 3 before its first training step"), std::string::npos);
+  EXPECT_FALSE(why_untested(plain, outcome({attempt(0, 0, 1, 3, {step(0.5, 1)})}).trace));
+}
+
+TEST(Untested, NoFaultFiredIsInconclusive) {
+  auto u = why_untested(faulted_job(), outcome({with_shim(attempt(0, 0, 5, 0, {step(1, 1), step(2, 2)}), armed())}).trace);
+  ASSERT_TRUE(u);
+  EXPECT_EQ(u->status, JobStatus::inconclusive);
+  EXPECT_NE(u->message.find("no fault fired"), std::string::npos);
 }
 
 }  // namespace

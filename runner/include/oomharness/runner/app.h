@@ -9,11 +9,12 @@ namespace oomh {
 
 // Exit codes, as pytest's: CI scripts already know what they mean.
 enum class ExitCode : int {
-  ok = 0,              // every job passed (inconclusive and skipped jobs do not fail a run)
+  ok = 0,              // every job passed (inconclusive and skipped jobs beside a passed one do not fail a run)
   tests_failed = 1,    // some job failed, or could not run (error); `compare` found a regression
   interrupted = 2,     // Ctrl-C / SIGTERM: the results so far were still written
   internal_error = 3,  // a bug or an environment problem in the harness itself
   usage_error = 4,     // bad command line, bad suite, bad --fault/--expect spec
+  nothing_tested = 5,  // no job selected, or no job passed or failed (every one inconclusive or skipped)
 };
 
 inline int to_int(ExitCode c) { return static_cast<int>(c); }

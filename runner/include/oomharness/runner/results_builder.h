@@ -15,10 +15,18 @@
 
 namespace oomh {
 
+// What decides a status beside the trace and the verdicts.
+struct StatusRules {
+  // Note [Green means tested] (untested.h): why the job was not tested, when it would otherwise pass.
+  std::optional<std::string> inconclusive;
+  bool strict = false;  // --strict: an inconclusive job fails
+};
+
 // A job's status: runner error -> error; interrupted -> interrupted; any failing verdict -> failed; every
 // verdict passed -> passed; no failure but an inconclusive verdict -> inconclusive. A job with no
-// verdicts passes when its last attempt exited 0, and fails otherwise.
-JobStatus job_status(const JobOutcome& outcome, const std::vector<Verdict>& verdicts);
+// verdicts passes when its last attempt exited 0, and fails otherwise. A job that would pass but was not
+// tested (rules.inconclusive) is inconclusive; under rules.strict an inconclusive job fails.
+JobStatus job_status(const JobOutcome& outcome, const std::vector<Verdict>& verdicts, const StatusRules& rules = {});
 
 // "ok", "oom", "nonzero", "signal", "timeout", "interrupted", "failed_to_start".
 std::string attempt_outcome(const Attempt& attempt);
@@ -34,10 +42,12 @@ std::map<int, std::vector<TimelinePoint>> memory_timeline(const Trace& trace, do
 std::optional<double> recovery_seconds(const Trace& trace);
 
 // The whole JobResult. `display_name` is the job's name in its suite.
-JobResult build_job_result(const std::string& display_name, const JobOutcome& outcome, std::vector<Verdict> verdicts);
+JobResult build_job_result(const std::string& display_name, const JobOutcome& outcome, std::vector<Verdict> verdicts,
+                           const StatusRules& rules = {});
 
-// The run's exit code from its results: interrupted -> 2; a failed or errored job -> 1; otherwise 0
-// (inconclusive and skipped jobs do not fail a run).
+// The run's exit code from its results, as pytest's: interrupted -> 2; a failed or errored job -> 1;
+// nothing tested (no job, or no job passed or failed: every one inconclusive or skipped) -> 5; else 0
+// (inconclusive and skipped jobs beside a passing one do not fail a run; --strict fails them).
 ExitCode run_exit_code(const RunResult& run);
 
 }  // namespace oomh

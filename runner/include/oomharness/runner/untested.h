@@ -1,0 +1,34 @@
+#pragma once
+// Note [Green means tested]
+// A harness is worth exactly as much as its green. Before a job's checks are believed, the runner asks
+// whether the job was tested at all, from facts only the harness has: the armed record of its shims
+// (Note [Armed record] in include/oomharness/control_block.h), which faults fired, and how each attempt
+// ended. A job that was not tested is never a pass:
+//  - its plan had rules or caps, and in an attempt no process armed the shim, or one rejected the plan,
+//    or no process ever made a driver call (the job did not use the GPU: a CPU-only torch, the wrong
+//    interpreter, work done elsewhere): error;
+//  - an attempt died (a non-zero exit or a signal) before any fault fired (an injection, an OOM the code
+//    saw, or an OOM it died of), or, for a job with nothing to fire, before its first training step
+//    (a ModuleNotFoundError, a missing file): error, naming the last line it printed;
+//  - its plan had fault rules and none of them fired in the whole job: it cannot pass (an `exit: 0` check
+//    would pass a job whose fault never came), it is inconclusive.
+// The sentence is the job's message; the terminal prints the attempt's last output lines under it.
+
+#include <optional>
+#include <string>
+
+#include "oomharness/policies/trace.h"
+#include "oomharness/reports/result.h"
+#include "oomharness/runner/suite.h"
+
+namespace oomh {
+
+struct Untested {
+  JobStatus status = JobStatus::error;  // error, or inconclusive (applies only to a job that would pass)
+  std::string message;
+};
+
+// Why `trace` does not show that `job` was tested; nullopt when it does. An interrupted job is not asked.
+std::optional<Untested> why_untested(const JobSpec& job, const Trace& trace);
+
+}  // namespace oomh

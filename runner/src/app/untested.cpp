@@ -1,0 +1,103 @@
+// Note [Green means tested] in oomharness/runner/untested.h.
+
+#include "oomharness/runner/untested.h"
+
+#include "oomharness/control_block.h"
+#include "oomharness/events.h"
+
+namespace oomh {
+
+namespace {
+
+// Does the attempt's plan give the shim anything to do (rules or caps)? A reference run, or an attempt
+// after `clear_faults`, keeps the caps and drops the rules.
+bool plan_needs_shim(const JobSpec& job, bool faults_enabled) {
+  nlohmann::json plan = job.plan(faults_enabled);
+  return !plan["rules"].empty() || !plan["caps"].empty();
+}
+
+bool has_rules(const JobSpec& job, const Attempt& a) { return a.faults_enabled && !job.faults.empty(); }
+
+bool is_inject(const Event& e) { return e.src == events::kSrcShim && e.kind == events::kInject; }
+
+// Did a fault fire in the attempt: an injection, an OOM the code saw, or an OOM it died of? (Beside a
+// reservation, real allocations fail without an injection.)
+bool fault_fired(const Attempt& a) {
+  if (a.oom_message || a.ended_by_oom()) return true;
+  for (const Event& e : a.events)
+    if (is_inject(e) || (e.src == events::kSrcProbe && e.kind == events::kOom)) return true;
+  return false;
+}
+
+bool completed_a_step(const Attempt& a) {
+  for (const Event& e : a.events)
+    if (completes_a_step(e)) return true;
+  return false;
+}
+
+bool died(const Attempt& a) {
+  return (a.end_kind == AttemptEnd::exited && a.exit_code && *a.exit_code != 0) || a.end_kind == AttemptEnd::signalled;
+}
+
+// The last line the attempt printed that says something, for the one-sentence reason.
+std::string last_line(const Attempt& a) {
+  const std::string& tail = a.output_tail;
+  size_t end = tail.find_last_not_of(" \t\r\n");
+  if (end == std::string::npos) return {};
+  size_t start = tail.find_last_of('\n', end);
+  std::string line = tail.substr(start == std::string::npos ? 0 : start + 1, end + 1 - (start == std::string::npos ? 0 : start + 1));
+  size_t first = line.find_first_not_of(" \t");
+  line = first == std::string::npos ? std::string() : line.substr(first);
+  if (line.size() > 200) line = line.substr(0, 197) + "...";
+  return line;
+}
+
+std::string plan_error(const Attempt& a) {
+  for (const Event& e : a.events)
+    if (e.src == events::kSrcShim && e.kind == events::kShimStart && e.text("plan") == "rejected")
+      return e.text("plan_error", "no reason given");
+  return "no reason recorded";
+}
+
+Untested error(std::string message) { return Untested{JobStatus::error, std::move(message)}; }
+
+}  // namespace
+
+std::optional<Untested> why_untested(const JobSpec& job, const Trace& trace) {
+  const bool sidecar = job.memory.reserve > 0 || job.memory.leave.has_value();
+  bool fired = false, stepped = false, any_rules = false, any_inject = false;
+  for (const Attempt& a : trace.attempts) {
+    if (a.end_kind == AttemptEnd::failed_to_start || a.end_kind == AttemptEnd::interrupted) continue;
+    const std::string which = attempt_name(a.index);
+    const bool needs_shim = plan_needs_shim(job, a.faults_enabled);
+    if (needs_shim) {
+      if (!a.shim || a.shim->processes == 0)
+        return error(which + ": the shim never started in the job's processes, so no fault or cap was applied "
+                             "(does the job clear LD_PRELOAD from its environment, or run a statically linked program?)");
+      if (a.shim->rejected > 0)
+        return error(which + ": the shim rejected the fault plan, so no fault or cap was applied: " + plan_error(a));
+    }
+    fired = fired || fault_fired(a);
+    stepped = stepped || completed_a_step(a);
+    any_rules = any_rules || has_rules(job, a);
+    for (const Event& e : a.events) any_inject = any_inject || is_inject(e);
+    if (died(a)) {
+      const bool can_fire = needs_shim || sidecar;
+      if (can_fire ? !fired : !stepped) {
+        std::string line = last_line(a);
+        return error(which + " " + attempt_end_text(a) + (can_fire ? " before any fault fired" : " before its first training step") +
+                     ": nothing was tested" + (line.empty() ? std::string() : " (it printed: " + line + ")"));
+      }
+    }
+    if (needs_shim && !a.shim->driver_called)
+      return error(which + ": the shim never saw a CUDA driver call: this job did not use the GPU "
+                           "(a CPU-only torch? the wrong interpreter? work done in a process the shim was not preloaded into?)");
+  }
+  if (any_rules && !any_inject)
+    return Untested{JobStatus::inconclusive,
+                    "no fault fired: the job's fault rules never matched an allocation, so its recovery was not tested "
+                    "(is the step, phase or size of the rule one the job reaches?)"};
+  return std::nullopt;
+}
+
+}  // namespace oomh
