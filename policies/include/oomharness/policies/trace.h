@@ -72,6 +72,9 @@ struct Attempt {
   bool ended_by_oom() const;       // exited non-zero (or by SIGABRT) with an OOM message or an uncaught probe `oom`
   // Every injected fault of the attempt, in order, with whether the code saw it (Note [Visible faults]).
   std::vector<InjectedFault> injected_faults() const;
+  // The highest step the attempt completed (completes_a_step), -1 when none: what results.json's
+  // `last_step` and the terminal's "attempt 1 ended after step N" say.
+  int64_t last_completed_step() const;
 };
 
 struct Trace {
@@ -90,6 +93,8 @@ struct Trace {
 // A completed training step: the probe's `step` event, or a `step` the runner read from the job's output
 // (`observe:`), for jobs that run without a probe.
 bool completes_a_step(const Event& e);
+// The step such an event completed (its `step`, or the observed value), -1 for any other event.
+int64_t completed_step(const Event& e);
 
 // Parses one JSON line of an event log. Returns nullopt for a line that is not a valid event.
 std::optional<Event> parse_event_line(const std::string& line);
