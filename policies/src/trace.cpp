@@ -2,6 +2,7 @@
 
 #include "oomharness/policies/trace.h"
 
+#include <algorithm>
 #include <csignal>
 
 #include "oomharness/events.h"
@@ -78,6 +79,23 @@ bool Attempt::ended_by_oom() const {
 bool completes_a_step(const Event& e) {
   if (e.src == events::kSrcProbe && e.kind == events::kStep) return true;
   return e.src == events::kSrcRunner && e.kind == events::kObserved && e.text("key") == "step";
+}
+
+int64_t completed_step(const Event& e) {
+  if (!completes_a_step(e)) return -1;
+  if (e.kind == events::kObserved) {
+    if (e.has("value") && e.fields["value"].is_string()) {
+      try { return std::stoll(e.text("value")); } catch (...) { return -1; }
+    }
+    return e.integer("value");
+  }
+  return e.integer("step");
+}
+
+int64_t Attempt::last_completed_step() const {
+  int64_t last = -1;
+  for (const Event& e : events) last = std::max(last, completed_step(e));
+  return last;
 }
 
 std::vector<InjectedFault> Attempt::injected_faults() const {

@@ -41,6 +41,8 @@ table.sortable th{cursor:pointer}
 .badge{display:inline-block;border-radius:10px;padding:0 8px;font-size:12px;font-weight:600;color:#fff;white-space:nowrap}
 .s-passed,.v-pass{background:var(--pass)}.s-failed,.v-fail{background:var(--fail)}.s-error{background:var(--error)}
 .s-skipped,.s-inconclusive,.v-inconclusive{background:var(--skip)}.s-interrupted{background:var(--int)}
+.s-xfail,.v-xfail{background:#4d7c5a}.s-xpass,.v-xpass{background:var(--fail)}
+.headline{font-size:17px;font-weight:600;margin:4px 0 10px}.h-ok{color:var(--pass)}.h-fail{color:var(--fail)}.h-none{color:var(--skip)}
 .banner{background:#fff8c5;border:1px solid #d4a72c;border-radius:6px;padding:8px 12px;margin:10px 0;font-weight:600}
 .job{border:1px solid var(--line);border-radius:8px;padding:12px 16px;margin:14px 0}
 .job.failed,.job.error{border-left:4px solid var(--fail)}.job.passed{border-left:4px solid var(--pass)}
@@ -73,17 +75,20 @@ std::string num(double v, int decimals = 1) { return text::seconds(v, decimals);
 
 std::string job_id(size_t suite, size_t job) { return "job-" + std::to_string(suite) + "-" + std::to_string(job); }
 
-std::string badge(JobStatus s) {
-  return std::string("<span class=\"badge s-") + to_string(s) + "\">" + to_string(s) + "</span>";
+// A job's status; an expected failure or an unexpected pass (Note [Expected failures]) says so.
+std::string badge(const JobResult& job) {
+  if (job.expected_failure()) return "<span class=\"badge s-xfail\">XFAIL</span>";
+  if (job.unexpected_pass()) return "<span class=\"badge s-xpass\">XPASS</span>";
+  return std::string("<span class=\"badge s-") + to_string(job.status) + "\">" + to_string(job.status) + "</span>";
 }
 
-std::string verdict_badge(VerdictStatus s) {
-  return std::string("<span class=\"badge v-") + to_string(s) + "\">" + to_string(s) + "</span>";
-}
-// A check the suite says must fail: its fail is the expected outcome, and says so.
+// A check the suite says must fail: its fail is the expected outcome (xfail), a pass is what fails the
+// job (xpass), and each says so.
 std::string verdict_badge(const Verdict& v) {
-  if (!v.must_fail) return verdict_badge(v.status);
-  return verdict_badge(v.status) + " <span class=\"muted\">(must fail)</span>";
+  const char* word = text::verdict_word(v);
+  std::string b = std::string("<span class=\"badge v-") + word + "\">" + word + "</span>";
+  if (v.must_fail) b += " <span class=\"muted\">(must fail)</span>";
+  return b;
 }
 
 // A tick step of 1, 2 or 5 times a power of ten, giving about `count` ticks over `range`.
@@ -186,9 +191,9 @@ void restarts(std::ostream& svg, const Chart& c, const JobResult& job) {
     if (a.index == 0) continue;
     const double x = c.x(a.start);
     svg << "<line x1=\"" << num(x) << "\" x2=\"" << num(x) << "\" y1=\"" << num(c.top() - 8) << "\" y2=\""
-        << num(c.bottom()) << "\" stroke=\"#59636e\" stroke-dasharray=\"3 3\"><title>restart: attempt " << a.index
+        << num(c.bottom()) << "\" stroke=\"#59636e\" stroke-dasharray=\"3 3\"><title>restart: " << attempt_name(a.index)
         << " started at " << num(a.start, 2) << "s</title></line>";
-    svg << "<text x=\"" << num(x + 3) << "\" y=\"" << num(c.top() - 10) << "\">attempt " << a.index << "</text>\n";
+    svg << "<text x=\"" << num(x + 3) << "\" y=\"" << num(c.top() - 10) << "\">" << attempt_name(a.index) << "</text>\n";
   }
 }
 
@@ -290,7 +295,7 @@ void summary_table(std::ostream& out, const RunResult& run) {
       const JobResult& job = suite.jobs[k];
       const auto peak = text::job_peak(job);
       out << "<tr><td><a href=\"#" << job_id(s, k) << "\">" << xml_escape(job.name) << "</a></td><td>"
-          << xml_escape(suite.name) << "</td><td data-v=\"" << to_string(job.status) << "\">" << badge(job.status)
+          << xml_escape(suite.name) << "</td><td data-v=\"" << to_string(job.status) << "\">" << badge(job)
           << "</td><td>";
       for (const Verdict& v : job.verdicts) out << xml_escape(v.policy) << " " << verdict_badge(v) << " ";
       if (job.verdicts.empty()) out << "<span class=\"muted\">none</span>";
@@ -331,7 +336,7 @@ void verdicts(std::ostream& out, const JobResult& job) {
     out << "<tr><td><code>" << xml_escape(v.policy) << "</code></td><td>" << verdict_badge(v) << "</td><td>"
         << xml_escape(v.reason) << "</td><td>";
     for (const Evidence& e : v.evidence)
-      out << "attempt " << e.attempt << ", " << num(e.t, 2) << "s: " << xml_escape(e.what) << "<br>";
+      out << attempt_name(e.attempt) << ", " << num(e.t, 2) << "s: " << xml_escape(e.what) << "<br>";
     out << "</td></tr>\n";
   }
   out << "</tbody></table>\n";
@@ -344,7 +349,7 @@ void attempts(std::ostream& out, const JobResult& job) {
   for (const AttemptResult& a : job.attempts) {
     std::string exit = a.exit_code ? "code " + std::to_string(*a.exit_code) : "";
     if (a.signal) exit += (exit.empty() ? "" : ", ") + std::string("signal ") + std::to_string(*a.signal);
-    out << "<tr><td class=\"num\">" << a.index << "</td><td>" << xml_escape(a.outcome) << "</td><td>" << xml_escape(exit)
+    out << "<tr><td class=\"num\">" << a.index + 1 << "</td><td>" << xml_escape(a.outcome) << "</td><td>" << xml_escape(exit)
         << "</td><td class=\"num\">" << num(a.start, 2) << "s</td><td class=\"num\">"
         << xml_escape(format_duration(a.duration)) << "</td><td class=\"num\">"
         << (a.last_step >= 0 ? std::to_string(a.last_step) : "-") << "</td><td>" << (a.faults_enabled ? "on" : "cleared")
@@ -378,7 +383,7 @@ void output_tails(std::ostream& out, const JobResult& job) {
     if (a.output_tail.empty()) continue;
     // Open what explains a failure: the last attempt, and any attempt that ended in an OOM.
     const bool open = job.status != JobStatus::passed && (i + 1 == job.attempts.size() || a.outcome == "oom");
-    out << "<details" << (open ? " open" : "") << "><summary>output of attempt " << a.index << " ("
+    out << "<details" << (open ? " open" : "") << "><summary>output of " << attempt_name(a.index) << " ("
         << xml_escape(a.outcome) << ")";
     if (!a.log_path.empty()) out << ", full log <code>" << xml_escape(a.log_path) << "</code>";
     out << "</summary>\n<pre>" << xml_escape(text::tail(a.output_tail, 80, 32 * 1024)) << "</pre></details>\n";
@@ -388,8 +393,10 @@ void output_tails(std::ostream& out, const JobResult& job) {
 void job_section(std::ostream& out, const SuiteResult& suite, const JobResult& job, const std::string& id,
                  const HtmlOptions& options) {
   out << "<section class=\"job " << to_string(job.status) << "\" id=\"" << id << "\">\n<h3>" << xml_escape(job.name)
-      << " " << badge(job.status) << "</h3>\n";
+      << " " << badge(job) << "</h3>\n";
   if (!job.message.empty()) out << "<p class=\"message\">" << xml_escape(job.message) << "</p>\n";
+  if (job.expected_failure())
+    out << "<p class=\"message\">Expected failure: " << xml_escape(expected_failure_sentence(job)) << "</p>\n";
   out << "<p class=\"muted\">suite " << xml_escape(suite.name) << " &middot; " << job.attempts.size() << " attempt(s) &middot; "
       << job.faults.size() << " fault(s) injected, " << job.faults_visible() << " visible, " << job.faults_absorbed()
       << " absorbed";
@@ -418,13 +425,22 @@ std::string render_html(const RunResult& run, const HtmlOptions& options) {
       << "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src " << csp_hash(style.c_str())
       << "; script-src " << csp_hash(kScript) << "; img-src data:; base-uri 'none'; form-action 'none'\">\n"
       << "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
-      << "<title>oomharness: " << c.passed << " passed, " << c.failed + c.errors << " failed</title>\n"
+      << "<title>oomharness: " << xml_escape(counts_sentence(run)) << "</title>\n"
       << "<style>" << style << "</style>\n</head>\n<body>\n";
-  out << "<h1>oomharness report</h1>\n<p class=\"counts\"><span>" << c.total << " jobs</span><span>" << c.passed
-      << " passed</span><span>" << c.failed << " failed</span><span>" << c.errors << " errors</span><span>"
+  // The headline is green only for a run that tested something and saw no failure
+  // (RunResult::nothing_tested).
+  const char* tone = c.failed || c.errors || c.interrupted ? "h-fail" : run.nothing_tested() ? "h-none" : "h-ok";
+  out << "<h1>oomharness report</h1>\n<p class=\"headline " << tone << "\">" << xml_escape(counts_sentence(run))
+      << "</p>\n<p class=\"counts\"><span>" << c.total << " jobs</span><span>" << c.passed - c.xfailed
+      << " passed</span><span>" << c.failed - c.xpassed << " failed</span><span>" << c.errors << " errors</span><span>"
       << c.inconclusive << " inconclusive</span><span>" << c.skipped << " skipped</span>";
+  if (c.xfailed) out << "<span>" << c.xfailed << " xfailed</span>";
+  if (c.xpassed) out << "<span>" << c.xpassed << " xpassed</span>";
   if (c.interrupted) out << "<span>" << c.interrupted << " interrupted</span>";
   out << "<span class=\"muted\">" << xml_escape(format_duration(run.duration)) << "</span></p>\n";
+  if (run.nothing_tested())
+    out << "<div class=\"banner\">Nothing was tested: no job passed or failed. An inconclusive job ran without "
+           "showing anything either way (read its reason below); a skipped job did not run.</div>\n";
   if (run.environment.simulated_device)
     out << "<div class=\"banner\">device simulated (CPU driver double): these results show the harness, not a GPU."
            "</div>\n";

@@ -3,11 +3,16 @@
 //
 // Note [Job status in JUnit]
 //   passed                 a bare testcase
+//   passed, XFAIL          a passing testcase whose system-out first says which must_fail check failed as
+//                          expected, and why (Note [Expected failures] in result.cpp)
 //   failed                 <failure message="first failing verdict's sentence"> body: every failing verdict
+//   failed, XPASS          <failure type="xpass">: the must_fail check that passed
 //   error, interrupted     <error message="...">: the job could not be judged (did not start, was stopped)
 //   skipped, inconclusive  <skipped message="...">: nothing failed, but nothing was shown either
 // Readers count a testsuite's tests/failures/errors/skipped from these attributes, so they are computed
-// from the same mapping.
+// from the same mapping. JUnit has no place for a run's headline; each testsuite's properties carry it
+// (`oomharness.summary`, and `oomharness.nothing_tested`, true when no job passed or failed, so that a
+// page of skipped testcases is not read as green).
 
 #include <sstream>
 
@@ -59,8 +64,11 @@ void property(std::ostream& out, const std::string& name, const std::string& val
   out << "      <property name=\"" << xml_escape(name) << "\" value=\"" << xml_escape(value) << "\"/>\n";
 }
 
-void properties(std::ostream& out, const Environment& env) {
+void properties(std::ostream& out, const RunResult& run) {
+  const Environment& env = run.environment;
   out << "    <properties>\n";
+  property(out, "oomharness.summary", counts_sentence(run));
+  property(out, "oomharness.nothing_tested", run.nothing_tested() ? "true" : "false");
   property(out, "hostname", env.hostname);
   property(out, "gpu_name", env.gpu_name);
   property(out, "driver_version", env.driver_version);
@@ -74,16 +82,33 @@ void properties(std::ostream& out, const Environment& env) {
   out << "    </properties>\n";
 }
 
+std::string evidence_lines(const Verdict& v) {
+  std::string body;
+  for (const Evidence& e : v.evidence)
+    body += "  " + attempt_name(e.attempt) + " at " + text::seconds(e.t, 2) + "s: " + e.what + "\n";
+  return body;
+}
+
 std::string failing_verdicts(const JobResult& job) {
   std::string body;
   for (const Verdict& v : job.verdicts) {
     // What made the job fail: a failed check, or a check that must fail and passed.
     if (!against_expectation(v)) continue;
-    body += v.policy + (v.must_fail ? " (must fail, passed): " : ": ") + v.reason + "\n";
-    for (const Evidence& e : v.evidence)
-      body += "  attempt " + std::to_string(e.attempt) + " at " + text::seconds(e.t, 2) + "s: " + e.what + "\n";
+    body += v.policy + (v.must_fail ? " was expected to fail (must_fail: true) but passed: " : ": ") + v.reason + "\n";
+    body += evidence_lines(v);
   }
   return body.empty() ? job.message + "\n" : body;
+}
+
+// For an XFAIL job, what its system-out says first: the checks that failed as expected.
+std::string expected_failures(const JobResult& job) {
+  if (!job.expected_failure()) return {};
+  std::string body;
+  for (const Verdict& v : job.verdicts) {
+    if (!v.must_fail || v.status != VerdictStatus::fail) continue;
+    body += "XFAIL: " + v.policy + " failed as expected (must_fail: true): " + v.reason + "\n" + evidence_lines(v);
+  }
+  return body;
 }
 
 // The output of every attempt, the last lines of each: what a CI page shows under the test.
@@ -91,7 +116,7 @@ std::string output(const JobResult& job) {
   std::string out;
   for (const AttemptResult& a : job.attempts) {
     if (job.attempts.size() > 1 || !a.output_tail.empty())
-      out += "--- attempt " + std::to_string(a.index) + " (" + a.outcome + ") ---\n";
+      out += "--- " + attempt_name(a.index) + " (" + a.outcome + ") ---\n";
     out += text::tail(a.output_tail, 200, 64 * 1024);
     if (!out.empty() && out.back() != '\n') out += '\n';
   }
@@ -102,13 +127,15 @@ void testcase(std::ostream& out, const SuiteResult& suite, const JobResult& job)
   out << "    <testcase classname=\"" << xml_escape(suite.name) << "\" name=\"" << xml_escape(job.name)
       << "\" file=\"" << xml_escape(suite.file) << "\" time=\"" << text::seconds(job.duration) << "\"";
   const Kind kind = junit_kind(job.status);
-  const std::string log = output(job);
+  std::string log = output(job);
+  if (const std::string xfail = expected_failures(job); !xfail.empty()) log = xfail + (log.empty() ? "" : "\n" + log);
   if (kind == Kind::pass && log.empty()) { out << "/>\n"; return; }
   out << ">\n";
   switch (kind) {
     case Kind::pass: break;
     case Kind::failure:
-      out << "      <failure message=\"" << xml_escape(job.message) << "\" type=\"verdict\">"
+      out << "      <failure message=\"" << xml_escape(job.message) << "\" type=\""
+          << (job.unexpected_pass() ? "xpass" : "verdict") << "\">"
           << xml_escape(failing_verdicts(job)) << "</failure>\n";
       break;
     case Kind::error:
@@ -143,7 +170,7 @@ std::string render_junit(const RunResult& run) {
     out << " time=\"" << text::seconds(suite.duration) << "\" timestamp=\"" << text::iso8601_utc(suite.start)
         << "\" hostname=\"" << xml_escape(run.environment.hostname) << "\" file=\"" << xml_escape(suite.file)
         << "\">\n";
-    properties(out, run.environment);
+    properties(out, run);
     for (const JobResult& job : suite.jobs) testcase(out, suite, job);
     out << "  </testsuite>\n";
   }

@@ -69,13 +69,13 @@ struct Entry {
 
 void heading(std::ostream& out, const RunResult& run) {
   const RunResult::Counts c = run.counts();
-  const bool ok = c.failed == 0 && c.errors == 0 && c.interrupted == 0;
-  out << "## " << (ok ? "&#x2705;" : "&#x274C;") << " oomharness: " << c.passed << " passed, " << c.failed << " failed";
-  if (c.errors) out << ", " << c.errors << " errors";
-  if (c.inconclusive) out << ", " << c.inconclusive << " inconclusive";
-  if (c.skipped) out << ", " << c.skipped << " skipped";
-  if (c.interrupted) out << ", " << c.interrupted << " interrupted";
-  out << " (" << c.total << " jobs, " << format_duration(run.duration) << ")\n\n";
+  // Green only for a run that tested something and saw no failure: a run of inconclusive or skipped jobs
+  // showed nothing, and says so (RunResult::nothing_tested).
+  const char* icon = c.failed || c.errors || c.interrupted ? "&#x274C;"
+                     : run.nothing_tested()                ? "&#x26A0;&#xFE0F;"
+                                                           : "&#x2705;";
+  out << "## " << icon << " oomharness: " << counts_sentence(run) << " (" << c.total << (c.total == 1 ? " job, " : " jobs, ")
+      << format_duration(run.duration) << ")\n\n";
   if (run.environment.simulated_device) out << "> **device simulated (CPU driver double)**\n\n";
   if (run.interrupted) out << "> **the run was interrupted**\n\n";
 }
@@ -85,7 +85,7 @@ void table(std::ostream& out, const std::vector<Entry>& entries) {
          "| --- | --- | --- | --- | ---: | ---: | ---: | ---: |\n";
   for (const Entry& e : entries) {
     const auto peak = text::job_peak(*e.job);
-    out << "| " << cell(e.job->name) << " | " << cell(e.suite->name) << " | " << text::status_word(e.job->status)
+    out << "| " << cell(e.job->name) << " | " << cell(e.suite->name) << " | " << text::status_word(*e.job)
         << " | " << cell(text::verdict_list(*e.job)) << " | " << e.job->attempts.size() << " | " << e.job->faults.size()
         << " / " << e.job->faults_visible() << " | " << (peak ? format_bytes(*peak) : "-") << " | "
         << format_duration(e.job->duration) << " |\n";
@@ -96,22 +96,22 @@ void table(std::ostream& out, const std::vector<Entry>& entries) {
 void details(std::ostream& out, const Entry& e) {
   const JobResult& job = *e.job;
   out << "<details><summary><b>" << inline_html(job.name) << "</b> (" << inline_html(e.suite->name) << "): "
-      << text::status_word(job.status) << " &mdash; " << inline_html(job.message) << "</summary>\n\n";
+      << text::status_word(job) << " &mdash; " << inline_html(job.message) << "</summary>\n\n";
   // What needs explaining: checks that went against the suite's expectation, and inconclusive ones.
   auto worth_listing = [](const Verdict& v) { return against_expectation(v) || v.status == VerdictStatus::inconclusive; };
   const bool explained = std::any_of(job.verdicts.begin(), job.verdicts.end(), worth_listing);
   if (!explained && !job.message.empty()) out << "- " << cell(job.message) << "\n";
   for (const Verdict& v : job.verdicts) {
     if (!worth_listing(v)) continue;
-    out << "- **" << cell(v.policy) << "** " << to_string(v.status) << (v.must_fail ? " (must fail)" : "") << ": "
-        << cell(v.reason) << "\n";
+    out << "- **" << cell(v.policy) << "** " << text::verdict_word(v)
+        << (v.must_fail ? " (must_fail: expected to fail)" : "") << ": " << cell(v.reason) << "\n";
     for (const Evidence& ev : v.evidence)
-      out << "  - attempt " << ev.attempt << ", " << text::seconds(ev.t, 2) << "s: " << cell(ev.what) << "\n";
+      out << "  - " << attempt_name(ev.attempt) << ", " << text::seconds(ev.t, 2) << "s: " << cell(ev.what) << "\n";
   }
   if (!job.attempts.empty()) {
     const AttemptResult& last = job.attempts.back();
     if (!last.output_tail.empty()) {
-      out << "\nOutput of attempt " << last.index << " (" << cell(last.outcome) << "), last lines:\n\n"
+      out << "\nOutput of " << attempt_name(last.index) << " (" << cell(last.outcome) << "), last lines:\n\n"
           << fenced(text::tail(last.output_tail, 40, 8 * 1024));
     }
   }

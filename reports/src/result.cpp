@@ -12,6 +12,7 @@
 
 #include "oomharness/reports/result.h"
 #include "result_json.h"
+#include "text.h"
 
 namespace oomh {
 
@@ -43,11 +44,41 @@ int JobResult::faults_visible() const {
 
 int JobResult::faults_absorbed() const { return static_cast<int>(faults.size()) - faults_visible(); }
 
+// Note [Expected failures]
+// A check written with `must_fail: true` belongs to a broken trainer kept in a suite to show that the
+// check catches it. The job's status stays what the runner judged (job_status: a must_fail check that
+// fails leaves the job passed, one that passes fails it); the reports name the two cases as pytest does:
+//   XFAIL  the job passed and at least one must_fail check failed, as expected;
+//   XPASS  the job failed, and only because a must_fail check passed (no ordinary check failed: that
+//          job is simply FAILED, its failing check being what a reader must see first).
+// Both are derived here, from the verdicts, so that the terminal, Markdown, HTML and JUnit cannot
+// disagree. JUnit shows XFAIL as a passing testcase whose output names the check, XPASS as a failure.
+// In results.json's `counts`, xfailed and xpassed are counted within passed and failed as well (a CI
+// script reading `.counts.failed` still sees an XPASS); the human summaries show them apart.
+bool JobResult::expected_failure() const {
+  if (status != JobStatus::passed) return false;
+  return std::any_of(verdicts.begin(), verdicts.end(),
+                     [](const Verdict& v) { return v.must_fail && v.status == VerdictStatus::fail; });
+}
+
+bool JobResult::unexpected_pass() const {
+  if (status != JobStatus::failed) return false;
+  bool xpass = false;
+  for (const Verdict& v : verdicts) {
+    if (!against_expectation(v)) continue;
+    if (!v.must_fail) return false;
+    xpass = true;
+  }
+  return xpass;
+}
+
 RunResult::Counts RunResult::counts() const {
   Counts c;
   for (const SuiteResult& suite : suites) {
     for (const JobResult& job : suite.jobs) {
       ++c.total;
+      c.xfailed += job.expected_failure();
+      c.xpassed += job.unexpected_pass();
       switch (job.status) {
         case JobStatus::passed: ++c.passed; break;
         case JobStatus::failed: ++c.failed; break;
@@ -59,6 +90,45 @@ RunResult::Counts RunResult::counts() const {
     }
   }
   return c;
+}
+
+std::string attempt_name(int index) { return "attempt " + std::to_string(index + 1); }
+
+std::string expected_failure_sentence(const JobResult& job) {
+  if (!job.expected_failure()) return {};
+  std::string s;
+  for (const Verdict& v : job.verdicts) {
+    if (!v.must_fail || v.status != VerdictStatus::fail) continue;
+    s += (s.empty() ? "" : "; ") + v.policy + " failed as expected (must_fail): " + v.reason;
+  }
+  return s;
+}
+
+std::string output_excerpt(const AttemptResult& attempt, size_t lines) {
+  return text::tail(text::sanitize_text(attempt.output_tail), lines, 4 * 1024);
+}
+
+bool RunResult::nothing_tested() const {
+  const Counts c = counts();
+  return c.passed + c.failed + c.errors + c.interrupted == 0;
+}
+
+std::string counts_sentence(const RunResult& run) {
+  const RunResult::Counts c = run.counts();
+  std::string s;
+  auto part = [&](int n, const char* word) {
+    if (n) s += (s.empty() ? "" : ", ") + std::to_string(n) + " " + word;
+  };
+  part(c.failed - c.xpassed, "failed");
+  part(c.xpassed, "xpassed");
+  part(c.errors, c.errors == 1 ? "error" : "errors");
+  part(c.passed - c.xfailed, "passed");
+  part(c.xfailed, "xfailed");
+  part(c.inconclusive, "inconclusive");
+  part(c.skipped, "skipped");
+  part(c.interrupted, "interrupted");
+  if (!run.nothing_tested()) return s;
+  return "nothing was tested: " + (s.empty() ? std::string("no job ran") : s);
 }
 
 std::vector<TimelinePoint> downsample_timeline(const std::vector<TimelinePoint>& points, size_t max) {
@@ -301,7 +371,8 @@ void to_json(json& j, const RunResult& v) {
            {"duration", v.duration},
            {"interrupted", v.interrupted},
            {"counts", {{"total", c.total}, {"passed", c.passed}, {"failed", c.failed}, {"errors", c.errors},
-                       {"skipped", c.skipped}, {"inconclusive", c.inconclusive}, {"interrupted", c.interrupted}}},
+                       {"skipped", c.skipped}, {"inconclusive", c.inconclusive}, {"interrupted", c.interrupted},
+                       {"xfailed", c.xfailed}, {"xpassed", c.xpassed}}},
            {"environment", v.environment},
            {"suites", v.suites}};
 }

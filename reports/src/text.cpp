@@ -149,9 +149,14 @@ std::string verdict_list(const JobResult& job) {
   std::string out;
   for (const Verdict& v : job.verdicts) {
     if (!out.empty()) out += ", ";
-    out += v.policy + ": " + to_string(v.status);
+    out += v.policy + ": " + verdict_word(v);
   }
   return out;
+}
+
+const char* verdict_word(const Verdict& v) {
+  if (v.must_fail && v.status != VerdictStatus::inconclusive) return v.status == VerdictStatus::fail ? "xfail" : "xpass";
+  return to_string(v.status);
 }
 
 const char* status_word(JobStatus s) {
@@ -164,6 +169,12 @@ const char* status_word(JobStatus s) {
     case JobStatus::interrupted: return "interrupted";
   }
   return "ERROR";
+}
+
+const char* status_word(const JobResult& job) {
+  if (job.expected_failure()) return "XFAIL";
+  if (job.unexpected_pass()) return "XPASS";
+  return status_word(job.status);
 }
 
 }  // namespace oomh::text

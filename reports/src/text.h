@@ -30,9 +30,13 @@ std::string iso8601_utc(double epoch_seconds);
 std::string seconds(double s, int decimals = 3);  // "12.345"
 
 std::optional<uint64_t> job_peak(const JobResult& job);  // largest over devices
-// "batch_halving: fail, peak_below: pass"; "-" when there are none.
+// "batch_halving: fail, peak_below: pass, memory_stable: xfail"; "-" when there are none.
 std::string verdict_list(const JobResult& job);
+// "pass", "fail", "inconclusive"; for a must_fail check "xfail" (failed, as expected) or "xpass".
+const char* verdict_word(const Verdict& v);
 // "passed", "FAILED", "ERROR"... as the summaries show it.
 const char* status_word(JobStatus s);
+// The same for a job, which may be an expected failure: "XFAIL", "XPASS" (Note [Expected failures]).
+const char* status_word(const JobResult& job);
 
 }  // namespace oomh::text

@@ -110,12 +110,51 @@ TEST(Html, SimulatedBannerSnapshotLinkAndChart) {
   EXPECT_NE(html.find("<a href=\"jobs/resume-broken/oom_snapshot.pickle\">"), std::string::npos);
   EXPECT_NE(html.find("pytorch.org/memory_viz"), std::string::npos);
   EXPECT_NE(html.find("<svg class=\"chart\""), std::string::npos);
-  EXPECT_NE(html.find("restart: attempt 1"), std::string::npos);
+  EXPECT_NE(html.find("restart: attempt 2 started"), std::string::npos);  // attempts are named from 1
   EXPECT_NE(html.find("injected fault (visible)"), std::string::npos);
   EXPECT_NE(html.find("injected fault (absorbed)"), std::string::npos);
   RunResult real = test::load_fixture("run.json");
   real.environment.simulated_device = false;
   EXPECT_EQ(render_html(real).find("device simulated"), std::string::npos);
+}
+
+TEST(Html, AttemptsAreNumberedFromOne) {
+  const std::string html = render_html(test::load_fixture("run.json"), {"out"});
+  EXPECT_NE(html.find("<summary>output of attempt 2 (ok)"), std::string::npos);
+  EXPECT_NE(html.find("attempt 2, 6.90s: loaded checkpoint step 0"), std::string::npos);
+  EXPECT_NE(html.find("<tr><td class=\"num\">2</td><td>ok</td>"), std::string::npos);
+  EXPECT_EQ(html.find("attempt 0"), std::string::npos);
+}
+
+TEST(Html, ExpectedFailuresHaveTheirOwnBadges) {
+  const std::string html = render_html(test::load_fixture("run.json"), {"out"});
+  EXPECT_NE(html.find("leak-caught <span class=\"badge s-xfail\">XFAIL</span></h3>"), std::string::npos);
+  EXPECT_NE(html.find("leak-missed <span class=\"badge s-xpass\">XPASS</span></h3>"), std::string::npos);
+  EXPECT_NE(html.find("<p class=\"message\">Expected failure: memory_stable failed as expected (must_fail): "),
+            std::string::npos);
+  EXPECT_NE(html.find("<span class=\"badge v-xfail\">xfail</span> <span class=\"muted\">(must fail)</span>"),
+            std::string::npos);
+  EXPECT_NE(html.find("<span>1 xfailed</span><span>1 xpassed</span>"), std::string::npos);
+}
+
+TEST(Html, HeadlineSaysNothingWasTestedAndIsNeverGreenThen) {
+  RunResult run;
+  run.suites.push_back({"s", "s.yaml", 0, 1, {}});
+  JobResult job;
+  job.name = "absorbed";
+  job.status = JobStatus::inconclusive;
+  run.suites[0].jobs = {job};
+  const std::string html = render_html(run);
+  EXPECT_NE(html.find("<title>oomharness: nothing was tested: 1 inconclusive</title>"), std::string::npos);
+  EXPECT_NE(html.find("<p class=\"headline h-none\">nothing was tested: 1 inconclusive</p>"), std::string::npos);
+  EXPECT_NE(html.find("<div class=\"banner\">Nothing was tested"), std::string::npos);
+  EXPECT_EQ(html.find("h-ok"), html.find(".h-ok{") + 1);  // only the style sheet names the green headline
+  EXPECT_EQ(html.find("h-ok", html.find(".h-ok{") + 2), std::string::npos);
+  run.suites[0].jobs[0].status = JobStatus::passed;
+  const std::string green = render_html(run);
+  EXPECT_NE(green.find("<p class=\"headline h-ok\">1 passed</p>"), std::string::npos);
+  EXPECT_EQ(green.find("Nothing was tested"), std::string::npos);
+  EXPECT_NE(render_html(test::load_fixture("run.json")).find("<p class=\"headline h-fail\">"), std::string::npos);
 }
 
 }  // namespace

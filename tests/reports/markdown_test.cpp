@@ -91,13 +91,61 @@ TEST(Markdown, MustFailChecksAreListedByWhatWentAgainstTheSuite) {
   job.verdicts = {caught, missed};
   run.suites[0].jobs.push_back(job);
   const std::string md = render_markdown(run);
-  EXPECT_NE(md.find("- **peak\\_below** pass (must fail): peak 700 MiB stayed below 1 GiB"), std::string::npos) << md;
+  EXPECT_NE(md.find("- **peak\\_below** xpass (must_fail: expected to fail): peak 700 MiB stayed below 1 GiB"),
+            std::string::npos)
+      << md;
   EXPECT_EQ(md.find("**memory\\_stable**"), std::string::npos) << md;
+  EXPECT_NE(md.find("| broken-leak | self-test | XPASS | memory\\_stable: xfail, peak\\_below: xpass |"), std::string::npos) << md;
+}
+
+// Note [Expected failures]: the table says XFAIL for a must_fail check that failed as expected, XPASS for one
+// that passed; the heading counts them apart, as pytest does.
+TEST(Markdown, ExpectedFailuresReadXfailAndXpass) {
+  const std::string md = render_markdown(test::load_fixture("run.json"));
+  EXPECT_NE(md.find("| leak-caught | expectations | XFAIL | memory\\_stable: xfail |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| leak-missed | expectations | XPASS | memory\\_stable: xpass |"), std::string::npos) << md;
+  EXPECT_NE(md.find("<details><summary><b>leak-missed</b> (expectations): XPASS &mdash; memory_stable must fail"),
+            std::string::npos)
+      << md;
+  EXPECT_EQ(md.find("| leak-caught | expectations | passed"), std::string::npos) << md;
+}
+
+// A run in which no job passed or failed showed nothing: its heading says so and is never green.
+TEST(Markdown, HeadingSaysNothingWasTestedAndIsNeverGreenThen) {
+  RunResult run;
+  run.duration = 3;
+  run.suites.push_back({"s", "s.yaml", 0, 3, {}});
+  JobResult job;
+  job.name = "absorbed";
+  job.status = JobStatus::inconclusive;
+  job.message = "no OOM reached the training code: 2 injected faults were absorbed";
+  JobResult skipped = job;
+  skipped.name = "needs-two-gpus";
+  skipped.status = JobStatus::skipped;
+  run.suites[0].jobs = {job, job, skipped};
+  const std::string md = render_markdown(run);
+  EXPECT_EQ(md.rfind("## &#x26A0;&#xFE0F; oomharness: nothing was tested: 2 inconclusive, 1 skipped (3 jobs, 3.0s)\n", 0), 0u)
+      << md.substr(0, 200);
+  EXPECT_EQ(md.find("&#x2705;"), std::string::npos) << md;
+  EXPECT_EQ(render_markdown(RunResult{}).rfind("## &#x26A0;&#xFE0F; oomharness: nothing was tested: no job ran (0 jobs", 0), 0u);
+  run.suites[0].jobs[0].status = JobStatus::passed;  // one job showed something: green again
+  EXPECT_EQ(render_markdown(run).rfind("## &#x2705; oomharness: 1 passed, 1 inconclusive, 1 skipped", 0), 0u);
+}
+
+TEST(Markdown, AttemptsAreNumberedFromOne) {
+  const std::string md = render_markdown(test::load_fixture("run.json"));
+  EXPECT_NE(md.find("  - attempt 2, 6.90s: loaded checkpoint step 0"), std::string::npos) << md;
+  EXPECT_NE(md.find("Output of attempt 2 (ok), last lines:"), std::string::npos) << md;
+  EXPECT_EQ(md.find("attempt 0"), std::string::npos) << md;
 }
 
 TEST(Markdown, HeadingHasCounts) {
   const std::string md = render_markdown(test::load_fixture("run.json"));
-  EXPECT_EQ(md.rfind("## &#x274C; oomharness: 1 passed, 2 failed, 1 errors, 1 inconclusive, 1 skipped (6 jobs", 0), 0u) << md.substr(0, 200);
+  EXPECT_EQ(md.rfind("## &#x274C; oomharness: 2 failed, 1 xpassed, 1 error, 1 passed, 1 xfailed, 1 inconclusive, "
+                     "1 skipped (8 jobs, 28.0s)\n",
+                     0),
+            0u)
+      << md.substr(0, 200);
   EXPECT_NE(md.find("<details><summary><b>resume-broken</b>"), std::string::npos);
   EXPECT_NE(md.find("device simulated (CPU driver double)"), std::string::npos);
 }

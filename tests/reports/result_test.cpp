@@ -43,18 +43,95 @@ TEST(Results, OptionalFieldsStayAbsent) {
 TEST(Results, CountsAndFaults) {
   const RunResult run = test::load_fixture("run.json");
   const RunResult::Counts c = run.counts();
-  EXPECT_EQ(c.total, 6);
-  EXPECT_EQ(c.passed, 1);
-  EXPECT_EQ(c.failed, 2);
+  EXPECT_EQ(c.total, 8);
+  EXPECT_EQ(c.passed, 2);   // one of them an expected failure
+  EXPECT_EQ(c.failed, 3);   // one of them an unexpected pass
   EXPECT_EQ(c.errors, 1);
   EXPECT_EQ(c.inconclusive, 1);
   EXPECT_EQ(c.skipped, 1);
   EXPECT_EQ(c.interrupted, 0);
+  EXPECT_EQ(c.xfailed, 1);
+  EXPECT_EQ(c.xpassed, 1);
   const JobResult& halving = run.suites[0].jobs[0];
   EXPECT_EQ(halving.faults_visible(), 1);
   EXPECT_EQ(halving.faults_absorbed(), 2);
   const json j = json::parse(render_json(run));
-  EXPECT_EQ(j["counts"]["failed"], 2);
+  EXPECT_EQ(j["counts"]["failed"], 3);  // an XPASS is still a failure for `jq .counts.failed`
+  EXPECT_EQ(j["counts"]["xfailed"], 1);
+  EXPECT_EQ(j["counts"]["xpassed"], 1);
+  EXPECT_EQ(counts_sentence(run), "2 failed, 1 xpassed, 1 error, 1 passed, 1 xfailed, 1 inconclusive, 1 skipped");
+}
+
+Verdict verdict(const char* policy, VerdictStatus status, bool must_fail) {
+  return Verdict{policy, json::object(), status, std::string(policy) + " said so", {}, must_fail};
+}
+
+// Note [Expected failures]: XFAIL and XPASS come from the verdicts and the status the runner judged.
+TEST(Results, ExpectedFailuresAndUnexpectedPasses) {
+  JobResult job;
+  job.status = JobStatus::passed;
+  job.verdicts = {verdict("exit", VerdictStatus::pass, false), verdict("memory_stable", VerdictStatus::fail, true)};
+  EXPECT_TRUE(job.expected_failure());
+  EXPECT_FALSE(job.unexpected_pass());
+  EXPECT_EQ(expected_failure_sentence(job), "memory_stable failed as expected (must_fail): memory_stable said so");
+
+  job.verdicts = {verdict("exit", VerdictStatus::pass, false)};  // no must_fail check: a plain pass
+  EXPECT_FALSE(job.expected_failure());
+  EXPECT_EQ(expected_failure_sentence(job), "");
+
+  job.status = JobStatus::failed;
+  job.verdicts = {verdict("memory_stable", VerdictStatus::pass, true), verdict("exit", VerdictStatus::pass, false)};
+  EXPECT_TRUE(job.unexpected_pass());
+  EXPECT_FALSE(job.expected_failure());
+
+  // An ordinary check failed too: the job is FAILED, its failing check what a reader must see first.
+  job.verdicts.push_back(verdict("completes", VerdictStatus::fail, false));
+  EXPECT_FALSE(job.unexpected_pass());
+
+  // A must_fail check that was inconclusive showed nothing either way.
+  job.status = JobStatus::inconclusive;
+  job.verdicts = {verdict("memory_stable", VerdictStatus::inconclusive, true)};
+  EXPECT_FALSE(job.expected_failure());
+  EXPECT_FALSE(job.unexpected_pass());
+}
+
+RunResult run_of(std::vector<JobStatus> statuses) {
+  RunResult run;
+  run.suites.push_back({"s", "s.yaml", 0, 0, {}});
+  for (JobStatus s : statuses) {
+    JobResult job;
+    job.name = "job-" + std::to_string(run.suites[0].jobs.size());
+    job.status = s;
+    run.suites[0].jobs.push_back(job);
+  }
+  return run;
+}
+
+TEST(Results, NothingTestedWhenNoJobPassedFailedErredOrWasInterrupted) {
+  EXPECT_TRUE(RunResult{}.nothing_tested());
+  EXPECT_EQ(counts_sentence(RunResult{}), "nothing was tested: no job ran");
+  const RunResult idle = run_of({JobStatus::inconclusive, JobStatus::skipped, JobStatus::inconclusive});
+  EXPECT_TRUE(idle.nothing_tested());
+  EXPECT_EQ(counts_sentence(idle), "nothing was tested: 2 inconclusive, 1 skipped");
+  for (JobStatus tested : {JobStatus::passed, JobStatus::failed, JobStatus::error, JobStatus::interrupted}) {
+    const RunResult run = run_of({JobStatus::inconclusive, tested});
+    EXPECT_FALSE(run.nothing_tested()) << to_string(tested);
+    EXPECT_EQ(counts_sentence(run).find("nothing"), std::string::npos) << counts_sentence(run);
+  }
+  EXPECT_FALSE(test::load_fixture("run.json").nothing_tested());
+}
+
+TEST(Results, AttemptsAreNamedFromOne) {
+  EXPECT_EQ(attempt_name(0), "attempt 1");
+  EXPECT_EQ(attempt_name(2), "attempt 3");
+}
+
+TEST(Results, OutputExcerptIsTheCleanedLastLines) {
+  AttemptResult a;
+  for (int i = 1; i <= 15; ++i) a.output_tail += "line " + std::to_string(i) + "\n";
+  a.output_tail += "\033[31mred\033[0m \x01" "end\n";
+  EXPECT_EQ(output_excerpt(a, 3), "line 14\nline 15\nred end");
+  EXPECT_EQ(output_excerpt(AttemptResult{}, 10), "");
 }
 
 TEST(Results, StatusNames) {

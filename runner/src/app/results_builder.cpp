@@ -15,15 +15,7 @@ namespace {
 
 bool is_probe(const Event& e, const char* kind) { return e.src == events::kSrcProbe && e.kind == kind; }
 
-int64_t step_of(const Event& e) {
-  if (e.kind == events::kObserved) {
-    if (e.has("value") && e.fields["value"].is_string()) {
-      try { return std::stoll(e.text("value")); } catch (...) { return -1; }
-    }
-    return e.integer("value");
-  }
-  return e.integer("step");
-}
+int64_t step_of(const Event& e) { return completed_step(e); }  // the trace model's rule
 
 bool is_inject(const Event& e) { return e.src == events::kSrcShim && e.kind == events::kInject; }
 

@@ -17,6 +17,10 @@ namespace {
 
 const char* kReset = "\033[0m";
 
+const char* kGreen = "\033[32m";
+const char* kRed = "\033[31m";
+const char* kYellow = "\033[33m";
+
 const char* status_color(JobStatus s) {
   switch (s) {
     case JobStatus::passed: return "\033[32m";
@@ -66,10 +70,18 @@ const char* status_word(JobStatus status) {
   return "ERROR";
 }
 
+const char* status_word(const JobResult& job) {
+  if (job.expected_failure()) return "XFAIL";
+  if (job.unexpected_pass()) return "XPASS";
+  return status_word(job.status);
+}
+
 std::string progress_line(const std::string& name, const JobProgress& p) {
   std::ostringstream s;
   const char* state = p.state == JobProgress::State::restarting ? "restarting" : p.state == JobProgress::State::waiting ? "waiting" : "running";
-  s << state << "  " << name << "  attempt " << (p.attempt + 1);
+  s << state << "  " << name << "  ";
+  if (p.reference) s << "reference run";
+  else s << attempt_name(p.attempt);
   if (p.step >= 0) s << "  step " << p.step;
   s << "  " << format_bytes(p.held);
   if (p.cap) s << " / " << format_bytes(p.cap);
@@ -128,6 +140,7 @@ void ProgressView::on_progress(const JobProgress& p) {
   if (p.state == JobProgress::State::done || p.state == JobProgress::State::waiting) {
     // Outside an attempt the runner counts attempts instead of naming one: keep the last attempt's view.
     if (job.started) job.last.elapsed = p.elapsed;
+    if (p.state == JobProgress::State::done) job.attempts = p.attempt;
     return;
   }
   if (!job.started) {
@@ -137,12 +150,17 @@ void ProgressView::on_progress(const JobProgress& p) {
     std::string line = "start  " + p.job + (p.gpu ? "  (gpu " + std::to_string(*p.gpu) + ")" : std::string());
     if (!style_.live) print_permanent(line);
   }
-  if (job.started && p.attempt > job.attempt) {
-    // The runner moved to a later attempt: the previous one ended (the trace will say how).
-    std::string line = "       " + p.job + ": attempt " + std::to_string(job.attempt + 1) + " ended" +
-                       (job.last.step >= 0 ? " after step " + std::to_string(job.last.step) : std::string()) +
-                       ", attempt " + std::to_string(p.attempt + 1) + " starts";
-    job.attempt = p.attempt;
+  const bool next_attempt = !p.reference && p.attempt > job.attempt;
+  const bool reference_starts = p.reference && !job.reference;
+  if (next_attempt || reference_starts) {
+    // The runner moved to a later attempt, or to the reference run: the attempt before ended. The step it
+    // reached is the last one it completed by the results' rule (JobProgress::last_step), not the last
+    // sample of the control block, which is up to 50 ms old and names a step begun, not finished.
+    std::string line = "       " + p.job + ": " + attempt_name(job.attempt) + " ended" +
+                       (p.last_step >= 0 ? " after step " + std::to_string(p.last_step) : std::string()) + ", " +
+                       (reference_starts ? std::string("the reference run (no faults) starts") : attempt_name(p.attempt) + " starts");
+    if (next_attempt) job.attempt = p.attempt;
+    job.reference = job.reference || p.reference;
     print_permanent(line);
   }
   job.last = p;
@@ -155,9 +173,12 @@ void ProgressView::on_job_done(size_t index) {
   JobState& job = jobs_[name];
   job.done = true;
   std::string line = "done   " + name;
-  if (job.started)
-    line += "  (" + std::to_string(job.last.attempt + 1) + (job.last.attempt == 0 ? " attempt, " : " attempts, ") +
-            format_duration(job.last.elapsed) + ")";
+  if (job.started) {
+    // As many attempts as results.json lists; the reference run is not one of them.
+    const int attempts = std::max(job.attempts, job.attempt + 1);
+    line += "  (" + std::to_string(attempts) + (attempts == 1 ? " attempt" : " attempts") +
+            (job.reference ? " + reference run" : "") + ", " + format_duration(job.last.elapsed) + ")";
+  }
   print_permanent(line);
 }
 
@@ -171,11 +192,12 @@ namespace {
 
 std::string verdict_summary(const JobResult& job) {
   if (job.verdicts.empty()) return "-";
-  int pass = 0, fail = 0, inconclusive = 0;
+  int pass = 0, fail = 0, xfail = 0, xpass = 0, inconclusive = 0;
   for (const auto& v : job.verdicts) {
-    if (v.status == VerdictStatus::pass) ++pass;
-    else if (v.status == VerdictStatus::fail) ++fail;
-    else ++inconclusive;
+    if (v.status == VerdictStatus::inconclusive) ++inconclusive;
+    else if (v.must_fail) ++(v.status == VerdictStatus::fail ? xfail : xpass);  // Note [Expected failures]
+    else if (v.status == VerdictStatus::pass) ++pass;
+    else ++fail;
   }
   std::string s;
   auto add = [&](int n, const char* word) {
@@ -185,6 +207,8 @@ std::string verdict_summary(const JobResult& job) {
   };
   add(pass, "pass");
   add(fail, "fail");
+  add(xfail, "xfail");
+  add(xpass, "xpass");
   add(inconclusive, "inconclusive");
   return s;
 }
@@ -195,16 +219,38 @@ std::string peak_text(const JobResult& job) {
   return job.peak.empty() ? "-" : format_bytes(peak);
 }
 
+// The lines printed under a job in the summary: why it failed, erred or was inconclusive (its message),
+// which check failed as expected (XFAIL), and for a failed or erred job the end of its last attempt's
+// output, so that a CI log shows why without opening a report.
+std::vector<std::string> explanation(const JobResult& job) {
+  std::vector<std::string> lines;
+  const JobStatus s = job.status;
+  const bool explain = s == JobStatus::failed || s == JobStatus::error || s == JobStatus::inconclusive ||
+                       s == JobStatus::interrupted;
+  if (explain && !job.message.empty()) lines.push_back("    -> " + job.message);
+  if (job.expected_failure()) lines.push_back("    -> expected failure: " + expected_failure_sentence(job));
+  const bool show_output = (s == JobStatus::failed && !job.unexpected_pass()) || s == JobStatus::error;
+  if (show_output && !job.attempts.empty()) {
+    const AttemptResult& last = job.attempts.back();
+    const std::string excerpt = output_excerpt(last, kOutputLines);
+    if (!excerpt.empty() && excerpt != job.message) {  // a job that never started has the message as output
+      lines.push_back("    output of " + attempt_name(last.index) + " (" + last.outcome + "), last lines:");
+      std::istringstream in(excerpt);
+      for (std::string line; std::getline(in, line);) lines.push_back("    | " + line);
+    }
+  }
+  return lines;
+}
+
 }  // namespace
 
 std::string summary_table(const RunResult& run, bool color) {
-  struct Row { std::string job, status, verdicts, attempts, peak, time; JobStatus s; std::string message; };
+  struct Row { std::string job, status, verdicts, attempts, peak, time; const JobResult* result; };
   std::vector<Row> rows;
   for (const auto& suite : run.suites)
     for (const auto& job : suite.jobs)
-      rows.push_back({suite.name + "::" + job.name, status_word(job.status),
-                      verdict_summary(job), std::to_string(job.attempts.size()), peak_text(job),
-                      format_duration(job.duration), job.status, job.message});
+      rows.push_back({suite.name + "::" + job.name, status_word(job), verdict_summary(job),
+                      std::to_string(job.attempts.size()), peak_text(job), format_duration(job.duration), &job});
   const std::vector<std::string> head = {"job", "status", "verdicts", "attempts", "peak", "time"};
   std::vector<size_t> w(head.size());
   for (size_t i = 0; i < head.size(); ++i) w[i] = head[i].size();
@@ -219,40 +265,20 @@ std::string summary_table(const RunResult& run, bool color) {
   out << "\n";
   for (const auto& r : rows) {
     out << pad(r.job, w[0]) << "  ";
-    if (color) out << status_color(r.s) << pad(r.status, w[1]) << kReset;
+    if (color) out << status_color(r.result->status) << pad(r.status, w[1]) << kReset;
     else out << pad(r.status, w[1]);
     out << "  " << pad(r.verdicts, w[2]) << "  " << pad(r.attempts, w[3]) << "  " << pad(r.peak, w[4]) << "  " << r.time << "\n";
-    bool explain = r.s == JobStatus::failed || r.s == JobStatus::error || r.s == JobStatus::inconclusive ||
-                   r.s == JobStatus::interrupted;
-    if (explain && !r.message.empty()) out << "    -> " << r.message << "\n";
+    for (const std::string& line : explanation(*r.result)) out << line << "\n";
   }
 
-  int passed = 0, failed = 0, errors = 0, skipped = 0, inconclusive = 0, interrupted = 0;
-  for (const auto& r : rows) {
-    switch (r.s) {
-      case JobStatus::passed: ++passed; break;
-      case JobStatus::failed: ++failed; break;
-      case JobStatus::error: ++errors; break;
-      case JobStatus::skipped: ++skipped; break;
-      case JobStatus::inconclusive: ++inconclusive; break;
-      case JobStatus::interrupted: ++interrupted; break;
-    }
-  }
-  std::vector<std::string> parts;
-  auto part = [&](int n, const char* word) { if (n) parts.push_back(std::to_string(n) + " " + word); };
-  part(failed, "failed");
-  part(errors, errors == 1 ? "error" : "errors");
-  part(passed, "passed");
-  part(inconclusive, "inconclusive");
-  part(skipped, "skipped");
-  part(interrupted, "interrupted");
-  if (parts.empty()) parts.push_back("no jobs ran");
-  std::string tail;
-  for (size_t i = 0; i < parts.size(); ++i) tail += (i ? ", " : "") + parts[i];
-  tail += " in " + format_duration(run.duration);
+  // The closing line is green only for a run that tested something and saw no failure.
+  const RunResult::Counts c = run.counts();
+  std::string tail = counts_sentence(run) + " in " + format_duration(run.duration);
   if (run.interrupted) tail += " (interrupted)";
-  const char* c = failed || errors ? "\033[31m" : interrupted || run.interrupted ? "\033[33m" : "\033[32m";
-  out << "\n" << (color ? c : "") << "==== " << tail << " ====" << (color ? kReset : "") << "\n";
+  const char* tone = c.failed || c.errors                                        ? kRed
+                     : c.interrupted || run.interrupted || run.nothing_tested() ? kYellow
+                                                                                : kGreen;
+  out << "\n" << (color ? tone : "") << "==== " << tail << " ====" << (color ? kReset : "") << "\n";
   return out.str();
 }
 

@@ -422,8 +422,13 @@ void JobRunner::Impl::progress(JobState& j, JobProgress::State state, const Atte
   p.state = state;
   p.gpu = j.outcome->gpu;
   p.elapsed = j.outcome->start != 0 ? now() - j.outcome->start : 0;
+  const std::vector<Attempt>& ended = j.outcome->trace.attempts;
+  // Between attempts, and while the reference run goes (the attempts have ended): not on every sample of a
+  // running attempt, which would walk the previous attempt's events 20 times a second.
+  if (!ended.empty() && (!r || r->reference)) p.last_step = ended.back().last_completed_step();
   if (r) {
-    p.attempt = r->attempt.index;
+    p.reference = r->reference;
+    p.attempt = r->reference ? static_cast<int>(ended.size()) : r->attempt.index;
     if (const ControlBlock* cb = r->cb) {
       p.step = cb->step.load(std::memory_order_relaxed);
       uint32_t n = std::min<uint32_t>(cb->device_count.load(std::memory_order_relaxed), kMaxDevices);
@@ -435,7 +440,7 @@ void JobRunner::Impl::progress(JobState& j, JobProgress::State state, const Atte
       }
     }
   } else {
-    p.attempt = static_cast<int>(j.outcome->trace.attempts.size());
+    p.attempt = static_cast<int>(ended.size());
   }
   options.on_progress(p);
 }

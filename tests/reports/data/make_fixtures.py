@@ -60,9 +60,12 @@ def attempt(index, start, duration, outcome, exit_code=0, last_step=-1, tail="",
     return a
 
 
-def verdict(policy, status, reason, evidence=(), **args):
-    return {"policy": policy, "args": args, "status": status, "reason": reason,
-            "evidence": [{"attempt": a, "t": t, "what": w} for a, t, w in evidence]}
+def verdict(policy, status, reason, evidence=(), must_fail=False, **args):
+    v = {"policy": policy, "args": args, "status": status, "reason": reason,
+         "evidence": [{"attempt": a, "t": t, "what": w} for a, t, w in evidence]}
+    if must_fail:
+        v["must_fail"] = True
+    return v
 
 
 def fault(attempt_, t, size, visible, step, rule="burst", phase="forward", entry="cuMemAlloc_v2", device=0):
@@ -106,8 +109,8 @@ def run_json():
         verdicts=[verdict("checkpoint_resume", "fail",
                           "the job was restarted after the OOM at step 12 but loaded checkpoint step 0, not step 10: progress was lost",
                           [(0, 5.0, "checkpoint step 10 saved"), (0, 5.9, "OOM at step 12"),
-                           (1, 6.9, "attempt 1 loaded checkpoint step 0")]),
-                  verdict("graceful_exit", "pass", "attempt 0 exited with code 1 and an out-of-memory message after 0.1s")],
+                           (1, 6.9, "loaded checkpoint step 0")]),
+                  verdict("graceful_exit", "pass", "the last attempt (attempt 1) exited with code 1 and an out-of-memory message after 0.1s")],
         faults=[fault(0, 5.9, 2 * GiB, True, 12, rule="cap", entry="cuMemCreate")],
         timeline={"0": sawtooth(6.0, 60, 5 * GiB, 2.5 * GiB, 8 * GiB, step_every=0.5)
                   + [dict(p, t=round(p["t"] + 6.5, 3)) for p in sawtooth(8.0, 60, 3 * GiB, 1 * GiB, 8 * GiB, step_every=0.4)]},
@@ -115,7 +118,7 @@ def run_json():
         markers=steps(0, 0.0, 6.0, 0.5) + steps(1, 6.5, 14.5, 0.4) + [
             {"t": 5.0, "attempt": 0, "kind": "checkpoint_save", "label": "step 10 -> ckpt/step10.pt"},
             {"t": 5.9, "attempt": 0, "kind": "oom", "label": "torch.OutOfMemoryError at step 12"},
-            {"t": 6.5, "attempt": 1, "kind": "restart", "label": "attempt 1"},
+            {"t": 6.5, "attempt": 1, "kind": "restart", "label": "attempt 2 started"},
             {"t": 6.9, "attempt": 1, "kind": "checkpoint_load", "label": "ckpt/step0.pt"}],
         snapshot="out/jobs/resume-broken/oom_snapshot.pickle",
         recovery_seconds=1.4)
@@ -144,13 +147,31 @@ def run_json():
                 timeline={"0": sawtooth(3.0, 30, 1 * GiB, 0.2 * GiB, 0)},
                 peak={"0": int(1.2 * GiB)})
     skipped = job("needs-two-gpus", "skipped", "needs 2 GPUs, 1 available", 0.0, 0.0)
+    # A broken trainer kept to show that memory_stable catches it (must_fail: true): XFAIL when the check
+    # fails as expected, XPASS when it passes (Note [Expected failures] in reports/src/result.cpp).
+    leak_reason = "memory held at step start grew from 1.00 GiB to 1.60 GiB over 12 steps (losses kept with their graph?)"
+    xfail = job("leak-caught", "passed", "", T0 + 24.0, 2.0, gpu=0,
+                attempts=[attempt(0, 0.0, 2.0, "ok", 0, 12, "step 12 loss 0.7\ndone\n")],
+                verdicts=[verdict("memory_stable", "fail", leak_reason,
+                                  [(0, 0.2, "step 1 started at 1.00 GiB"), (0, 1.9, "step 12 started at 1.60 GiB")],
+                                  must_fail=True)],
+                peak={"0": int(1.7 * GiB)})
+    xpass_reason = "memory held at step start stayed at 1.00 GiB over 12 steps"
+    xpass = job("leak-missed", "failed",
+                "memory_stable must fail for this job (must_fail: true) but passed, so it did not catch what the job "
+                "gets wrong: " + xpass_reason, T0 + 26.0, 2.0, gpu=0,
+                attempts=[attempt(0, 0.0, 2.0, "ok", 0, 12, "step 12 loss 0.7\ndone\n")],
+                verdicts=[verdict("memory_stable", "pass", xpass_reason, must_fail=True)],
+                peak={"0": int(1.1 * GiB)})
     return {
-        "schema_version": 1, "start": T0, "duration": 24.0, "interrupted": False, "environment": env(),
+        "schema_version": 1, "start": T0, "duration": 28.0, "interrupted": False, "environment": env(),
         "suites": [
             {"name": "demo", "file": "suites/demo.yaml", "start": T0 + 0.5, "duration": 23.0,
              "jobs": [halving, resume, leaky]},
             {"name": "selftest", "file": "suites/selftest.yaml", "start": T0 + 0.6, "duration": 3.5,
              "jobs": [nostart, quiet, skipped]},
+            {"name": "expectations", "file": "suites/expectations.yaml", "start": T0 + 24.0, "duration": 4.0,
+             "jobs": [xfail, xpass]},
         ]}
 
 

@@ -540,4 +540,59 @@ TEST_F(E2E, DemoRunsSimulatedWithoutAGpu) {
   EXPECT_TRUE(fs::exists(dir_ / "demo-out" / "report.html"));
 }
 
+// What the terminal says while and after a run agrees with results.json: the attempts a job with a
+// reference run made (the reference run is not one of them), the step each attempt completed (not the
+// control block's last sample, which lags), and the end of a failed job's output under it.
+TEST_F(E2E, TerminalAgreesWithTheResults) {
+  NEED("APP_E2E_BIN", bin);
+  NEED("APP_E2E_TRAINER", trainer);
+  NEED("APP_E2E_INJECT", inject);
+  NEED("APP_E2E_DOUBLE", dbl);
+  // Fast steps (2 ms) against 50 ms samples: the last sample is several steps behind the OOM at step 25.
+  std::string resume =
+      "  - name: resume\n"
+      "    run: [\"" + trainer + "\", \"--steps\", \"40\", \"--batch-size\", \"16\", \"--bytes-per-sample\", \"1MiB\", "
+      "\"--leak-per-step\", \"4096\", \"--step-ms\", \"2\", \"--recovery\", \"checkpoint\", \"--checkpoint\", "
+      "\"{workdir}/ckpt.bin\", \"--checkpoint-every\", \"5\"]\n"
+      "    timeout: 120s\n"
+      "    target_step: 40\n"
+      "    faults:\n      - {name: oom-at-25, when: {step: 25}, fail: {forever: true}}\n"
+      "    restart: {max: 1, on: [oom], clear_faults: true}\n"
+      "    expect:\n      - checkpoint_resume: {max_lost_steps: 5, reference: {metric: loss, rtol: 1e-6}}\n"
+      "      - completes: 40\n";
+  std::string jobs = resume + trainer_job(trainer, "no_recovery", "none", 6, std::string(kFaultAtStep3) +
+                                          "    expect:\n      - batch_halving: {factor: 0.5, min: 2}\n");
+  std::string suite = write_suite(dir_, "agree", jobs);
+  fs::path out = dir_ / "out";
+  Result r = run({bin, "run", suite, "--simulate", "--out", out.string()}, dir_, dir_);
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  nlohmann::json results = load_json(out / "results.json");
+  ASSERT_FALSE(results.is_discarded());
+  auto found = jobs_by_name(results);
+  ASSERT_EQ(found.size(), 2u);
+  const auto& attempts = (*found.at("resume"))["attempts"];
+  ASSERT_EQ(attempts.size(), 2u) << found.at("resume")->dump(2).substr(0, 4000);
+  EXPECT_NE(r.out.find("agree::resume: attempt 1 ended after step " + std::to_string(attempts[0]["last_step"].get<int>()) +
+                       ", attempt 2 starts\n"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("agree::resume: attempt 2 ended after step " + std::to_string(attempts[1]["last_step"].get<int>()) +
+                       ", the reference run (no faults) starts\n"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("done   agree::resume  (2 attempts + reference run, "), std::string::npos) << r.out;
+
+  // The failed job's last output lines, cleaned, under it in the summary.
+  const auto& failed = *found.at("no_recovery");
+  ASSERT_EQ(failed["status"], "failed");
+  std::string tail = failed["attempts"].back()["output_tail"].get<std::string>();
+  ASSERT_FALSE(tail.empty());
+  while (!tail.empty() && tail.back() == '\n') tail.pop_back();
+  const std::string last_line = tail.substr(tail.rfind('\n') + 1);
+  const size_t row = r.out.find("agree::no_recovery ");
+  ASSERT_NE(row, std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("    output of attempt 1 (", row), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("    | " + last_line + "\n", row), std::string::npos) << r.out;
+}
+
 }  // namespace

@@ -22,6 +22,15 @@ TEST(Terminal, ProgressLine) {
   EXPECT_EQ(progress_line("demo::halving", p), "running  demo::halving  attempt 2  step 14  1.50 GiB / 2.00 GiB  3 faults  12.3s");
 }
 
+TEST(Terminal, ProgressLineOfTheReferenceRun) {
+  JobProgress p;
+  p.attempt = 2;  // the attempts, all ended
+  p.reference = true;
+  p.step = 3;
+  p.state = JobProgress::State::running;
+  EXPECT_EQ(progress_line("demo::resume", p), "running  demo::resume  reference run  step 3  0 B  0 faults  0ms");
+}
+
 TEST(Terminal, PlainProgressPrintsJobStartAttemptEndAndJobEnd) {
   std::ostringstream out;
   {
@@ -29,14 +38,18 @@ TEST(Terminal, PlainProgressPrintsJobStartAttemptEndAndJobEnd) {
     JobProgress p;
     p.job = "s::a";
     p.state = JobProgress::State::running;
-    for (int i = 0; i < 5; ++i) {
+    for (int i = 0; i < 3; ++i) {
       p.step = i;
       view.on_progress(p);  // only the first prints
     }
+    // The last sample saw step 2 begin; the trace shows that the attempt completed step 5 before it died.
+    // The line says what results.json's last_step says.
     p.attempt = 1;
+    p.last_step = 5;
     p.state = JobProgress::State::restarting;  // the runner names the next attempt while restarting
     view.on_progress(p);
     p.state = JobProgress::State::running;
+    p.last_step = -1;
     view.on_progress(p);
     p.attempt = 2;  // when done, the runner counts attempts instead of naming one: no third attempt
     p.state = JobProgress::State::done;
@@ -46,9 +59,45 @@ TEST(Terminal, PlainProgressPrintsJobStartAttemptEndAndJobEnd) {
   std::string text = out.str();
   EXPECT_EQ(text,
             "start  s::a\n"
-            "       s::a: attempt 1 ended after step 4, attempt 2 starts\n"
+            "       s::a: attempt 1 ended after step 5, attempt 2 starts\n"
             "done   s::a  (2 attempts, 0ms)\n");
   EXPECT_EQ(text.find('\033'), std::string::npos);  // no escapes outside a terminal
+}
+
+// The reference run (checkpoint_resume's `reference`) is not an attempt: the job's count stays what
+// results.json lists, and the reference run is named as such.
+TEST(Terminal, ReferenceRunIsNotCountedAsAnAttempt) {
+  std::ostringstream out;
+  {
+    ProgressView view(out, TerminalStyle{false, false, 80}, {"s::resume"});
+    JobProgress p;
+    p.job = "s::resume";
+    p.state = JobProgress::State::running;
+    p.step = 6;
+    view.on_progress(p);
+    p.attempt = 1;
+    p.last_step = 5;
+    p.state = JobProgress::State::restarting;
+    view.on_progress(p);
+    p.state = JobProgress::State::running;
+    view.on_progress(p);
+    // The reference run starts after the last attempt: the runner counts the attempts (2) and says so.
+    p.attempt = 2;
+    p.reference = true;
+    p.last_step = 12;
+    view.on_progress(p);
+    p.step = 4;
+    view.on_progress(p);  // prints nothing more
+    p.reference = false;
+    p.state = JobProgress::State::done;
+    view.on_progress(p);
+    view.on_job_done(0);
+  }
+  EXPECT_EQ(out.str(),
+            "start  s::resume\n"
+            "       s::resume: attempt 1 ended after step 5, attempt 2 starts\n"
+            "       s::resume: attempt 2 ended after step 12, the reference run (no faults) starts\n"
+            "done   s::resume  (2 attempts + reference run, 0ms)\n");
 }
 
 TEST(Terminal, LiveProgressRedrawsInPlace) {
@@ -107,6 +156,103 @@ TEST(Terminal, SummaryTable) {
             "==== 1 failed, 1 passed, 1 inconclusive in 12.3s ====\n");
   std::string colored = summary_table(run, true);
   EXPECT_NE(colored.find("\033[31mFAILED"), std::string::npos);
+}
+
+Verdict verdict(const char* policy, VerdictStatus status, const char* reason, bool must_fail = false) {
+  return Verdict{policy, nlohmann::json::object(), status, reason, {}, must_fail};
+}
+
+// Note [Expected failures]: a must_fail check that failed as expected reads XFAIL, one that passed XPASS.
+TEST(Terminal, SummaryTableShowsExpectedFailuresAndUnexpectedPasses) {
+  RunResult run;
+  run.duration = 4;
+  SuiteResult s;
+  s.name = "demo";
+  JobResult xfail;
+  xfail.name = "broken-leak";
+  xfail.status = JobStatus::passed;
+  xfail.attempts.resize(1);
+  xfail.duration = 1;
+  xfail.verdicts = {verdict("exit", VerdictStatus::pass, "exited 0"),
+                    verdict("memory_stable", VerdictStatus::fail, "held memory grew by 8.00 MiB per step", true)};
+  JobResult xpass = xfail;
+  xpass.name = "broken-but-missed";
+  xpass.status = JobStatus::failed;
+  xpass.verdicts[1] = verdict("memory_stable", VerdictStatus::pass, "held memory stayed at 1.00 GiB", true);
+  xpass.message = "memory_stable must fail for this job (must_fail: true) but passed";
+  xpass.attempts[0].output_tail = "done\n";
+  s.jobs = {xfail, xpass};
+  run.suites.push_back(s);
+  EXPECT_EQ(summary_table(run, false),
+            "job                      status  verdicts         attempts  peak  time\n"
+            "-----------------------  ------  ---------------  --------  ----  ----\n"
+            "demo::broken-leak        XFAIL   1 pass, 1 xfail  1         -     1.0s\n"
+            "    -> expected failure: memory_stable failed as expected (must_fail): held memory grew by 8.00 MiB per step\n"
+            "demo::broken-but-missed  XPASS   1 pass, 1 xpass  1         -     1.0s\n"
+            "    -> memory_stable must fail for this job (must_fail: true) but passed\n"
+            "\n"
+            "==== 1 xpassed, 1 xfailed in 4.0s ====\n");
+}
+
+TEST(Terminal, ClosingLineSaysNothingWasTestedAndIsNotGreenThen) {
+  RunResult run;
+  run.duration = 1;
+  SuiteResult s;
+  s.name = "demo";
+  JobResult job;
+  job.name = "absorbed";
+  job.status = JobStatus::inconclusive;
+  job.message = "no OOM reached the training code";
+  s.jobs = {job, job};
+  run.suites.push_back(s);
+  const std::string table = summary_table(run, false);
+  EXPECT_NE(table.find("\n==== nothing was tested: 2 inconclusive in 1.0s ====\n"), std::string::npos) << table;
+  const std::string colored = summary_table(run, true);
+  EXPECT_NE(colored.find("\033[33m==== nothing was tested"), std::string::npos) << colored;
+  EXPECT_EQ(colored.find("\033[32m"), std::string::npos) << colored;
+  EXPECT_NE(summary_table(RunResult{}, false).find("==== nothing was tested: no job ran in 0ms ===="), std::string::npos);
+}
+
+// A failed or erred job shows the end of its last attempt's output under it, so that a CI log says why.
+TEST(Terminal, FailedAndErredJobsShowTheirLastOutputLines) {
+  RunResult run;
+  SuiteResult s;
+  s.name = "demo";
+  JobResult crashed;
+  crashed.name = "crashed";
+  crashed.status = JobStatus::error;
+  crashed.message = "attempt 1 exited with code 1 before training began";
+  crashed.attempts.resize(2);
+  crashed.attempts[0].output_tail = "the first attempt's output\n";
+  crashed.attempts[1].index = 1;
+  crashed.attempts[1].outcome = "nonzero";
+  for (int i = 1; i <= 12; ++i) crashed.attempts[1].output_tail += "line " + std::to_string(i) + "\n";
+  crashed.attempts[1].output_tail += "\033[31mModuleNotFoundError: No module named 'torch'\033[0m\n";
+  JobResult failed = crashed;
+  failed.name = "failed";
+  failed.status = JobStatus::failed;
+  failed.message = "no halving";
+  JobResult passed = crashed;
+  passed.name = "passed";
+  passed.status = JobStatus::passed;
+  passed.message.clear();
+  s.jobs = {crashed, failed, passed};
+  run.suites.push_back(s);
+  const std::string table = summary_table(run, false);
+  const std::string expected_under =
+      "    output of attempt 2 (nonzero), last lines:\n"
+      "    | line 4\n    | line 5\n    | line 6\n    | line 7\n    | line 8\n    | line 9\n    | line 10\n"
+      "    | line 11\n    | line 12\n"
+      "    | ModuleNotFoundError: No module named 'torch'\n";
+  EXPECT_NE(table.find("    -> attempt 1 exited with code 1 before training began\n" + expected_under), std::string::npos)
+      << table;
+  EXPECT_NE(table.find("    -> no halving\n" + expected_under), std::string::npos) << table;
+  EXPECT_EQ(table.find("line 3\n"), std::string::npos) << table;                   // ten lines, no more
+  EXPECT_EQ(table.find("the first attempt's output"), std::string::npos) << table;  // the last attempt's
+  EXPECT_EQ(table.find('\033'), std::string::npos) << table;                       // the job's colours dropped
+  const size_t passed_row = table.find("demo::passed");
+  ASSERT_NE(passed_row, std::string::npos);
+  EXPECT_EQ(table.find("    |", passed_row), std::string::npos) << table;  // a passing job shows none
 }
 
 }  // namespace

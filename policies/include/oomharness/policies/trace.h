@@ -83,6 +83,9 @@ struct Attempt {
   bool ended_by_oom() const;       // exited non-zero (or by SIGABRT) with an OOM message or an uncaught probe `oom`
   // Every injected fault of the attempt, in order, with whether the code saw it (Note [Visible faults]).
   std::vector<InjectedFault> injected_faults() const;
+  // The highest step the attempt completed (completes_a_step), -1 when none: what results.json's
+  // `last_step` and the terminal's "attempt 1 ended after step N" say.
+  int64_t last_completed_step() const;
 };
 
 struct Trace {
@@ -101,6 +104,8 @@ struct Trace {
 // A completed training step: the probe's `step` event, or a `step` the runner read from the job's output
 // (`observe:`), for jobs that run without a probe.
 bool completes_a_step(const Event& e);
+// The step such an event completed (its `step`, or the observed value), -1 for any other event.
+int64_t completed_step(const Event& e);
 
 // The words every message uses for an attempt: "attempt 2" (counted from 1, as users count), and how it
 // ended: "exited with code 1", "was killed by signal 9 (SIGKILL)", "timed out after 30s and was stopped".

@@ -47,7 +47,7 @@ struct Marker {               // what the timeline chart marks
 };
 
 struct AttemptResult {
-  int index = 0;
+  int index = 0;              // from 0, as data; people read attempt_name(index)
   double start = 0;           // seconds since the job started
   double duration = 0;
   std::string outcome;        // "ok", "oom", "nonzero", "signal", "timeout", "interrupted", "failed_to_start"
@@ -58,6 +58,10 @@ struct AttemptResult {
   std::string output_tail;    // last lines of the output
   std::string log_path;
 };
+
+// "attempt 2" for index 1: every text a person reads numbers attempts from 1, as the policies' sentences
+// do; results.json keeps the 0-based `index` (and Evidence::attempt, FaultRecord::attempt) as data.
+std::string attempt_name(int index);
 
 struct JobResult {
   std::string name;
@@ -77,6 +81,9 @@ struct JobResult {
   std::optional<double> recovery_seconds;              // from the first visible OOM to the next completed step
   int faults_visible() const;
   int faults_absorbed() const;
+  // Note [Expected failures]: XFAIL and XPASS, derived from the verdicts.
+  bool expected_failure() const;  // passed, and a must_fail check failed as expected
+  bool unexpected_pass() const;   // failed only because a must_fail check passed
 };
 inline constexpr size_t kTimelinePoints = 600;
 
@@ -112,9 +119,29 @@ struct RunResult {
   Environment environment;
   std::vector<SuiteResult> suites;
 
-  struct Counts { int total = 0, passed = 0, failed = 0, errors = 0, skipped = 0, inconclusive = 0, interrupted = 0; };
+  // By status; xfailed are counted in passed as well, xpassed in failed (Note [Expected failures]).
+  struct Counts {
+    int total = 0, passed = 0, failed = 0, errors = 0, skipped = 0, inconclusive = 0, interrupted = 0;
+    int xfailed = 0, xpassed = 0;
+  };
   Counts counts() const;
+  // No job at all, or none that passed, failed, erred or was interrupted (each was inconclusive or
+  // skipped): the run showed nothing either way, and no headline may call it green.
+  bool nothing_tested() const;
 };
+
+// The run's counts in one line, as every summary heads it (pytest's closing line without the time):
+// "1 failed, 1 xpassed, 3 passed, 1 xfailed, 2 inconclusive"; when nothing_tested(), it says so first:
+// "nothing was tested: 3 inconclusive", "nothing was tested: no job ran".
+std::string counts_sentence(const RunResult& run);
+
+// The last `lines` lines of an attempt's output (at most 4 KiB), made safe to print: terminal escapes
+// and control characters dropped, \r as a line break, invalid UTF-8 replaced (the writers' rule).
+std::string output_excerpt(const AttemptResult& attempt, size_t lines);
+
+// For an expected failure (XFAIL), which must_fail checks failed as expected and why:
+// "memory_stable failed as expected (must_fail): memory held at step start grew ..."; "" otherwise.
+std::string expected_failure_sentence(const JobResult& job);
 
 void to_json(nlohmann::json& j, const FaultRecord& v);
 void from_json(const nlohmann::json& j, FaultRecord& v);

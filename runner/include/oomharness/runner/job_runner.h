@@ -29,8 +29,15 @@ struct HarnessPaths {
 // What a live view shows for one running job (sampled every 50 ms).
 struct JobProgress {
   std::string job;
+  // The running attempt's index (from 0); outside an attempt (waiting, restarting, done) the number of
+  // attempts so far. The reference run is not an attempt: while it runs, `reference` is set and
+  // `attempt` counts the attempts, which have all ended.
   int attempt = 0;
-  int64_t step = -1;
+  bool reference = false;
+  int64_t step = -1;       // the running attempt's current step (the control block's, sampled)
+  // The last step the latest ended attempt completed (Attempt::last_completed_step, as results.json's
+  // last_step), -1 when none has ended or it completed none.
+  int64_t last_step = -1;
   uint64_t held = 0;       // bytes, summed over devices
   uint64_t cap = 0;        // bytes, 0: none
   uint64_t faults = 0;     // failures injected so far (rules + cap)

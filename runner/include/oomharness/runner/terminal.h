@@ -27,7 +27,8 @@ struct TerminalStyle {
 // (https://no-color.org: any non-empty value).
 TerminalStyle detect_terminal_style();
 
-// One line about a running job: "suite::job  attempt 2  step 14  1.50 GiB / 2.00 GiB  3 faults  12.3s".
+// One line about a running job: "suite::job  attempt 2  step 14  1.50 GiB / 2.00 GiB  3 faults  12.3s"
+// ("reference run" in place of the attempt while the job runs once more without faults).
 std::string progress_line(const std::string& name, const JobProgress& p);
 
 class ProgressView {
@@ -45,7 +46,9 @@ class ProgressView {
     JobProgress last;
     bool started = false;
     bool done = false;
-    int attempt = 0;
+    int attempt = 0;          // the latest attempt seen (index)
+    bool reference = false;   // the reference run started
+    int attempts = 0;         // the runner's count when the job is done
   };
   void print_permanent(const std::string& line);  // callers hold mutex_
   void redraw(bool force);                        // callers hold mutex_
@@ -62,11 +65,17 @@ class ProgressView {
 };
 
 // The table printed at the end of `run`, `exec` and `demo`: job, status, verdicts, attempts, peak, time;
-// under each failed job its first failing verdict's sentence; then pytest's closing line
-// ("==== 3 passed, 1 failed, 1 inconclusive in 12.3s ====").
+// under a job that did not pass its first failing verdict's sentence (or its error), under an expected
+// failure the check that failed as expected, under a failed or erred job the last kOutputLines lines of
+// its last attempt's output; then pytest's closing line ("==== 1 failed, 3 passed, 1 xfailed,
+// 1 inconclusive in 12.3s ===="), which says "nothing was tested" when no job passed or failed.
 std::string summary_table(const RunResult& run, bool color);
+inline constexpr size_t kOutputLines = 10;
 
 // "PASSED", "FAILED", "ERROR", "SKIPPED", "INCONCLUSIVE", "INTERRUPTED".
 const char* status_word(JobStatus status);
+// The same for a job, which may be an expected failure (XFAIL) or pass unexpectedly (XPASS): Note
+// [Expected failures] in reports/src/result.cpp.
+const char* status_word(const JobResult& job);
 
 }  // namespace oomh
