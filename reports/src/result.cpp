@@ -92,7 +92,6 @@ RunResult::Counts RunResult::counts() const {
   return c;
 }
 
-std::string attempt_name(int index) { return "attempt " + std::to_string(index + 1); }
 
 std::string expected_failure_sentence(const JobResult& job) {
   if (!job.expected_failure()) return {};

@@ -282,16 +282,15 @@ JobResult build_job_result(const std::string& display_name, const JobOutcome& ou
 }
 
 ExitCode run_exit_code(const RunResult& run) {
-  bool failed = false, interrupted = run.interrupted, tested = false;
+  bool failed = false, interrupted = run.interrupted;
   for (const auto& suite : run.suites)
     for (const auto& job : suite.jobs) {
       if (job.status == JobStatus::interrupted) interrupted = true;
       if (job.status == JobStatus::failed || job.status == JobStatus::error) failed = true;
-      if (job.status == JobStatus::passed) tested = true;
     }
   if (interrupted) return ExitCode::interrupted;
   if (failed) return ExitCode::tests_failed;
-  return tested ? ExitCode::ok : ExitCode::nothing_tested;
+  return run.nothing_tested() ? ExitCode::nothing_tested : ExitCode::ok;
 }
 
 }  // namespace oomh

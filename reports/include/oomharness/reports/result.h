@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "oomharness/policies/trace.h"
 #include "oomharness/policies/verdict.h"
 
 namespace oomh {
@@ -59,9 +60,9 @@ struct AttemptResult {
   std::string log_path;
 };
 
-// "attempt 2" for index 1: every text a person reads numbers attempts from 1, as the policies' sentences
-// do; results.json keeps the 0-based `index` (and Evidence::attempt, FaultRecord::attempt) as data.
-std::string attempt_name(int index);
+// Every text a person reads numbers attempts from 1 with the trace model's attempt_name ("attempt 2" for
+// index 1), as the policies' sentences do; results.json keeps the 0-based `index` (and Evidence::attempt,
+// FaultRecord::attempt) as data.
 
 struct JobResult {
   std::string name;
