@@ -7,7 +7,7 @@
 //   oomh::probe::step(step, batch_size, loss);      // once per completed training step
 //   oomh::probe::phase(oomh::Phase::forward);        // so step- and phase-triggered faults can fire
 //   oomh::probe::oom(step, batch, "CUDA out of memory ...", /*caught=*/true);
-//   oomh::probe::empty_cache(reserved_before, reserved_after);
+//   oomh::probe::empty_cache(reserved_before, reserved_after, allocated_before, freeable_before);
 //   oomh::probe::checkpoint_saved(path, step);  oomh::probe::checkpoint_loaded(path, step);
 //   oomh::probe::samples(k);                         // samples processed (for no-sample-loss checks)
 
@@ -121,12 +121,24 @@ inline void oom(int64_t step, int64_t batch_size, const char* message, bool caug
   detail::emit(e);
 }
 
-inline void empty_cache(int64_t reserved_before, int64_t reserved_after) {
+// A call that empties the allocator's cache, with the allocator's figures around it. What the cache held
+// free before the call is what the call could give back: empty_cache_retry tells a cache that was already
+// empty (the allocator gives its free blocks back itself before it raises an OOM) from one the call could
+// not shrink. allocated_before: bytes in live tensors as the call began; freeable_before: bytes of free
+// cached blocks it could give back (PyTorch: free blocks that are whole segments). -1: unknown; a
+// freeable_before left out is reserved_before - allocated_before, right for an allocator that never
+// splits a segment between tensors.
+inline void empty_cache(int64_t reserved_before, int64_t reserved_after, int64_t allocated_before = -1,
+                        int64_t freeable_before = -1) {
   auto& s = detail::state();
   if (!s.active) return;
   if (s.cb) s.cb->empty_cache_calls.fetch_add(1, std::memory_order_relaxed);
+  if (freeable_before < 0 && allocated_before >= 0)
+    freeable_before = reserved_before > allocated_before ? reserved_before - allocated_before : 0;
   events::EventLine e(events::kSrcProbe, events::kEmptyCache);
   e.add("reserved_before", reserved_before).add("reserved_after", reserved_after);
+  if (allocated_before >= 0) e.add("allocated_before", allocated_before);
+  if (freeable_before >= 0) e.add("freeable_before", freeable_before);
   detail::emit(e);
 }
 

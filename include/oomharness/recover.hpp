@@ -71,13 +71,27 @@ inline int64_t allocated_bytes() {
 #endif
 }
 
-// Gives PyTorch's cached device memory back to the driver, and tells the probe.
+// Bytes of free cached blocks that emptyCache can give back: a free block that is a whole segment. Free
+// blocks split off a segment that a live tensor still uses (inactive_split_bytes) stay, and so do blocks
+// in use (active_bytes).
+inline int64_t freeable_bytes() {
+#if OOMH_RECOVER_CUDA
+  if (!torch::cuda::is_available()) return 0;
+  auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device());
+  int64_t n = stats.reserved_bytes[0].current - stats.active_bytes[0].current - stats.inactive_split_bytes[0].current;
+  return n > 0 ? n : 0;
+#else
+  return 0;
+#endif
+}
+
+// Gives PyTorch's cached device memory back to the driver, and tells the probe what the cache held.
 inline void release_memory() {
 #if OOMH_RECOVER_CUDA
   if (!torch::cuda::is_available()) return;
-  int64_t before = reserved_bytes();
+  int64_t before = reserved_bytes(), allocated = allocated_bytes(), freeable = freeable_bytes();
   c10::cuda::CUDACachingAllocator::emptyCache();
-  oomh::probe::empty_cache(before, reserved_bytes());
+  oomh::probe::empty_cache(before, reserved_bytes(), allocated, freeable);
 #endif
 }
 

@@ -141,21 +141,59 @@ Verdict batch_halving(const Trace& trace, const nlohmann::json& args) {
 
 namespace {
 
-// Did the cache shrink? The probe's reserved figures say so directly; without them, the bytes the shim
-// saw held (what empty_cache gives back to the driver) must drop across the call. nullopt: cannot tell.
-std::optional<std::pair<int64_t, int64_t>> cache_sizes(const Attempt& a, const Event& e) {
-  if (e.has("reserved_before") && e.has("reserved_after"))
-    return std::make_pair(e.integer("reserved_before"), e.integer("reserved_after"));
+// Note [What empty_cache could free]
+// An empty_cache that frees nothing after an OOM used to mean one thing here: the failed attempt's tensors
+// were still referenced, so their blocks could not go back. It can also mean that the cache was already
+// empty: PyTorch's caching allocator gives its free blocks back itself before it raises an OOM (its own
+// retry), and a second OOM in a row finds the cache that the first empty_cache emptied. Failing those was
+// a false red. So the probes record, with each call, what the cache held free before it (freeable_before:
+// bytes of free cached blocks the call could give back; allocated_before: bytes in live tensors), and a
+// call that frees nothing fails only when there was something to free. A cache that was already empty is
+// fine: whether the retry then worked is shown by the same step completing. A retry that holds the failed
+// attempt's tensors and so never finds room still fails, by that step never completing; its fail sentence
+// says how much more the code held than after the last step. Traces without freeable_before (older
+// probes, or sizes from the shim's samples) keep the old rule: the cache must shrink.
+
+struct CacheCall {
+  int64_t before = 0, after = 0;  // reserved bytes, or the shim's held bytes without the probe's figures
+  std::optional<int64_t> freeable;   // free cached bytes the call could give back, when the probe said
+  std::optional<int64_t> allocated;  // bytes in live tensors as the call began, when the probe said
+  int64_t freed() const { return before - after; }
+};
+
+std::string bytes_text(int64_t n) { return format_bytes(static_cast<uint64_t>(std::max<int64_t>(0, n))); }
+
+// The probe's figures for an empty_cache call; without them, the bytes the shim saw held (what empty_cache
+// gives back to the driver) across the call. nullopt: cannot tell.
+std::optional<CacheCall> cache_call(const Attempt& a, const Event& e) {
+  CacheCall c;
+  if (e.has("reserved_before") && e.has("reserved_after")) {
+    c.before = e.integer("reserved_before");
+    c.after = e.integer("reserved_after");
+    if (e.has("freeable_before")) c.freeable = std::max<int64_t>(0, e.integer("freeable_before"));
+    if (e.has("allocated_before")) c.allocated = e.integer("allocated_before");
+    return c;
+  }
   std::map<int, const MemorySample*> before, after;
   for (const MemorySample& s : a.samples) {
     if (s.t <= e.t) before[s.device] = &s;
     else if (!after.count(s.device)) after[s.device] = &s;
   }
   if (before.empty() || after.empty()) return std::nullopt;
-  int64_t b = 0, f = 0;
-  for (const auto& [d, s] : before) b += static_cast<int64_t>(s->held);
-  for (const auto& [d, s] : after) f += static_cast<int64_t>(s->held);
-  return std::make_pair(b, f);
+  for (const auto& [d, s] : before) c.before += static_cast<int64_t>(s->held);
+  for (const auto& [d, s] : after) c.after += static_cast<int64_t>(s->held);
+  return c;
+}
+
+// For a retry that never made room: when the code emptied the cache it held more than after the last step
+// before the OOM (Note [What empty_cache could free]). Empty when the figures do not say so.
+std::string held_note(const std::vector<StepPoint>& steps, const OomPoint& o, const CacheCall& call) {
+  const StepPoint* last = view::step_before(steps, o.t);
+  if (!call.allocated || !last || last->allocated < 0 || *call.allocated <= last->allocated) return "";
+  return "; when it emptied the cache the code still held " + bytes_text(*call.allocated - last->allocated) +
+         " more than after step " + std::to_string(last->step) +
+         ", likely the failed attempt's tensors (a retry inside the except block keeps them referenced): "
+         "leave the except block before retrying";
 }
 
 }  // namespace
@@ -163,7 +201,7 @@ std::optional<std::pair<int64_t, int64_t>> cache_sizes(const Attempt& a, const E
 Verdict empty_cache_retry(const Trace& trace, const nlohmann::json& args) {
   int64_t max_retries = args.value("max_retries", int64_t{3});
   std::vector<Evidence> ev;
-  size_t checked = 0;
+  size_t checked = 0, already_empty = 0;
   int64_t freed_total = 0;
   for (const Attempt& a : trace.attempts) {
     auto steps = view::steps_of(a);
@@ -181,33 +219,49 @@ Verdict empty_cache_retry(const Trace& trace, const nlohmann::json& args) {
       size_t j = i;
       while (j < ooms.size() && ooms[j].step == first.step && ooms[j].caught) ++j;
       int64_t count = static_cast<int64_t>(j - i);
-      if (count > max_retries)
-        return verdict(VerdictStatus::fail, "step " + std::to_string(first.step) + " ran out of memory " + std::to_string(count) +
-                                                " times (max_retries " + std::to_string(max_retries) +
-                                                "): emptying the cache and retrying did not make room; lower the batch instead", ev);
-      for (size_t k = i; k < j; ++k) {
+      // The code's empty_cache after OOM k: before the next OOM or the retried step completing.
+      auto call_after = [&](size_t k) -> const Event* {
         const OomPoint& o = ooms[k];
         double until = k + 1 < ooms.size() ? ooms[k + 1].t : std::numeric_limits<double>::infinity();
         for (const StepPoint& s : steps)
           if (s.t > o.t && s.step == o.step) { until = std::min(until, s.t); break; }
-        const Event* call = nullptr;
         for (const Event& e : a.events)
-          if (e.t > o.t && e.t <= until && e.kind == events::kEmptyCache) { call = &e; break; }
+          if (e.t > o.t && e.t <= until && e.kind == events::kEmptyCache) return &e;
+        return nullptr;
+      };
+      // What the code held when it first emptied the cache, for a retry that never made room.
+      auto held = [&]() -> std::string {
+        const Event* call = call_after(i);
+        auto sizes = call ? cache_call(a, *call) : std::nullopt;
+        return sizes ? held_note(steps, first, *sizes) : "";
+      };
+      if (count > max_retries)
+        return verdict(VerdictStatus::fail, "step " + std::to_string(first.step) + " ran out of memory " + std::to_string(count) +
+                                                " times (max_retries " + std::to_string(max_retries) +
+                                                "): emptying the cache and retrying did not make room; lower the batch instead" + held(), ev);
+      for (size_t k = i; k < j; ++k) {
+        const OomPoint& o = ooms[k];
+        const Event* call = call_after(k);
         if (!call)
           return verdict(VerdictStatus::fail, "after the " + oom_text(o) + " the code did not empty the cache before going on "
                                                   "(no empty_cache event): call torch.cuda.empty_cache() before the retry", ev);
-        auto sizes = cache_sizes(a, *call);
+        auto sizes = cache_call(a, *call);
         if (!sizes)
           return verdict(VerdictStatus::inconclusive, "the empty_cache call after the " + oom_text(o) +
                                                           " reported no sizes and no memory samples surround it: cannot tell whether the cache shrank", ev);
-        ev.push_back({a.index, call->t, "empty_cache: " + format_bytes(static_cast<uint64_t>(std::max<int64_t>(0, sizes->first))) +
-                                            " -> " + format_bytes(static_cast<uint64_t>(std::max<int64_t>(0, sizes->second)))});
-        if (sizes->second >= sizes->first)
-          return verdict(VerdictStatus::fail, "after the " + oom_text(o) + " empty_cache freed nothing (reserved " +
-                                                  format_bytes(static_cast<uint64_t>(std::max<int64_t>(0, sizes->first))) +
-                                                  " before, " + format_bytes(static_cast<uint64_t>(std::max<int64_t>(0, sizes->second))) +
-                                                  " after): the failed step's tensors were still referenced; drop them before emptying the cache", ev);
-        freed_total += sizes->first - sizes->second;
+        ev.push_back({a.index, call->t, "empty_cache: " + bytes_text(sizes->before) + " -> " + bytes_text(sizes->after) +
+                                            (sizes->freeable ? " (" + bytes_text(*sizes->freeable) + " free in the cache before)" : "")});
+        if (sizes->freed() <= 0 && sizes->freeable && *sizes->freeable == 0) {
+          ++already_empty;  // nothing was left to free (Note [What empty_cache could free])
+        } else if (sizes->freed() <= 0) {
+          std::string figures = "reserved " + bytes_text(sizes->before) + " before, " + bytes_text(sizes->after) + " after";
+          std::string what = sizes->freeable ? " though " + bytes_text(*sizes->freeable) + " of the cache was free before it (" + figures + ")"
+                                             : " (" + figures + ")";
+          return verdict(VerdictStatus::fail, "after the " + oom_text(o) + " empty_cache freed nothing" + what +
+                                                  ": the failed step's tensors were still referenced; drop them before emptying the cache", ev);
+        } else {
+          freed_total += sizes->freed();
+        }
       }
       const OomPoint& last = ooms[j - 1];
       const StepPoint* done = nullptr;
@@ -215,19 +269,29 @@ Verdict empty_cache_retry(const Trace& trace, const nlohmann::json& args) {
         if (s.t > last.t && s.step == last.step) { done = &s; break; }
       if (!done) {
         const StepPoint* next = view::step_after(steps, last.t);
-        std::string then = next ? "went on with step " + std::to_string(next->step) + ": it skipped the step instead of retrying it"
-                                : attempt_name(a.index) + " " + view::end_text(a);
+        std::string then = next ? "; it went on with step " + std::to_string(next->step) + ": it skipped the step instead of retrying it"
+                                : ": " + attempt_name(a.index) + " " + view::end_text(a) + held();
         return verdict(VerdictStatus::fail, "after the " + oom_text(last) + " the code emptied the cache but step " +
-                                                std::to_string(last.step) + " never completed; it " + then, ev);
+                                                std::to_string(last.step) + " never completed" + then, ev);
       }
       ev.push_back({a.index, done->t, "step " + std::to_string(done->step) + " completed"});
       checked += static_cast<size_t>(count);
       i = j;
     }
   }
+  // "an empty_cache that freed 2.00 GiB", "an empty_cache, which freed 4.06 MiB in all (the cache held no
+  // free blocks before 1 of them: nothing was left to free)"
+  std::string what;
+  if (already_empty == 0)
+    what = "an empty_cache that freed " + bytes_text(freed_total) + (checked == 1 ? "" : " in all");
+  else if (already_empty == checked)
+    what = std::string("an empty_cache that found the cache already empty (no free blocks before ") +
+            (checked == 1 ? "it" : "any of them") + ": nothing was left to free)";
+  else
+    what = "an empty_cache, which freed " + bytes_text(freed_total) + " in all (the cache held no free blocks before " +
+            std::to_string(already_empty) + " of them: nothing was left to free)";
   return verdict(VerdictStatus::pass, (checked == 1 ? std::string("the OOM was") : "each of the " + std::to_string(checked) + " OOMs was") +
-                                          " followed by an empty_cache that freed " + format_bytes(static_cast<uint64_t>(freed_total)) +
-                                          (checked == 1 ? "" : " in all") + ", and the same step then completed within " +
+                                          " followed by " + what + ", and the same step then completed within " +
                                           std::to_string(max_retries) + " retries", ev);
 }
 

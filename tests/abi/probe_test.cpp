@@ -74,6 +74,8 @@ TEST(Probe, WritesEventsAndControlBlock) {
     oomh::probe::phase(oomh::Phase::backward);
     oomh::probe::oom(5, 64, "CUDA out of memory. Tried to allocate 2.00 GiB", true);
     oomh::probe::empty_cache(1000, 10);
+    oomh::probe::empty_cache(1000, 600, 400);            // freeable: what is reserved and not allocated
+    oomh::probe::empty_cache(1000, 1000, 400, 0);        // split segments: nothing could go back
     oomh::probe::step(5, 32, 0.125);
     oomh::probe::checkpoint_saved("/tmp/ck.pt", 5);
   });
@@ -83,17 +85,22 @@ TEST(Probe, WritesEventsAndControlBlock) {
   EXPECT_EQ(cb->phase.load(), static_cast<uint32_t>(oomh::Phase::backward));
   EXPECT_EQ(cb->ooms_seen.load(), 1u);
   EXPECT_EQ(cb->ooms_caught.load(), 1u);
-  EXPECT_EQ(cb->empty_cache_calls.load(), 1u);
-  EXPECT_EQ(cb->events_written.load(), 4u);
+  EXPECT_EQ(cb->empty_cache_calls.load(), 3u);
+  EXPECT_EQ(cb->events_written.load(), 6u);
   auto lines = read_lines(events);
-  ASSERT_EQ(lines.size(), 4u);
+  ASSERT_EQ(lines.size(), 6u);
   EXPECT_EQ(lines[0]["kind"], "oom");
   EXPECT_EQ(lines[0]["fields"]["phase"], "backward");
   EXPECT_EQ(lines[0]["fields"]["caught"], true);
   EXPECT_EQ(lines[1]["kind"], "empty_cache");
-  EXPECT_EQ(lines[2]["kind"], "step");
-  EXPECT_EQ(lines[2]["fields"]["batch_size"], 32);
-  EXPECT_EQ(lines[3]["fields"]["path"], "/tmp/ck.pt");
+  EXPECT_EQ(lines[1]["fields"], (nlohmann::json{{"reserved_before", 1000}, {"reserved_after", 10}}));
+  EXPECT_EQ(lines[2]["fields"], (nlohmann::json{{"reserved_before", 1000}, {"reserved_after", 600},
+                                                {"allocated_before", 400}, {"freeable_before", 600}}));
+  EXPECT_EQ(lines[3]["fields"], (nlohmann::json{{"reserved_before", 1000}, {"reserved_after", 1000},
+                                                {"allocated_before", 400}, {"freeable_before", 0}}));
+  EXPECT_EQ(lines[4]["kind"], "step");
+  EXPECT_EQ(lines[4]["fields"]["batch_size"], 32);
+  EXPECT_EQ(lines[5]["fields"]["path"], "/tmp/ck.pt");
   oomh::control_block_close(cb);
   shm_unlink(control.c_str());
   unlink(events.c_str());

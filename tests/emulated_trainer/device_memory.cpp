@@ -10,7 +10,8 @@ constexpr size_t kPitchWidth = 64 * 1024;  // --entry pitch: rows of 64 KiB
 constexpr size_t kTouched = 64;            // bytes written into each new block, so the memory is used
 }  // namespace
 
-DeviceMemory::DeviceMemory(const DriverApi& api, Entry entry, int device) : api_(api), entry_(entry), device_(device) {
+DeviceMemory::DeviceMemory(const DriverApi& api, Entry entry, int device, bool retry_once)
+    : api_(api), entry_(entry), device_(device), retry_once_(retry_once) {
   if (entry_ == Entry::async) check(api_.stream_create(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate", 0);
   if (entry_ == Entry::vmm) {
     CUmemAllocationProp prop{};
@@ -45,7 +46,14 @@ Block DeviceMemory::allocate(size_t bytes) {
     allocated_ += b.reserved;
     return b;
   }
-  Block b = take(bytes);
+  Block b;
+  try {
+    b = take(bytes);
+  } catch (const OutOfMemory&) {
+    if (!retry_once_) throw;
+    empty_cache();
+    b = take(bytes);
+  }
   allocated_ += b.reserved;
   check(api_.memset_d8(b.ptr, 0x5a, std::min(bytes, kTouched)), "cuMemsetD8_v2", bytes);
   return b;

@@ -5,6 +5,10 @@
 // Reuse is by exact size only. That is on purpose: memory cached at one size (say an eval pass at a
 // larger batch) cannot serve a training step at another, so it stays reserved until empty_cache, which is
 // the situation "empty the cache and retry" exists for.
+//
+// With retry_once (--like-pytorch) a failed driver allocation empties the cache and is tried once more
+// before OutOfMemory is raised, as PyTorch's caching allocator does: one injected failure is absorbed, and
+// when the training code sees the error the cache is already empty.
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
@@ -37,7 +41,7 @@ struct Block {
 
 class DeviceMemory {
  public:
-  DeviceMemory(const DriverApi& api, Entry entry, int device);
+  DeviceMemory(const DriverApi& api, Entry entry, int device, bool retry_once = false);
   ~DeviceMemory();
   DeviceMemory(const DeviceMemory&) = delete;
   DeviceMemory& operator=(const DeviceMemory&) = delete;
@@ -47,6 +51,7 @@ class DeviceMemory {
   void empty_cache();             // the cache goes back to the driver
   int64_t allocated() const { return static_cast<int64_t>(allocated_); }
   int64_t reserved() const { return static_cast<int64_t>(allocated_ + cached_bytes_); }
+  int64_t cached() const { return static_cast<int64_t>(cached_bytes_); }  // what empty_cache gives back
 
  private:
   Block take(size_t bytes);
@@ -56,6 +61,7 @@ class DeviceMemory {
   const DriverApi& api_;
   Entry entry_;
   int device_;
+  bool retry_once_;
   CUstream stream_ = nullptr;
   size_t granularity_ = 0;
   std::vector<Block> cache_;

@@ -247,10 +247,62 @@ TEST(TrainerRecovery, RetryEmptiesTheCacheAndRetriesTheSameStep) {
   auto empties = of_kind(r, "empty_cache");
   ASSERT_GE(ooms.size(), 2u);
   EXPECT_EQ(empties.size(), ooms.size());
-  for (const auto& e : empties)
-    EXPECT_LT(e["fields"]["reserved_after"].get<int64_t>(), e["fields"]["reserved_before"].get<int64_t>());
+  for (const auto& e : empties) {
+    const auto& f = e["fields"];
+    EXPECT_LT(f["reserved_after"].get<int64_t>(), f["reserved_before"].get<int64_t>());
+    // What the cache held free is what the call gave back; what stays is what was allocated.
+    ASSERT_TRUE(f.contains("freeable_before") && f.contains("allocated_before")) << f.dump();
+    EXPECT_GT(f["freeable_before"].get<int64_t>(), 0);
+    EXPECT_EQ(f["reserved_before"].get<int64_t>() - f["freeable_before"].get<int64_t>(), f["reserved_after"].get<int64_t>());
+    EXPECT_EQ(f["allocated_before"].get<int64_t>(), f["reserved_after"].get<int64_t>());
+  }
   for (const auto& o : ooms) EXPECT_EQ(o["fields"]["caught"], true);
   EXPECT_EQ(samples(r), 4 * 4);
+}
+
+// On 13 MiB the eval block (8 MiB) left in the cache makes step 3's backward fail while its activations
+// (4 MiB) are held. A retry inside the except block empties the cache with those still referenced: the
+// call gives back the eval block only, and reports 4 MiB more allocated than the correct retry does.
+TEST(TrainerRecovery, RetryInExceptEmptiesTheCacheWhileTheFailedAttemptIsHeld) {
+  Scratch scratch;
+  auto first_at_step_3 = [](const TrainerRun& r) {
+    // The empty_cache right after the first OOM of step 3.
+    bool seen = false;
+    for (const auto& e : r.events) {
+      if (e["kind"] == "oom" && e["fields"]["step"] == 3) seen = true;
+      if (seen && e["kind"] == "empty_cache") return e["fields"];
+    }
+    return nlohmann::json();
+  };
+  TrainerRun correct = run_trainer(scratch, "13MiB", kEvalFragments);
+  TrainerRun broken = run_trainer(scratch, "13MiB", with(kEvalFragments, {"--retry-in-except"}));
+  ASSERT_EQ(correct.exit_code, 0) << correct.err << correct.out;
+  ASSERT_EQ(broken.exit_code, 0) << broken.err << broken.out;
+  EXPECT_THAT(broken.out, HasSubstr("oom at step 3 batch 4: retry 1 of 3 (inside the except block)"));
+  nlohmann::json c = first_at_step_3(correct), b = first_at_step_3(broken);
+  ASSERT_FALSE(c.is_null() || b.is_null()) << correct.out << broken.out;
+  const int64_t MiB = 1 << 20;
+  EXPECT_EQ(b["allocated_before"].get<int64_t>(), c["allocated_before"].get<int64_t>() + 4 * MiB);
+  EXPECT_EQ(b["freeable_before"].get<int64_t>(), c["freeable_before"].get<int64_t>() - 4 * MiB);
+  EXPECT_EQ(b["reserved_after"].get<int64_t>(), b["allocated_before"].get<int64_t>());  // the held blocks stayed
+  EXPECT_EQ(broken.losses, correct.losses);
+}
+
+// --like-pytorch: the allocator empties its cache and tries once more before it raises, so the eval block
+// that made the plain allocator fail never reaches the training code as an OOM.
+TEST(TrainerRecovery, LikePytorchAbsorbsWhatEmptyingTheCacheFixes) {
+  Scratch scratch;
+  TrainerRun plain = run_trainer(scratch, "16MiB", kEvalFragments);
+  TrainerRun like = run_trainer(scratch, "16MiB", with(kEvalFragments, {"--like-pytorch"}));
+  ASSERT_EQ(like.exit_code, 0) << like.err << like.out;
+  EXPECT_FALSE(of_kind(plain, "oom").empty());
+  EXPECT_TRUE(of_kind(like, "oom").empty()) << like.out;
+  EXPECT_TRUE(of_kind(like, "empty_cache").empty()) << "the allocator's own emptying is not the code's empty_cache";
+  EXPECT_EQ(like.losses, plain.losses);
+  // What it cannot fix still reaches the code, after the allocator gave its cache back.
+  TrainerRun overflow = run_trainer(scratch, "16MiB", with(kOverflowing, {"--like-pytorch"}));
+  EXPECT_EQ(overflow.exit_code, 1);
+  EXPECT_THAT(overflow.err, HasSubstr("CUDA_ERROR_OUT_OF_MEMORY at step 1"));
 }
 
 TEST(TrainerRecovery, RetryWithoutFreeingRunsOutOfRetries) {

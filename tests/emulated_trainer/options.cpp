@@ -26,6 +26,11 @@ const char* const kUsage =
     "  --max-retries N          retry: attempts per step after the first (default 3)\n"
     "  --skip-failed-batch      halve, broken: drop the failed batch instead of redoing it\n"
     "  --retry-without-freeing  retry, broken: retry without freeing or emptying the cache\n"
+    "  --retry-in-except        retry, broken: empty the cache and retry while the failed attempt's blocks\n"
+    "                           are still held (a retry inside the except block)\n"
+    "  --like-pytorch           the allocator empties its cache and tries a failed allocation once more\n"
+    "                           before it raises, and empties it as a step in OOMH_FLUSH_AT_STEPS begins\n"
+    "                           (what PyTorch's caching allocator and the probe do)\n"
     "  --checkpoint PATH        checkpoint file (needed by --recovery checkpoint)\n"
     "  --checkpoint-every K     save after every K-th step (default 0: never)\n"
     "  --resume-from-zero       checkpoint, broken: ignore the checkpoint at start\n"
@@ -80,6 +85,8 @@ std::optional<Options> parse_options(int argc, char** argv, std::string& error) 
     int64_t n = 0;
     if (flag("--skip-failed-batch")) o.skip_failed_batch = true;
     else if (flag("--retry-without-freeing")) o.retry_without_freeing = true;
+    else if (flag("--retry-in-except")) o.retry_in_except = true;
+    else if (flag("--like-pytorch")) o.like_pytorch = true;
     else if (flag("--resume-from-zero")) o.resume_from_zero = true;
     else if (flag("--help") || flag("-h")) { error = "help"; return std::nullopt; }
     else if (flag("--steps") || flag("--batch-size") || flag("--min-batch") || flag("--step-ms") ||

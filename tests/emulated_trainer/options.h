@@ -29,6 +29,8 @@ struct Options {
   int max_retries = 3;                 // --max-retries
   bool skip_failed_batch = false;      // --skip-failed-batch (broken halving)
   bool retry_without_freeing = false;  // --retry-without-freeing (broken retry)
+  bool retry_in_except = false;        // --retry-in-except (broken retry)
+  bool like_pytorch = false;           // --like-pytorch: the allocator retries once, faulted steps flush
   bool resume_from_zero = false;       // --resume-from-zero (broken resume)
   std::string checkpoint;              // --checkpoint PATH
   int64_t checkpoint_every = 0;        // --checkpoint-every K

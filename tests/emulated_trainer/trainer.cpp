@@ -9,7 +9,10 @@
 //   optimizer  a temporary of b bytes; then --leak-per-step bytes that are never freed
 //   eval       every --eval-every steps: activations for 2*B samples, then freed
 // Parameters (b bytes) are allocated once at start. Freed blocks go to the allocator's cache
-// (device_memory.h). The loss is a pure function of the step and the samples seen so far, so a run resumed
+// (device_memory.h). With --like-pytorch the allocator retries a failed allocation once after emptying its
+// cache, and a step listed in OOMH_FLUSH_AT_STEPS begins with the cache emptied (without an empty_cache
+// event: the code did not ask for it), as the probes do for PyTorch, so its allocations reach the driver.
+// The loss is a pure function of the step and the samples seen so far, so a run resumed
 // from a checkpoint prints the same losses as one that was never interrupted, and a run that drops samples
 // does not.
 //
@@ -136,6 +139,7 @@ class Trainer {
   std::vector<Block> params_;
   std::vector<Block> step_blocks_;   // held during a step, released to the cache after it
   std::vector<Block> leaked_;        // --leak-per-step, and what --retry-without-freeing forgets
+  std::vector<Block> held_;          // --retry-in-except: the first failed attempt's blocks, until a retry works
   int retries_ = 0;
 };
 
@@ -191,6 +195,9 @@ template <class F>
 Outcome Trainer::guarded(int64_t s, F&& work) {
   try {
     work();
+    // A retry inside the except block that worked leaves the block: the failed attempt's blocks go free.
+    for (const Block& b : held_) memory_.release(b);
+    held_.clear();
     return Outcome::done;
   } catch (const OutOfMemory& oom) {
     int64_t batch = progress_.batch;
@@ -221,13 +228,19 @@ Outcome Trainer::guarded(int64_t s, F&& work) {
           leaked_.insert(leaked_.end(), step_blocks_.begin(), step_blocks_.end());
           step_blocks_.clear();
         } else {
+          if (o_.retry_in_except && retries_ == 1) {
+            // Broken: the retries run inside the except block of the step's first OOM, whose exception
+            // keeps that attempt's tensors referenced; a failed retry's exception ends with its inner block.
+            held_.swap(step_blocks_);
+          }
           release_step_blocks();
-          int64_t before = memory_.reserved();
+          int64_t before = memory_.reserved(), allocated = memory_.allocated(), freeable = memory_.cached();
           memory_.empty_cache();
-          oomh::probe::empty_cache(before, memory_.reserved());
+          oomh::probe::empty_cache(before, memory_.reserved(), allocated, freeable);
         }
-        std::printf("oom at step %lld batch %lld: retry %d of %d\n", static_cast<long long>(s),
-                    static_cast<long long>(batch), retries_, o_.max_retries);
+        std::printf("oom at step %lld batch %lld: retry %d of %d%s\n", static_cast<long long>(s),
+                    static_cast<long long>(batch), retries_, o_.max_retries,
+                    o_.retry_in_except ? " (inside the except block)" : "");
         oomh::probe::begin_step(s, batch);
         return Outcome::again;
       }
@@ -239,6 +252,7 @@ Outcome Trainer::guarded(int64_t s, F&& work) {
 
 bool Trainer::run_step(int64_t s) {
   oomh::probe::begin_step(s, progress_.batch);
+  if (o_.like_pytorch && oomh::probe::flush_due(s)) memory_.empty_cache();
   retries_ = 0;
   if (s == o_.hang_at_step)
     for (;;) pause();
@@ -333,7 +347,7 @@ int train(const Options& o) {
   oomh::probe::started("emulated_trainer", "1");
   int rc = 0;
   try {
-    DeviceMemory memory(api, o.entry, dev);
+    DeviceMemory memory(api, o.entry, dev, o.like_pytorch);
     Trainer t(o, memory);
     rc = t.run();
   } catch (const OutOfMemory&) {

@@ -304,6 +304,90 @@ TEST(EmptyCacheRetry, InconclusiveWithoutSizes) {
   EXPECT_VERDICT(check("empty_cache_retry", b.build()), inconclusive, "cannot tell whether the cache shrank");
 }
 
+// Note [What empty_cache could free]: the probes say what the cache held free before each call.
+
+TEST(EmptyCacheRetry, PassWhenTheCacheWasAlreadyEmpty) {
+  // PyTorch's allocator gave its free blocks back before it raised: the code's empty_cache had nothing left.
+  TraceBuilder b;
+  steps(b.attempt(), 1, 4, 64).inject().inject().oom(5, 64).empty_cache(3 * GiB, 3 * GiB, 3 * GiB, 0).step(5, 64).exit(0);
+  Verdict v = check("empty_cache_retry", b.build());
+  EXPECT_VERDICT(v, pass,
+                 "the OOM was followed by an empty_cache that found the cache already empty (no free blocks before it: "
+                 "nothing was left to free), and the same step then completed within 3 retries");
+  bool shown = false;
+  for (const Evidence& e : v.evidence) shown = shown || e.what == "empty_cache: 3.00 GiB -> 3.00 GiB (0 B free in the cache before)";
+  EXPECT_TRUE(shown) << "the evidence shows what the cache held free";
+}
+
+TEST(EmptyCacheRetry, TheSameTraceWithoutWhatWasFreeKeepsTheOldRule) {
+  // A trace from a probe that did not record freeable_before: a call that freed nothing still fails.
+  TraceBuilder b;
+  steps(b.attempt(), 1, 4, 64).inject().inject().oom(5, 64).empty_cache(3 * GiB, 3 * GiB, 3 * GiB).step(5, 64).exit(0);
+  EXPECT_VERDICT(check("empty_cache_retry", b.build()), fail,
+                 "empty_cache freed nothing (reserved 3.00 GiB before, 3.00 GiB after): the failed step's tensors were still referenced");
+}
+
+TEST(EmptyCacheRetry, PassWhenTheSecondOomInARowFindsTheCacheTheFirstEmptied) {
+  // The false red of `--fault step=5,times=2` over a trainer whose allocator does not retry by itself.
+  TraceBuilder b;
+  steps(b.attempt(), 1, 4, 64).inject().oom(5, 64).empty_cache(8 * GiB, 6 * GiB, 6 * GiB, 2 * GiB);
+  b.inject().oom(5, 64).empty_cache(6 * GiB, 6 * GiB, 6 * GiB, 0).step(5, 64).step(6, 64).exit(0);
+  EXPECT_VERDICT(check("empty_cache_retry", b.build()), pass,
+                 "each of the 2 OOMs was followed by an empty_cache, which freed 2.00 GiB in all (the cache held no free "
+                 "blocks before 1 of them: nothing was left to free), and the same step then completed within 3 retries");
+}
+
+TEST(EmptyCacheRetry, FailWhenTheCacheHeldFreeBlocksAndTheCallFreedNothing) {
+  TraceBuilder b;
+  steps(b.attempt(), 1, 4, 64).inject().inject().oom(5, 64).empty_cache(8 * GiB, 8 * GiB, 6 * GiB, 2 * GiB).step(5, 64).exit(0);
+  EXPECT_VERDICT(check("empty_cache_retry", b.build()), fail,
+                 "after the OOM at step 5 (batch 64) empty_cache freed nothing though 2.00 GiB of the cache was free before it "
+                 "(reserved 8.00 GiB before, 8.00 GiB after): the failed step's tensors were still referenced");
+}
+
+TEST(EmptyCacheRetry, FailWhenTheCacheWasAlreadyEmptyButTheStepWasSkipped) {
+  TraceBuilder b;
+  steps(b.attempt(), 1, 4, 64).inject().inject().oom(5, 64).empty_cache(3 * GiB, 3 * GiB, 3 * GiB, 0).step(6, 64).exit(0);
+  EXPECT_VERDICT(check("empty_cache_retry", b.build()), fail,
+                 "step 5 never completed; it went on with step 6: it skipped the step instead of retrying it");
+}
+
+// A retry that holds the failed attempt's tensors: every call finds the cache empty, no retry finds room,
+// and the code gives up. The fail sentence says how much more it held than after the last step.
+TEST(EmptyCacheRetry, FailWhenTheCacheWasAlreadyEmptyButTheStepNeverCompleted) {
+  TraceBuilder b;
+  b.attempt();
+  for (int s = 1; s <= 4; ++s) b.step(s, 64, NAN, 1 * GiB);
+  b.inject().inject().oom(5, 64).empty_cache(3 * GiB, 3 * GiB, 3 * GiB, 0);
+  b.inject().oom(5, 64).empty_cache(3 * GiB, 3 * GiB, 3 * GiB, 0).inject().oom(5, 64, false).exit(1, true);
+  EXPECT_VERDICT(check("empty_cache_retry", b.build()), fail,
+                 "after the OOM at step 5 (batch 64) the code emptied the cache but step 5 never completed: attempt 1 exited "
+                 "with code 1; when it emptied the cache the code still held 2.00 GiB more than after step 4");
+
+  // The same end for code that dropped the failed attempt's tensors (a fault that never lets up): no such note.
+  TraceBuilder c;
+  c.attempt();
+  for (int s = 1; s <= 4; ++s) c.step(s, 64, NAN, 1 * GiB);
+  c.inject().inject().oom(5, 64).empty_cache(3 * GiB, 1 * GiB, 1 * GiB, 2 * GiB);
+  c.inject().oom(5, 64).empty_cache(1 * GiB, 1 * GiB, 1 * GiB, 0).inject().oom(5, 64, false).exit(1, true);
+  Verdict v = check("empty_cache_retry", c.build());
+  EXPECT_VERDICT(v, fail, "step 5 never completed: attempt 1 exited with code 1");
+  EXPECT_THAT(v.reason, ::testing::Not(HasSubstr("still held")));
+}
+
+TEST(EmptyCacheRetry, TooManyRetriesSaysWhatTheCodeStillHeld) {
+  TraceBuilder b;
+  b.attempt();
+  for (int s = 1; s <= 4; ++s) b.step(s, 64, NAN, 1 * GiB);
+  b.inject();
+  for (int i = 0; i < 4; ++i) b.oom(5, 64).empty_cache(3 * GiB, 3 * GiB, 3 * GiB, 0);
+  b.step(5, 64).exit(0);
+  EXPECT_VERDICT(check("empty_cache_retry", b.build(), {{"max_retries", 3}}), fail,
+                 "step 5 ran out of memory 4 times (max_retries 3): emptying the cache and retrying did not make room; lower the "
+                 "batch instead; when it emptied the cache the code still held 2.00 GiB more than after step 4");
+  EXPECT_VERDICT(check("empty_cache_retry", b.build(), {{"max_retries", 4}}), pass, "found the cache already empty");
+}
+
 // ---- checkpoint_resume ----
 
 // Attempt 1 saves at steps 2 and 4, reaches 6 and dies of an OOM at step 7.

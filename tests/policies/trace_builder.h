@@ -54,8 +54,12 @@ class TraceBuilder {
     return add(src, kind, std::move(fields));
   }
   TraceBuilder& phase(const std::string& name) { return add("probe", "phase", {{"phase", name}}); }
-  TraceBuilder& empty_cache(int64_t before, int64_t after) {
-    return add("probe", "empty_cache", {{"reserved_before", before}, {"reserved_after", after}});
+  // allocated / freeable: the probe's allocated_before and freeable_before; -1 leaves them out (older probes).
+  TraceBuilder& empty_cache(int64_t before, int64_t after, int64_t allocated = -1, int64_t freeable = -1) {
+    nlohmann::json f{{"reserved_before", before}, {"reserved_after", after}};
+    if (allocated >= 0) f["allocated_before"] = allocated;
+    if (freeable >= 0) f["freeable_before"] = freeable;
+    return add("probe", "empty_cache", f);
   }
   TraceBuilder& save(const std::string& path, int64_t step) { return add("probe", "checkpoint_save", {{"path", path}, {"step", step}}); }
   TraceBuilder& load(const std::string& path, int64_t step) { return add("probe", "checkpoint_load", {{"path", path}, {"step", step}}); }

@@ -168,6 +168,45 @@ class ProbeTest(unittest.TestCase):
         self.assertEqual(events[0]["fields"], {"reserved_before": 0, "reserved_after": 0})
         self.assertEqual(self.job.block()["empty_cache_calls"], 2)
 
+    def test_empty_cache_records_what_the_cache_held_free(self):
+        # No GPU here: stand in for the caching allocator's figures. A whole free segment goes back; a free
+        # block split off a segment a live tensor uses (inactive_split) does not; without those statistics
+        # (a backend that keeps none) what is reserved and not allocated counts as free.
+        fake = textwrap.dedent("""
+            import torch
+            MiB = 1 << 20
+            state = {"allocated": 3 * MiB, "active": 3 * MiB, "split": 2 * MiB, "whole": 0, "stats": True}
+            reserved = lambda: state["allocated"] + state["split"] + state["whole"]
+            def stats():
+                if not state["stats"]:
+                    return {}
+                return {"reserved_bytes.all.current": reserved(), "active_bytes.all.current": state["active"],
+                        "inactive_split_bytes.all.current": state["split"]}
+            def release():
+                state["whole"] = 0
+                if not state["stats"]:
+                    state["split"] = 0
+            torch.cuda.is_initialized = torch.cuda.memory.is_initialized = lambda: True
+            torch.cuda.memory_allocated = lambda *a, **k: state["allocated"]
+            torch.cuda.memory_reserved = lambda *a, **k: reserved()
+            torch.cuda.memory_stats = lambda *a, **k: stats()
+            torch._C._cuda_emptyCache = release
+            torch.cuda.empty_cache()          # the allocator already gave its free segments back
+            state["whole"] = 4 * MiB          # the failed step's tensors, dropped: a free segment
+            torch.cuda.empty_cache()
+            state["stats"] = False
+            torch.cuda.empty_cache()
+        """)
+        r = self.job.run(fake)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        mib = 1 << 20
+        events = [e["fields"] for e in self.job.read_events() if e["kind"] == "empty_cache"]
+        self.assertEqual(events, [
+            {"reserved_before": 5 * mib, "reserved_after": 5 * mib, "allocated_before": 3 * mib, "freeable_before": 0},
+            {"reserved_before": 9 * mib, "reserved_after": 5 * mib, "allocated_before": 3 * mib, "freeable_before": 4 * mib},
+            {"reserved_before": 5 * mib, "reserved_after": 3 * mib, "allocated_before": 3 * mib, "freeable_before": 2 * mib},
+        ])
+
     def test_flushes_the_cache_as_a_faulted_step_begins(self):
         # No GPU here: stand in for CUDA's cache so the test sees when the probe empties it, and that it
         # does so between steps, once per listed step, without an empty_cache event (the code did not call it).

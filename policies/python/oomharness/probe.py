@@ -207,8 +207,24 @@ class _Probe:
             pass
         return {}
 
-    def reserved(self):
-        return self.memory_fields().get("reserved", 0)
+    def cache_fields(self):
+        """What the caching allocator holds, for an empty_cache event: reserved, allocated, and freeable: the
+        bytes of free cached blocks that emptying the cache can give back. A free block split off a segment
+        that a live tensor still uses cannot go back (inactive_split_bytes); neither can a block in use
+        (active_bytes, or allocated where the backend does not count active blocks). Empty when CUDA is not
+        in use (never initialises it)."""
+        fields = self.memory_fields()
+        if not fields:
+            return fields
+        try:
+            stats = self.torch.cuda.memory_stats()
+            reserved = int(stats.get("reserved_bytes.all.current", fields["reserved"]))
+            in_use = max(int(stats.get("active_bytes.all.current", 0)), fields["allocated"])
+            pinned = int(stats.get("inactive_split_bytes.all.current", 0))
+            fields["freeable"] = max(0, reserved - in_use - pinned)
+        except Exception:
+            pass
+        return fields
 
     # ---- steps ---------------------------------------------------------------------------------------
     def finish_step(self, n, batch_size=None, loss=None):
@@ -548,14 +564,22 @@ def _make_backward(original):
 
 
 def _make_empty_cache(original):
+    # What the cache held free before the call is recorded with it: empty_cache_retry tells a cache that was
+    # already empty (the allocator gives its free blocks back itself before it raises) from one the call
+    # could not shrink (docs/events.md).
     def empty_cache():
         p = _probe
-        before = _safely(p.reserved) or 0
+        before = _safely(p.cache_fields) or {}
         result = original()
-        after = _safely(p.reserved) or 0
+        after = _safely(p.memory_fields) or {}
         if p.cb is not None:
             _safely(p.cb.count_empty_cache)
-        _safely(p.emit, "empty_cache", reserved_before=before, reserved_after=after)
+        fields = {"reserved_before": before.get("reserved", 0), "reserved_after": after.get("reserved", 0)}
+        if "allocated" in before:
+            fields["allocated_before"] = before["allocated"]
+        if "freeable" in before:
+            fields["freeable_before"] = before["freeable"]
+        _safely(p.emit, "empty_cache", **fields)
         return result
     return empty_cache
 
