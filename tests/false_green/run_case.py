@@ -15,6 +15,7 @@ the emulated trainer on PATH. Exit 0 when everything expected came out; otherwis
 printed and the exit is 1.
 """
 import argparse
+import contextlib
 import json
 import os
 import shlex
@@ -51,6 +52,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--bin", required=True)
     parser.add_argument("--trainer-dir", required=True)
+    parser.add_argument("--keep", help="run in this folder and keep what the run wrote (default: a temporary one)")
     parser.add_argument("case")
     args = parser.parse_args()
     case = os.path.abspath(args.case)
@@ -73,7 +75,8 @@ def main():
     for k in ("CI", "GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY"):
         env.pop(k, None)
     problems = []
-    with tempfile.TemporaryDirectory(prefix="oomh-false-green-") as cwd:
+    with (contextlib.nullcontext(args.keep) if args.keep else tempfile.TemporaryDirectory(prefix="oomh-false-green-")) as cwd:
+        os.makedirs(cwd, exist_ok=True)
         proc = subprocess.run(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                               timeout=600)
         results_path = os.path.join(cwd, "oomh-out", "results.json")

@@ -4,7 +4,8 @@
 #   wave 1  at once: ctest (every test but the Python ones), the injector's framework checks (caps, faults),
 #           LibTorch, the Python probe against the GPU, and the fidelity benchmark's three caps (limits
 #           inside a process, so they may share the GPU)
-#   wave 2  at once: the self-test suite and the demo
+#   wave 2  at once: the self-test suite, the demo, and the armed record (tests/gpu/armed.yaml: real PyTorch
+#           arms the shim and is judged; CPU-only and crashing jobs are errors, never passes)
 #   alone   the reservation checks, a suite beside a reservation, the fidelity benchmark's reservation
 #           (each holds nearly all of the GPU's memory)
 #   compat  docs/compatibility.md regenerated from all of the above (before the timing phases, so that a
@@ -15,7 +16,7 @@
 #           Debian's PyTorch; here they took 177-279 s and held the timing phases back by 35-90 s)
 #
 #   tests/gpu/run_all.sh [PHASE...]
-#   PHASE: build pytests ctest injector libtorch probe fidelity-caps selftest demo reservation reservesuite
+#   PHASE: build pytests ctest injector libtorch probe fidelity-caps selftest demo armed reservation reservesuite
 #          fidelity-reserve compat drivercalls shimbench runnerbench packing throughput
 #   (no PHASE: all but pytests, in that order; named phases of one wave still run at once)
 #
@@ -44,17 +45,17 @@ bin=$build/runner/oomharness
 inject=$build/injector/liboomharness_inject.so
 summary=$work/summary.txt
 budget=${RUN_ALL_BUDGET:-575}
-all_phases="build pytests ctest injector libtorch probe fidelity-caps selftest demo reservation reservesuite fidelity-reserve
+all_phases="build pytests ctest injector libtorch probe fidelity-caps selftest demo armed reservation reservesuite fidelity-reserve
             compat drivercalls shimbench runnerbench packing throughput"
 phases=${*:-${all_phases/pytests /}}
 wave1="ctest injector libtorch probe fidelity-caps"
-wave2="selftest demo"
+wave2="selftest demo armed"
 timing="drivercalls shimbench runnerbench packing throughput"
 
 # Seconds each phase usually takes on the H100 (measured, 2026-11-22; bench/RESULTS.md's GPU section), a
 # little over; the budget check uses them.
 declare -A EST=([build]=80 [pytests]=200 [ctest]=60 [injector]=30 [libtorch]=30 [probe]=40 [fidelity-caps]=30
-                [selftest]=60 [demo]=60 [reservation]=55 [reservesuite]=30 [fidelity-reserve]=20 [throughput]=145
+                [selftest]=60 [demo]=60 [armed]=60 [reservation]=55 [reservesuite]=30 [fidelity-reserve]=20 [throughput]=145
                 [packing]=150 [drivercalls]=35 [shimbench]=30 [runnerbench]=10 [compat]=5)
 
 if ! nvidia-smi -L >/dev/null 2>&1; then
@@ -109,6 +110,12 @@ run_phase() {  # run_phase NAME: the phase's command, its output to stdout
                      --limit 8GiB --modes caps --json-out "$work/fidelity.json" ;;
     selftest) "$bin" run "$root/suites/self-test.yaml" --jobs 6 --out "$work/self-test" ;;
     demo) "$bin" demo --out "$work/demo" ;;
+    armed)  # the corpus runner checks statuses; the driver_call events show the ways in real PyTorch used
+      python3 "$root/tests/false_green/run_case.py" --bin "$bin" --trainer-dir "$build/tests/emulated_trainer" \
+        --keep "$work/armed" "$root/tests/gpu/armed.yaml"
+      local rc=$?
+      grep -h '"driver_call"' "$work"/armed/oomh-out/jobs/*/attempt-*.events.jsonl | head -20
+      return $rc ;;
     reservation) RUNTIME_ALLOC="$work/injector/runtime_alloc" bash "$root/tests/gpu/reservation_checks.sh" "$build" "$work/reservation" ;;
     reservesuite) reservation_suite ;;
     fidelity-reserve) python3 "$root/bench/gpu/fidelity.py" --inject "$inject" --reserve "$build/runner/oomh-reserve" \
