@@ -89,9 +89,12 @@ std::optional<Untested> why_untested(const JobSpec& job, const Trace& trace) {
                      ": nothing was tested" + (line.empty() ? std::string() : " (it printed: " + line + ")"));
       }
     }
-    if (needs_shim && !a.shim->driver_called)
-      return error(which + ": the shim never saw a CUDA driver call: this job did not use the GPU "
-                           "(a CPU-only torch? the wrong interpreter? work done in a process the shim was not preloaded into?)");
+    // A driver call alone is not enough: on a GPU machine PyTorch asks the device's size even when the
+    // training runs on the CPU (seen on the H100: `train.py --device cpu` under a cap passed).
+    if (needs_shim && a.shim->allocations == 0)
+      return error(which + ": the shim saw no CUDA allocation: this job did not use the GPU" +
+                   (a.shim->driver_called ? " (it only asked the driver about the device)" : "") +
+                   "; a CPU-only torch? the wrong interpreter? work done in a process the shim was not preloaded into?");
   }
   if (any_rules && !any_inject)
     return Untested{JobStatus::inconclusive,

@@ -663,6 +663,7 @@ void JobRunner::Impl::finish_attempt(AttemptRun& r) {
     shim.rejected = cb.plans_rejected.load(std::memory_order_relaxed);
     shim.ways_in = cb.ways_in.load(std::memory_order_relaxed);
     shim.driver_called = cb.first_driver_call_ns.load(std::memory_order_relaxed) != 0;
+    for (const DeviceCounters& d : cb.devices) shim.allocations += d.alloc_calls.load(std::memory_order_relaxed);
     r.attempt.shim = shim;
   }
   release_control_block(r);

@@ -344,6 +344,7 @@ ShimRecord armed() {
   ShimRecord r;
   r.processes = r.armed = 1;
   r.driver_called = true;
+  r.allocations = 12;
   r.ways_in = kWayExport;
   return r;
 }
@@ -381,13 +382,22 @@ TEST(Untested, TheShimNeverStartedOrRejectedThePlan) {
 TEST(Untested, NoDriverCallIsAnError) {
   ShimRecord idle = armed();
   idle.driver_called = false;
+  idle.allocations = 0;
   JobSpec capped;
   capped.argv = {"python3", "train.py"};
   capped.memory.limit = 1ull << 30;
   auto u = why_untested(capped, outcome({with_shim(attempt(0, 0, 5, 0, {step(1, 1)}), idle)}).trace);
   ASSERT_TRUE(u);
   EXPECT_EQ(u->status, JobStatus::error);
-  EXPECT_NE(u->message.find("never saw a CUDA driver call"), std::string::npos);
+  EXPECT_EQ(u->message, "attempt 1: the shim saw no CUDA allocation: this job did not use the GPU; a CPU-only torch? "
+                        "the wrong interpreter? work done in a process the shim was not preloaded into?");
+  // Asking the device's size is not using it (PyTorch does on a GPU machine with the training on the CPU).
+  ShimRecord asked = idle;
+  asked.driver_called = true;
+  u = why_untested(capped, outcome({with_shim(attempt(0, 0, 5, 0, {step(1, 1)}), asked)}).trace);
+  ASSERT_TRUE(u);
+  EXPECT_NE(u->message.find("saw no CUDA allocation: this job did not use the GPU (it only asked the driver about the device)"),
+            std::string::npos) << u->message;
 }
 
 TEST(Untested, DyingBeforeAnyFaultFiredIsAnError) {

@@ -62,7 +62,8 @@ struct ShimRecord {
   uint32_t armed = 0;              // ... that accepted the fault plan and caps
   uint32_t rejected = 0;           // ... that rejected them (the reason: their shim_start event's plan_error)
   uint32_t ways_in = 0;            // kWayExport | kWayDlsym | kWayProcAddress
-  bool driver_called = false;      // some process made a driver call the shim intercepted
+  bool driver_called = false;      // some process made a driver call the shim intercepted (a query counts)
+  uint64_t allocations = 0;        // allocation calls the shims intercepted, on every device
 };
 
 struct Attempt {

@@ -5,8 +5,8 @@
 // (Note [Armed record] in include/oomharness/control_block.h), which faults fired, and how each attempt
 // ended. A job that was not tested is never a pass:
 //  - its plan had rules or caps, and in an attempt no process armed the shim, or one rejected the plan,
-//    or no process ever made a driver call (the job did not use the GPU: a CPU-only torch, the wrong
-//    interpreter, work done elsewhere): error;
+//    or no process ever allocated device memory through it (the job did not use the GPU: a CPU-only
+//    torch, the wrong interpreter, work done elsewhere; a query of the device's size is not use): error;
 //  - an attempt died (a non-zero exit or a signal) before any fault fired (an injection, an OOM the code
 //    saw, or an OOM it died of), or, for a job with nothing to fire, before its first training step
 //    (a ModuleNotFoundError, a missing file): error, naming the last line it printed;
