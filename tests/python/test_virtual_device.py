@@ -1,7 +1,9 @@
 """The virtual CUDA device (Note [Which tensors are on the virtual device] in
 policies/python/oomharness/virtual_device.py): unchanged CUDA code runs on the CPU, its device memory is
 counted byte-exactly in the caching-allocator model, and running out raises PyTorch's own error."""
+import json
 import subprocess
+import tempfile
 import sys
 import os
 import textwrap
@@ -121,3 +123,38 @@ except torch.cuda.OutOfMemoryError:
 
 if __name__ == "__main__":
     unittest.main()
+
+
+@unittest.skipUnless(os.environ.get("OOMH_BUILD_DIR"), "needs the build (OOMH_BUILD_DIR): run through ctest")
+class ThroughTheRunner(unittest.TestCase):
+    """A real PyTorch trainer, unchanged, run by `oomharness exec --simulate`: Python jobs get the virtual
+    device, its segments go through the shim, and the checks judge it as on a GPU."""
+
+    def exec(self, trainer_args, expects, cap="48MiB"):
+        build = os.environ["OOMH_BUILD_DIR"]
+        train = os.path.join(HERE, "..", "..", "examples", "python", "train.py")
+        with tempfile.TemporaryDirectory() as out:
+            argv = [os.path.join(build, "runner", "oomharness"), "exec", "--simulate", "--cap", cap, "--out", out]
+            for e in expects:
+                argv += ["--expect", e]
+            argv += ["--", sys.executable, train, "--model", "mlp", "--steps", "4", "--batch", "4096"] + trainer_args
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+            with open(os.path.join(out, "results.json")) as f:
+                job = json.load(f)["suites"][0]["jobs"][0]
+            events = ""
+            for root, _, files in os.walk(os.path.join(out, "jobs")):
+                for name in files:
+                    if name.endswith(".events.jsonl"):
+                        with open(os.path.join(root, name)) as f:
+                            events += f.read()
+            return proc, job, events
+
+    def test_a_halving_trainer_passes_and_a_trainer_without_recovery_fails(self):
+        proc, job, events = self.exec(["--recovery", "halve"], ["oom_visible", "batch_halving", "exit=0"])
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertEqual(job["status"], "passed", job.get("message"))
+        self.assertIn('"reason":"cap"', events, "the cap refused the model's segments, in the shim")
+        proc, job, _ = self.exec(["--recovery", "none"], ["oom_visible", "batch_halving"])
+        self.assertEqual(proc.returncode, 1, proc.stdout + proc.stderr)
+        self.assertEqual(job["status"], "failed")
+        self.assertIn("batch_halving", json.dumps(job["verdicts"]))

@@ -26,6 +26,12 @@ from .caching_allocator import BudgetSegments, CachingAllocatorModel
 YOUNG = 64  # storages checked at each operation, newest first
 
 
+def _is_cpu(device):
+    if isinstance(device, torch.device):
+        return device.type == "cpu"
+    return isinstance(device, str) and device.split(":")[0] == "cpu"
+
+
 def _is_cuda(device):
     if device is None:
         return False
@@ -199,19 +205,41 @@ class VirtualDevice:
             return to_device(self)
 
         def to(self, *args, **kwargs):
-            device = kwargs.get("device")
-            rest = list(args)
-            if rest and (isinstance(rest[0], (str, torch.device)) or (isinstance(rest[0], int) and not isinstance(rest[0], bool))):
-                device = rest[0]
-                rest = rest[1:]
-            if device is None or not (_is_cuda(device) or (isinstance(device, (str, torch.device)) and
-                                                           str(device).split(":")[0] == "cpu")):
+            # to(device, dtype, non_blocking, copy), to(dtype, ...), to(tensor, ...): only a device changes here.
+            if "device" in kwargs:
+                device = kwargs["device"]
+            elif args and (isinstance(args[0], (str, torch.device)) or
+                           (isinstance(args[0], int) and not isinstance(args[0], bool))):
+                device = args[0]
+            else:
+                device = None
+            to_cuda, to_cpu = _is_cuda(device), _is_cpu(device)
+            if not (to_cuda or to_cpu):
                 return original_to(self, *args, **kwargs)
-            kwargs.pop("device", None)
-            out = original_to(self, *rest, **kwargs) if (rest or kwargs) else self
-            if _is_cuda(device):
-                return to_device(out)
-            return dev.host_copy(out) if dev.on_device(out) else out
+            if "device" in kwargs:
+                kwargs = dict(kwargs, device="cpu")
+            else:
+                args = ("cpu",) + tuple(args[1:])
+            if to_cuda:
+                if dev.on_device(self):
+                    return original_to(self, *args, **kwargs)  # a dtype change on the device: the mode books it
+                dev._local.creating = getattr(dev._local, "creating", 0) + 1
+                try:
+                    out = original_to(self, *args, **kwargs)
+                finally:
+                    dev._local.creating -= 1
+                if out is self:
+                    return to_device(self)
+                dev.book(out)
+                return out
+            if not dev.on_device(self):
+                return original_to(self, *args, **kwargs)
+            dev._local.host = getattr(dev._local, "host", 0) + 1
+            try:
+                out = original_to(self, *args, **kwargs)
+            finally:
+                dev._local.host -= 1
+            return dev.host_copy(out) if out is self else out
 
         def cpu(self, *args, **kwargs):
             return dev.host_copy(self) if dev.on_device(self) else original_cpu(self, *args, **kwargs)
@@ -321,6 +349,20 @@ class _DeviceMode(TorchDispatchMode):
 
 def oom_error(message):
     return torch.cuda.OutOfMemoryError(message)
+
+
+_installed = None
+
+
+def install_for_job():
+    """The virtual device of a job the runner started with OOMH_DEVICE=virtual: its segments come from the CPU
+    driver double (on LD_LIBRARY_PATH) through the shim (LD_PRELOAD), so the job's faults, caps, events and
+    armed record are the shim's own. Once per process."""
+    global _installed
+    if _installed is None:
+        from .caching_allocator import DriverSegments
+        _installed = VirtualDevice(CachingAllocatorModel(DriverSegments(), oom_error=oom_error)).install()
+    return _installed
 
 
 def install_with_budget(total_bytes):

@@ -64,6 +64,10 @@ int parse_and_run(std::vector<std::string> args) {
   run->add_option("-o,--out", run_args.out_dir, "Output folder: results.json, report.html, job logs (default oomh-out)");
   run->add_flag("--simulate", run_args.simulate, "Run on the CPU driver double instead of a GPU");
   run->add_flag("--strict", run_args.strict, "An inconclusive job fails the run");
+  std::string run_device;
+  run->add_option("--device", run_device,
+                  "Where every job's CUDA work runs: gpu, virtual (PyTorch on the CPU, a modelled caching allocator) "
+                  "or auto (each job's device:, by default virtual for Python jobs under --simulate)");
   run->footer(kFooter);
 
   app::ExecArgs exec_args;
@@ -88,6 +92,7 @@ int parse_and_run(std::vector<std::string> args) {
   exec->add_option("-o,--out", exec_args.out_dir, "Output folder (default oomh-out)");
   exec->add_flag("--simulate", exec_args.simulate, "Run on the CPU driver double instead of a GPU");
   exec->add_flag("--strict", exec_args.strict, "An inconclusive job fails the run");
+  exec->add_option("--device", exec_args.device, "Where the job's CUDA work runs: auto (default), gpu or virtual");
   exec->footer(kFooter);
 
   std::vector<std::string> validate_suites;
@@ -128,7 +133,17 @@ int parse_and_run(std::vector<std::string> args) {
 
   std::ostream& out = std::cout;
   std::ostream& err = std::cerr;
-  if (run->parsed()) return to_int(app::command_run(run_args, out, err));
+  if (run->parsed()) {
+    if (!run_device.empty()) {
+      run_args.device = device_choice_from_name(run_device);
+      if (!run_args.device) {
+        std::cerr << "oomharness run: bad --device '" << run_device << "': auto, gpu or virtual\n";
+        return to_int(ExitCode::usage_error);
+      }
+      if (*run_args.device == DeviceChoice::automatic) run_args.device.reset();
+    }
+    return to_int(app::command_run(run_args, out, err));
+  }
   if (exec->parsed()) {
     exec_args.command = command;
     return to_int(app::command_exec(exec_args, out, err));

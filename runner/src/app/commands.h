@@ -29,6 +29,7 @@ struct RunArgs {
   std::string out_dir = "oomh-out";
   bool simulate = false;
   bool strict = false;                // an inconclusive job fails the run
+  std::optional<DeviceChoice> device; // --device: for every job; unset: each job's own `device:`
   std::vector<std::string> command_line;
   // The machine's GPUs when the caller surveyed them already (the demo, to choose its suite): a command
   // asks nvidia-smi once. Unset: run_suites surveys (unless --simulate).
@@ -53,6 +54,7 @@ struct ExecArgs {
   std::string out_dir = "oomh-out";
   bool simulate = false;
   bool strict = false;
+  std::string device;                 // --device auto|gpu|virtual
   std::vector<std::string> command_line;
 };
 

@@ -102,7 +102,7 @@ Found find_emulated_trainer_dir() {
   return f;
 }
 
-std::optional<std::string> resolve_paths(bool simulate, HarnessPaths& paths) {
+std::optional<std::string> resolve_paths(bool simulate, HarnessPaths& paths, bool virtual_device) {
   Found inject = find_inject_library();
   if (!inject.path)
     return "cannot find the shim liboomharness_inject.so (build target oomharness_inject, or set OOMH_INJECT_LIBRARY); " +
@@ -116,6 +116,15 @@ std::optional<std::string> resolve_paths(bool simulate, HarnessPaths& paths) {
       return "--simulate needs the CPU driver double (build target oomh_cuda_double, or set OOMH_CUDA_DOUBLE_DIR); " +
              dbl.tried_text();
     paths.driver_library_dir = *dbl.path;
+  }
+  if (virtual_device) {
+    Found dbl = find_driver_double_dir();
+    if (!dbl.path)
+      return "the virtual CUDA device needs the CPU driver double (build target oomh_cuda_double, or set OOMH_CUDA_DOUBLE_DIR); " +
+             dbl.tried_text();
+    if (paths.python_probe_dir.empty())
+      return "the virtual CUDA device needs oomharness's Python package (policies/python; set OOMH_HOME)";
+    paths.virtual_driver_dir = *dbl.path;
   }
   return std::nullopt;
 }

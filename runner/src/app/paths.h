@@ -33,6 +33,7 @@ Found find_emulated_trainer_dir();
 
 // The shim (required), the probe and the sidecar (optional), and the driver double when `simulate`.
 // Returns the error text when a required piece is missing.
-std::optional<std::string> resolve_paths(bool simulate, HarnessPaths& paths);
+// `virtual_device`: some job runs on the virtual CUDA device, which needs the driver double and the probe.
+std::optional<std::string> resolve_paths(bool simulate, HarnessPaths& paths, bool virtual_device = false);
 
 }  // namespace oomh::app

@@ -184,7 +184,17 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
   // The machine's GPUs, asked once: the packer packs onto them and the results name the first.
   std::optional<exec::GpuSurvey> survey = args.simulate ? std::nullopt : args.surveyed ? args.surveyed : exec::survey_gpus();
   options.gpu_inventory = survey ? survey->gpus : std::vector<GpuInfo>{};
-  if (auto missing = resolve_paths(args.simulate, options.paths)) {
+  // Where each job's CUDA work runs, decided once (DeviceChoice): --device for every job, else the job's
+  // own choice, and `auto` means the virtual device for Python jobs under --simulate.
+  bool any_virtual = false;
+  for (auto& suite : suites)
+    for (auto& job : suite.jobs) {
+      if (args.device) job.device = *args.device;
+      if (job.device == DeviceChoice::automatic)
+        job.device = args.simulate && uses_python(job) ? DeviceChoice::virtual_device : DeviceChoice::gpu;
+      any_virtual = any_virtual || job.device == DeviceChoice::virtual_device;
+    }
+  if (auto missing = resolve_paths(args.simulate, options.paths, any_virtual)) {
     err << "oomharness: " << *missing << "\n";
     return ExitCode::internal_error;
   }
@@ -432,6 +442,13 @@ ExitCode command_exec(const ExecArgs& args, std::ostream& out, std::ostream& err
     fields.env[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
   fields.target_step = args.target_step;
+  if (!args.device.empty()) {
+    fields.device = device_choice_from_name(args.device);
+    if (!fields.device) {
+      err << "oomharness exec: bad --device '" << args.device << "': auto, gpu or virtual\n";
+      return ExitCode::usage_error;
+    }
+  }
   std::error_code cwd_error;
   fields.cwd = fs::current_path(cwd_error).string();
   JobSpec job = suite::build_job(fields);

@@ -58,6 +58,14 @@ std::vector<std::string> job_environment(const JobSpec& job, const HarnessPaths&
     prepend_path(env, "PYTHONPATH", paths.python_probe_dir);
     env.insert_or_assign("OOMH_PROBE", std::string("1"));
   }
+  if (job.device == DeviceChoice::virtual_device) {
+    // The virtual CUDA device (policies/python/oomharness/virtual_device.py) installs itself when the job
+    // imports torch, and asks the driver double for its segments: the shim sees them as a GPU's.
+    if (job.probe == ProbeMode::none) prepend_path(env, "PYTHONPATH", paths.python_probe_dir);
+    env["OOMH_DEVICE"] = "virtual";
+    env["CUDA_VISIBLE_DEVICES"] = "";  // a CUDA build of torch must not reach a real GPU (or the double) itself
+    prepend_path(env, "LD_LIBRARY_PATH", paths.virtual_driver_dir);
+  }
   // For the Python probe and for C++ code using oomh::recover::begin_step alike.
   if (!ctx.flush_steps.empty()) {
     std::string steps;
@@ -65,7 +73,7 @@ std::vector<std::string> job_environment(const JobSpec& job, const HarnessPaths&
     env["OOMH_FLUSH_AT_STEPS"] = steps;
   }
   prepend_path(env, "LD_LIBRARY_PATH", paths.driver_library_dir);
-  if (ctx.gpu) env["CUDA_VISIBLE_DEVICES"] = std::to_string(*ctx.gpu);
+  if (ctx.gpu && job.device != DeviceChoice::virtual_device) env["CUDA_VISIBLE_DEVICES"] = std::to_string(*ctx.gpu);
   if (ctx.threads) env.try_emplace("OMP_NUM_THREADS", std::to_string(*ctx.threads));  // Note [CPU share of packed jobs]
   return flatten(env);
 }

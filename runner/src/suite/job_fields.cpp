@@ -24,6 +24,7 @@ JobFields merge(JobFields base, const JobFields& over) {
   take(base.timeout, over.timeout);
   take(base.grace, over.grace);
   take(base.probe, over.probe);
+  take(base.device, over.device);
   for (const auto& o : over.observe) {
     auto it = std::find_if(base.observe.begin(), base.observe.end(), [&](const auto& b) { return b.key == o.key; });
     if (it != base.observe.end()) *it = o;
@@ -55,6 +56,7 @@ JobSpec build_job(const JobFields& f) {
   job.timeout = f.timeout.value_or(job.timeout);
   job.grace = f.grace.value_or(job.grace);
   job.probe = f.probe.value_or(job.probe);
+  job.device = f.device.value_or(job.device);
   job.observe = f.observe;
   job.memory.limit = f.memory.limit;
   job.memory.counts_footprint = f.memory.counts_footprint.value_or(job.memory.counts_footprint);
@@ -80,3 +82,23 @@ JobSpec build_job(const JobFields& f) {
 }
 
 }  // namespace oomh::suite
+
+namespace oomh {
+
+std::optional<DeviceChoice> device_choice_from_name(const std::string& name) {
+  if (name == "auto") return DeviceChoice::automatic;
+  if (name == "gpu") return DeviceChoice::gpu;
+  if (name == "virtual") return DeviceChoice::virtual_device;
+  return std::nullopt;
+}
+
+const char* device_choice_name(DeviceChoice d) {
+  switch (d) {
+    case DeviceChoice::automatic: return "auto";
+    case DeviceChoice::gpu: return "gpu";
+    case DeviceChoice::virtual_device: return "virtual";
+  }
+  return "auto";
+}
+
+}  // namespace oomh

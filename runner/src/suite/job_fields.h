@@ -26,6 +26,7 @@ struct JobFields {
   std::map<std::string, std::string> env;        // likewise (values)
   std::optional<double> timeout, grace;
   std::optional<ProbeMode> probe;
+  std::optional<DeviceChoice> device;
   std::vector<ObserveSpec> observe;
   struct Memory {
     std::optional<uint64_t> limit;

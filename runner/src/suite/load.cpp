@@ -45,7 +45,7 @@ using suite::Field;
 using suite::Reader;
 
 const std::vector<std::string> top_keys = {"version", "name", "defaults", "matrix", "jobs"};
-const std::vector<std::string> job_keys = {"name", "run", "shell", "cwd", "env", "timeout", "grace", "probe",
+const std::vector<std::string> job_keys = {"name", "run", "shell", "cwd", "env", "timeout", "grace", "probe", "device",
                                            "observe", "memory", "faults", "restart", "expect", "target_step"};
 const std::vector<std::string> memory_keys = {"limit", "counts", "schedule", "reserve", "leave", "reserve_chunk", "snapshot"};
 const std::vector<std::string> schedule_keys = {"at", "limit"};
@@ -360,6 +360,9 @@ void Loader::read_field(Partial& p, const Entry& e, const Field& owner) {
       v.reset();
     }
     (k == "timeout" ? p.fields.timeout : p.fields.grace) = v;
+  } else if (k == "device") {
+    if (auto m = r_.choice(e.value, e.value_at, f, {"auto", "gpu", "virtual"}, "device"))
+      p.fields.device = device_choice_from_name(*m);
   } else if (k == "probe") {
     if (auto m = r_.choice(e.value, e.value_at, f, probe_modes, "probe mode"))
       p.fields.probe = *m == "auto" ? ProbeMode::auto_ : *m == "python" ? ProbeMode::python : ProbeMode::none;

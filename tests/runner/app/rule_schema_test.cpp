@@ -62,7 +62,9 @@ void expect_same(const Case& c) {
   EXPECT_EQ(text.accepted, shim.accepted) << "--fault '" << c.spec << "': " << text.error << " | shim: " << shim.error;
   EXPECT_EQ(suite.accepted, shim.accepted) << "when: " << c.when << " fail: " << c.fail << ": " << suite.error
                                            << " | shim: " << shim.error;
-  if (text.accepted && suite.accepted) EXPECT_EQ(text.rule, suite.rule) << c.spec;
+  if (text.accepted && suite.accepted) {
+    EXPECT_EQ(text.rule, suite.rule) << c.spec;
+  }
 }
 
 TEST(RuleSchema, GeneratedRulesAreAcceptedAlikeByBothFrontEndsAndTheShim) {
@@ -150,7 +152,9 @@ TEST(RuleSchema, EveryDocumentedFaultExampleIsAccepted) {
       while (!spec.empty() && (spec.back() == '.' || spec.back() == ',' || spec.back() == ';' || spec.back() == ')')) spec.pop_back();
       Outcome o = through_fault_text(spec);
       EXPECT_TRUE(o.accepted) << file << ": --fault " << spec << ": " << o.error;
-      if (o.accepted) EXPECT_TRUE(through_shim(o.rule).accepted) << spec;
+      if (o.accepted) {
+        EXPECT_TRUE(through_shim(o.rule).accepted) << spec;
+      }
       ++found;
     }
   }

@@ -166,7 +166,7 @@ TEST(Launch, EnvironmentCarriesTheHarness) {
   JobSpec job;
   job.name = "j";
   job.env = {{"MY_VAR", "{workdir}/x"}};
-  HarnessPaths paths{"/h/inject.so", "/h/python", "/h/reserve", "/h/double"};
+  HarnessPaths paths{"/h/inject.so", "/h/python", "/h/reserve", "/h/double", ""};
   AttemptContext ctx{"j", 2, "/oomh-1-0-2", "/o/ev.jsonl", "{\"version\":1}", {}, "/w", 1, std::nullopt};
   auto env = job_environment(job, paths, ctx);
   EXPECT_EQ(env_value(env, "LD_PRELOAD"), "/user/lib.so:/h/inject.so");
@@ -200,7 +200,7 @@ TEST(Launch, TellsTheProbeWhichStepsAFaultTargets) {
   job.memory.schedule = {{int64_t{7}, std::nullopt, 50}, {std::nullopt, 30.0, 40}};
   EXPECT_EQ(job.flush_steps(), (std::vector<int64_t>{5, 7, 9}));
   EXPECT_EQ(job.flush_steps(false), (std::vector<int64_t>{7}));  // without faults only the cap change stays
-  HarnessPaths paths{"/h/inject.so", "/h/python", "/h/reserve", ""};
+  HarnessPaths paths{"/h/inject.so", "/h/python", "/h/reserve", "", ""};
   AttemptContext ctx{"j", 0, "/oomh-1-0-0", "/o/ev.jsonl", job.plan().dump(), job.flush_steps(), "/w", std::nullopt, std::nullopt};
   EXPECT_EQ(env_value(job_environment(job, paths, ctx), "OOMH_FLUSH_AT_STEPS"), "5,7,9");
   job.probe = ProbeMode::none;  // C++ code reads it through the C++ probe
@@ -227,7 +227,7 @@ TEST(Launch, SetsTheThreadShareUnlessTheJobOrTheRunnerAlreadyDid) {
   unsetenv("OMP_NUM_THREADS");
   JobSpec job;
   job.name = "j";
-  HarnessPaths paths{"/h/inject.so", "/h/python", "/h/reserve", ""};
+  HarnessPaths paths{"/h/inject.so", "/h/python", "/h/reserve", "", ""};
   AttemptContext ctx{"j", 0, "/oomh-1-0-0", "/o/ev.jsonl", "{}", {}, "/w", std::nullopt, 2};
   EXPECT_EQ(env_value(job_environment(job, paths, ctx), "OMP_NUM_THREADS"), "2");
   ctx.threads.reset();

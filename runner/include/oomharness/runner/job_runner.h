@@ -24,6 +24,9 @@ struct HarnessPaths {
   // Prepended to LD_LIBRARY_PATH of every job (the CPU driver double's directory in tests and in the
   // simulated demo); empty on a real GPU machine.
   std::string driver_library_dir;
+  // The CPU driver double's directory for jobs on the virtual CUDA device (whose allocator model asks the
+  // double for its segments, through the shim), whether or not the run is simulated; empty when none needs it.
+  std::string virtual_driver_dir;
 };
 
 // What a live view shows for one running job (sampled every 50 ms).

@@ -75,6 +75,15 @@ struct ExpectSpec {
 
 enum class ProbeMode { auto_, python, none };
 
+// Where a job's CUDA work runs (docs/without-a-gpu.md): the GPU (through the shim over the real driver, or
+// the CPU driver double under --simulate), or the virtual CUDA device (PyTorch on the CPU, its device memory
+// booked in a model of the caching allocator whose segments the shim sees). `automatic`: the virtual device
+// for Python jobs under --simulate, the GPU otherwise (run_suites decides, once).
+enum class DeviceChoice { automatic, gpu, virtual_device };
+// "auto", "gpu", "virtual"; nullopt for anything else.
+std::optional<DeviceChoice> device_choice_from_name(const std::string& name);
+const char* device_choice_name(DeviceChoice d);
+
 // The strings marked "runtime template" below still hold `{workdir}`, `{attempt}` and the brace escapes
 // `{{` `}}` (docs/suite-format.md, "Templates"): the launcher passes them through substitute_runtime, or
 // the whole job through resolve_runtime, for each attempt.
@@ -87,6 +96,7 @@ struct JobSpec {
   double timeout = 600;                   // seconds
   double grace = 5;                       // seconds between SIGTERM and SIGKILL
   ProbeMode probe = ProbeMode::auto_;
+  DeviceChoice device = DeviceChoice::automatic;
   std::vector<ObserveSpec> observe;
   MemorySpec memory;
   std::vector<FaultSpec> faults;
