@@ -68,6 +68,7 @@ class Measure : public YAML::EventHandler {
  public:
   int documents = 0;
   YAML::Mark last_start, previous_start;
+  std::optional<YAML::Mark> second_value;  // the second document's first value, where its error points
 
   void OnDocumentStart(const YAML::Mark& mark) override {
     ++documents;
@@ -96,6 +97,7 @@ class Measure : public YAML::EventHandler {
 
  private:
   void add(const YAML::Mark& mark, uint64_t n) {
+    if (documents == 2 && !second_value) second_value = mark;
     values_ = values_ + n < values_ ? UINT64_MAX : values_ + n;
     if (values_ <= kMaxValues) return;
     if (aliased_)
@@ -304,8 +306,7 @@ std::optional<SuiteError> check_document(const std::string& text, const std::str
     return SuiteError{where, message};
   }
   if (measure.documents >= 2)
-    return SuiteError{location(file, measure.last_start.pos == measure.previous_start.pos ? measure.previous_start
-                                                                                          : measure.last_start),
+    return SuiteError{location(file, measure.second_value ? *measure.second_value : measure.last_start),
                       "a suite file holds one YAML document; this is a second one ('---')"};
   return std::nullopt;
 }
