@@ -35,6 +35,7 @@ need_cmd python3 python3
 need_file libyaml-cpp-dev /usr/include/yaml-cpp/yaml.h
 need_file nlohmann-json3-dev /usr/include/nlohmann/json.hpp
 need_file libcli11-dev /usr/include/CLI/CLI.hpp
+need_file libre2-dev /usr/include/re2/re2.h
 need_file libboost1.81-dev /usr/include/boost/process/v2/process.hpp
 need_file libgtest-dev /usr/include/gtest/gtest.h
 need_file libgmock-dev /usr/include/gmock/gmock.h

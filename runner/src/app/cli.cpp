@@ -68,6 +68,8 @@ int parse_and_run(std::vector<std::string> args) {
   run->add_option("--device", run_device,
                   "Where every job's CUDA work runs: gpu, virtual (PyTorch on the CPU, a modelled caching allocator) "
                   "or auto (each job's device:, by default virtual for Python jobs under --simulate)");
+  run->add_option("--max-jobs", run_args.max_jobs, "Refuse a suite that expands to more jobs than this (default 10000)")
+      ->check(CLI::Range(size_t{1}, size_t{100'000'000}));
   run->footer(kFooter);
 
   app::ExecArgs exec_args;
@@ -98,6 +100,10 @@ int parse_and_run(std::vector<std::string> args) {
   std::vector<std::string> validate_suites;
   CLI::App* validate = app.add_subcommand("validate", "Check suite files without running them");
   validate->add_option("suites", validate_suites, "Suite files (YAML)")->required();
+  SuiteLimits validate_limits;
+  validate->add_option("--max-jobs", validate_limits.max_jobs,
+                       "Refuse a suite that expands to more jobs than this (default 10000)")
+      ->check(CLI::Range(size_t{1}, size_t{100'000'000}));
 
   std::string results_file;
   app::ReportFlags report_flags;
@@ -148,7 +154,7 @@ int parse_and_run(std::vector<std::string> args) {
     exec_args.command = command;
     return to_int(app::command_exec(exec_args, out, err));
   }
-  if (validate->parsed()) return to_int(app::command_validate(validate_suites, out, err));
+  if (validate->parsed()) return to_int(app::command_validate(validate_suites, out, err, validate_limits));
   if (report->parsed()) return to_int(app::command_report(results_file, report_flags, out, err));
   if (compare->parsed()) return to_int(app::command_compare(compare_args, out, err));
   if (demo->parsed()) return to_int(app::command_demo(demo_out, args, out, err));

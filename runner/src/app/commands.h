@@ -30,6 +30,7 @@ struct RunArgs {
   bool simulate = false;
   bool strict = false;                // an inconclusive job fails the run
   std::optional<DeviceChoice> device; // --device: for every job; unset: each job's own `device:`
+  size_t max_jobs = SuiteLimits::default_max_jobs;  // --max-jobs: jobs a suite may expand to
   std::vector<std::string> command_line;
   // The machine's GPUs when the caller surveyed them already (the demo, to choose its suite): a command
   // asks nvidia-smi once. Unset: run_suites surveys (unless --simulate).
@@ -66,7 +67,8 @@ struct CompareArgs {
 
 ExitCode command_run(const RunArgs& args, std::ostream& out, std::ostream& err);
 ExitCode command_exec(const ExecArgs& args, std::ostream& out, std::ostream& err);
-ExitCode command_validate(const std::vector<std::string>& suites, std::ostream& out, std::ostream& err);
+ExitCode command_validate(const std::vector<std::string>& suites, std::ostream& out, std::ostream& err,
+                          const SuiteLimits& limits = {});
 ExitCode command_report(const std::string& results, const ReportFlags& flags, std::ostream& out, std::ostream& err);
 ExitCode command_compare(const CompareArgs& args, std::ostream& out, std::ostream& err);
 ExitCode command_demo(const std::string& out_dir, const std::vector<std::string>& command_line, std::ostream& out,

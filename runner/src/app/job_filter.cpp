@@ -4,8 +4,15 @@
 // matches a job when the job's full name `suite::job` contains it, ignoring case (pytest's rule), or,
 // when the word has a glob character (`*`, `?`, `[`), when the full name or the job's own name matches
 // it as a glob: `-k 'halv*'` and `-k 'demo::*'` both do what they look like.
+//
+// The expression is the user's input, so it is bounded (kMaxDepth levels of parentheses and `not`,
+// kMaxTokens words and operators: 30,000 nested parentheses overflowed the parser's stack), and globs are
+// translated to RE2 (linear time) rather than given to fnmatch, which backtracks on many stars.
 
-#include <fnmatch.h>
+#include <cctype>
+#include <string>
+
+#include <re2/re2.h>
 
 #include "app/spec_text.h"
 #include "oomharness/runner/cli_specs.h"
@@ -16,6 +23,7 @@ struct JobFilter::Node {
   enum class Kind { word, and_, or_, not_ } kind = Kind::word;
   std::string word;  // lower-cased, for Kind::word
   std::shared_ptr<const Node> left, right;
+  std::shared_ptr<const re2::RE2> glob;  // for a word with a glob character
 
   bool eval(const std::string& full_lower, const std::string& full, const std::string& job) const {
     switch (kind) {
@@ -24,8 +32,7 @@ struct JobFilter::Node {
       case Kind::not_: return !left->eval(full_lower, full, job);
       case Kind::word: break;
     }
-    if (word.find_first_of("*?[") != std::string::npos)
-      return fnmatch(word.c_str(), full.c_str(), FNM_CASEFOLD) == 0 || fnmatch(word.c_str(), job.c_str(), FNM_CASEFOLD) == 0;
+    if (glob) return RE2::FullMatch(full, *glob) || RE2::FullMatch(job, *glob);
     return full_lower.find(word) != std::string::npos;
   }
 };
@@ -33,6 +40,47 @@ struct JobFilter::Node {
 namespace {
 
 using NodePtr = std::shared_ptr<const JobFilter::Node>;
+
+constexpr int kMaxDepth = 100;
+constexpr size_t kMaxTokens = 10'000;
+
+bool is_ascii_punct(char c) { return static_cast<unsigned char>(c) < 0x80 && std::ispunct(static_cast<unsigned char>(c)); }
+
+// An fnmatch glob (no flags but case folding: `*` and `?` match '/' too, `\` escapes, `[!...]` negates)
+// as an RE2 pattern matched whole. A '[' without its ']' is a plain character, as fnmatch has it.
+std::string glob_to_re2(const std::string& glob) {
+  std::string out = "(?is)";
+  auto literal = [&](char c) {
+    if (is_ascii_punct(c)) out += '\\';
+    out += c;
+  };
+  for (size_t i = 0; i < glob.size(); ++i) {
+    const char c = glob[i];
+    if (c == '*') out += ".*";
+    else if (c == '?') out += '.';
+    else if (c == '\\' && i + 1 < glob.size()) literal(glob[++i]);
+    else if (c == '[') {
+      size_t j = i + 1;
+      const bool negate = j < glob.size() && (glob[j] == '!' || glob[j] == '^');
+      if (negate) ++j;
+      size_t end = glob.find(']', j < glob.size() && glob[j] == ']' ? j + 1 : j);
+      if (end == std::string::npos) {
+        literal(c);
+        continue;
+      }
+      out += negate ? "[^" : "[";
+      for (size_t k = j; k < end; ++k) {
+        if (glob[k] == '-' && k != j && k + 1 != end) out += '-';
+        else literal(glob[k]);
+      }
+      out += ']';
+      i = end;
+    } else {
+      literal(c);
+    }
+  }
+  return out;
+}
 
 std::vector<std::string> tokenize(const std::string& s) {
   std::vector<std::string> out;
@@ -56,6 +104,10 @@ class Parser {
   explicit Parser(std::vector<std::string> tokens) : tokens_(std::move(tokens)) {}
 
   NodePtr parse(std::string& error) {
+    if (tokens_.size() > kMaxTokens) {
+      error = "more than " + std::to_string(kMaxTokens) + " words and operators";
+      return nullptr;
+    }
     NodePtr n = parse_or(error);
     if (n && pos_ < tokens_.size()) {
       error = "unexpected '" + tokens_[pos_] + "'";
@@ -101,15 +153,23 @@ class Parser {
       return nullptr;
     }
     const std::string& t = tokens_[pos_];
+    if ((t == "not" || t == "(") && depth_ >= kMaxDepth) {
+      error = "nested deeper than " + std::to_string(kMaxDepth) + " levels of parentheses and 'not'";
+      return nullptr;
+    }
     if (t == "not") {
       ++pos_;
+      ++depth_;
       NodePtr inner = parse_unary(error);
+      --depth_;
       if (!inner) return nullptr;
       return binary(JobFilter::Node::Kind::not_, inner, nullptr);
     }
     if (t == "(") {
       ++pos_;
+      ++depth_;
       NodePtr inner = parse_or(error);
+      --depth_;
       if (!inner) return nullptr;
       if (!at(")")) {
         error = "missing ')'";
@@ -125,11 +185,22 @@ class Parser {
     ++pos_;
     auto n = std::make_shared<JobFilter::Node>();
     n->word = app::to_lower(t);
+    if (t.find_first_of("*?[") != std::string::npos) {
+      RE2::Options options;
+      options.set_log_errors(false);
+      auto re = std::make_shared<const RE2>(glob_to_re2(t), options);
+      if (!re->ok()) {
+        error = "bad glob '" + t + "': " + re->error();
+        return nullptr;
+      }
+      n->glob = std::move(re);
+    }
     return n;
   }
 
   std::vector<std::string> tokens_;
   size_t pos_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace

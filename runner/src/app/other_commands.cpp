@@ -10,10 +10,11 @@ namespace fs = std::filesystem;
 
 namespace oomh::app {
 
-ExitCode command_validate(const std::vector<std::string>& suites, std::ostream& out, std::ostream& err) {
+ExitCode command_validate(const std::vector<std::string>& suites, std::ostream& out, std::ostream& err,
+                          const SuiteLimits& limits) {
   bool bad = false;
   for (const auto& file : suites) {
-    SuiteLoad load = load_suite(file);
+    SuiteLoad load = load_suite(file, limits);
     for (const auto& e : load.errors) err << e.str() << "\n";
     if (!load.errors.empty() || !load.suite) {
       bad = true;

@@ -309,7 +309,7 @@ ExitCode command_run(const RunArgs& args, std::ostream& out, std::ostream& err) 
   std::vector<Suite> suites;
   bool bad = false;
   for (const auto& file : args.suites) {
-    SuiteLoad load = load_suite(file);
+    SuiteLoad load = load_suite(file, SuiteLimits{args.max_jobs});
     for (const auto& e : load.errors) err << e.str() << "\n";
     if (!load.errors.empty() || !load.suite) {
       bad = true;

@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include <re2/re2.h>
+
 #include "oomharness/events.h"
 
 namespace oomh::exec {
@@ -21,21 +23,46 @@ bool is_oom_message(std::string_view line) {
   return false;
 }
 
+namespace {
+// A std::regex_error that says what RE2 said.
+class BadPattern : public std::regex_error {
+ public:
+  explicit BadPattern(std::string message) : std::regex_error(std::regex_constants::error_complexity), message_(std::move(message)) {}
+  const char* what() const noexcept override { return message_.c_str(); }
+
+ private:
+  std::string message_;
+};
+}  // namespace
+
 LineObserver::LineObserver(const std::vector<ObserveSpec>& specs) {
-  for (const ObserveSpec& s : specs) rules_.push_back({s.key, std::regex(s.pattern, std::regex::ECMAScript)});
+  RE2::Options options;  // the suite loader checks patterns with the same options (suite/load.cpp)
+  options.set_log_errors(false);
+  for (const ObserveSpec& s : specs) {
+    auto re = std::make_unique<RE2>(s.pattern, options);
+    if (!re->ok()) throw BadPattern("'" + s.pattern + "': " + re->error());
+    rules_.push_back({s.key, std::move(re)});
+  }
 }
 
+LineObserver::~LineObserver() = default;
+LineObserver::LineObserver(LineObserver&&) noexcept = default;
+LineObserver& LineObserver::operator=(LineObserver&&) noexcept = default;
+
 void LineObserver::match(std::string_view line, const char* stream, double t, int pid, std::vector<Event>& out) const {
+  const re2::StringPiece text(line.data(), std::min(line.size(), kMaxMatched));
   for (const Rule& r : rules_) {
-    std::match_results<std::string_view::const_iterator> m;
-    if (!std::regex_search(line.begin(), line.end(), m, r.re)) continue;
+    // Group 1 when the pattern has one (the loader insists on exactly one), else the whole match.
+    const int groups = std::min(r.re->NumberOfCapturingGroups(), 1);
+    re2::StringPiece m[2];
+    if (!r.re->Match(text, 0, text.size(), RE2::UNANCHORED, m, groups + 1)) continue;
     Event e;
     e.t = t;
     e.pid = pid;
     e.src = events::kSrcRunner;
     e.kind = events::kObserved;
     e.fields = {{"key", r.key},
-                {"value", m.size() > 1 ? m[1].str() : m[0].str()},
+                {"value", std::string(m[groups].data() ? m[groups].data() : "", m[groups].size())},
                 {"stream", stream},
                 {"line", std::string(line)}};
     out.push_back(std::move(e));

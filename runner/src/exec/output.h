@@ -11,13 +11,18 @@
 
 #include <cstddef>
 #include <deque>
-#include <regex>
+#include <memory>
+#include <regex>  // std::regex_error, which a bad pattern throws (job_runner.cpp catches it)
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "oomharness/policies/trace.h"
 #include "oomharness/runner/suite.h"
+
+namespace re2 {
+class RE2;
+}
 
 namespace oomh::exec {
 
@@ -59,12 +64,20 @@ class LineSplitter {
 // line: the same matches as that regex, without a regex per line).
 bool is_oom_message(std::string_view line);
 
-// The suite's `observe:` regexes. Each has one capture group; a line that matches gives
+// How much of a line `observe:` patterns see: RE2 is linear, so this bounds the time per line.
+inline constexpr size_t kMaxMatched = 64 * 1024;
+
+// The suite's `observe:` regexes, matched with RE2 (linear time, no recursion: std::regex crashed on a
+// 30,000-character line and froze on `(x+x+)+y`). Each has one capture group; a line that matches gives
 // {"key","value","stream","line"}.
 class LineObserver {
  public:
-  // Throws std::regex_error for a bad pattern (the suite loader has already checked them).
+  // Throws a std::regex_error for a bad pattern (the suite loader has already checked them with the
+  // same engine and options); what() says what is wrong.
   explicit LineObserver(const std::vector<ObserveSpec>& specs);
+  ~LineObserver();
+  LineObserver(LineObserver&&) noexcept;
+  LineObserver& operator=(LineObserver&&) noexcept;
   // Appends one `observed` event per matching regex to `out`.
   void match(std::string_view line, const char* stream, double t, int pid, std::vector<Event>& out) const;
   bool empty() const { return rules_.empty(); }
@@ -72,7 +85,7 @@ class LineObserver {
  private:
   struct Rule {
     std::string key;
-    std::regex re;
+    std::unique_ptr<re2::RE2> re;
   };
   std::vector<Rule> rules_;
 };

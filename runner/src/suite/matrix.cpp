@@ -87,13 +87,14 @@ std::vector<Combination> expand(const Matrix& m) {
 
 std::vector<Combination> project(const std::vector<Combination>& combinations, const std::set<std::string>& used) {
   std::vector<Combination> out;
+  std::set<Combination> seen;  // a linear search per combination made 10,000 jobs cost 10^8 comparisons
   for (const auto& c : combinations) {
     Combination p;
     for (const auto& name : used) {
       auto it = c.find(name);
       p[name] = it == c.end() ? std::string() : it->second;
     }
-    if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(std::move(p));
+    if (seen.insert(p).second) out.push_back(std::move(p));
   }
   return out;
 }

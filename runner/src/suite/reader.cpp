@@ -5,9 +5,10 @@
 #include <climits>
 #include <cmath>
 #include <cstdlib>
-#include <regex>
+#include <set>
 
 #include "oomharness/units.h"
+#include "suite/limits.h"
 #include "suite/names.h"
 
 namespace oomh::suite {
@@ -22,7 +23,8 @@ void Diagnostics::error(const SourceLocation& where, std::string message) {
     ++dropped_;
     return;
   }
-  errors_.push_back(SuiteError{where, std::move(message)});
+  // Names and values are quoted in messages: a control character (an ANSI escape) must not reach the terminal raw.
+  errors_.push_back(SuiteError{where, printable(message, SIZE_MAX)});
 }
 
 std::vector<SuiteError> Diagnostics::take() {
@@ -51,24 +53,52 @@ std::string describe(const YAML::Node& node) {
   if (!node || node.IsNull()) return "nothing";
   if (node.IsSequence()) return "a list";
   if (node.IsMap()) return "a map";
-  return "'" + node.Scalar() + "'";
+  return "'" + printable(node.Scalar()) + "'";  // control characters escaped, long values cut
 }
 
 namespace {
 
 bool is_plain(const YAML::Node& node) { return node.IsScalar() && node.Tag() == "?"; }
 
-const std::regex& integer_pattern() {
-  static const std::regex re("[-+]?[0-9]+");
-  return re;
+// The shapes of YAML 1.2 numbers, scanned by hand: std::regex recursed once per character, so a long
+// scalar could overflow the stack.
+size_t digits(const std::string& s, size_t i) {
+  while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i;
+  return i;
 }
-const std::regex& float_pattern() {
-  static const std::regex re("[-+]?(\\.[0-9]+|[0-9]+(\\.[0-9]*)?)([eE][-+]?[0-9]+)?");
-  return re;
+size_t sign(const std::string& s, size_t i) { return i < s.size() && (s[i] == '+' || s[i] == '-') ? i + 1 : i; }
+
+// [-+]?[0-9]+
+bool is_integer(const std::string& s) {
+  const size_t start = sign(s, 0);
+  const size_t end = digits(s, start);
+  return end > start && end == s.size();
+}
+
+// [-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?
+bool is_float(const std::string& s) {
+  size_t i = sign(s, 0);
+  if (i < s.size() && s[i] == '.') {
+    const size_t end = digits(s, i + 1);
+    if (end == i + 1) return false;
+    i = end;
+  } else {
+    const size_t end = digits(s, i);
+    if (end == i) return false;
+    i = end;
+    if (i < s.size() && s[i] == '.') i = digits(s, i + 1);
+  }
+  if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+    const size_t start = sign(s, i + 1);
+    const size_t end = digits(s, start);
+    if (end == start) return false;
+    i = end;
+  }
+  return i == s.size();
 }
 
 std::optional<int64_t> parse_integer(const std::string& s) {
-  if (!std::regex_match(s, integer_pattern())) return std::nullopt;
+  if (!is_integer(s)) return std::nullopt;
   errno = 0;
   char* end = nullptr;
   const long long v = std::strtoll(s.c_str(), &end, 10);
@@ -77,7 +107,7 @@ std::optional<int64_t> parse_integer(const std::string& s) {
 }
 
 std::optional<double> parse_float(const std::string& s) {
-  if (!std::regex_match(s, float_pattern())) return std::nullopt;
+  if (!is_float(s)) return std::nullopt;
   const double v = std::strtod(s.c_str(), nullptr);
   if (!std::isfinite(v)) return std::nullopt;
   return v;
@@ -98,7 +128,7 @@ std::optional<std::vector<Entry>> Reader::map(const YAML::Node& node, const Sour
     return std::nullopt;
   }
   std::vector<Entry> out;
-  std::vector<std::string> seen;
+  std::set<std::string> seen;
   for (auto it = node.begin(); it != node.end(); ++it) {
     const YAML::Node key = it->first;  // a copy: it-> returns a temporary proxy
     const SourceLocation key_at = d_.at(key);
@@ -107,13 +137,12 @@ std::optional<std::vector<Entry>> Reader::map(const YAML::Node& node, const Sour
       continue;
     }
     const std::string name = key.Scalar();
-    if (std::find(seen.begin(), seen.end(), name) != seen.end()) {
-      error(key_at, "key '" + name + "' appears twice in " + field.str());
+    if (!seen.insert(name).second) {
+      error(key_at, "key '" + printable(name) + "' appears twice in " + field.str());
       continue;
     }
-    seen.push_back(name);
     if (!known.empty() && std::find(known.begin(), known.end(), name) == known.end()) {
-      error(key_at, "unknown key '" + name + "' in " + field.str() + suggestion(name, known, known_label));
+      error(key_at, "unknown key '" + printable(name) + "' in " + field.str() + suggestion(name, known, known_label));
       continue;
     }
     const YAML::Node value = it->second;

@@ -129,8 +129,14 @@ struct SuiteLoad {
   std::optional<Suite> suite;
   std::vector<SuiteError> errors;
 };
-SuiteLoad load_suite(const std::string& path);
-SuiteLoad load_suite_text(const std::string& text, const std::string& file_name, const std::string& dir);
+// What a suite may grow to (Note [Suite limits] in runner/src/suite/limits.h lists the fixed ones).
+struct SuiteLimits {
+  static constexpr size_t default_max_jobs = 10'000;
+  size_t max_jobs = default_max_jobs;  // jobs after matrix expansion (`--max-jobs`)
+};
+SuiteLoad load_suite(const std::string& path, const SuiteLimits& limits = {});
+SuiteLoad load_suite_text(const std::string& text, const std::string& file_name, const std::string& dir,
+                          const SuiteLimits& limits = {});
 
 // Replaces `{workdir}` and `{attempt}` in `s`, and turns the escapes `{{` `}}` into single braces.
 std::string substitute_runtime(const std::string& s, const std::string& workdir, int attempt);

@@ -1,0 +1,63 @@
+#pragma once
+// What a suite file may hold, checked before and while yaml-cpp reads it (Note [Suite limits]).
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "oomharness/runner/suite.h"
+
+namespace oomh::suite {
+
+// Note [Suite limits]
+// A suite is input the runner cannot trust (CI runs whatever a change brings), so every dimension of it
+// is bounded, and crossing a bound is an ordinary suite error at file:line:col, never a hang, a crash
+// or bad_alloc:
+// - the file: a regular file (not /dev/zero, a FIFO or a directory) of at most kMaxDocumentBytes, valid
+//   UTF-8 without control characters other than tab, newline and carriage return (YAML's own rule);
+// - the document, checked by a first pass over yaml-cpp's events that builds nothing: nesting at most
+//   kMaxDepth levels (yaml-cpp recurses per level), at most kMaxValues values once aliases are expanded
+//   (an alias costs the size of what it names, without expanding it: "billion laughs" is refused in
+//   microseconds), and one document;
+// - yaml-cpp 0.7 loops forever, allocating, when a token cannot start a value (`,` alone, or as a second
+//   document): its LoadAll asks for the next document while the parser stands on the same token. The
+//   first pass asks for at most three documents, and two documents that start at the same place mean
+//   the parser is stuck there: that is a syntax error at that place. The suite itself is then read with
+//   YAML::Load, which reads one document only.
+// - names (jobs, the suite, faults, observe keys): valid UTF-8, no control characters (a NUL, a newline
+//   or an ANSI escape sequence would reach file names, terminals and results.json), at most
+//   kMaxNameBytes;
+// - observe: patterns: RE2 (linear time, no recursion), at most kMaxPatternBytes;
+// - jobs: at most SuiteLimits::max_jobs after matrix expansion (`--max-jobs`), checked before expanding.
+inline constexpr size_t kMaxDocumentBytes = 16u << 20;
+inline constexpr int kMaxDepth = 64;
+inline constexpr uint64_t kMaxValues = 1'000'000;
+inline constexpr size_t kMaxNameBytes = 200;
+inline constexpr size_t kMaxPatternBytes = 4096;
+
+// Reads a suite file within the limits: the text, or the error to report (exit 4).
+struct FileText {
+  std::optional<std::string> text;
+  std::optional<SuiteError> error;
+};
+FileText read_suite_file(const std::string& path);
+
+// The first pass over the text (size, encoding, depth, values, documents). nullopt when yaml-cpp may
+// build it; a syntax error yaml-cpp raises on the way is reported too.
+std::optional<SuiteError> check_document(const std::string& text, const std::string& file);
+
+// What to say about a yaml-cpp syntax error at `line` (0-based): the tab rule when the line or the
+// one before it is indented with a tab, otherwise `message` as it was. `where` moves to the tab.
+std::string explain_syntax_error(const std::string& text, int line, const std::string& message, SourceLocation& where);
+
+// Why `name` cannot be a name ("contains a control character (U+001B)"), or nullopt.
+std::optional<std::string> name_problem(std::string_view name);
+
+// `s` fit to quote in a message: control characters written as \xNN, cut after `max` bytes.
+std::string printable(std::string_view s, size_t max = 80);
+
+bool is_valid_utf8(std::string_view s, size_t* bad_at = nullptr);
+
+}  // namespace oomh::suite
