@@ -202,9 +202,46 @@ inline ControlBlock* control_block_create(const char* name, uint32_t flags = 0) 
   return cb;
 }
 
+// Note [A block the job cannot take down]
+// A block the job can shrink (ftruncate on a /dev/shm file) would kill the runner with SIGBUS at its next
+// sample. So the runner's blocks are memfds sealed against shrinking and growing (F_SEAL_SHRINK,
+// F_SEAL_GROW, then F_SEAL_SEAL): the job reaches one by the path /proc/<runner pid>/fd/<n> (OOMH_CONTROL),
+// which opens the same memory, and nothing it does to the file changes its size. A memfd has no name in
+// /dev/shm, so nothing is left there when the runner dies; its memory goes with the last descriptor or
+// mapping. Names without a second '/' are POSIX shared-memory names (the shim's own blocks, older runners).
+
+// Creates a sealed memfd control block (runner side). Returns nullptr with errno set on failure; on success
+// `fd_out` holds the memfd (close-on-exec), which must stay open while the job may open the block by path.
+inline ControlBlock* control_block_create_sealed(int& fd_out, uint32_t flags = 0) {
+  fd_out = -1;
+  int fd = memfd_create("oomh-control", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return nullptr;
+  if (ftruncate(fd, sizeof(ControlBlock)) != 0 ||
+      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    int e = errno;
+    close(fd);
+    errno = e;
+    return nullptr;
+  }
+  void* p = mmap(nullptr, sizeof(ControlBlock), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    int e = errno;
+    close(fd);
+    errno = e;
+    return nullptr;
+  }
+  auto* cb = static_cast<ControlBlock*>(p);
+  control_block_init(cb, flags);
+  fd_out = fd;
+  return cb;
+}
+
+// True when `name` is a file path (/proc/<pid>/fd/<n>) rather than a POSIX shared-memory name.
+inline bool control_name_is_path(const char* name) { return name && name[0] == '/' && std::strchr(name + 1, '/'); }
+
 // Maps an existing segment. Returns nullptr (errno set; EPROTO for a bad magic/version/size) on failure.
 inline ControlBlock* control_block_open(const char* name) {
-  int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+  int fd = control_name_is_path(name) ? open(name, O_RDWR | O_CLOEXEC) : shm_open(name, O_RDWR | O_CLOEXEC, 0);
   if (fd < 0) return nullptr;
   struct stat st{};
   if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < sizeof(ControlBlock)) {

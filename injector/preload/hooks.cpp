@@ -626,12 +626,32 @@ OOMH_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch, size_
   if (!real) return missing();
   Engine* e = engine();
   if (!e) return real(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
-  // The cap is checked against width x height; the pitch the driver picks is booked afterwards.
-  return intercept_alloc(*e, Entry::mem_alloc_pitch, "cuMemAllocPitch_v2", current_device(),
-                         static_cast<uint64_t>(WidthInBytes) * Height, Space::device_pointer,
-                         [&] { return real(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes); },
-                         [&] { return static_cast<uint64_t>(*dptr); },
-                         [&] { return static_cast<uint64_t>(*pPitch) * Height; });
+  // Note [Pitched allocations]: the driver pads each row to a pitch it picks, and pitch x height is what it
+  // holds and what is booked. So the cap is checked against the rows padded to kPitchAlignment (the texture
+  // alignment drivers pad to, which the driver double uses too); should the driver pick a wider pitch and
+  // the booked bytes pass the cap, the allocation is freed and fails as a cap failure would.
+  constexpr uint64_t kPitchAlignment = 512;
+  uint64_t width = WidthInBytes, height = Height;
+  uint64_t padded = width > UINT64_MAX - kPitchAlignment ? UINT64_MAX : (width + kPitchAlignment - 1) / kPitchAlignment * kPitchAlignment;
+  uint64_t bound = height != 0 && padded > UINT64_MAX / height ? UINT64_MAX : padded * height;
+  int device = current_device();
+  CUresult rc = intercept_alloc(*e, Entry::mem_alloc_pitch, "cuMemAllocPitch_v2", device, bound, Space::device_pointer,
+                                [&] { return real(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes); },
+                                [&] { return static_cast<uint64_t>(*dptr); },
+                                [&] { return static_cast<uint64_t>(*pPitch) * Height; });
+  if (rc != CUDA_SUCCESS || !pPitch || static_cast<uint64_t>(*pPitch) * height <= bound) return rc;
+  oomh::ControlBlock* cb = e->block();
+  if (!cb || device < 0 || device >= oomh::kMaxDevices) return rc;
+  oomh::DeviceCounters& c = cb->devices[device];
+  uint64_t cap = c.cap.load(std::memory_order_relaxed);
+  if (cap == 0 || c.held.load(std::memory_order_relaxed) <= cap) return rc;
+  auto real_free = real_fn<decltype(&cuMemFree_v2)>("cuMemFree_v2");
+  if (!real_free) return rc;
+  CUdeviceptr p = *dptr;
+  intercept_free(*e, Space::device_pointer, static_cast<uint64_t>(p), [&] { return real_free(p); });
+  c.cap_failures.fetch_add(1, std::memory_order_relaxed);
+  *dptr = 0;
+  return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 OOMH_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {

@@ -397,6 +397,19 @@ int solo() {
   return 0;
 }
 
+// A pitched allocation whose padded rows pass the cap (1 x 262144 bytes: 128 MiB once each row is padded
+// to 512), then one that fits; prints each result and the pitch.
+int pitch() {
+  init_device();
+  CUdeviceptr big = 0, small = 0;
+  size_t big_pitch = 0, small_pitch = 0;
+  CUresult big_rc = cuMemAllocPitch_v2(&big, &big_pitch, 1, 262144, 4);
+  CUresult small_rc = cuMemAllocPitch_v2(&small, &small_pitch, 100, 10, 4);
+  std::printf("big rc=%d pitch=%zu ptr=%llu\nsmall rc=%d pitch=%zu\n", static_cast<int>(big_rc), big_pitch,
+              static_cast<unsigned long long>(big), static_cast<int>(small_rc), small_pitch);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -412,6 +425,7 @@ int main(int argc, char** argv) {
   if (mode == "child-alloc") return child_alloc();
   if (mode == "passthrough") return passthrough();
   if (mode == "solo") return solo();
+  if (mode == "pitch") return pitch();
   std::fprintf(stderr, "usage: cuda_client table|reach|info PATH | threads T N | fork | exec | passthrough | solo\n");
   return 2;
 }

@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <set>
@@ -460,3 +461,41 @@ TEST_F(Preload, OnlyTheHooksAreExported) {
     if (h.library == HookLibrary::cuda) expected.insert(h.name);
   EXPECT_EQ(exported, expected);
 }
+
+// issue 12: the cap is checked against the padded rows a pitched allocation holds, not width x height.
+// The client's exit gives its bytes back, so the check is on its answers and on the peak, which no exit
+// lowers.
+TEST(PreloadPitch, CapCountsPaddedRows) {
+  Job job;
+  Child c = run({kClient, "pitch"}, job.env({"OOMH_CAP=1MiB"}));
+  ASSERT_EQ(c.code, 0) << c.err;
+  EXPECT_NE(c.out.find("big rc=2 "), std::string::npos) << c.out;  // CUDA_ERROR_OUT_OF_MEMORY
+  EXPECT_NE(c.out.find("small rc=0 pitch=512"), std::string::npos) << c.out;
+  EXPECT_LE(job.block()->devices[0].peak.load(), 1 * MiB);
+  EXPECT_GE(job.block()->devices[0].cap_failures.load(), 1u);
+}
+
+// Note [A block the job cannot take down] (control_block.h): the shim maps the runner's sealed memfd by
+// its /proc path, and nobody can shrink it.
+TEST(PreloadControl, SealedMemfdByPath) {
+  int fd = -1;
+  oomh::ControlBlock* cb = oomh::control_block_create_sealed(fd);
+  ASSERT_NE(cb, nullptr) << std::strerror(errno);
+  std::string events = "/tmp/oomh-preload-test-sealed-" + std::to_string(getpid()) + ".events";
+  std::vector<std::string> env = Job::shim_env();
+  env.push_back("OOMH_CONTROL=/proc/" + std::to_string(getpid()) + "/fd/" + std::to_string(fd));
+  env.push_back("OOMH_EVENTS=" + events);
+  env.push_back("OOMH_CAP=1MiB");
+  Child c = run({kClient, "pitch"}, env);
+  EXPECT_EQ(c.code, 0) << c.err;
+  EXPECT_EQ(cb->process_count.load(), 1u) << c.err;
+  EXPECT_GE(cb->devices[0].alloc_calls.load(), 2u);
+  EXPECT_NE(ftruncate(fd, 0), 0);  // sealed
+  struct stat st{};
+  ASSERT_EQ(fstat(fd, &st), 0);
+  EXPECT_EQ(static_cast<size_t>(st.st_size), sizeof(oomh::ControlBlock));
+  oomh::control_block_close(cb);
+  close(fd);
+  unlink(events.c_str());
+}
+

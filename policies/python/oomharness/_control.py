@@ -1,8 +1,9 @@
 """The control block seen from Python: the probe's side of include/oomharness/control_block.h.
 
 Note [Control block from Python]
-The runner creates one POSIX shared-memory segment per attempt and names it in OOMH_CONTROL ("/oomh-...");
-on Linux it is the file /dev/shm/<name without the slash>. The probe maps it with mmap and writes the
+The runner creates one sealed memfd per attempt and names it in OOMH_CONTROL by its path
+("/proc/<runner pid>/fd/<n>"); a shim on its own creates a POSIX shared-memory segment ("/oomh-solo-<pid>"),
+on Linux the file /dev/shm/<name without the slash>. The probe maps it with mmap and writes the
 fields it owns (step, phase, batch size, OOM and empty_cache counters) at the fixed offsets that
 control_block.h checks with static_asserts. Each field is written through a ctypes integer laid over the
 mapping, so a write is one aligned store of the field's width and the shim, reading the same field from C++
@@ -37,7 +38,11 @@ PHASE_NAMES = {v: k for k, v in PHASES.items()}
 
 
 def shm_path(name):
-    """The file behind the POSIX shared-memory name `name` ("/oomh-1" -> "/dev/shm/oomh-1")."""
+    """The file behind the POSIX shared-memory name `name` ("/oomh-1" -> "/dev/shm/oomh-1"); a path
+    ("/proc/<runner pid>/fd/<n>": the runner's sealed memfd, Note [A block the job cannot take down] in
+    control_block.h) is the file itself."""
+    if "/" in name.lstrip("/"):
+        return name
     return os.path.join("/dev/shm", name.lstrip("/"))
 
 

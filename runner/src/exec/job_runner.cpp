@@ -16,10 +16,32 @@
 // read into the trace, and only then does the job restart, run its reference or finish.
 //
 // Note [Nothing left behind]
-// Per attempt: the process group is killed and waited for, the control block (/dev/shm/oomh-<pid>-...) is
-// unlinked, the log descriptor is closed. Per job: the reservation sidecar is stopped (stdin closed,
-// SIGTERM, SIGKILL after 5 s) and reaped before the job's GPU memory is counted as free again. The only
-// files left are the outputs (logs, event logs, the job's work directory), which are results.
+// Per attempt: the process group is killed and waited for; then every process that was re-parented to the
+// runner (it is a child subreaper, PR_SET_CHILD_SUBREAPER, so a `setsid` grandchild or a daemon that left
+// the group lands here instead of on init) and whose environment names this attempt's control block is
+// killed too (its own group as well), and reaped; one that names no block is killed when no other attempt
+// runs, and at the end of the run whatever is left is. The control block (a sealed memfd, Note [A block the
+// job cannot take down] in control_block.h) is unmapped and its descriptor closed; the log descriptor is
+// closed; every descriptor, timer and buffer of the attempt is released as soon as it ends (Note [Constant
+// cost per job]). Per job: the reservation sidecar is stopped (stdin closed, SIGTERM, SIGKILL after 5 s)
+// and reaped before the job's GPU memory is counted as free again. A runner killed with SIGKILL: each job's
+// leader has PR_SET_PDEATHSIG (SIGKILL) and dies with it; the control blocks are memfds and go with their
+// last user; /dev/shm/oomh-<pid>-... blocks of dead runners (older versions, the shim's own solo blocks)
+// are removed when the next run starts. The only files left are the outputs (logs, event logs, the job's
+// work directory), which are results.
+//
+// Note [Constant cost per job]
+// A finished attempt keeps nothing open: its pipes, its process handle (a pidfd), its timers and its
+// control block are closed when it ends, and the AttemptRun itself is destroyed by a handler posted after
+// the cancelled handlers that may still name it (a cancelled handler only looks at its error code). So
+// the runner holds descriptors only for running attempts, and 10,000 jobs run under `ulimit -n 256`.
+//
+// Note [Bounded job logs]
+// An attempt's log keeps at most RunOptions::log_cap bytes: the first lines up to cap minus the tail, and
+// the last lines (the tail, at most a quarter of the cap and 8 MiB, held in memory until the attempt ends);
+// what lies between is replaced by one line that says how many bytes and lines were cut, and the attempt
+// gets a warning event that says the same. A write that fails (a full disk) stops the log and gives a
+// warning event with the error and the bytes written, so a short log is never silent.
 
 #include "oomharness/runner/job_runner.h"
 
@@ -36,12 +58,17 @@
 #include <deque>
 #include <filesystem>
 #include <memory>
+#include <optional>
+#include <string_view>
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/read_until.hpp>
 #include <boost/asio/readable_pipe.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -124,6 +151,97 @@ void wait_group_gone(pid_t pgid) {
 
 std::string errno_text(int e) { return std::strerror(e); }
 
+// The value of `name` in the environment process `pid` started with; nullopt when unreadable or unset.
+std::optional<std::string> environment_value(pid_t pid, std::string_view name) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/environ", static_cast<int>(pid));
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  std::string text;
+  char buf[8192];
+  for (ssize_t n; text.size() < (1u << 20) && (n = read(fd, buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
+  close(fd);
+  for (size_t at = 0; at < text.size();) {
+    size_t end = text.find('\0', at);
+    if (end == std::string::npos) end = text.size();
+    std::string_view kv(text.data() + at, end - at);
+    if (kv.size() > name.size() && kv.substr(0, name.size()) == name && kv[name.size()] == '=')
+      return std::string(kv.substr(name.size() + 1));
+    at = end + 1;
+  }
+  return std::nullopt;
+}
+
+// The runner's children, from /proc/self/task/*/children (each thread's), else a scan of /proc.
+std::vector<pid_t> runner_children() {
+  std::vector<pid_t> out;
+  bool listed = false;
+  if (DIR* d = opendir("/proc/self/task")) {
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      std::string path = std::string("/proc/self/task/") + e->d_name + "/children";
+      FILE* f = std::fopen(path.c_str(), "re");
+      if (!f) continue;
+      listed = true;
+      long pid = 0;
+      while (std::fscanf(f, "%ld", &pid) == 1) out.push_back(static_cast<pid_t>(pid));
+      std::fclose(f);
+    }
+    closedir(d);
+  }
+  if (listed) return out;
+  pid_t self = getpid();
+  if (DIR* d = opendir("/proc")) {
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+      std::string path = std::string("/proc/") + e->d_name + "/stat";
+      FILE* f = std::fopen(path.c_str(), "re");
+      if (!f) continue;
+      char buf[512];
+      size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+      std::fclose(f);
+      buf[n] = '\0';
+      const char* close_paren = std::strrchr(buf, ')');
+      char state = 0;
+      long ppid = 0;
+      if (close_paren && std::sscanf(close_paren + 1, " %c %ld", &state, &ppid) == 2 && ppid == self)
+        out.push_back(static_cast<pid_t>(std::atol(e->d_name)));
+    }
+    closedir(d);
+  }
+  return out;
+}
+
+// Kills `pid` (and its process group when it leads one) and reaps it.
+void kill_and_reap(pid_t pid) {
+  if (getpgid(pid) == pid) kill(-pid, SIGKILL);
+  kill(pid, SIGKILL);
+  for (int i = 0; i < 2000; ++i) {
+    if (waitpid(pid, nullptr, WNOHANG) != 0) return;
+    usleep(500);
+  }
+}
+
+// Removes /dev/shm/oomh-<pid>-... and /dev/shm/oomh-solo-<pid> blocks whose process is gone (a runner or a
+// shim killed before it could unlink them). Note [Nothing left behind].
+void remove_stale_blocks() {
+  DIR* d = opendir("/dev/shm");
+  if (!d) return;
+  while (dirent* e = readdir(d)) {
+    std::string_view name(e->d_name);
+    if (name.rfind("oomh-", 0) != 0) continue;
+    std::string_view rest = name.substr(5);
+    if (rest.rfind("solo-", 0) == 0) rest.remove_prefix(5);
+    size_t digits = 0;
+    while (digits < rest.size() && digits < 9 && rest[digits] >= '0' && rest[digits] <= '9') ++digits;
+    if (digits == 0 || (digits < rest.size() && rest[digits] != '-')) continue;
+    pid_t pid = static_cast<pid_t>(std::atol(std::string(rest.substr(0, digits)).c_str()));
+    if (pid <= 0 || pid == getpid() || kill(pid, 0) == 0 || errno != ESRCH) continue;
+    shm_unlink(("/" + std::string(name)).c_str());
+  }
+  closedir(d);
+}
+
 }  // namespace
 
 struct JobState;
@@ -143,7 +261,9 @@ struct AttemptRun {
   LineSplitter out_split, err_split;
   asio::steady_timer timeout_timer, kill_timer, drain_timer;
   int log_fd = -1;
-  std::string shm_name;
+  std::string shm_name;      // a POSIX shared-memory name (the fallback when memfds are not available)
+  int cb_fd = -1;            // the sealed memfd of the control block
+  std::string control_name;  // OOMH_CONTROL as the job sees it
   ControlBlock* cb = nullptr;
   std::string events_path;
   bool exited = false, out_done = false, err_done = false, finished = false;
@@ -152,6 +272,12 @@ struct AttemptRun {
   std::vector<Event> observed;
   OutputTail tail{60};
   size_t stride = 1, tick = 0;
+  // Note [Bounded job logs].
+  uint64_t log_written = 0;            // bytes in the log file
+  uint64_t log_cut_bytes = 0, log_cut_lines = 0;
+  std::deque<std::string> log_tail;    // lines past the head, the last ones kept
+  uint64_t log_tail_bytes = 0;
+  int log_errno = 0;                   // the first failed write
 };
 
 // The reservation sidecar of one job (memory.reserve > 0).
@@ -180,8 +306,7 @@ struct JobState {
   bool want_reference = false;
   bool finished = false;
   bool waiting_reported = false;
-  std::unique_ptr<AttemptRun> current;
-  std::vector<std::unique_ptr<AttemptRun>> done_attempts;  // kept until run() returns: handlers may still name them
+  std::unique_ptr<AttemptRun> current;  // a finished one is retired (Note [Constant cost per job])
   std::unique_ptr<Sidecar> sidecar;
 };
 
@@ -231,6 +356,10 @@ struct JobRunner::Impl {
   void finish_attempt(AttemptRun& r);
   void after_attempt(JobState& j, const Attempt& a, bool reference);
   void release_control_block(AttemptRun& r);
+  void retire(std::unique_ptr<AttemptRun> r);
+  void kill_orphans(const AttemptRun* r, bool all);
+  void write_log(AttemptRun& r, const char* data, size_t n);
+  void close_log(AttemptRun& r);
 
   // Sampling.
   void arm_sampler();
@@ -279,6 +408,10 @@ std::vector<JobOutcome> JobRunner::Impl::run(const std::vector<JobSpec>& specs) 
   char drain[64];
   while (wake_fds[0] >= 0 && read(wake_fds[0], drain, sizeof drain) > 0) {}
 
+  // Note [Nothing left behind].
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  remove_stale_blocks();
+
   asio::io_context io;
   ctx = &io;
   stopping = false;
@@ -314,6 +447,7 @@ std::vector<JobOutcome> JobRunner::Impl::run(const std::vector<JobSpec>& specs) 
   arm_sampler();
   schedule();
   io.run();
+  kill_orphans(nullptr, true);
 
   // The loop ran out of work: every job finished. Give the self-pipe back (it belongs to the runner).
   if (wake_pipe) {
@@ -403,6 +537,8 @@ void JobRunner::Impl::finish_job(JobState& j) {
 void JobRunner::Impl::complete_job(JobState& j) {
   if (j.finished) return;
   j.finished = true;
+  if (j.current && j.current->finished) retire(std::move(j.current));
+  j.observer.reset();
   bool was_started = j.outcome->start != 0;
   if (was_started) {
     packer->release(j.placement);
@@ -449,7 +585,7 @@ void JobRunner::Impl::progress(JobState& j, JobProgress::State state, const Atte
 // Attempts.
 
 void JobRunner::Impl::start_attempt(JobState& j, bool reference) {
-  if (j.current) j.done_attempts.push_back(std::move(j.current));
+  if (j.current) retire(std::move(j.current));
   j.current = std::make_unique<AttemptRun>(*ctx);
   AttemptRun& r = *j.current;
   r.job = &j;
@@ -477,12 +613,19 @@ void JobRunner::Impl::start_attempt(JobState& j, bool reference) {
   r.log_fd = ::open(r.attempt.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (r.log_fd < 0) return fail_attempt(r, "cannot create the output log " + r.attempt.log_path + ": " + errno_text(errno));
 
-  r.shm_name = "/oomh-" + std::to_string(getpid()) + "-" + std::to_string(j.index) + "-" + (reference ? "r" : "") + std::to_string(n);
-  r.cb = control_block_create(r.shm_name.c_str());
-  if (!r.cb && errno == EEXIST) {
-    // Left by an earlier runner of this same pid (we unlink ours): it is ours to replace.
-    shm_unlink(r.shm_name.c_str());
+  // Note [A block the job cannot take down] in control_block.h; a named segment where memfds are missing.
+  r.cb = control_block_create_sealed(r.cb_fd);
+  if (r.cb) {
+    r.control_name = "/proc/" + std::to_string(getpid()) + "/fd/" + std::to_string(r.cb_fd);
+  } else {
+    r.shm_name = "/oomh-" + std::to_string(getpid()) + "-" + std::to_string(j.index) + "-" + (reference ? "r" : "") + std::to_string(n);
     r.cb = control_block_create(r.shm_name.c_str());
+    if (!r.cb && errno == EEXIST) {
+      // Left by an earlier runner of this same pid (we unlink ours): it is ours to replace.
+      shm_unlink(r.shm_name.c_str());
+      r.cb = control_block_create(r.shm_name.c_str());
+    }
+    r.control_name = r.shm_name;
   }
   if (!r.cb) {
     int e = errno;
@@ -493,7 +636,7 @@ void JobRunner::Impl::start_attempt(JobState& j, bool reference) {
   AttemptContext actx;
   actx.job = j.spec->name;
   actx.attempt = n;
-  actx.control_name = r.shm_name;
+  actx.control_name = r.control_name;
   actx.events_path = r.events_path;
   actx.plan_json = j.spec->plan(r.attempt.faults_enabled).dump();
   actx.flush_steps = j.spec->flush_steps(r.attempt.faults_enabled);
@@ -555,8 +698,7 @@ void JobRunner::Impl::fail_attempt(AttemptRun& r, const std::string& why) {
   r.attempt.output_tail = why + "\n";
   if (r.log_fd >= 0) {
     std::string line = "oomharness: " + why + "\n";
-    ssize_t w = write(r.log_fd, line.data(), line.size());
-    (void)w;
+    write_log(r, line.data(), line.size());
   }
   if (j.outcome->error.empty()) j.outcome->error = why;
   r.exited = r.out_done = r.err_done = true;
@@ -583,9 +725,23 @@ void JobRunner::Impl::consume(AttemptRun& r, bool is_err, const char* data, size
   double t = now();
   int pid = r.proc ? r.proc->id() : 0;
   std::string chunk;
+  uint64_t cap = options.log_cap;
+  uint64_t tail_cap = std::min<uint64_t>(cap / 4, 8ull << 20);
   auto on_line = [&](std::string_view line) {
-    chunk.append(line);
-    chunk += '\n';
+    // Note [Bounded job logs]: the head goes to the file, the rest to the tail kept in memory.
+    if (cap == 0 || (r.log_tail.empty() && r.log_written + chunk.size() + line.size() + 1 <= cap - tail_cap)) {
+      chunk.append(line);
+      chunk += '\n';
+    } else {
+      r.log_tail.emplace_back(line).push_back('\n');
+      r.log_tail_bytes += line.size() + 1;
+      while (r.log_tail_bytes > tail_cap && !r.log_tail.empty()) {
+        r.log_tail_bytes -= r.log_tail.front().size();
+        r.log_cut_bytes += r.log_tail.front().size();
+        ++r.log_cut_lines;
+        r.log_tail.pop_front();
+      }
+    }
     r.tail.add(line);
     if (!r.attempt.oom_message && is_oom_message(line)) r.attempt.oom_message = true;
     if (r.job->observer && !r.job->observer->empty()) r.job->observer->match(line, stream, t, pid, r.observed);
@@ -593,10 +749,96 @@ void JobRunner::Impl::consume(AttemptRun& r, bool is_err, const char* data, size
   LineSplitter& split = is_err ? r.err_split : r.out_split;
   split.feed(data, n, on_line);
   if (eof) split.finish(on_line);
-  for (size_t off = 0; r.log_fd >= 0 && off < chunk.size();) {
-    ssize_t w = write(r.log_fd, chunk.data() + off, chunk.size() - off);
-    if (w <= 0) break;
+  write_log(r, chunk.data(), chunk.size());
+}
+
+void JobRunner::Impl::write_log(AttemptRun& r, const char* data, size_t n) {
+  for (size_t off = 0; r.log_fd >= 0 && r.log_errno == 0 && off < n;) {
+    ssize_t w = write(r.log_fd, data + off, n - off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      r.log_errno = w < 0 ? errno : EIO;  // reported by close_log
+      break;
+    }
     off += static_cast<size_t>(w);
+    r.log_written += static_cast<uint64_t>(w);
+  }
+}
+
+// Writes the cut and the tail, closes the log and puts what went wrong into the attempt's events.
+void JobRunner::Impl::close_log(AttemptRun& r) {
+  if (r.log_fd < 0) return;
+  double t = r.attempt.end != 0 ? r.attempt.end : now();
+  if (r.log_cut_bytes > 0) {
+    std::string note = "[oomharness: " + std::to_string(r.log_cut_bytes) + " bytes (" + std::to_string(r.log_cut_lines) +
+                       " lines) of output cut here: the log keeps at most " + std::to_string(options.log_cap) +
+                       " bytes, its first and its last lines]\n";
+    write_log(r, note.data(), note.size());
+    r.attempt.events.push_back(runner_event(events::kWarning, t,
+                                            {{"message", "the output log " + r.attempt.log_path + " was cut: " +
+                                                             std::to_string(r.log_cut_bytes) + " bytes (" +
+                                                             std::to_string(r.log_cut_lines) + " lines) in its middle are not kept"},
+                                             {"log_cut_bytes", r.log_cut_bytes},
+                                             {"log_cut_lines", r.log_cut_lines}}));
+  }
+  for (const std::string& line : r.log_tail) write_log(r, line.data(), line.size());
+  r.log_tail.clear();
+  r.log_tail_bytes = 0;
+  if (close(r.log_fd) != 0 && r.log_errno == 0 && errno != EINTR) r.log_errno = errno;
+  r.log_fd = -1;
+  if (r.log_errno != 0)
+    r.attempt.events.push_back(runner_event(events::kWarning, t,
+                                            {{"message", "the output log " + r.attempt.log_path + " could not be written after " +
+                                                             std::to_string(r.log_written) + " bytes: " + errno_text(r.log_errno) +
+                                                             "; the rest of the output is missing"}}));
+}
+
+// Closes what a finished attempt still holds and destroys it once the handlers that may name it have run
+// (Note [Constant cost per job]).
+void JobRunner::Impl::retire(std::unique_ptr<AttemptRun> r) {
+  if (!r) return;
+  boost::system::error_code ignored;
+  r->timeout_timer.cancel();
+  r->kill_timer.cancel();
+  r->drain_timer.cancel();
+  r->out.close(ignored);
+  r->err.close(ignored);
+  release_control_block(*r);
+  close_log(*r);
+  asio::post(*ctx, [dead = std::move(r)]() mutable { dead.reset(); });
+}
+
+// Note [Nothing left behind]: the processes re-parented to the runner (a child subreaper) that belong to
+// attempt `r` (their environment names its control block), or, with `all` or when no attempt runs, every
+// one that is not a running attempt's leader or a sidecar.
+void JobRunner::Impl::kill_orphans(const AttemptRun* r, bool all) {
+  for (int round = 0; round < 100; ++round) {
+    std::vector<pid_t> known;
+    bool others_running = false;
+    for (auto& j : jobs) {
+      if (j->current && j->current->proc && !j->current->exited) {
+        known.push_back(static_cast<pid_t>(j->current->proc->id()));
+        if (j->current.get() != r) others_running = true;
+      }
+      if (j->sidecar && j->sidecar->proc && !j->sidecar->exited) known.push_back(static_cast<pid_t>(j->sidecar->proc->id()));
+    }
+    bool killed = false;
+    for (pid_t pid : runner_children()) {
+      if (std::find(known.begin(), known.end(), pid) != known.end()) continue;
+      if (process_gone(pid)) {  // a zombie of ours: reap it
+        waitpid(pid, nullptr, WNOHANG);
+        continue;
+      }
+      bool mine = all;
+      if (!mine) {
+        std::optional<std::string> control = environment_value(pid, "OOMH_CONTROL");
+        mine = control ? (r && *control == r->control_name) : !others_running;
+      }
+      if (!mine) continue;
+      kill_and_reap(pid);
+      killed = true;
+    }
+    if (!killed) return;
   }
 }
 
@@ -609,6 +851,8 @@ void JobRunner::Impl::on_exit(AttemptRun* r) {
   // Whatever the job left running in its group goes now: no process outlives its attempt, and the
   // pipes it may hold open close.
   if (r->pgid > 0 && kill(-r->pgid, 0) == 0) kill(-r->pgid, SIGKILL);
+  wait_group_gone(r->pgid);
+  kill_orphans(r, false);  // a setsid grandchild holding the pipes goes too
   if (!(r->out_done && r->err_done)) {
     r->drain_timer.expires_after(seconds(kDrainTimeout));
     r->drain_timer.async_wait([r](boost::system::error_code e) {
@@ -649,11 +893,16 @@ void JobRunner::Impl::release_control_block(AttemptRun& r) {
     shm_unlink(r.shm_name.c_str());
     r.shm_name.clear();
   }
+  if (r.cb_fd >= 0) {
+    close(r.cb_fd);
+    r.cb_fd = -1;
+  }
 }
 
 void JobRunner::Impl::finish_attempt(AttemptRun& r) {
   JobState& j = *r.job;
   wait_group_gone(r.pgid);
+  kill_orphans(&r, false);
   if (r.cb) {
     sample(r, true);
     const ControlBlock& cb = *r.cb;
@@ -667,10 +916,7 @@ void JobRunner::Impl::finish_attempt(AttemptRun& r) {
     r.attempt.shim = shim;
   }
   release_control_block(r);
-  if (r.log_fd >= 0) {
-    close(r.log_fd);
-    r.log_fd = -1;
-  }
+  close_log(r);
 
   Attempt& a = r.attempt;
   if (a.end_kind != AttemptEnd::failed_to_start) {

@@ -5,6 +5,7 @@
 #include <csignal>
 #include <map>
 
+#include <sys/prctl.h>
 #include <unistd.h>
 
 extern char** environ;
@@ -110,7 +111,7 @@ std::string resolve_program(const std::string& argv0, const std::vector<std::str
   return {};
 }
 
-JobSetup::JobSetup(const std::vector<std::string>& env, std::string cwd) : cwd_(std::move(cwd)) {
+JobSetup::JobSetup(const std::vector<std::string>& env, std::string cwd) : cwd_(std::move(cwd)), parent_(getpid()) {
   envp_.reserve(env.size() + 1);
   for (const std::string& kv : env) envp_.push_back(kv.c_str());
   envp_.push_back(nullptr);
@@ -126,6 +127,10 @@ boost::system::error_code JobSetup::on_setup(boost::process::v2::posix::default_
 boost::system::error_code JobSetup::on_exec_setup(boost::process::v2::posix::default_launcher&,
                                                   const boost::process::v2::filesystem::path&, const char* const*) {
   if (setpgid(0, 0) != 0) return {errno, boost::system::system_category()};
+  // Note [Nothing left behind] in job_runner.cpp: the job's leader dies with the runner, even one killed
+  // with SIGKILL. The runner may have died between fork and prctl: then our parent is no longer it.
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) return {errno, boost::system::system_category()};
+  if (getppid() != parent_) _exit(127);
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);

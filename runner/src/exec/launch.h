@@ -3,6 +3,7 @@
 // puts it in its own process group, in its working directory, with clean signal state.
 
 #include <string>
+#include <sys/types.h>
 #include <vector>
 
 #include "exec/boost_process.h"
@@ -44,7 +45,8 @@ std::string resolve_program(const std::string& argv0, const std::vector<std::str
 
 // A Boost.Process v2 initializer: the environment, setpgid(0,0) so the job and everything it starts form
 // one process group the runner can signal as a whole, the working directory, and signals back to their
-// defaults (the runner's own mask and dispositions must not leak into the job).
+// defaults (the runner's own mask and dispositions must not leak into the job), and PR_SET_PDEATHSIG
+// (SIGKILL) so that the job's leader dies with the runner.
 class JobSetup {
  public:
   JobSetup(const std::vector<std::string>& env, std::string cwd);
@@ -56,6 +58,7 @@ class JobSetup {
  private:
   std::vector<const char*> envp_;
   std::string cwd_;
+  pid_t parent_;  // the runner: the child exits at once when its parent is already another process
 };
 
 }  // namespace oomh::exec

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include <dirent.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -257,7 +258,7 @@ TEST_F(JobRunnerTest, ClearFaultsDropsTheRulesAndKeepsTheCaps) {
 
 TEST_F(JobRunnerTest, TemplatesWorkdirAndAttemptAndSetsTheHarnessEnvironment) {
   JobSpec j = sh_job("tmpl", "echo {attempt} > {workdir}/a{attempt}; echo \"job=$OOMH_JOB attempt=$OOMH_ATTEMPT\"; "
-                             "test -e /dev/shm$OOMH_CONTROL && echo control-ok; test -e \"$OOMH_EVENTS\" && echo events-ok; "
+                             "test -r \"$OOMH_CONTROL\" && echo control-ok; test -e \"$OOMH_EVENTS\" && echo events-ok; "
                              "echo \"mine=$MINE\"; pwd; exit 1");
   j.env = {{"MINE", "{workdir}/m{attempt}"}};
   j.cwd = "{workdir}";
@@ -703,6 +704,103 @@ TEST(DeadProcesses, TheirBytesGoBackToTheJobAndTheLivingKeepTheirs) {
   waitpid(zombie, nullptr, 0);
   control_block_close(cb);
   shm_unlink(name.c_str());
+}
+
+// issue 12, Note [Constant cost per job]: a finished attempt keeps no descriptor, so 600 jobs run under a
+// limit of 256 open files, and the runner holds no more descriptors afterwards than before.
+int open_descriptors() {
+  int n = 0;
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+    closedir(d);
+  }
+  return n;
+}
+
+TEST_F(JobRunnerTest, SixHundredJobsUnderAnOpenFileLimitOf256) {
+  rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+  rlimit low = old;
+  low.rlim_cur = std::min<rlim_t>(256, old.rlim_max);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  std::vector<JobSpec> jobs;
+  for (int i = 0; i < 600; ++i) {
+    JobSpec j;
+    j.name = "t" + std::to_string(i);
+    j.argv = {"/bin/true"};
+    j.timeout = 30;
+    j.probe = ProbeMode::none;
+    jobs.push_back(j);
+  }
+  int before = open_descriptors();
+  std::vector<JobOutcome> out;
+  {
+    JobRunner runner(options);
+    out = runner.run(jobs);
+  }
+  int after = open_descriptors();
+  setrlimit(RLIMIT_NOFILE, &old);
+  ASSERT_EQ(out.size(), 600u);
+  for (const JobOutcome& o : out) {
+    ASSERT_TRUE(o.error.empty()) << o.trace.job << ": " << o.error;
+    ASSERT_EQ(o.trace.attempts.size(), 1u) << o.trace.job;
+    ASSERT_EQ(o.trace.attempts[0].exit_code, 0) << o.trace.job;
+  }
+  EXPECT_LE(after, before);
+}
+
+// Note [Nothing left behind]: a grandchild in its own session that ignores SIGTERM (and keeps the job's
+// stdout open) is killed with its job, at once, not after the drain timeout.
+TEST_F(JobRunnerTest, KillsAReparentedSetsidGrandchildWithItsJob) {
+  auto started = std::chrono::steady_clock::now();
+  auto out = run({sh_job("setsid", "setsid sh -c 'trap \"\" TERM; echo pid $$; exec sleep 300' & sleep 0.3; exit 0")});
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  ASSERT_EQ(out[0].trace.attempts.size(), 1u);
+  std::vector<pid_t> pids = printed_pids(read_file(out[0].trace.attempts[0].log_path));
+  ASSERT_EQ(pids.size(), 1u) << read_file(out[0].trace.attempts[0].log_path);
+  EXPECT_TRUE(kill(pids[0], 0) != 0 && errno == ESRCH) << "the grandchild " << pids[0] << " is still there";
+  EXPECT_LT(took, 4.0);
+}
+
+// Note [Bounded job logs]: the log keeps its first and last lines within the cap and states the cut, in
+// the log and as a warning event.
+TEST_F(JobRunnerTest, CapsTheOutputLogKeepingHeadAndTail) {
+  options.log_cap = 64 * 1024;
+  auto out = run({sh_job("loud", "echo first; i=0; while [ $i -lt 4000 ]; do echo \"line $i of some output\"; i=$((i+1)); done; echo last")});
+  const Attempt& a = out[0].trace.attempts.at(0);
+  std::string log = read_file(a.log_path);
+  EXPECT_LE(log.size(), 64u * 1024 + 200);
+  EXPECT_EQ(log.rfind("first\n", 0), 0u);
+  EXPECT_NE(log.find("line 3999 of some output\nlast\n"), std::string::npos);
+  EXPECT_NE(log.find("of output cut here"), std::string::npos);
+  bool warned = false;
+  for (const Event& e : a.events) warned = warned || (e.kind == "warning" && e.text("message").find("was cut") != std::string::npos);
+  EXPECT_TRUE(warned);
+}
+
+// A write that fails is reported as a warning event, not lost in silence: the log is made a symlink to
+// /dev/full (every write fails with ENOSPC, as on a full disk) before the job runs.
+TEST_F(JobRunnerTest, ReportsAFailedLogWrite) {
+  fs::create_directories(out_dir + "/full2");
+  fs::create_symlink("/dev/full", out_dir + "/full2/attempt-0.log");
+  auto out2 = run({sh_job("full2", "echo hello")});
+  const Attempt& a = out2[0].trace.attempts.at(0);
+  bool warned = false;
+  for (const Event& e : a.events)
+    warned = warned || (e.kind == "warning" && e.text("message").find("could not be written") != std::string::npos);
+  EXPECT_TRUE(warned);
+}
+
+// A job that shrinks its control block and writes garbage over it: the block is a sealed memfd, so the
+// shrink fails and the runner, which samples it meanwhile, neither dies of SIGBUS nor trusts the garbage.
+TEST_F(JobRunnerTest, SurvivesAJobThatShrinksAndScramblesItsControlBlock) {
+  auto out = run({sh_job("hostile", "truncate -s 0 \"$OOMH_CONTROL\" && echo shrunk || echo sealed; "
+                                    "dd if=/dev/urandom of=\"$OOMH_CONTROL\" bs=4096 count=80 conv=notrunc 2>/dev/null; sleep 0.3")});
+  const Attempt& a = out[0].trace.attempts.at(0);
+  std::string log = read_file(a.log_path);
+  EXPECT_NE(log.find("sealed"), std::string::npos) << log;
+  EXPECT_EQ(a.end_kind, AttemptEnd::exited);
+  for (const MemorySample& s : a.samples) EXPECT_LT(s.device, kMaxDevices);
 }
 
 }  // namespace

@@ -74,6 +74,8 @@ struct RunOptions {
   ThreadsPerJob threads_per_job;         // CPU threads each job may start when jobs run at once
   int cpus = 0;                          // CPUs to share among jobs; 0: those this process may run on
   HarnessPaths paths;
+  // Bytes of output kept per attempt log (Note [Bounded job logs]); 0: no cap.
+  uint64_t log_cap = 64ull << 20;
   // The GPUs to pack jobs onto (the app's survey, or a test's fake inventory; an empty vector means "no
   // GPU"); unset: the runner surveys the machine itself. `gpus`, when not empty, selects which to use.
   std::optional<std::vector<GpuInfo>> gpu_inventory;
