@@ -1,6 +1,9 @@
 // The trace model: event lines, JSON forms, and how an attempt is judged to have died of an OOM.
 
+#include <chrono>
 #include <csignal>
+#include <limits>
+#include <random>
 
 #include <gtest/gtest.h>
 
@@ -113,6 +116,121 @@ TEST(Trace, AllEventsInOrderWithAttempt) {
   EXPECT_EQ(all[2].first, 1);
   EXPECT_EQ(all[2].second->integer("step"), 3);
   EXPECT_LT(all[1].second->t, all[2].second->t);
+}
+
+}  // namespace
+}  // namespace oomh
+
+// ---------------------------------------------------------------------------------------------------
+// Hostile numbers and linear classification (issue 12).
+
+namespace oomh {
+namespace {
+
+TEST(EventInteger, ClampsNumbersPastInt64) {
+  auto e = parse_event_line(
+      R"({"t":1,"kind":"inject","fields":{"big":1e30,"small":-1e30,"huge":18446744073709551615,"edge":9223372036854775808.0,"frac":-2.7}})");
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->integer("big"), std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(e->integer("small"), std::numeric_limits<int64_t>::min());
+  EXPECT_EQ(e->integer("huge"), std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(e->integer("edge"), std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(e->integer("frac"), -2);
+  Event nan_event;
+  nan_event.fields = {{"x", std::nan("")}};
+  EXPECT_EQ(nan_event.integer("x", 7), 7);
+}
+
+// The definitions before issue 12, kept here as the specification the linear ones must equal.
+bool old_ended_by_oom(const Attempt& a) {
+  bool failed = (a.end_kind == AttemptEnd::exited && a.exit_code && *a.exit_code != 0) ||
+                (a.end_kind == AttemptEnd::signalled && a.signal && *a.signal == SIGABRT);
+  if (!failed) return false;
+  if (a.oom_message) return true;
+  const auto& events = a.events;
+  for (size_t i = 0; i < events.size(); ++i) {
+    const Event& e = events[i];
+    if (e.src != "probe" || e.kind != "oom" || e.flag("caught", false)) continue;
+    bool caught_later = false;
+    for (size_t j = i + 1; j < events.size() && !caught_later; ++j)
+      caught_later = events[j].kind == "oom_caught" &&
+                     (!events[j].has("step") || events[j].integer("step") == e.integer("step"));
+    if (!caught_later) return true;
+  }
+  return false;
+}
+
+std::vector<bool> old_visible(const Attempt& a) {
+  auto is_probe = [](const Event& e, const char* kind) { return e.src == "probe" && e.kind == kind; };
+  std::vector<bool> out;
+  const bool died_of_oom = old_ended_by_oom(a);
+  for (size_t i = 0; i < a.events.size(); ++i) {
+    if (a.events[i].src != "shim" || a.events[i].kind != "inject") continue;
+    bool visible = died_of_oom;
+    for (size_t j = i + 1; j < a.events.size(); ++j) {
+      if (is_probe(a.events[j], "oom") || is_probe(a.events[j], "oom_caught")) { visible = true; break; }
+      if (completes_a_step(a.events[j])) { visible = false; break; }
+    }
+    out.push_back(visible);
+  }
+  return out;
+}
+
+TEST(InjectedFaults, LinearPassEqualsTheForwardScanOnRandomTraces) {
+  std::mt19937 rng(12);
+  for (int round = 0; round < 3000; ++round) {
+    TraceBuilder b;
+    b.attempt();
+    const int n = static_cast<int>(rng() % 30);
+    for (int i = 0; i < n; ++i) {
+      const int64_t step = static_cast<int64_t>(rng() % 4);
+      switch (rng() % 9) {
+        case 0: case 1: case 2: b.inject(); break;
+        case 3: b.oom(step, 8, rng() % 2 == 0); break;
+        case 4: b.step(step); break;
+        case 5: b.event("probe", "oom_caught", rng() % 2 ? nlohmann::json{{"step", step}} : nlohmann::json::object()); break;
+        case 6: b.observed_line("step", {{"step", std::to_string(step)}}); break;
+        case 7: b.event("runner", "oom_caught", {{"step", step}}); break;
+        default: b.phase("forward"); break;
+      }
+    }
+    switch (rng() % 4) {
+      case 0: b.exit(0); break;
+      case 1: b.exit(1, rng() % 2 == 0); break;
+      case 2: b.killed(SIGABRT); break;
+      default: b.killed(SIGKILL); break;
+    }
+    Trace t = b.build();
+    const Attempt& a = t.attempts[0];
+    ASSERT_EQ(a.ended_by_oom(), old_ended_by_oom(a)) << "round " << round;
+    std::vector<bool> got;
+    for (const InjectedFault& f : a.injected_faults()) got.push_back(f.visible);
+    ASSERT_EQ(got, old_visible(a)) << "round " << round;
+    // The faults come in the order of their events, each pointing at its own inject event.
+    size_t k = 0;
+    for (const Event& e : a.events)
+      if (e.src == "shim" && e.kind == "inject") {
+        ASSERT_EQ(a.injected_faults()[k++].event, &e);
+      }
+  }
+}
+
+TEST(InjectedFaults, HundredThousandInjectionsAreClassifiedQuickly) {
+  TraceBuilder b;
+  b.attempt();
+  for (int i = 0; i < 100000; ++i) {
+    b.inject();
+    if (i % 1000 == 500) b.oom(i, 8, true);
+  }
+  b.exit(0);
+  Trace t = b.build();
+  const auto start = std::chrono::steady_clock::now();
+  auto faults = t.attempts[0].injected_faults();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(faults.size(), 100000u);
+  EXPECT_TRUE(faults.front().visible);
+  EXPECT_FALSE(faults.back().visible);  // after the last OOM: the attempt went on and exited 0
+  EXPECT_LT(seconds, 2.0);
 }
 
 }  // namespace
