@@ -144,7 +144,93 @@ std::vector<std::pair<int, const Event*>> Trace::all_events() const {
   return out;
 }
 
+bool nests_deeper_than(std::string_view json, size_t depth) {
+  size_t level = 0;
+  bool in_string = false, escaped = false;
+  for (char c : json) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    else if (c == '{' || c == '[') {
+      if (++level > depth) return true;
+    } else if ((c == '}' || c == ']') && level > 0) --level;
+  }
+  return false;
+}
+
+void EventLogReader::feed(std::string_view chunk) {
+  while (!chunk.empty()) {
+    const size_t nl = chunk.find('\n');
+    const std::string_view piece = chunk.substr(0, nl);
+    if (!skipping_) {
+      if (line_.size() + piece.size() > limits_.max_line_bytes) {
+        // Never hold a line past the limit: drop what was gathered and skip to its newline.
+        ++long_;
+        skipping_ = true;
+        std::string().swap(line_);
+      } else {
+        line_.append(piece);
+      }
+    }
+    if (nl == std::string_view::npos) return;
+    if (skipping_) skipping_ = false;
+    else take();
+    chunk.remove_prefix(nl + 1);
+  }
+}
+
+void EventLogReader::finish() {
+  if (!skipping_) take();  // a last line cut by a process that died mid-write is simply not an event
+  skipping_ = false;
+}
+
+void EventLogReader::take() {
+  if (line_.empty()) return;
+  if (nests_deeper_than(line_, limits_.max_depth)) {
+    ++deep_;
+  } else if (auto e = parse_event_line(line_)) {
+    last_t_ = std::max(last_t_, e->t);
+    if (e->src == events::kSrcShim && e->kind == events::kInject && ++injects_ > limits_.max_injects) ++injects_dropped_;
+    else events_.push_back(std::move(*e));
+  } else {
+    ++bad_;
+  }
+  line_.clear();
+}
+
+std::vector<Event> EventLogReader::warnings(const std::string& source) const {
+  std::vector<Event> out;
+  auto warn = [&](std::string message, nlohmann::json extra) {
+    Event e;
+    e.t = last_t_;
+    e.src = events::kSrcRunner;
+    e.kind = events::kWarning;
+    e.fields = std::move(extra);
+    e.fields["message"] = std::move(message);
+    out.push_back(std::move(e));
+  };
+  const size_t mib = limits_.max_line_bytes >> 20;
+  const std::string limit_text = mib > 0 && (limits_.max_line_bytes & ((size_t{1} << 20) - 1)) == 0
+                                     ? std::to_string(mib) + " MiB"
+                                     : std::to_string(limits_.max_line_bytes) + " bytes";
+  if (long_ > 0)
+    warn(std::to_string(long_) + " line(s) of " + source + " over " + limit_text + " were skipped", {{"long_lines", long_}});
+  if (deep_ > 0)
+    warn(std::to_string(deep_) + " line(s) of " + source + " nested deeper than " + std::to_string(limits_.max_depth) +
+             " levels were skipped", {{"deep_lines", deep_}});
+  if (injects_dropped_ > 0)
+    warn(std::to_string(injects_) + " faults were injected; the first " + std::to_string(limits_.max_injects) +
+             " are kept in the trace, " + std::to_string(injects_dropped_) + " more were counted only",
+         {{"injects", injects_}, {"injects_dropped", injects_dropped_}});
+  return out;
+}
+
 std::optional<Event> parse_event_line(const std::string& line) {
+  if (nests_deeper_than(line, kMaxEventDepth)) return std::nullopt;
   nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return std::nullopt;
   auto t = j.find("t");

@@ -235,3 +235,89 @@ TEST(InjectedFaults, HundredThousandInjectionsAreClassifiedQuickly) {
 
 }  // namespace
 }  // namespace oomh
+
+// ---------------------------------------------------------------------------------------------------
+// Note [Event log limits]: the streamed reader.
+
+namespace oomh {
+namespace {
+
+std::string event_line(const char* src, const char* kind, double t, const std::string& fields = "{}") {
+  return std::string(R"({"t":)") + std::to_string(t) + R"(,"pid":1,"src":")" + src + R"(","kind":")" + kind +
+         R"(","fields":)" + fields + "}\n";
+}
+
+TEST(EventLogReader, ChunkBoundariesDoNotMatter) {
+  std::string log = event_line("probe", "step", 1, R"({"step":1})") + "garbage\n\n" +
+                    event_line("shim", "inject", 2, R"({"size":10})") + event_line("probe", "oom", 3);
+  log.pop_back();  // no final newline: the last line still counts
+  EventLogReader whole;
+  whole.feed(log);
+  whole.finish();
+  ASSERT_EQ(whole.events().size(), 3u);
+  EXPECT_EQ(whole.bad_lines(), 1u);
+  for (size_t chunk = 1; chunk < 40; ++chunk) {
+    EventLogReader r;
+    for (size_t at = 0; at < log.size(); at += chunk) r.feed(std::string_view(log).substr(at, chunk));
+    r.finish();
+    ASSERT_EQ(r.events().size(), 3u) << chunk;
+    EXPECT_EQ(r.events()[1].integer("size"), 10);
+    EXPECT_EQ(r.bad_lines(), 1u);
+  }
+}
+
+TEST(EventLogReader, SkipsLinesOverTheLimitWithoutHoldingThem) {
+  EventLogReader r(EventLogLimits{1024, 64, 10});
+  r.feed(event_line("probe", "step", 1, R"({"step":1})"));
+  const std::string big(4096, 'x');
+  r.feed(R"({"t":2,"kind":"step","fields":{"pad":")");
+  for (int i = 0; i < 100; ++i) r.feed(big);  // 400 KB, fed in pieces: skipped as it comes
+  r.feed("\"}}\n");
+  r.feed(event_line("probe", "step", 3, R"({"step":2})"));
+  r.feed(std::string(2000, 'y'));  // a long last line without a newline
+  r.finish();
+  ASSERT_EQ(r.events().size(), 2u);
+  EXPECT_EQ(r.long_lines(), 2u);
+  EXPECT_EQ(r.bad_lines(), 0u);
+  auto w = r.warnings("events.jsonl");
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(w[0].kind, "warning");
+  EXPECT_EQ(w[0].src, "runner");
+  EXPECT_EQ(w[0].text("message"), "2 line(s) of events.jsonl over 1024 bytes were skipped");
+  EXPECT_EQ(w[0].t, 3);
+}
+
+TEST(EventLogReader, DeepNestingIsCountedNotParsed) {
+  std::string deep = R"({"t":1,"kind":"x","fields":{"a":)" + std::string(300000, '[') + std::string(300000, ']') + "}}";
+  EXPECT_FALSE(parse_event_line(deep).has_value());  // no recursion 300,000 deep
+  EventLogReader r;
+  r.feed(deep + "\n");
+  // Brackets inside strings are not nesting.
+  r.feed(event_line("probe", "step", 2, R"({"text":")" + std::string(500, '[') + R"(\"[["})"));
+  r.finish();
+  ASSERT_EQ(r.events().size(), 1u);
+  EXPECT_EQ(r.deep_lines(), 1u);
+  auto w = r.warnings("log");
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(w[0].integer("deep_lines"), 1);
+  EXPECT_TRUE(nests_deeper_than("[[[]]]", 2));
+  EXPECT_FALSE(nests_deeper_than("[[[]]]", 3));
+  EXPECT_FALSE(nests_deeper_than(R"(["[[[[", "\"[[[["])", 1));
+}
+
+TEST(EventLogReader, KeepsTheFirstInjectsAndCountsTheRest) {
+  EventLogReader r(EventLogLimits{kMaxEventLineBytes, kMaxEventDepth, 5});
+  for (int i = 0; i < 12; ++i) r.feed(event_line("shim", "inject", i));
+  r.feed(event_line("probe", "oom", 20));
+  r.finish();
+  ASSERT_EQ(r.events().size(), 6u);  // 5 injects and the oom
+  EXPECT_EQ(r.injects_dropped(), 7u);
+  auto w = r.warnings("log");
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(w[0].integer("injects"), 12);
+  EXPECT_EQ(w[0].integer("injects_dropped"), 7);
+  EXPECT_EQ(w[0].t, 20);
+}
+
+}  // namespace
+}  // namespace oomh
