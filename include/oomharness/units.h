@@ -116,11 +116,15 @@ inline std::string format_bytes(uint64_t bytes) {
 }
 
 // "250ms", "1.5s", "2m05s".
+// Minutes are printed from a double, never cast to int: a duration read from a file can be anything
+// (2147483648m once overflowed an int here), and what does not fit a clock is printed as plain seconds.
 inline std::string format_duration(double seconds) {
-  char buf[32];
+  char buf[48];
+  if (std::isnan(seconds)) return "?";
   if (seconds < 1.0) std::snprintf(buf, sizeof buf, "%.0fms", seconds * 1e3);
   else if (seconds < 60.0) std::snprintf(buf, sizeof buf, "%.1fs", seconds);
-  else std::snprintf(buf, sizeof buf, "%dm%02ds", static_cast<int>(seconds / 60), static_cast<int>(std::fmod(seconds, 60.0)));
+  else if (seconds < 1e12) std::snprintf(buf, sizeof buf, "%.0fm%02.0fs", std::floor(seconds / 60), std::floor(std::fmod(seconds, 60.0)));
+  else std::snprintf(buf, sizeof buf, "%.3gs", seconds);
   return buf;
 }
 

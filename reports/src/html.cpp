@@ -212,8 +212,21 @@ void step_ticks(std::ostream& svg, const Chart& c, const JobResult& job) {
 
 // Injected faults on the top row (hollow: absorbed by the framework, filled: the training code saw an
 // OOM); the framework-level events under them.
+// At most kMaxFaultMarkers are drawn (10^5 markers made a 20 MB page); the visible ones first, since they
+// are what a reader looks for, and the job's summary line says how many were left out.
+constexpr size_t kMaxFaultMarkers = 1000;
+
+std::vector<const FaultRecord*> drawn_faults(const JobResult& job) {
+  std::vector<const FaultRecord*> out;
+  for (int pass = 0; pass < 2; ++pass)
+    for (const FaultRecord& f : job.faults)
+      if (f.visible == (pass == 0) && out.size() < kMaxFaultMarkers) out.push_back(&f);
+  return out;
+}
+
 void events(std::ostream& svg, const Chart& c, const JobResult& job) {
-  for (const FaultRecord& f : job.faults) {
+  for (const FaultRecord* fp : drawn_faults(job)) {
+    const FaultRecord& f = *fp;
     const double x = c.x(f.t), y = c.top() - 2;
     std::string title = std::string("injected fault (") + (f.visible ? "visible" : "absorbed") + "): " + f.entry + " " +
                         format_bytes(f.size) + " on GPU " + std::to_string(f.device) + ", rule " + f.rule;
@@ -400,6 +413,9 @@ void job_section(std::ostream& out, const SuiteResult& suite, const JobResult& j
   out << "<p class=\"muted\">suite " << xml_escape(suite.name) << " &middot; " << job.attempts.size() << " attempt(s) &middot; "
       << job.faults.size() << " fault(s) injected, " << job.faults_visible() << " visible, " << job.faults_absorbed()
       << " absorbed";
+  if (job.faults.size() > kMaxFaultMarkers)
+    out << " (" << job.faults.size() - kMaxFaultMarkers << " more not shown: the chart marks the first "
+        << kMaxFaultMarkers << ", visible ones first)";
   if (job.recovery_seconds) out << " &middot; recovered in " << xml_escape(format_duration(*job.recovery_seconds));
   if (job.gpu) out << " &middot; GPU " << *job.gpu;
   out << " &middot; <code>" << xml_escape(join(job.command)) << "</code></p>\n";

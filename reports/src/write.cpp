@@ -1,11 +1,22 @@
 // Writing a report: to a temporary name in the destination's directory, flushed, then renamed over the
 // destination, so that a reader (a CI step, a browser) sees the old file or the new one, never half of one.
+//
+// Note [Where a report goes]
+// The rename is for files. A path that names something else is written to, never replaced (a rename
+// over /dev/stdout, run as root, once left a regular file where the symlink was):
+// - `-`, /dev/stdout, /dev/stderr and /dev/fd/N are the runner's own descriptors, written as they are
+//   (reopening /dev/stdout when it is redirected to a file would start writing at offset 0);
+// - a character device, a FIFO or a socket that exists at the path is opened and written;
+// - a symlink is followed: to a file (or to nothing yet), the atomic write happens at the target's
+//   location, so the link stays a link; to a device or FIFO, that is written.
 
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
 #include <random>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "oomharness/reports/writers.h"
@@ -29,11 +40,78 @@ bool write_all(int fd, const std::string& content) {
   return true;
 }
 
+
+// The descriptor a path stands for when it names one of the runner's own (`-`, /dev/stdout, /dev/fd/3),
+// or -1.
+int own_descriptor(const std::string& path) {
+  if (path == "-" || path == "/dev/stdout" || path == "/proc/self/fd/1") return STDOUT_FILENO;
+  if (path == "/dev/stderr" || path == "/proc/self/fd/2") return STDERR_FILENO;
+  for (const char* prefix : {"/dev/fd/", "/proc/self/fd/"}) {
+    const std::string p(prefix);
+    if (path.size() > p.size() && path.compare(0, p.size(), p) == 0 && path.size() - p.size() <= 6 &&
+        path.find_first_not_of("0123456789", p.size()) == std::string::npos)
+      return std::stoi(path.substr(p.size()));
+  }
+  return -1;
+}
+
+Expected<Written> write_to(const std::string& path, int fd, const std::string& content) {
+  if (!write_all(fd, content)) return failed(path, "writing", errno);
+  return Expected<Written>::success(Written{});
+}
+
+// Opens what exists at `path` (a device, a FIFO) and writes to it, without creating or replacing.
+Expected<Written> write_in_place(const std::string& path, const std::string& content) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) return failed(path, "cannot open it", errno);
+  auto w = write_to(path, fd, content);
+  ::close(fd);
+  return w;
+}
+
+// Where a symlink chain ends (the target need not exist yet); empty with errno set on a loop or error.
+std::string follow_links(const std::string& path) {
+  namespace fs = std::filesystem;
+  fs::path p(path);
+  for (int hops = 0; hops < 40; ++hops) {
+    struct stat st {};
+    if (::lstat(p.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return p.string();
+    std::string buf(PATH_MAX, '\0');
+    const ssize_t n = ::readlink(p.c_str(), buf.data(), buf.size());
+    if (n < 0) return {};
+    buf.resize(static_cast<size_t>(n));
+    fs::path next(buf);
+    p = next.is_absolute() ? next : p.parent_path() / next;
+  }
+  errno = ELOOP;
+  return {};
+}
+
+Expected<Written> write_replacing(const std::string& path, const std::string& content);
+
 }  // namespace
 
 Expected<Written> write_file_atomic(const std::string& path, const std::string& content) {
-  namespace fs = std::filesystem;
   if (path.empty()) return Expected<Written>::failure("cannot write a report: no file name given");
+  if (const int fd = own_descriptor(path); fd >= 0) return write_to(path, fd, content);
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return write_replacing(path, content);  // nothing there yet
+  if (S_ISLNK(st.st_mode)) {
+    struct stat target {};
+    if (::stat(path.c_str(), &target) == 0 && !S_ISREG(target.st_mode) && !S_ISDIR(target.st_mode))
+      return write_in_place(path, content);
+    const std::string end = follow_links(path);
+    if (end.empty()) return failed(path, "cannot follow the symbolic link", errno);
+    return write_replacing(end, content);
+  }
+  if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) return write_in_place(path, content);
+  return write_replacing(path, content);
+}
+
+namespace {
+
+Expected<Written> write_replacing(const std::string& path, const std::string& content) {
+  namespace fs = std::filesystem;
   const fs::path target(path);
   if (!target.has_filename()) return Expected<Written>::failure("cannot write " + path + ": not a file name");
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
@@ -67,5 +145,7 @@ Expected<Written> write_file_atomic(const std::string& path, const std::string& 
   }
   return Expected<Written>::success(Written{});
 }
+
+}  // namespace
 
 }  // namespace oomh

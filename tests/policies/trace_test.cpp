@@ -1,6 +1,9 @@
 // The trace model: event lines, JSON forms, and how an attempt is judged to have died of an OOM.
 
+#include <chrono>
 #include <csignal>
+#include <limits>
+#include <random>
 
 #include <gtest/gtest.h>
 
@@ -113,6 +116,207 @@ TEST(Trace, AllEventsInOrderWithAttempt) {
   EXPECT_EQ(all[2].first, 1);
   EXPECT_EQ(all[2].second->integer("step"), 3);
   EXPECT_LT(all[1].second->t, all[2].second->t);
+}
+
+}  // namespace
+}  // namespace oomh
+
+// ---------------------------------------------------------------------------------------------------
+// Hostile numbers and linear classification (issue 12).
+
+namespace oomh {
+namespace {
+
+TEST(EventInteger, ClampsNumbersPastInt64) {
+  auto e = parse_event_line(
+      R"({"t":1,"kind":"inject","fields":{"big":1e30,"small":-1e30,"huge":18446744073709551615,"edge":9223372036854775808.0,"frac":-2.7}})");
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->integer("big"), std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(e->integer("small"), std::numeric_limits<int64_t>::min());
+  EXPECT_EQ(e->integer("huge"), std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(e->integer("edge"), std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(e->integer("frac"), -2);
+  Event nan_event;
+  nan_event.fields = {{"x", std::nan("")}};
+  EXPECT_EQ(nan_event.integer("x", 7), 7);
+}
+
+// The definitions before issue 12, kept here as the specification the linear ones must equal.
+bool old_ended_by_oom(const Attempt& a) {
+  bool failed = (a.end_kind == AttemptEnd::exited && a.exit_code && *a.exit_code != 0) ||
+                (a.end_kind == AttemptEnd::signalled && a.signal && *a.signal == SIGABRT);
+  if (!failed) return false;
+  if (a.oom_message) return true;
+  const auto& events = a.events;
+  for (size_t i = 0; i < events.size(); ++i) {
+    const Event& e = events[i];
+    if (e.src != "probe" || e.kind != "oom" || e.flag("caught", false)) continue;
+    bool caught_later = false;
+    for (size_t j = i + 1; j < events.size() && !caught_later; ++j)
+      caught_later = events[j].kind == "oom_caught" &&
+                     (!events[j].has("step") || events[j].integer("step") == e.integer("step"));
+    if (!caught_later) return true;
+  }
+  return false;
+}
+
+std::vector<bool> old_visible(const Attempt& a) {
+  auto is_probe = [](const Event& e, const char* kind) { return e.src == "probe" && e.kind == kind; };
+  std::vector<bool> out;
+  const bool died_of_oom = old_ended_by_oom(a);
+  for (size_t i = 0; i < a.events.size(); ++i) {
+    if (a.events[i].src != "shim" || a.events[i].kind != "inject") continue;
+    bool visible = died_of_oom;
+    for (size_t j = i + 1; j < a.events.size(); ++j) {
+      if (is_probe(a.events[j], "oom") || is_probe(a.events[j], "oom_caught")) { visible = true; break; }
+      if (completes_a_step(a.events[j])) { visible = false; break; }
+    }
+    out.push_back(visible);
+  }
+  return out;
+}
+
+TEST(InjectedFaults, LinearPassEqualsTheForwardScanOnRandomTraces) {
+  std::mt19937 rng(12);
+  for (int round = 0; round < 3000; ++round) {
+    TraceBuilder b;
+    b.attempt();
+    const int n = static_cast<int>(rng() % 30);
+    for (int i = 0; i < n; ++i) {
+      const int64_t step = static_cast<int64_t>(rng() % 4);
+      switch (rng() % 9) {
+        case 0: case 1: case 2: b.inject(); break;
+        case 3: b.oom(step, 8, rng() % 2 == 0); break;
+        case 4: b.step(step); break;
+        case 5: b.event("probe", "oom_caught", rng() % 2 ? nlohmann::json{{"step", step}} : nlohmann::json::object()); break;
+        case 6: b.observed_line("step", {{"step", std::to_string(step)}}); break;
+        case 7: b.event("runner", "oom_caught", {{"step", step}}); break;
+        default: b.phase("forward"); break;
+      }
+    }
+    switch (rng() % 4) {
+      case 0: b.exit(0); break;
+      case 1: b.exit(1, rng() % 2 == 0); break;
+      case 2: b.killed(SIGABRT); break;
+      default: b.killed(SIGKILL); break;
+    }
+    Trace t = b.build();
+    const Attempt& a = t.attempts[0];
+    ASSERT_EQ(a.ended_by_oom(), old_ended_by_oom(a)) << "round " << round;
+    std::vector<bool> got;
+    for (const InjectedFault& f : a.injected_faults()) got.push_back(f.visible);
+    ASSERT_EQ(got, old_visible(a)) << "round " << round;
+    // The faults come in the order of their events, each pointing at its own inject event.
+    size_t k = 0;
+    for (const Event& e : a.events)
+      if (e.src == "shim" && e.kind == "inject") {
+        ASSERT_EQ(a.injected_faults()[k++].event, &e);
+      }
+  }
+}
+
+TEST(InjectedFaults, HundredThousandInjectionsAreClassifiedQuickly) {
+  TraceBuilder b;
+  b.attempt();
+  for (int i = 0; i < 100000; ++i) {
+    b.inject();
+    if (i % 1000 == 500) b.oom(i, 8, true);
+  }
+  b.exit(0);
+  Trace t = b.build();
+  const auto start = std::chrono::steady_clock::now();
+  auto faults = t.attempts[0].injected_faults();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(faults.size(), 100000u);
+  EXPECT_TRUE(faults.front().visible);
+  EXPECT_FALSE(faults.back().visible);  // after the last OOM: the attempt went on and exited 0
+  EXPECT_LT(seconds, 2.0);
+}
+
+}  // namespace
+}  // namespace oomh
+
+// ---------------------------------------------------------------------------------------------------
+// Note [Event log limits]: the streamed reader.
+
+namespace oomh {
+namespace {
+
+std::string event_line(const char* src, const char* kind, double t, const std::string& fields = "{}") {
+  return std::string(R"({"t":)") + std::to_string(t) + R"(,"pid":1,"src":")" + src + R"(","kind":")" + kind +
+         R"(","fields":)" + fields + "}\n";
+}
+
+TEST(EventLogReader, ChunkBoundariesDoNotMatter) {
+  std::string log = event_line("probe", "step", 1, R"({"step":1})") + "garbage\n\n" +
+                    event_line("shim", "inject", 2, R"({"size":10})") + event_line("probe", "oom", 3);
+  log.pop_back();  // no final newline: the last line still counts
+  EventLogReader whole;
+  whole.feed(log);
+  whole.finish();
+  ASSERT_EQ(whole.events().size(), 3u);
+  EXPECT_EQ(whole.bad_lines(), 1u);
+  for (size_t chunk = 1; chunk < 40; ++chunk) {
+    EventLogReader r;
+    for (size_t at = 0; at < log.size(); at += chunk) r.feed(std::string_view(log).substr(at, chunk));
+    r.finish();
+    ASSERT_EQ(r.events().size(), 3u) << chunk;
+    EXPECT_EQ(r.events()[1].integer("size"), 10);
+    EXPECT_EQ(r.bad_lines(), 1u);
+  }
+}
+
+TEST(EventLogReader, SkipsLinesOverTheLimitWithoutHoldingThem) {
+  EventLogReader r(EventLogLimits{1024, 64, 10});
+  r.feed(event_line("probe", "step", 1, R"({"step":1})"));
+  const std::string big(4096, 'x');
+  r.feed(R"({"t":2,"kind":"step","fields":{"pad":")");
+  for (int i = 0; i < 100; ++i) r.feed(big);  // 400 KB, fed in pieces: skipped as it comes
+  r.feed("\"}}\n");
+  r.feed(event_line("probe", "step", 3, R"({"step":2})"));
+  r.feed(std::string(2000, 'y'));  // a long last line without a newline
+  r.finish();
+  ASSERT_EQ(r.events().size(), 2u);
+  EXPECT_EQ(r.long_lines(), 2u);
+  EXPECT_EQ(r.bad_lines(), 0u);
+  auto w = r.warnings("events.jsonl");
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(w[0].kind, "warning");
+  EXPECT_EQ(w[0].src, "runner");
+  EXPECT_EQ(w[0].text("message"), "2 line(s) of events.jsonl over 1024 bytes were skipped");
+  EXPECT_EQ(w[0].t, 3);
+}
+
+TEST(EventLogReader, DeepNestingIsCountedNotParsed) {
+  std::string deep = R"({"t":1,"kind":"x","fields":{"a":)" + std::string(300000, '[') + std::string(300000, ']') + "}}";
+  EXPECT_FALSE(parse_event_line(deep).has_value());  // no recursion 300,000 deep
+  EventLogReader r;
+  r.feed(deep + "\n");
+  // Brackets inside strings are not nesting.
+  r.feed(event_line("probe", "step", 2, R"({"text":")" + std::string(500, '[') + R"(\"[["})"));
+  r.finish();
+  ASSERT_EQ(r.events().size(), 1u);
+  EXPECT_EQ(r.deep_lines(), 1u);
+  auto w = r.warnings("log");
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(w[0].integer("deep_lines"), 1);
+  EXPECT_TRUE(nests_deeper_than("[[[]]]", 2));
+  EXPECT_FALSE(nests_deeper_than("[[[]]]", 3));
+  EXPECT_FALSE(nests_deeper_than(R"(["[[[[", "\"[[[["])", 1));
+}
+
+TEST(EventLogReader, KeepsTheFirstInjectsAndCountsTheRest) {
+  EventLogReader r(EventLogLimits{kMaxEventLineBytes, kMaxEventDepth, 5});
+  for (int i = 0; i < 12; ++i) r.feed(event_line("shim", "inject", i));
+  r.feed(event_line("probe", "oom", 20));
+  r.finish();
+  ASSERT_EQ(r.events().size(), 6u);  // 5 injects and the oom
+  EXPECT_EQ(r.injects_dropped(), 7u);
+  auto w = r.warnings("log");
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(w[0].integer("injects"), 12);
+  EXPECT_EQ(w[0].integer("injects_dropped"), 7);
+  EXPECT_EQ(w[0].t, 20);
 }
 
 }  // namespace

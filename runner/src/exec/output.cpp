@@ -85,36 +85,20 @@ std::string OutputTail::text() const {
 }
 
 std::vector<Event> read_event_log(const std::string& path, size_t* bad_lines) {
-  std::vector<Event> out;
-  size_t bad = 0;
+  // Streamed in 64 KiB chunks through the trace's reader (Note [Event log limits] in trace.h): a 512 MiB
+  // line is skipped without being held, a deeply nested one is not parsed, and what was skipped comes
+  // back as `warning` events.
+  EventLogReader reader;
   if (FILE* f = std::fopen(path.c_str(), "re")) {
-    std::string line;
     char buf[64 * 1024];
     size_t n;
-    auto take = [&] {
-      if (line.empty()) return;
-      if (auto e = parse_event_line(line)) out.push_back(std::move(*e));
-      else ++bad;
-      line.clear();
-    };
-    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) {
-      const char* p = buf;
-      const char* end = buf + n;
-      while (p < end) {
-        const char* nl = static_cast<const char*>(std::memchr(p, '\n', static_cast<size_t>(end - p)));
-        if (!nl) {
-          line.append(p, end);
-          break;
-        }
-        line.append(p, nl);
-        take();
-        p = nl + 1;
-      }
-    }
-    take();  // a last line cut by a process that died mid-write is simply not an event
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) reader.feed(std::string_view(buf, n));
+    reader.finish();
     std::fclose(f);
   }
-  if (bad_lines) *bad_lines = bad;
+  if (bad_lines) *bad_lines = reader.bad_lines();
+  std::vector<Event> out = std::move(reader.events());
+  for (Event& w : reader.warnings(path)) out.push_back(std::move(w));
   return out;
 }
 

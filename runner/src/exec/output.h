@@ -102,8 +102,11 @@ class OutputTail {
   std::deque<std::string> lines_;
 };
 
-// Reads an attempt's event log (JSON lines). Lines that are not valid events are skipped and counted in
-// `bad_lines`; a missing file gives no events (a job that never loaded the shim writes none).
+// Reads an attempt's event log (JSON lines), streamed within the limits of Note [Event log limits]
+// (policies/trace.h). Lines that are not valid events are skipped and counted in `bad_lines`; lines
+// over 1 MiB or nested too deep, and inject events past the cap, are skipped and reported by `warning`
+// events at the end of the result; a missing file gives no events (a job that never loaded the shim
+// writes none).
 std::vector<Event> read_event_log(const std::string& path, size_t* bad_lines = nullptr);
 
 }  // namespace oomh::exec

@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -113,8 +114,55 @@ int64_t completed_step(const Event& e);
 std::string attempt_name(int index);
 std::string attempt_end_text(const Attempt& attempt);
 
-// Parses one JSON line of an event log. Returns nullopt for a line that is not a valid event.
+// Parses one JSON line of an event log. Returns nullopt for a line that is not a valid event, and for
+// one nested deeper than kMaxEventDepth (the JSON parser recurses: 300,000 levels crashed it).
 std::optional<Event> parse_event_line(const std::string& line);
+
+// Note [Event log limits]
+// A job writes its event log, and a job may misbehave by design. The reader folds the log line by line
+// and keeps the trace bounded by what the reports and checks use:
+// - a line longer than max_line_bytes is never held: the reader skips to the next newline and counts it;
+// - a line nested deeper than max_depth is counted, not parsed;
+// - the first max_injects `inject` events of the log are kept, later ones counted (the checks ask whether
+//   some fault became visible, and the reports cap the faults they list, results_builder.cpp).
+// What was skipped is said by `warning` events (EventLogReader::warnings), never silently dropped.
+inline constexpr size_t kMaxEventLineBytes = size_t{1} << 20;
+inline constexpr size_t kMaxEventDepth = 64;
+inline constexpr size_t kMaxInjectEvents = 10000;
+
+struct EventLogLimits {
+  size_t max_line_bytes = kMaxEventLineBytes;
+  size_t max_depth = kMaxEventDepth;
+  size_t max_injects = kMaxInjectEvents;
+};
+
+// Whether the JSON text nests arrays and objects deeper than `depth` (strings are skipped).
+bool nests_deeper_than(std::string_view json, size_t depth);
+
+// Reads an event log fed in chunks of any size (Note [Event log limits]).
+class EventLogReader {
+ public:
+  explicit EventLogReader(EventLogLimits limits = {}) : limits_(limits) {}
+  void feed(std::string_view chunk);
+  void finish();  // the last line, when the log does not end with a newline
+
+  std::vector<Event>& events() { return events_; }
+  size_t bad_lines() const { return bad_; }       // not valid events
+  size_t long_lines() const { return long_; }     // over max_line_bytes, skipped
+  size_t deep_lines() const { return deep_; }     // nested deeper than max_depth, skipped
+  size_t injects_dropped() const { return injects_dropped_; }
+  // One runner `warning` event per kind of skip (`source` names the log), at the latest time read.
+  std::vector<Event> warnings(const std::string& source) const;
+
+ private:
+  void take();
+  EventLogLimits limits_;
+  std::string line_;
+  bool skipping_ = false;  // inside a line already over the limit
+  std::vector<Event> events_;
+  size_t bad_ = 0, long_ = 0, deep_ = 0, injects_ = 0, injects_dropped_ = 0;
+  double last_t_ = 0;
+};
 
 void to_json(nlohmann::json& j, const Event& e);
 void from_json(const nlohmann::json& j, Event& e);

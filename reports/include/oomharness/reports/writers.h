@@ -41,6 +41,8 @@ std::string render_perfetto(const RunResult& run);
 
 // Writes `content` to a temporary file in path's directory and renames it over `path`, so that a reader
 // never sees a half-written report. On failure nothing is left behind and the error names the path.
+// `-` (and /dev/stdout, /dev/fd/N) is standard output (that descriptor); a FIFO or device is written to
+// and a symlink followed, never replaced (Note [Where a report goes] in write.cpp).
 Expected<Written> write_file_atomic(const std::string& path, const std::string& content);
 
 }  // namespace oomh
