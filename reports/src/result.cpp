@@ -320,7 +320,10 @@ void from_json(const json& j, JobResult& v) {
   if (const json* t = member(j, "timeline")) {
     within("timeline", [&] {
       if (!t->is_object()) throw FieldError("", "expected an object keyed by device");
-      for (const auto& [key, points] : t->items()) {
+      for (const auto& item : t->items()) {
+        // Not a structured binding: clang 14 rejects a lambda that captures one.
+        const std::string& key = item.key();
+        const json& points = item.value();
         within(key, [&] {
           auto& out = v.timeline[device_key(key)];
           if (!points.is_array()) throw FieldError("", "expected an array of points");
@@ -334,7 +337,11 @@ void from_json(const json& j, JobResult& v) {
   if (const json* p = member(j, "peak")) {
     within("peak", [&] {
       if (!p->is_object()) throw FieldError("", "expected an object keyed by device");
-      for (const auto& [key, bytes] : p->items()) within(key, [&] { v.peak[device_key(key)] = bytes.get<uint64_t>(); });
+      for (const auto& item : p->items()) {
+        const std::string& key = item.key();  // not a structured binding: clang 14 rejects capturing one
+        const json& bytes = item.value();
+        within(key, [&] { v.peak[device_key(key)] = bytes.get<uint64_t>(); });
+      }
     });
   }
   get_list(j, "markers", v.markers);
