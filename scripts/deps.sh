@@ -46,6 +46,10 @@ if [ "$what" = test ]; then
   want_cmd chromium chromium
   # tests/python: the Python probe and recovery code against PyTorch on the CPU (1.13 on Debian 12).
   want_file python3-torch /usr/lib/python3/dist-packages/torch/__init__.py
+  # scripts/fuzz.sh: the libFuzzer targets of tests/fuzz build with clang and its libFuzzer runtime.
+  want_cmd clang clang++
+  want_file libclang-rt-14-dev /usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a \
+    /usr/lib/llvm-14/lib/clang/14/lib/linux/libclang_rt.fuzzer-x86_64.a
 fi
 
 # CUDA headers: only cuda.h is needed, from CUDA 12 or newer (cuGetProcAddress_v2).
