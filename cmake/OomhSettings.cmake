@@ -13,6 +13,18 @@ add_library(oomh::settings ALIAS oomh_settings)
 target_compile_features(oomh_settings INTERFACE cxx_std_20)
 target_compile_definitions(oomh_settings INTERFACE _GNU_SOURCE)
 
+# Fuzzing (tests/fuzz/README.md): libFuzzer is clang's, and every library a target links must carry its
+# coverage instrumentation, so the option instruments the whole build and adds ASan + UBSan to it.
+if(OOMH_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    message(FATAL_ERROR "OOMH_FUZZ=ON needs clang (libFuzzer): configure with -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang")
+  endif()
+  if(NOT OOMH_SANITIZE)
+    set(OOMH_SANITIZE "address;undefined")
+  endif()
+  target_compile_options(oomh_settings INTERFACE -fsanitize=fuzzer-no-link)
+endif()
+
 if(OOMH_SANITIZE)
   list(JOIN OOMH_SANITIZE "," _oomh_san)
   message(STATUS "oomharness: building with -fsanitize=${_oomh_san}")

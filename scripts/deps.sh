@@ -50,6 +50,10 @@ if [ "$what" = test ]; then
   # Debian's torch calls the BLAS the alternatives system points at: OpenBLAS instead of the reference BLAS
   # made a small training run here 13x faster (the virtual CUDA device's tests and demo run real trainers).
   want_file libopenblas0-pthread /usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3 /usr/lib/aarch64-linux-gnu/openblas-pthread/libblas.so.3
+  # scripts/fuzz.sh: the libFuzzer targets of tests/fuzz build with clang and its libFuzzer runtime.
+  want_cmd clang clang++
+  want_file libclang-rt-14-dev /usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a \
+    /usr/lib/llvm-14/lib/clang/14/lib/linux/libclang_rt.fuzzer-x86_64.a
 fi
 
 # CUDA headers: only cuda.h is needed, from CUDA 12 or newer (cuGetProcAddress_v2).

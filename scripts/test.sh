@@ -23,3 +23,16 @@ if [ "${OOMH_SANITIZERS:-1}" = 1 ]; then
 fi
 
 ctest --test-dir "$build" --output-on-failure -j"$jobs" --timeout 600
+
+# The libFuzzer targets (tests/fuzz), each for OOMH_FUZZ_SECONDS (30 by default) under ASan + UBSan, in
+# their own clang build. Skipped, saying so, where clang or its libFuzzer runtime is missing; OOMH_FUZZ=0
+# skips them on purpose.
+if [ "${OOMH_FUZZ:-1}" = 1 ]; then
+  rc=0
+  OOMH_FUZZ_BUILD_DIR="$build-fuzz" "$root/scripts/fuzz.sh" || rc=$?
+  if [ "$rc" = 77 ]; then
+    echo "== fuzz targets SKIPPED: clang or libFuzzer is not installed (scripts/deps.sh test installs them on Debian)"
+  elif [ "$rc" != 0 ]; then
+    exit "$rc"
+  fi
+fi

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets of tests/fuzz with clang (ASan + UBSan) and runs each for a bounded time
+# on its seed corpus; fails on any crash, leak, timeout or sanitizer report. tests/fuzz/README.md.
+#
+#   scripts/fuzz.sh                 # every target, 30 s each
+#   scripts/fuzz.sh suite units     # some targets
+#   OOMH_FUZZ_SECONDS=600 scripts/fuzz.sh events
+#
+# Environment: OOMH_FUZZ_SECONDS (default 30), OOMH_FUZZ_BUILD_DIR (default build-fuzz), OOMH_JOBS,
+# OOMH_FUZZ_WORK (where new inputs and crash files go; default BUILD/fuzz-work). Exit 0: no finding;
+# 1: a target found something (its crash file is named); 77: clang or libFuzzer is missing (skipped).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${OOMH_FUZZ_BUILD_DIR:-$root/build-fuzz}
+seconds=${OOMH_FUZZ_SECONDS:-30}
+jobs=${OOMH_JOBS:-$(nproc)}
+work=${OOMH_FUZZ_WORK:-$build/fuzz-work}
+all_targets=(suite fault_plan units job_filter events)
+targets=("$@")
+[ ${#targets[@]} -eq 0 ] && targets=("${all_targets[@]}")
+
+# clang and its libFuzzer runtime (Debian: clang, libclang-rt-14-dev; scripts/deps.sh test installs them).
+cxx=${OOMH_FUZZ_CXX:-}
+if [ -z "$cxx" ]; then
+  for c in clang++ clang++-14 clang++-15 clang++-16; do command -v "$c" >/dev/null 2>&1 && { cxx=$c; break; }; done
+fi
+if [ -z "$cxx" ]; then
+  echo "scripts/fuzz.sh: SKIPPED: no clang++ (apt-get install clang libclang-rt-14-dev)" >&2
+  exit 77
+fi
+cc=${cxx/clang++/clang}
+probe=$(mktemp -d)
+trap 'rm -rf "$probe"' EXIT
+echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }' >"$probe/p.cpp"
+if ! "$cxx" -fsanitize=fuzzer,address,undefined "$probe/p.cpp" -o "$probe/p" >"$probe/log" 2>&1; then
+  echo "scripts/fuzz.sh: SKIPPED: $cxx cannot link -fsanitize=fuzzer (apt-get install libclang-rt-14-dev):" >&2
+  cat "$probe/log" >&2
+  exit 77
+fi
+
+launcher=()
+command -v ccache >/dev/null 2>&1 && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+# -O1 and line tables only: what libFuzzer advises, and half the compile time of -O2 -g on a 2-core CI machine.
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -gline-tables-only" \
+  -DCMAKE_C_FLAGS_RELEASE="-O1 -gline-tables-only" \
+  -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" "${launcher[@]}" \
+  -DOOMH_FUZZ=ON -DOOMH_BUILD_TESTS=OFF -DOOMH_BUILD_BENCH=OFF -DOOMH_WITH_TORCH=OFF >/dev/null
+cmake --build "$build" -j"$jobs" --target $(printf 'fuzz_%s ' "${targets[@]}")
+
+failed=()
+for t in "${targets[@]}"; do
+  exe="$build/tests/fuzz/fuzz_$t"
+  seeds="$root/tests/fuzz/corpus/$t"
+  corpus="$work/corpus/$t"      # new inputs go here, never into the seeds in the tree
+  artifacts="$work/artifacts/$t/"
+  mkdir -p "$corpus" "$artifacts"
+  echo "== fuzz_$t for ${seconds}s"
+  # -timeout: an input that takes 10 s is a hang; -rss_limit_mb: the issue's "bounded memory".
+  if "$exe" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
+       -print_final_stats=1 -artifact_prefix="$artifacts" "$corpus" "$seeds" >"$work/$t.log" 2>&1; then
+    grep -E '^stat::number_of_executed_units|^Done ' "$work/$t.log" || true
+  else
+    tail -40 "$work/$t.log"
+    echo "scripts/fuzz.sh: fuzz_$t found a problem: $(ls "$artifacts" | head -3 | sed "s|^|$artifacts|" | tr '\n' ' ')" >&2
+    failed+=("$t")
+  fi
+done
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "scripts/fuzz.sh: findings in ${failed[*]} (full logs in $work)" >&2
+  exit 1
+fi
+echo "scripts/fuzz.sh: no finding in ${targets[*]}"
