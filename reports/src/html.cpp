@@ -217,10 +217,18 @@ void step_ticks(std::ostream& svg, const Chart& c, const JobResult& job) {
 constexpr size_t kMaxFaultMarkers = 1000;
 
 std::vector<const FaultRecord*> drawn_faults(const JobResult& job) {
-  std::vector<const FaultRecord*> out;
+  // Chosen visible first, drawn in time order (as every fault is when they fit).
+  std::vector<bool> chosen(job.faults.size(), false);
+  size_t n = 0;
   for (int pass = 0; pass < 2; ++pass)
-    for (const FaultRecord& f : job.faults)
-      if (f.visible == (pass == 0) && out.size() < kMaxFaultMarkers) out.push_back(&f);
+    for (size_t i = 0; i < job.faults.size() && n < kMaxFaultMarkers; ++i)
+      if (job.faults[i].visible == (pass == 0)) {
+        chosen[i] = true;
+        ++n;
+      }
+  std::vector<const FaultRecord*> out;
+  for (size_t i = 0; i < job.faults.size(); ++i)
+    if (chosen[i]) out.push_back(&job.faults[i]);
   return out;
 }
 

@@ -11,10 +11,22 @@
 
 #include <cerrno>
 #include <chrono>
+#include <mutex>
+#include <set>
 
 extern char** environ;
 
 namespace oomh {
+
+namespace {
+std::mutex g_children_mutex;
+std::set<int> g_children;  // spawned here and not reaped yet
+}  // namespace
+
+bool is_command_child(int pid) {
+  std::lock_guard<std::mutex> lock(g_children_mutex);
+  return g_children.count(pid) != 0;
+}
 
 CommandOutput run_command(const std::vector<std::string>& argv, double timeout_seconds) {
   CommandOutput result;
@@ -30,7 +42,13 @@ CommandOutput run_command(const std::vector<std::string>& argv, double timeout_s
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   pid_t pid = -1;
-  int rc = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
+  int rc = 0;
+  {
+    // Registered before anyone can see it: is_command_child waits for the spawn.
+    std::lock_guard<std::mutex> lock(g_children_mutex);
+    rc = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
+    if (rc == 0) g_children.insert(pid);
+  }
   posix_spawn_file_actions_destroy(&actions);
   close(pipe_fds[1]);
   if (rc != 0) {
@@ -58,6 +76,10 @@ CommandOutput run_command(const std::vector<std::string>& argv, double timeout_s
   if (result.timed_out) kill(pid, SIGKILL);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+  {
+    std::lock_guard<std::mutex> lock(g_children_mutex);
+    g_children.erase(pid);
+  }
   if (!result.timed_out && WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
   return result;
 }

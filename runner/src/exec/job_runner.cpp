@@ -81,6 +81,7 @@
 #include "exec/launch.h"
 #include "exec/output.h"
 #include "oomharness/control_block.h"
+#include "oomharness/runner/command.h"
 #include "oomharness/events.h"
 #include "oomharness/policies/registry.h"
 
@@ -638,7 +639,7 @@ void JobRunner::Impl::start_attempt(JobState& j, bool reference) {
   actx.attempt = n;
   actx.control_name = r.control_name;
   actx.events_path = r.events_path;
-  actx.plan_json = j.spec->plan(r.attempt.faults_enabled).dump();
+  actx.plan_json = j.spec->plan(r.attempt.faults_enabled).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   actx.flush_steps = j.spec->flush_steps(r.attempt.faults_enabled);
   actx.workdir = work;
   actx.gpu = j.placement.gpu;
@@ -824,7 +825,7 @@ void JobRunner::Impl::kill_orphans(const AttemptRun* r, bool all) {
     }
     bool killed = false;
     for (pid_t pid : runner_children()) {
-      if (std::find(known.begin(), known.end(), pid) != known.end()) continue;
+      if (std::find(known.begin(), known.end(), pid) != known.end() || is_command_child(pid)) continue;
       if (process_gone(pid)) {  // a zombie of ours: reap it
         waitpid(pid, nullptr, WNOHANG);
         continue;

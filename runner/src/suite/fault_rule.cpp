@@ -64,7 +64,9 @@ std::vector<std::string> rule_keys_at(const std::vector<std::string>& path) {
 
 CheckedRule check_fault_rule(const nlohmann::json& rule) {
   CheckedRule out;
-  inject::RuleCheck check = inject::check_rule(rule.dump());
+  // A suite may hold any bytes: invalid UTF-8 in a value is replaced (U+FFFD), and the shim's parser then
+  // refuses the value it cannot read, never the dump (tests/fuzz/crashes/suite/fault-rule-invalid-utf8.yaml).
+  inject::RuleCheck check = inject::check_rule(rule.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   if (check.ok()) {
     out.rule = nlohmann::json::parse(check.json);
     return out;
@@ -81,7 +83,7 @@ CheckedRule check_fault_rule(const nlohmann::json& rule) {
 }
 
 std::optional<std::string> check_fault_plan(const nlohmann::json& plan) {
-  inject::PlanResult r = inject::parse_fault_plan(plan.dump());
+  inject::PlanResult r = inject::parse_fault_plan(plan.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   if (r) return std::nullopt;
   return r.error;
 }

@@ -15,4 +15,9 @@ struct CommandOutput {
 // Runs argv[0] (looked up in PATH) with a time limit; kills it (SIGKILL) when the limit passes.
 CommandOutput run_command(const std::vector<std::string>& argv, double timeout_seconds);
 
+// Whether `pid` is a run_command child still running or not yet reaped. The job runner is a child subreaper
+// that kills and reaps children that are not its jobs (Note [Nothing left behind]); these are the runner's
+// own (the environment's detection runs beside the jobs), and must be left to run_command's waitpid.
+bool is_command_child(int pid);
+
 }  // namespace oomh
