@@ -58,6 +58,18 @@ declare -A EST=([build]=80 [pytests]=200 [ctest]=60 [injector]=30 [libtorch]=30 
                 [selftest]=60 [demo]=60 [armed]=60 [reservation]=55 [reservesuite]=30 [fidelity-reserve]=20 [throughput]=145
                 [packing]=150 [drivercalls]=35 [shimbench]=30 [runnerbench]=10 [compat]=5)
 
+# RE2 (Debian's libre2-dev) is not on the GPU machine, where nothing can be installed: carry Debian's two
+# packages in .re2/ (`apt-get download libre2-9 libre2-dev`, name .re2 in the device call's carry) and they
+# are unpacked here for the build and the runs.
+if [ ! -e /usr/include/re2/re2.h ] && ls "$root"/.re2/*.deb >/dev/null 2>&1; then
+  mkdir -p /tmp/re2
+  for f in "$root"/.re2/*.deb; do dpkg -x "$f" /tmp/re2; done
+  re2_lib=$(dirname "$(ls /tmp/re2/usr/lib/*/libre2.so | head -1)")
+  export CPLUS_INCLUDE_PATH=/tmp/re2/usr/include${CPLUS_INCLUDE_PATH:+:$CPLUS_INCLUDE_PATH}
+  export LIBRARY_PATH=$re2_lib${LIBRARY_PATH:+:$LIBRARY_PATH}
+  export LD_LIBRARY_PATH=$re2_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export CMAKE_PREFIX_PATH=/tmp/re2/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}
+fi
 if ! nvidia-smi -L >/dev/null 2>&1; then
   echo "tests/gpu/run_all.sh: no GPU here (nvidia-smi -L failed)" >&2
   exit 125
