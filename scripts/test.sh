@@ -22,8 +22,6 @@ if [ "${OOMH_SANITIZERS:-1}" = 1 ]; then
   done
 fi
 
-ctest --test-dir "$build" --output-on-failure -j"$jobs" --timeout 600
-
 # The libFuzzer targets (tests/fuzz), each for OOMH_FUZZ_SECONDS (30 by default) under ASan + UBSan, in
 # their own clang build. Skipped, saying so, where clang or its libFuzzer runtime is missing; OOMH_FUZZ=0
 # skips them on purpose.
@@ -36,3 +34,6 @@ if [ "${OOMH_FUZZ:-1}" = 1 ]; then
     exit "$rc"
   fi
 fi
+
+# Last, so that its summary closes the output.
+ctest --test-dir "$build" --output-on-failure -j"$jobs" --timeout 600
