@@ -163,3 +163,19 @@ TEST(RuleSchema, EveryDocumentedFaultExampleIsAccepted) {
 
 }  // namespace
 }  // namespace oomh
+
+namespace oomh {
+namespace {
+
+// Found by fuzz_suite (tests/fuzz/corpus/suite/fault-rule-invalid-utf8.yaml): invalid UTF-8 in a rule's
+// value made the translation's JSON dump throw, and the loader died. It is an ordinary suite error now.
+TEST(RuleSchema, InvalidUtf8InAValueIsASuiteErrorNotACrash) {
+  SuiteLoad load = load_suite_text("version: 1\njobs:\n  - name: j\n    run: 'true'\n    faults: [{when: {after: \"1\xCF\"}}]\n",
+                                   "s.yaml", "/tmp");
+  EXPECT_FALSE(load.suite.has_value());
+  ASSERT_FALSE(load.errors.empty());
+  EXPECT_NE(load.errors[0].str().find("s.yaml:5:"), std::string::npos) << load.errors[0].str();
+}
+
+}  // namespace
+}  // namespace oomh
