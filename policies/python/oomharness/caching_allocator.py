@@ -338,15 +338,6 @@ class CachingAllocatorModel:
                    format_bytes(self.allocated), format_bytes(cached)))
 
 
-def driver_library_available():
-    """Whether a libcuda.so.1 can be loaded here (on the virtual device: the driver double)."""
-    try:
-        ctypes.CDLL("libcuda.so.1")
-        return True
-    except OSError:
-        return False
-
-
 __all__ = ["CachingAllocatorModel", "BudgetSegments", "DriverSegments", "OutOfMemory", "round_size",
-           "segment_size", "driver_library_available"]
+           "segment_size"]
 

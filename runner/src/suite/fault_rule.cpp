@@ -17,10 +17,6 @@ std::vector<std::string> names(const Table& table) {
   return std::vector<std::string>(std::begin(table), std::end(table));
 }
 
-bool is_index(const std::string& s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
-}
-
 // "when.steps.from: must be ..." -> ({"when", "steps", "from"}, "must be ..."); "when.entry[1]: ..." too.
 RuleProblem split(const std::string& error) {
   RuleProblem p;
@@ -47,12 +43,6 @@ RuleProblem split(const std::string& error) {
 }
 
 }  // namespace
-
-std::string path_text(const std::vector<std::string>& path) {
-  std::string out;
-  for (const auto& p : path) out += is_index(p) ? "[" + p + "]" : (out.empty() ? "" : ".") + p;
-  return out;
-}
 
 std::vector<std::string> rule_keys_at(const std::vector<std::string>& path) {
   if (path.empty()) return names(inject::kRuleKeys);

@@ -38,7 +38,4 @@ std::vector<std::string> rule_keys_at(const std::vector<std::string>& path);
 // Adds " (did you mean 'x'?)" to a problem with a misspelt phase or entry point, given the value written.
 void suggest_choice(RuleProblem& problem, const std::string& written);
 
-// "when.steps.from", "when.entry[1]".
-std::string path_text(const std::vector<std::string>& path);
-
 }  // namespace oomh::suite
