@@ -16,7 +16,7 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PROBE_DIR = os.path.abspath(os.path.join(HERE, "..", "..", "policies", "python"))
+PROBE_DIR = os.path.abspath(os.path.join(HERE, "..", "..", "python"))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "python"))
 
 WORKER = r'''

@@ -26,7 +26,7 @@ import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "policies", "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 from oomharness import recover  # noqa: E402
 
 BUGS = ("none", "skip-batch", "retry-holding", "resume-from-zero", "resume-no-optimizer", "leak-outputs")

@@ -5,7 +5,7 @@
 //
 // Note [Control block layout]
 // The layout is an ABI between the runner, the C++ shim and the Python probe (which maps the segment with
-// mmap and reads/writes fields at fixed offsets, see policies/python/oomharness/_control.py). Every field is
+// mmap and reads/writes fields at fixed offsets, see python/oomharness/_control.py). Every field is
 // a fixed-width integer at a fixed offset, checked by static_asserts below; a change of layout bumps
 // kControlVersion. Readers check magic, version and size before trusting anything else.
 //

@@ -1,6 +1,6 @@
 #pragma once
 // Reference recovery code for LibTorch programs: what the usual advice for CUDA out-of-memory errors says
-// to do, done right (the Python twin is policies/python/oomharness/recover.py). Header-only; it needs
+// to do, done right (the Python twin is python/oomharness/recover.py). Header-only; it needs
 // LibTorch, so only code built with LibTorch includes it (examples/libtorch/).
 //
 //   oomh::recover::BatchHalving halving(model_params_optimizer, loss_fn, /*micro_batch=*/64);

@@ -11,7 +11,7 @@ import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.environ.get("OOMH_SOURCE_DIR") or os.path.abspath(os.path.join(HERE, "..", ".."))
-PROBE_DIR = os.path.join(SOURCE, "policies", "python")
+PROBE_DIR = os.path.join(SOURCE, "python")
 EXAMPLES = os.path.join(SOURCE, "examples", "python")
 
 # sizeof(oomh::ControlBlock): header, 16 devices, 256 process slots, plan size + reserved, plan text.

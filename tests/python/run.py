@@ -10,7 +10,7 @@ except Exception as e:
     print("tests/python: skipped, torch cannot be imported: %s" % e)
     sys.exit(125)
 sys.path.insert(0, here)
-sys.path.insert(0, os.path.join(here, "..", "..", "policies", "python"))
+sys.path.insert(0, os.path.join(here, "..", "..", "python"))
 suite = unittest.defaultTestLoader.loadTestsFromName(sys.argv[1])
 result = unittest.TextTestRunner(verbosity=2).run(suite)
 sys.exit(0 if result.wasSuccessful() else 1)

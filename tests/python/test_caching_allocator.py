@@ -1,5 +1,5 @@
 """The caching-allocator model of the virtual CUDA device (Note [The caching allocator, modelled] in
-policies/python/oomharness/caching_allocator.py): PyTorch's rules, checked against hand-counted figures, and
+python/oomharness/caching_allocator.py): PyTorch's rules, checked against hand-counted figures, and
 its segments asked of the CPU driver double through the real shim."""
 import json
 import os
@@ -136,7 +136,7 @@ class ThroughTheShim(unittest.TestCase):
                 "LD_LIBRARY_PATH": os.path.join(build, "cuda_double"),
                 "OOMH_EVENTS": events,
                 "CUDA_DOUBLE_MEMORY": "1GiB",
-                "PYTHONPATH": os.path.join(here, "..", "..", "policies", "python"),
+                "PYTHONPATH": os.path.join(here, "..", "..", "python"),
             })
             env.update(env_extra)
             proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)

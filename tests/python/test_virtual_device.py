@@ -1,5 +1,5 @@
 """The virtual CUDA device (Note [Which tensors are on the virtual device] in
-policies/python/oomharness/virtual_device.py): unchanged CUDA code runs on the CPU, its device memory is
+python/oomharness/virtual_device.py): unchanged CUDA code runs on the CPU, its device memory is
 counted byte-exactly in the caching-allocator model, and running out raises PyTorch's own error."""
 import json
 import subprocess
@@ -10,7 +10,7 @@ import textwrap
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PY = os.path.join(HERE, "..", "..", "policies", "python")
+PY = os.path.join(HERE, "..", "..", "python")
 
 PRELUDE = """
 import sys

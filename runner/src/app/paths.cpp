@@ -71,7 +71,7 @@ Found find_inject_library() {
 
 Found find_python_probe_dir() {
   std::vector<std::string> c;
-  if (*source_dir()) c.push_back(std::string(source_dir()) + "/policies/python");
+  if (*source_dir()) c.push_back(std::string(source_dir()) + "/python");
   for (auto& p : upward({"share/oomharness/python"})) c.push_back(p);
   return first_existing("OOMH_PYTHON_DIR", c, true);
 }
@@ -123,7 +123,7 @@ std::optional<std::string> resolve_paths(bool simulate, HarnessPaths& paths, boo
       return "the virtual CUDA device needs the CPU driver double (build target oomh_cuda_double, or set OOMH_CUDA_DOUBLE_DIR); " +
              dbl.tried_text();
     if (paths.python_probe_dir.empty())
-      return "the virtual CUDA device needs oomharness's Python package (policies/python; set OOMH_HOME)";
+      return "the virtual CUDA device needs oomharness's Python package (python; set OOMH_HOME)";
     paths.virtual_driver_dir = *dbl.path;
   }
   return std::nullopt;

@@ -60,7 +60,7 @@ std::vector<std::string> job_environment(const JobSpec& job, const HarnessPaths&
     env.insert_or_assign("OOMH_PROBE", std::string("1"));
   }
   if (job.device == DeviceChoice::virtual_device) {
-    // The virtual CUDA device (policies/python/oomharness/virtual_device.py) installs itself when the job
+    // The virtual CUDA device (python/oomharness/virtual_device.py) installs itself when the job
     // imports torch, and asks the driver double for its segments: the shim sees them as a GPU's.
     if (job.probe == ProbeMode::none) prepend_path(env, "PYTHONPATH", paths.python_probe_dir);
     env["OOMH_DEVICE"] = "virtual";

@@ -1,6 +1,6 @@
 """The Python probe: tells the harness what a PyTorch training job is doing, with no change to its code.
 
-The runner puts policies/python/ on PYTHONPATH and sets OOMH_PROBE=1; sitecustomize.py then waits for the
+The runner puts python/ on PYTHONPATH and sets OOMH_PROBE=1; sitecustomize.py then waits for the
 job to import torch and calls install() (docs/probe.md). From then on the probe
 
   - counts training steps from the optimizers' step hooks and writes the step in progress into the control
