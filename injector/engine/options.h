@@ -38,6 +38,7 @@ inline constexpr OptionSpec kOptionTable[] = {
     {"OOMH_PHASE_EVENTS", false, "1: the Python probe also logs a phase event at each phase change"},
     {"OOMH_RESERVE_PID", false, "pid of the job's reservation sidecar (set by the runner)"},
     {"OOMH_FLUSH_AT_STEPS", false, "steps at which the Python probe empties PyTorch's cache (set by the runner for step faults)"},
+    {"OOMH_DEVICE", false, "virtual: the Python package installs the virtual CUDA device (set by the runner)"},
     // The runner's own settings: jobs inherit them, so the shim must not warn about them.
     {"OOMH_HOME", false, "the oomharness source tree (runner: where the demo suite is)"},
     {"OOMH_INJECT_LIBRARY", false, "runner: the shim to preload"},

@@ -185,6 +185,7 @@ class CachingAllocatorModel:
         self.num_alloc_retries = 0  # segments refused, then asked again after freeing the cache
         self.num_ooms = 0
         self.fraction_limit = None  # set_per_process_memory_fraction, as bytes
+        self.before_new_segment = None  # called before the driver is asked for a segment: frees may be pending
 
     # ---- what the code does
     def malloc(self, nbytes):
@@ -192,6 +193,9 @@ class CachingAllocatorModel:
         small = size <= SMALL_SIZE
         pool = self.free_small if small else self.free_large
         block = self._best_fit(pool, size)
+        if block is None and self.before_new_segment is not None:
+            self.before_new_segment()  # the virtual device gives back the blocks of storages that died
+            block = self._best_fit(pool, size)
         if block is None:
             block = self._new_segment(size, small)
         pool_of_block = self.free_small if block.segment.small else self.free_large

@@ -13,17 +13,67 @@ Lifetimes are polled (a finalizer on the Python object fires too early: autograd
 without it): the youngest storages at each operation (activations die young), every storage before the model
 asks the driver for a new segment and whenever memory is reported, so figures and block reuse match a GPU's.
 Not seen: operations on threads other than the one that installed the device (dispatch modes are per thread).
+
+Note [What a GPU holds that no tensor shows]
+cuBLAS takes a workspace from the caching allocator the first time a handle runs a BLAS call on a stream, and
+keeps it: one for the thread that runs forward, one for autograd's device thread (the study's 64 MiB beyond
+parameters, gradients and Adam state on an H100). The device books one workspace at the first BLAS operation
+outside backward and one at the first inside it, of the size CUBLAS_WORKSPACE_CONFIG gives (":SIZE_KiB:COUNT"
+pairs), else PyTorch 2.x's default on Hopper (:4096:8, 32 MiB). The CUDA context is no allocation: the runner
+gives the driver double a context of the size measured on an H100 (Note [The context on the virtual device] in
+runner/src/exec/launch.cpp), which mem_get_info and a cap that counts the footprint see, as on a GPU.
+
+Note [Divergences]
+Where the CPU cannot do what a GPU would, the device does the nearest thing and says so, once per kind and
+process, as a `divergence` event that the reports list under the job: CUDA autocast runs as CPU bfloat16
+autocast (activations take 2 bytes, as under float16 on a GPU; the numerics differ), a GradScaler is disabled
+(bfloat16 needs no loss scaling), composite attention keeps B*H*S^2 probabilities that a GPU's fused attention
+does not, convolutions run without cuDNN's workspaces, and CUDA requests on other threads are booked but their
+operations are not seen.
 """
 
+import os
 import threading
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
+from ._events import EventLog
 from .caching_allocator import BudgetSegments, CachingAllocatorModel
 
-YOUNG = 64  # storages checked at each operation, newest first
+YOUNG = 64  # storages checked before each booking, newest first
+_expired = torch.UntypedStorage._expired
+
+DESCRIPTION = "virtual CUDA device (PyTorch %s on the CPU, caching-allocator model)"
+
+# Note [What a GPU holds that no tensor shows]
+BLAS_OPS = frozenset(("mm", "addmm", "bmm", "baddbmm", "addbmm", "addmv", "mv", "dot", "vdot", "addr",
+                      "_addmm_activation"))
+DEFAULT_CUBLAS_WORKSPACE_CONFIG = ":4096:8"  # PyTorch 2.x on Hopper (sm90): 8 buffers of 4 MiB
+
+
+def cublas_workspace_bytes(config=None):
+    """One cuBLAS workspace's bytes for CUBLAS_WORKSPACE_CONFIG (":SIZE_KiB:COUNT" pairs, as cuBLAS reads it);
+    PyTorch's default on Hopper when it is unset or unreadable."""
+    if config is None:
+        config = os.environ.get("CUBLAS_WORKSPACE_CONFIG") or DEFAULT_CUBLAS_WORKSPACE_CONFIG
+    parts = config.split(":")
+    if len(parts) < 3 or parts[0] != "" or (len(parts) - 1) % 2:
+        return cublas_workspace_bytes(DEFAULT_CUBLAS_WORKSPACE_CONFIG)
+    try:
+        pairs = [(int(parts[i]), int(parts[i + 1])) for i in range(1, len(parts), 2)]
+    except ValueError:
+        return cublas_workspace_bytes(DEFAULT_CUBLAS_WORKSPACE_CONFIG)
+    if any(size < 0 or count < 0 for size, count in pairs):
+        return cublas_workspace_bytes(DEFAULT_CUBLAS_WORKSPACE_CONFIG)
+    return sum(size * 1024 * count for size, count in pairs)
+
+
+def _torch_major():
+    try:
+        return int(torch.__version__.split(".")[0])
+    except ValueError:
+        return 0
 
 
 def _is_cpu(device):
@@ -60,6 +110,12 @@ class VirtualDevice:
         self._local = threading.local()
         self._mode = None
         self._saved = []
+        self.thread = threading.get_ident()
+        self.workspaces = {}        # "forward" / "backward" -> the cuBLAS workspace's block
+        self.divergences = {}       # kind -> sentence (Note [Divergences])
+        self.default_on_device = False  # torch.set_default_device("cuda") on PyTorch 2.x
+        self.events = EventLog(os.environ.get("OOMH_EVENTS"))
+        model.before_new_segment = self.sweep  # every storage that died gives its block back first
 
     # ---- storages
     @staticmethod
@@ -67,47 +123,44 @@ class VirtualDevice:
         s = t.storage()
         return getattr(s, "_storage", s)
 
-    def _key(self, t):
+    @staticmethod
+    def _key(t):
+        """The address of t's storage, or None when it has no memory: the storage's identity while it lives.
+        Worked out from the tensor (three C calls), since making a storage object costs more than the rest
+        of an operation's booking (bench/python/virtual_device_cost.py)."""
         try:
-            s = self._storage(t)
-            return s.data_ptr() if s.nbytes() > 0 else None
+            ptr = t.data_ptr()
+            return ptr - t.storage_offset() * t.element_size() if ptr else None
         except Exception:  # noqa: BLE001 - sparse and other layouts have no plain storage
             return None
+
+    def _live(self, key):
+        """Whether key is the address of a storage on the device that still lives."""
+        entry = self.tracked.get(key)
+        if entry is None:
+            return False
+        if _expired(entry.weak):  # that storage died, and the address went to a new one
+            self._release(key)
+            return False
+        return True
 
     def on_device(self, t):
         if not isinstance(t, torch.Tensor):
             return False
         key = self._key(t)
-        if key is None or key not in self.tracked:
-            return False
-        if torch.UntypedStorage._expired(self.tracked[key].weak):
-            self._release(key)
-            return False
-        return True
+        return key is not None and self._live(key)
 
     def book(self, t):
         """Puts t's storage on the device (once). May raise torch.cuda.OutOfMemoryError."""
         key = self._key(t)
         if key is None:
             return
-        entry = self.tracked.get(key)
-        if entry is not None and not torch.UntypedStorage._expired(entry.weak):
+        if self._live(key):
             return
-        if entry is not None:
-            self._release(key)
         s = self._storage(t)
-        nbytes = s.nbytes()
-        if not self._cache_fits(nbytes):
-            self.sweep()
-        block = self.model.malloc(nbytes)
+        block = self.model.malloc(s.nbytes())
         self.tracked[key] = _Tracked(block, s._weak_ref(), key)
         self.order.append(key)
-
-    def _cache_fits(self, nbytes):
-        from .caching_allocator import round_size, SMALL_SIZE
-        size = round_size(nbytes)
-        pool = self.model.free_small if size <= SMALL_SIZE else self.model.free_large
-        return any(b.size >= size for b in pool)
 
     def _release(self, key):
         entry = self.tracked.pop(key, None)
@@ -118,17 +171,44 @@ class VirtualDevice:
 
     def sweep(self, young_only=False):
         keys = self.order[-YOUNG:] if young_only else self.order
-        dead = [k for k in keys if k in self.tracked and torch.UntypedStorage._expired(self.tracked[k].weak)]
+        tracked = self.tracked
+        dead = [k for k in keys if k in tracked and _expired(tracked[k].weak)]
         for k in dead:
             self._release(k)
         if dead or len(self.order) > 2 * len(self.tracked) + YOUNG:
             self.order = [k for k in self.order if k in self.tracked]
+
+    # ---- what no tensor shows, and what the CPU cannot do
+    def in_backward(self):
+        return getattr(self._local, "backward", 0) > 0
+
+    def blas_call(self):
+        """Books the cuBLAS workspace of the thread a GPU would run this BLAS call on (Note [What a GPU holds
+        that no tensor shows])."""
+        which = "backward" if self.in_backward() else "forward"
+        if which not in self.workspaces:  # a refused workspace is asked for again at the next call, as on a GPU
+            self.workspaces[which] = self.model.malloc(cublas_workspace_bytes())
+
+    def diverged(self, kind, sentence):
+        """Says once per kind that this run does something a GPU would not (Note [Divergences])."""
+        if kind in self.divergences:
+            return
+        self.divergences[kind] = sentence
+        self.events.write("divergence", {"kind": kind, "detail": sentence})
+
+    def check_thread(self):
+        if threading.get_ident() != self.thread:
+            self.diverged("other_thread", "a thread other than the one that imported torch asked for the CUDA "
+                          "device: its tensors are booked, but the operations it runs are not seen")
 
     # ---- installing
     def install(self):
         self._mode = _DeviceMode(self)
         self._mode.__enter__()
         self._patch()
+        self.events.write("virtual_device", {"description": DESCRIPTION % torch.__version__,
+                                             "torch": torch.__version__, "model": "caching-allocator",
+                                             "cublas_workspace": cublas_workspace_bytes()})
         return self
 
     def uninstall(self):
@@ -171,7 +251,9 @@ class VirtualDevice:
 
         def factory(fn):
             def wrapper(*args, **kwargs):
-                if _is_cuda(kwargs.get("device")):
+                device = kwargs.get("device")
+                if _is_cuda(device) or (device is None and dev.default_on_device and not dev.creating()):
+                    dev.check_thread()
                     out = dev._create_on_device(fn, *args, **kwargs)
                     # Some factories (torch.tensor) build their tensor without an operation the mode sees.
                     if isinstance(out, torch.Tensor):
@@ -190,6 +272,7 @@ class VirtualDevice:
         def to_device(t):
             if dev.on_device(t):
                 return t
+            dev.check_thread()
             dev._local.creating = getattr(dev._local, "creating", 0) + 1
             try:
                 out = t.clone()  # the host-to-device copy: a new storage, booked by the mode
@@ -247,9 +330,16 @@ class VirtualDevice:
         def is_cuda(self):
             return dev.on_device(self)
 
+        def pin_memory(self, *args, **kwargs):
+            return self  # host memory stays where it is: a CPU build has no pinned memory to give
+
         self._set(torch.Tensor, "cuda", cuda)
         self._set(torch.Tensor, "to", to)
         self._set(torch.Tensor, "cpu", cpu)
+        self._set(torch.Tensor, "pin_memory", pin_memory)
+        self._patch_autograd()
+        self._patch_amp()
+        self._patch_default_device()
         # Tensor.is_cuda stays the truth (cpu): a subclass claiming cuda breaks autograd (the study).
 
         def memory_allocated(device=None):
@@ -295,7 +385,7 @@ class VirtualDevice:
                 free, total = mem_get_info()
                 self.name = "virtual CUDA device (PyTorch %s on the CPU, caching-allocator model)" % torch.__version__
                 self.total_memory = total
-                self.major, self.minor = 8, 0
+                self.major, self.minor = 9, 0  # as the H100 the model's figures were checked against
                 self.multi_processor_count = 1
 
         def memory_summary(device=None, abbreviated=False):
@@ -317,8 +407,13 @@ class VirtualDevice:
                             ("memory_stats", memory_stats), ("reset_peak_memory_stats", reset_peak_memory_stats),
                             ("empty_cache", empty_cache), ("mem_get_info", mem_get_info),
                             ("set_per_process_memory_fraction", set_per_process_memory_fraction),
-                            ("memory_summary", memory_summary)):
+                            ("memory_summary", memory_summary),
+                            ("get_device_capability", lambda device=None: (9, 0)),
+                            ("is_bf16_supported", lambda *a, **k: True)):
             self._set(cuda_mod, name, value)
+        # The allocator's own entry, which the probe calls to flush the cache before a faulted step (Note
+        # [Flushing before a faulted step] in probe.py), so that the code's empty_cache() stays its own.
+        self._set(torch._C, "_cuda_emptyCache", empty_cache)
         if hasattr(cuda_mod, "memory"):
             for name in ("empty_cache", "memory_allocated", "memory_reserved", "memory_stats", "mem_get_info",
                          "max_memory_allocated", "reset_peak_memory_stats", "memory_summary"):
@@ -326,25 +421,175 @@ class VirtualDevice:
                     self._set(cuda_mod.memory, name, getattr(cuda_mod, name))
 
 
+    def _patch_autograd(self):
+        """Marks backward, which a GPU runs on autograd's own thread, with a cuBLAS handle of its own."""
+        dev = self
+
+        def marking(fn):
+            def wrapper(*args, **kwargs):
+                dev._local.backward = getattr(dev._local, "backward", 0) + 1
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    dev._local.backward -= 1
+            wrapper.__wrapped__ = fn
+            return wrapper
+
+        self._set(torch.autograd, "backward", marking(torch.autograd.backward))
+        self._set(torch.autograd, "grad", marking(torch.autograd.grad))
+
+    def _patch_amp(self):
+        """CUDA autocast runs as CPU bfloat16 autocast; GradScaler is disabled (Note [Divergences])."""
+        dev = self
+        autocast = torch.amp.autocast_mode.autocast
+        original_init = autocast.__init__
+
+        def init(self_, device_type, dtype=None, enabled=True, cache_enabled=None):
+            if device_type == "cuda":
+                if enabled and dtype != torch.bfloat16:
+                    dev.diverged("autocast", "CUDA autocast to %s ran as CPU autocast to bfloat16: activations "
+                                 "take the same 2 bytes, the numerics differ" % (
+                                     str(dtype or torch.float16).replace("torch.", "")))
+                device_type, dtype = "cpu", torch.bfloat16
+            original_init(self_, device_type, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
+
+        init.__wrapped__ = original_init
+        self._set(autocast, "__init__", init)
+
+        scalers = []
+        amp = getattr(torch, "amp", None)
+        if amp is not None and hasattr(amp, "grad_scaler") and hasattr(amp.grad_scaler, "GradScaler"):
+            scalers.append(amp.grad_scaler.GradScaler)
+        cuda_scaler = getattr(getattr(torch.cuda, "amp", None), "GradScaler", None)
+        if cuda_scaler is not None and not any(issubclass(cuda_scaler, c) for c in scalers):
+            scalers.append(cuda_scaler)
+        for cls in scalers:
+            original = cls.__init__
+
+            def scaler_init(self_, *args, _original=original, **kwargs):
+                _original(self_, *args, **kwargs)
+                if getattr(self_, "_enabled", False):
+                    self_._enabled = False
+                    dev.diverged("grad_scaler", "GradScaler was disabled: under bfloat16 autocast no loss "
+                                 "scaling is needed, so its inf checks and skipped steps do not happen")
+
+            scaler_init.__wrapped__ = original
+            self._set(cls, "__init__", scaler_init)
+
+    def _patch_default_device(self):
+        """torch.set_default_device("cuda") and torch.accelerator (PyTorch 2.x)."""
+        dev = self
+        if hasattr(torch, "set_default_device"):
+            original_set = torch.set_default_device
+
+            def set_default_device(device):
+                dev.default_on_device = _is_cuda(device)
+                return original_set("cpu" if dev.default_on_device else device)
+
+            self._set(torch, "set_default_device", set_default_device)
+            if hasattr(torch, "get_default_device"):
+                original_get = torch.get_default_device
+                self._set(torch, "get_default_device",
+                          lambda: torch.device("cuda", 0) if dev.default_on_device else original_get())
+        accel = getattr(torch, "accelerator", None)
+        if accel is None:
+            return
+        answers = {"is_available": lambda: True, "device_count": lambda: 1,
+                   "current_accelerator": lambda check_available=False: torch.device("cuda"),
+                   "current_device_index": lambda: 0, "current_device_idx": lambda: 0,
+                   "set_device_index": lambda device: None, "set_device_idx": lambda device: None,
+                   "synchronize": lambda device=None: None}
+        for name in ("empty_cache", "memory_allocated", "memory_reserved", "memory_stats",
+                     "max_memory_allocated", "max_memory_reserved", "reset_peak_memory_stats", "get_memory_info"):
+            if name == "get_memory_info":
+                answers[name] = lambda device=None: torch.cuda.mem_get_info()
+            else:
+                answers[name] = getattr(torch.cuda, name)
+        for name, value in answers.items():
+            if hasattr(accel, name):
+                self._set(accel, name, value)
+            memory = getattr(accel, "memory", None)
+            if memory is not None and hasattr(memory, name):
+                self._set(memory, name, value)
+
+
 class _DeviceMode(TorchDispatchMode):
     def __init__(self, device):
         super().__init__()
         self.device = device
 
+    # Runs at every ATen operation: kept to what the booking needs (its cost is measured against a bare
+    # dispatch mode's by bench/python/virtual_device_cost.py).
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
         dev = self.device
-        flat = tree_flatten((args, kwargs))[0]
-        inputs = [a for a in flat if isinstance(a, torch.Tensor)]
-        from_device = not dev.copying_to_host() and (dev.creating() or any(dev.on_device(a) for a in inputs))
-        out = func(*args, **kwargs)
-        if from_device:
-            dev.sweep(young_only=True)
-            in_keys = {dev._key(a) for a in inputs}
-            for t in tree_flatten(out)[0]:
-                if isinstance(t, torch.Tensor) and dev._key(t) not in in_keys:
-                    dev.book(t)
+        out = func(*args, **kwargs) if kwargs else func(*args)
+        if dev.copying_to_host():
+            return out
+        key = dev._key
+        in_keys = []
+        from_device = dev.creating()
+        for a in _tensors(args, kwargs):
+            k = key(a)
+            in_keys.append(k)
+            if not from_device and k is not None and dev._live(k):
+                from_device = True
+        if not from_device:
+            return out
+        watch = _WATCHED.get(func)
+        if watch is None:
+            watch = _WATCHED[func] = _WATCHED_BY_NAME.get(func.overloadpacket.__name__, False)
+        if watch:
+            watch(dev, out)
+        outs = (out,) if isinstance(out, torch.Tensor) else _tensors(out if isinstance(out, (list, tuple)) else (), None)
+        swept = False
+        for t in outs:
+            k = key(t)
+            if k is None or k in in_keys or dev._live(k):
+                continue  # a view, an in-place result, or a storage already on the device
+            if not swept:  # tensors that died since: their blocks go back to the cache first, as on a GPU
+                dev.sweep(young_only=True)
+                swept = True
+            dev.book(t)
         return out
+
+
+def _tensors(args, kwargs):
+    """The tensors among an operation's arguments (and one level into lists: cat, stack, foreach ops)."""
+    found = []
+    for group in (args, kwargs.values() if kwargs else ()):
+        for a in group:
+            if isinstance(a, torch.Tensor):
+                found.append(a)
+            elif isinstance(a, (list, tuple)):
+                found.extend(b for b in a if isinstance(b, torch.Tensor))
+    return found
+
+
+def _softmax(dev, out):
+    # PyTorch < 2.0 has no fused attention: nn.MultiheadAttention and hand-written attention keep the
+    # B*H*S^2 probabilities, which PyTorch 2.x's fused attention on a GPU does not (the study: 128 of 388 MiB
+    # per sample of the fidelity model).
+    if _TORCH_MAJOR < 2 and isinstance(out, torch.Tensor) and out.dim() >= 3 and out.shape[-1] == out.shape[-2] >= 64:
+        dev.diverged("attention", "attention kept its %s probabilities (composite attention of PyTorch %s), which "
+                     "a GPU's fused attention (PyTorch 2.x) does not keep: peaks are higher and the largest batch "
+                     "lower than on a GPU" % ("x".join(str(d) for d in out.shape), torch.__version__))
+
+
+def _math_attention(dev, out):
+    dev.diverged("attention", "scaled_dot_product_attention ran its math fallback on the CPU, which keeps the "
+                 "B*H*S^2 probabilities a GPU's fused kernel does not")
+
+
+def _convolution(dev, out):
+    dev.diverged("convolution", "convolutions ran on the CPU: cuDNN's workspaces and algorithm choice are not "
+                 "modelled")
+
+
+_TORCH_MAJOR = _torch_major()
+_WATCHED_BY_NAME = {name: (lambda dev, out: dev.blas_call()) for name in BLAS_OPS}
+_WATCHED_BY_NAME.update({"_softmax": _softmax, "softmax": _softmax, "convolution": _convolution,
+                         "_scaled_dot_product_attention_math": _math_attention})
+_WATCHED = {}  # operation -> its watcher, or False: looked up by name once per operation
 
 
 def oom_error(message):
