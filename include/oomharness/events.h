@@ -54,6 +54,9 @@ inline constexpr const char* kSamples = "samples";         // count (samples pro
 inline constexpr const char* kMemory = "memory";           // allocated, reserved (at a point the code chose)
 inline constexpr const char* kSnapshot = "snapshot";       // path of a saved PyTorch memory snapshot
 inline constexpr const char* kProbeExit = "probe_exit";    // reason
+// Written by the virtual CUDA device (python/oomharness/virtual_device.py), with src "probe".
+inline constexpr const char* kVirtualDevice = "virtual_device";  // description, torch, model, cublas_workspace
+inline constexpr const char* kDivergence = "divergence";         // kind, detail (Note [Divergences] there)
 
 // Kinds the runner adds to the trace (never written by a job).
 inline constexpr const char* kAttemptStart = "attempt_start";  // attempt, argv

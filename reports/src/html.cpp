@@ -44,6 +44,7 @@ table.sortable th{cursor:pointer}
 .s-xfail,.v-xfail{background:#4d7c5a}.s-xpass,.v-xpass{background:var(--fail)}
 .headline{font-size:17px;font-weight:600;margin:4px 0 10px}.h-ok{color:var(--pass)}.h-fail{color:var(--fail)}.h-none{color:var(--skip)}
 .banner{background:#fff8c5;border:1px solid #d4a72c;border-radius:6px;padding:8px 12px;margin:10px 0;font-weight:600}
+.divergences{background:#f6f8fa;border-left:3px solid #d4a72c;padding:4px 12px;margin:8px 0}.divergences ul{margin:4px 0}
 .job{border:1px solid var(--line);border-radius:8px;padding:12px 16px;margin:14px 0}
 .job.failed,.job.error{border-left:4px solid var(--fail)}.job.passed{border-left:4px solid var(--pass)}
 .message{margin:4px 0 8px}
@@ -339,6 +340,7 @@ void environment(std::ostream& out, const RunResult& run) {
   row("host", env.hostname);
   const bool says_simulated = env.gpu_name.find("simulated") != std::string::npos;
   row("GPU", env.gpu_name + (env.simulated_device && !says_simulated ? " (simulated)" : ""));
+  if (!env.virtual_device.empty()) row("virtual device", env.virtual_device);
   row("driver", env.driver_version);
   row("CUDA", env.cuda_version);
   for (const auto& [name, version] : env.frameworks) row(name, version);
@@ -426,7 +428,14 @@ void job_section(std::ostream& out, const SuiteResult& suite, const JobResult& j
         << kMaxFaultMarkers << ", visible ones first)";
   if (job.recovery_seconds) out << " &middot; recovered in " << xml_escape(format_duration(*job.recovery_seconds));
   if (job.gpu) out << " &middot; GPU " << *job.gpu;
+  if (job.virtual_device) out << " &middot; " << xml_escape(*job.virtual_device);
   out << " &middot; <code>" << xml_escape(join(job.command)) << "</code></p>\n";
+  if (!job.divergences.empty()) {  // Note [Saying what was simulated]
+    out << "<div class=\"divergences\"><b>Where this run differs from a GPU</b><ul>";
+    for (const auto& [kind, detail] : job.divergences)
+      out << "<li><code>" << xml_escape(kind) << "</code> " << xml_escape(detail) << "</li>";
+    out << "</ul></div>\n";
+  }
   verdicts(out, job);
   out << timeline_chart(job);
   attempts(out, job);
@@ -465,9 +474,8 @@ std::string render_html(const RunResult& run, const HtmlOptions& options) {
   if (run.nothing_tested())
     out << "<div class=\"banner\">Nothing was tested: no job passed or failed. An inconclusive job ran without "
            "showing anything either way (read its reason below); a skipped job did not run.</div>\n";
-  if (run.environment.simulated_device)
-    out << "<div class=\"banner\">device simulated (CPU driver double): these results show the harness, not a GPU."
-           "</div>\n";
+  for (const std::string& note : simulation_notes(run))  // Note [Saying what was simulated]
+    out << "<div class=\"banner\">" << xml_escape(note) << "</div>\n";
   if (run.interrupted) out << "<div class=\"banner\">The run was interrupted before every job finished.</div>\n";
   out << "<h2>Summary</h2>\n";
   summary_table(out, run);

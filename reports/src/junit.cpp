@@ -74,6 +74,10 @@ void properties(std::ostream& out, const RunResult& run) {
   property(out, "driver_version", env.driver_version);
   property(out, "cuda_version", env.cuda_version);
   property(out, "simulated_device", env.simulated_device ? "true" : "false");
+  if (!env.virtual_device.empty()) property(out, "virtual_device", env.virtual_device);
+  // Note [Saying what was simulated]
+  const std::vector<std::string> notes = simulation_notes(run);
+  for (size_t i = 0; i < notes.size(); ++i) property(out, "oomharness.device_note." + std::to_string(i + 1), notes[i]);
   for (const auto& [name, version] : env.frameworks) property(out, "framework." + name, version);
   property(out, "harness_version", env.harness_version);
   std::string command;
@@ -129,6 +133,12 @@ void testcase(std::ostream& out, const SuiteResult& suite, const JobResult& job)
   const Kind kind = junit_kind(job.status);
   std::string log = output(job);
   if (const std::string xfail = expected_failures(job); !xfail.empty()) log = xfail + (log.empty() ? "" : "\n" + log);
+  if (job.virtual_device) {  // Note [Saying what was simulated], under the test a CI page shows
+    std::string head = "No GPU ran this job: it ran on the " + *job.virtual_device +
+                       ". Its recovery verdicts are meaningful; absolute memory figures are modelled.\n";
+    for (const auto& [what, detail] : job.divergences) head += "Differs from a GPU (" + what + "): " + detail + "\n";
+    log = head + (log.empty() ? "" : "\n" + log);
+  }
   if (kind == Kind::pass && log.empty()) { out << "/>\n"; return; }
   out << ">\n";
   switch (kind) {

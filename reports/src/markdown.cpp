@@ -76,7 +76,8 @@ void heading(std::ostream& out, const RunResult& run) {
                                                            : "&#x2705;";
   out << "## " << icon << " oomharness: " << counts_sentence(run) << " (" << c.total << (c.total == 1 ? " job, " : " jobs, ")
       << format_duration(run.duration) << ")\n\n";
-  if (run.environment.simulated_device) out << "> **device simulated (CPU driver double)**\n\n";
+  for (const std::string& note : simulation_notes(run))  // Note [Saying what was simulated]
+    out << "> **" << inline_html(note) << "**\n\n";
   if (run.interrupted) out << "> **the run was interrupted**\n\n";
 }
 
@@ -122,6 +123,14 @@ std::string render(const RunResult& run, const std::vector<Entry>& entries, size
   std::ostringstream out;
   heading(out, run);
   table(out, entries);
+  bool diverged = false;  // Note [Saying what was simulated]
+  for (const Entry& e : entries) {
+    if (e.job->divergences.empty()) continue;
+    if (!diverged) out << "### Where the virtual device differed from a GPU\n\n";
+    diverged = true;
+    out << "- **" << cell(e.job->name) << "**: " << cell(divergence_list(*e.job)) << "\n";
+  }
+  if (diverged) out << "\n";
   bool any = false;
   for (const Entry& e : entries) {
     if (e.job->status == JobStatus::passed || e.job->status == JobStatus::skipped) continue;

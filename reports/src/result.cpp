@@ -92,6 +92,38 @@ RunResult::Counts RunResult::counts() const {
   return c;
 }
 
+std::vector<std::string> simulation_notes(const RunResult& run) {
+  std::vector<std::string> notes;
+  int total = run.counts().total;
+  int on_device = run.virtual_device_jobs();
+  if (on_device > 0) {
+    std::string who = on_device == total ? (total == 1 ? std::string("this job") : "these " + std::to_string(total) + " jobs")
+                                         : std::to_string(on_device) + " of these " + std::to_string(total) + " jobs";
+    notes.push_back("No GPU ran " + who + ": " + (on_device == 1 ? "it" : "they") + " ran on the " +
+                    (run.environment.virtual_device.empty() ? std::string("virtual CUDA device") : run.environment.virtual_device) +
+                    ". Recovery verdicts (batch halving, empty_cache retry, checkpoint resume, leaks) are meaningful; "
+                    "absolute memory figures are modelled. Confirm on a GPU before a long training.");
+  }
+  if (run.environment.simulated_device && on_device < total)
+    notes.push_back("device simulated (CPU driver double): " +
+                    std::string(on_device > 0 ? "the other jobs' results" : "these results") +
+                    " show the harness, not a GPU.");
+  return notes;
+}
+
+std::string divergence_list(const JobResult& job) {
+  std::string s;
+  for (const auto& [kind, detail] : job.divergences) s += (s.empty() ? "" : "; ") + kind + ": " + detail;
+  return s;
+}
+
+int RunResult::virtual_device_jobs() const {
+  int n = 0;
+  for (const SuiteResult& suite : suites)
+    for (const JobResult& job : suite.jobs) n += job.virtual_device.has_value();
+  return n;
+}
+
 
 std::string expected_failure_sentence(const JobResult& job) {
   if (!job.expected_failure()) return {};
@@ -299,6 +331,8 @@ void to_json(json& j, const JobResult& v) {
   j["markers"] = v.markers;
   put(j, "snapshot", v.snapshot);
   put(j, "recovery_seconds", v.recovery_seconds);
+  put(j, "virtual_device", v.virtual_device);
+  if (!v.divergences.empty()) j["divergences"] = v.divergences;
 }
 void from_json(const json& j, JobResult& v) {
   within("name", [&] {
@@ -347,6 +381,8 @@ void from_json(const json& j, JobResult& v) {
   get_list(j, "markers", v.markers);
   get(j, "snapshot", v.snapshot);
   get(j, "recovery_seconds", v.recovery_seconds);
+  get(j, "virtual_device", v.virtual_device);
+  get(j, "divergences", v.divergences);
 }
 
 void to_json(json& j, const SuiteResult& v) {
@@ -361,11 +397,12 @@ void to_json(json& j, const Environment& v) {
   j = json{{"hostname", v.hostname}, {"gpu_name", v.gpu_name}, {"driver_version", v.driver_version},
            {"cuda_version", v.cuda_version}, {"simulated_device", v.simulated_device},
            {"frameworks", v.frameworks}, {"harness_version", v.harness_version}, {"command_line", v.command_line}};
+  if (!v.virtual_device.empty()) j["virtual_device"] = v.virtual_device;
 }
 void from_json(const json& j, Environment& v) {
   get(j, "hostname", v.hostname); get(j, "gpu_name", v.gpu_name); get(j, "driver_version", v.driver_version);
   get(j, "cuda_version", v.cuda_version); get(j, "simulated_device", v.simulated_device);
-  get(j, "frameworks", v.frameworks); get(j, "harness_version", v.harness_version);
+  get(j, "virtual_device", v.virtual_device); get(j, "frameworks", v.frameworks); get(j, "harness_version", v.harness_version);
   get_list(j, "command_line", v.command_line);
 }
 

@@ -13,6 +13,9 @@ namespace oomh {
 
 namespace {
 
+// A job writes its own divergence events: a hostile one cannot grow the results past this many.
+constexpr size_t kMaxDivergences = 32;
+
 bool is_probe(const Event& e, const char* kind) { return e.src == events::kSrcProbe && e.kind == kind; }
 
 int64_t step_of(const Event& e) { return completed_step(e); }  // the trace model's rule
@@ -264,8 +267,14 @@ JobResult build_job_result(const std::string& display_name, const JobOutcome& ou
     ar.output_tail = a.output_tail;
     ar.log_path = a.log_path;
     r.attempts.push_back(std::move(ar));
-    for (const Event& e : a.events)
+    for (const Event& e : a.events) {
       if (is_probe(e, events::kSnapshot) && e.has("path")) r.snapshot = e.text("path");
+      // Note [Saying what was simulated]: the device says so itself when it starts, and names what it saw.
+      if (is_probe(e, events::kVirtualDevice) && !r.virtual_device)
+        r.virtual_device = e.has("description") ? e.text("description") : std::string("virtual CUDA device");
+      if (is_probe(e, events::kDivergence) && e.has("kind") && r.divergences.size() < kMaxDivergences)
+        r.divergences.try_emplace(e.text("kind"), e.text("detail"));
+    }
   }
   r.verdicts = std::move(verdicts);
   // Policies cite trace events at their wall-clock time; like every other time in a result, evidence is

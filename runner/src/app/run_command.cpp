@@ -280,6 +280,9 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
     // An interrupted job's trace stops mid-way: judging it would report failures it never had.
     if (o.error.empty() && !o.interrupted) verdicts = judge(spec, o.trace);
     run.suites[s].jobs.push_back(build_job_result(spec.name, o, std::move(verdicts), rules));
+    const JobResult& built = run.suites[s].jobs.back();
+    if (built.virtual_device && run.environment.virtual_device.empty())
+      run.environment.virtual_device = *built.virtual_device;
   }
   for (size_t s = 0; s < suites.size(); ++s) {
     auto& sr = run.suites[s];

@@ -271,6 +271,21 @@ std::string summary_table(const RunResult& run, bool color) {
     for (const std::string& line : explanation(*r.result)) out << line << "\n";
   }
 
+  // Note [Saying what was simulated]: what stood in for the GPU, and where it differed from one.
+  std::string diverged;
+  for (const auto& suite : run.suites)
+    for (const auto& job : suite.jobs)
+      if (!job.divergences.empty()) {
+        diverged += (diverged.empty() ? "" : "; ") + suite.name + "::" + job.name + " (";
+        std::string kinds;
+        for (const auto& [kind, detail] : job.divergences) kinds += (kinds.empty() ? "" : ", ") + kind;
+        diverged += kinds + ")";
+      }
+  const std::vector<std::string> notes = simulation_notes(run);
+  if (!notes.empty()) out << "\n";
+  for (const std::string& note : notes) out << note << "\n";
+  if (!diverged.empty()) out << "Where the virtual device differed from a GPU (details in the reports): " << diverged << "\n";
+
   // The closing line is green only for a run that tested something and saw no failure.
   const RunResult::Counts c = run.counts();
   std::string tail = counts_sentence(run) + " in " + format_duration(run.duration);

@@ -80,6 +80,11 @@ struct JobResult {
   std::vector<Marker> markers;
   std::optional<std::string> snapshot;                 // a PyTorch memory snapshot saved at the OOM
   std::optional<double> recovery_seconds;              // from the first visible OOM to the next completed step
+  // Set when the job ran on the virtual CUDA device, to the device's own words ("virtual CUDA device
+  // (PyTorch 1.13.1 on the CPU, caching-allocator model)"), with what the device saw this job do that a GPU
+  // would not (kind -> sentence). Note [Saying what was simulated].
+  std::optional<std::string> virtual_device;
+  std::map<std::string, std::string> divergences;
   int faults_visible() const;
   int faults_absorbed() const;
   // Note [Expected failures]: XFAIL and XPASS, derived from the verdicts.
@@ -107,6 +112,7 @@ struct Environment {
   std::string driver_version;
   std::string cuda_version;
   bool simulated_device = false;
+  std::string virtual_device;  // the virtual CUDA device's words when some job ran on it, else ""
   std::map<std::string, std::string> frameworks;  // "torch": "2.11.0+cu130"
   std::string harness_version;
   std::vector<std::string> command_line;
@@ -126,6 +132,7 @@ struct RunResult {
     int xfailed = 0, xpassed = 0;
   };
   Counts counts() const;
+  int virtual_device_jobs() const;  // jobs that ran on the virtual CUDA device
   // No job at all, or none that passed, failed, erred or was interrupted (each was inconclusive or
   // skipped): the run showed nothing either way, and no headline may call it green.
   bool nothing_tested() const;
@@ -143,6 +150,16 @@ std::string output_excerpt(const AttemptResult& attempt, size_t lines);
 // For an expected failure (XFAIL), which must_fail checks failed as expected and why:
 // "memory_stable failed as expected (must_fail): memory held at step start grew ..."; "" otherwise.
 std::string expected_failure_sentence(const JobResult& job);
+
+// Note [Saying what was simulated]
+// No GPU ran a job on the CPU driver double or on the virtual CUDA device, and every report (terminal,
+// HTML, Markdown, JUnit) says so above its jobs in these same words. The driver double shows the harness,
+// not a GPU. The virtual device runs the user's own PyTorch code: its recovery verdicts are meaningful, its
+// absolute memory figures are modelled. A job on the virtual device also lists its divergences, what the
+// device saw that job do that a GPU would not (python/oomharness/virtual_device.py, Note [Divergences]).
+std::vector<std::string> simulation_notes(const RunResult& run);
+// "attention: ...; autocast: ..." for a job's divergences; "" when it has none.
+std::string divergence_list(const JobResult& job);
 
 void to_json(nlohmann::json& j, const FaultRecord& v);
 void from_json(const nlohmann::json& j, FaultRecord& v);
