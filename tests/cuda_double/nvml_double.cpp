@@ -2,8 +2,8 @@
 // 80 GiB with 70 GiB free, 1 GiB reserved; a device handle is its index + 1), and what its footprint probe
 // asks (Note [Counting the footprint] in injector/engine/engine.h): the device behind a PCI bus id as the
 // CUDA double names them ("0000:01:00.0" is device 0), and the compute processes on a device, which is this
-// process alone, holding what the CUDA double says it holds there (oomh_cuda_double_used). Only the
-// preload tests and the runner's footprint test load it.
+// process alone, holding what the CUDA double says it holds there (oomh_cuda_double_used). The preload
+// tests, the runner's footprint test and jobs on the virtual CUDA device load it.
 //
 // NVML_DOUBLE_PID_OFFSET=N reports the process under its pid + N, as NVML does in a container with its own
 // pid namespace (the pid NVML knows is the host's): the shim then cannot find itself.

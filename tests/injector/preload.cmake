@@ -5,11 +5,6 @@ target_link_libraries(oomh_cuda_client PRIVATE oomh_cuda_double oomh::cuda_heade
   oomh::warnings)
 # The client runs unsanitized even in a sanitized build: it is a stand-in for a user's program.
 
-# A stand-in for libnvidia-ml.so.1 in its own folder, so only tests that put it on LD_LIBRARY_PATH see it.
-add_library(oomh_nvml_double SHARED nvml_double.cpp)
-set_target_properties(oomh_nvml_double PROPERTIES PREFIX "" OUTPUT_NAME "libnvidia-ml" SUFFIX ".so.1"
-  LIBRARY_OUTPUT_DIRECTORY "${CMAKE_CURRENT_BINARY_DIR}/nvml_double")
-
 add_library(oomh_early_dlsym SHARED early_dlsym.cpp)
 target_link_libraries(oomh_early_dlsym PRIVATE oomh::cuda_headers ${CMAKE_DL_LIBS})
 

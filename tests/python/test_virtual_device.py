@@ -55,14 +55,117 @@ class VirtualDevice(unittest.TestCase):
     def test_an_mlp_with_adam_is_counted_byte_exactly(self):
         out = run(MLP + """
 print(torch.cuda.is_available(), torch.cuda.device_count())
-print(params, torch.cuda.memory_allocated())
+from oomharness.virtual_device import cublas_workspace_bytes
+print(params, torch.cuda.memory_allocated(), cublas_workspace_bytes())
 print(torch.cuda.memory_reserved() > 0, torch.cuda.max_memory_allocated() > 4 * params)
 """)
         lines = out.split("\n")
         self.assertEqual(lines[0], "True 1")
-        params, allocated = map(int, lines[1].split())
-        self.assertEqual(allocated, 4 * params, "parameters, gradients and Adam's two moments, each rounded to 512 B")
+        params, allocated, workspace = map(int, lines[1].split())
+        self.assertEqual(workspace, 32 << 20, "PyTorch 2.x's default on Hopper: 8 buffers of 4 MiB")
+        self.assertEqual(allocated, 4 * params + 2 * workspace,
+                         "parameters, gradients and Adam's two moments, each rounded to 512 B, and the cuBLAS "
+                         "workspaces of forward and backward")
         self.assertEqual(lines[2], "True True", "the peak includes the activations")
+
+    def test_cublas_workspaces_follow_their_setting_and_are_booked_once_per_direction(self):
+        env_code = "import os\nos.environ['CUBLAS_WORKSPACE_CONFIG'] = ':4096:2:16:8'\n"
+        out = run(env_code + """
+a = torch.randn(64, 64, device="cuda", requires_grad=True)
+before = torch.cuda.memory_allocated()
+(a @ a).sum().backward()
+(a @ a).sum().backward()
+print(torch.cuda.memory_allocated() - before - round_size(64 * 64 * 4), sorted(dev.workspaces))
+""")
+        self.assertEqual(out.split("\n")[0], "%d ['backward', 'forward']" % (2 * (2 * 4096 * 1024 + 8 * 16 * 1024)),
+                         "two workspaces of :4096:2:16:8 and the gradient of a; the second step adds nothing")
+        from importlib import import_module
+        sys.path.insert(0, PY)
+        vd = import_module("oomharness.virtual_device")
+        self.assertEqual(vd.cublas_workspace_bytes(":4096:8"), 32 << 20)
+        self.assertEqual(vd.cublas_workspace_bytes("garbage"), 32 << 20, "unreadable: the default")
+        self.assertEqual(vd.cublas_workspace_bytes(":16:8:4096:2"), 8 * 16 * 1024 + 2 * 4096 * 1024)
+
+    def test_cuda_autocast_runs_as_bfloat16_and_a_grad_scaler_steps_plainly(self):
+        out = run("""
+model = torch.nn.Linear(256, 256).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.cuda.amp.GradScaler()
+x = torch.randn(128, 256, device="cuda")
+with torch.autocast("cuda", dtype=torch.float16):
+    y = model(x)
+print(y.dtype, dev.on_device(y))
+with torch.cuda.amp.autocast():
+    loss = model(x).float().pow(2).mean()
+before = model.weight.detach().clone()
+scaler.scale(loss).backward()
+scaler.step(opt)
+scaler.update()
+print(scaler.is_enabled(), bool((model.weight.detach() != before).any()))
+print(sorted(dev.divergences))
+""")
+        lines = out.split("\n")
+        self.assertEqual(lines[0], "torch.bfloat16 True", "activations take 2 bytes, as under float16 on a GPU")
+        self.assertEqual(lines[1], "False True", "the scaler is off and the optimizer still stepped")
+        self.assertEqual(lines[2], "['autocast', 'grad_scaler']")
+
+    def test_the_device_says_what_it_is_and_where_it_diverged_in_the_event_log(self):
+        with tempfile.TemporaryDirectory() as d:
+            log = os.path.join(d, "events.jsonl")
+            code = "import os\nos.environ['OOMH_EVENTS'] = %r\n" % log
+            # The device must start after OOMH_EVENTS is set: install it in the program itself.
+            proc = subprocess.run([sys.executable, "-c", PRELUDE + code + textwrap.dedent("""
+                import threading
+                from oomharness.virtual_device import install_with_budget
+                dev = install_with_budget(1 << 30)
+                for _ in range(2):
+                    with torch.autocast("cuda"):
+                        torch.nn.Linear(8, 8).cuda()(torch.randn(2, 8).cuda())
+                t = threading.Thread(target=lambda: torch.zeros(4, device="cuda"))
+                t.start(); t.join()
+                print(torch.randn(4).pin_memory().shape)
+                """)], capture_output=True, text=True, timeout=240)
+            self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+            self.assertEqual(proc.stdout.strip(), "torch.Size([4])", "pin_memory works without pinned memory")
+            with open(log) as f:
+                events = [json.loads(line) for line in f]
+        kinds = [e["kind"] for e in events]
+        self.assertEqual(kinds[0], "virtual_device")
+        self.assertIn("on the CPU, caching-allocator model", events[0]["fields"]["description"])
+        divergences = [e["fields"]["kind"] for e in events if e["kind"] == "divergence"]
+        self.assertEqual(divergences, ["autocast", "other_thread"], "each kind once")
+
+    def test_attention_that_keeps_its_probabilities_is_named_on_pytorch_1(self):
+        out = run("""
+a = torch.nn.MultiheadAttention(64, 4).cuda()
+q = torch.randn(128, 2, 64).cuda()
+a(q, q, q)
+print(sorted(dev.divergences), int(torch.__version__.split(".")[0]))
+""")
+        kinds, major = out.split("\n")[0].rsplit(" ", 1)
+        self.assertEqual(kinds, "['attention']" if int(major) < 2 else "[]")
+
+    def test_default_device_and_torch_accelerator_on_pytorch_2(self):
+        import torch
+        if not hasattr(torch, "set_default_device"):
+            self.skipTest("torch.set_default_device came with PyTorch 2.0 (this is %s)" % torch.__version__)
+        out = run("""
+torch.set_default_device("cuda")
+x = torch.zeros(1 << 20)
+layer = torch.nn.Linear(256, 256)
+print(dev.on_device(x), dev.on_device(layer.weight), torch.get_default_device())
+torch.set_default_device("cpu")
+print(dev.on_device(torch.zeros(16)))
+if hasattr(torch, "accelerator"):
+    acc = torch.accelerator.current_accelerator()
+    print(torch.accelerator.is_available(), acc, dev.on_device(torch.ones(8).to(acc)))
+else:
+    print("True cuda True")
+""")
+        lines = out.split("\n")
+        self.assertEqual(lines[0], "True True cuda:0")
+        self.assertEqual(lines[1], "False")
+        self.assertEqual(lines[2], "True cuda True")
 
     def test_the_same_losses_as_on_the_cpu(self):
         on_device = run(MLP + "print(losses)\n")
@@ -130,17 +233,21 @@ class ThroughTheRunner(unittest.TestCase):
     """A real PyTorch trainer, unchanged, run by `oomharness exec --simulate`: Python jobs get the virtual
     device, its segments go through the shim, and the checks judge it as on a GPU."""
 
-    def exec(self, trainer_args, expects, cap="48MiB"):
+    def exec(self, trainer_args, expects, cap="128MiB", extra=()):
         build = os.environ["OOMH_BUILD_DIR"]
         train = os.path.join(HERE, "..", "..", "examples", "python", "train.py")
         with tempfile.TemporaryDirectory() as out:
-            argv = [os.path.join(build, "runner", "oomharness"), "exec", "--simulate", "--cap", cap, "--out", out]
+            argv = [os.path.join(build, "runner", "oomharness"), "exec", "--simulate", "--cap", cap, "--out", out] + list(extra)
             for e in expects:
                 argv += ["--expect", e]
             argv += ["--", sys.executable, train, "--model", "mlp", "--steps", "4", "--batch", "4096"] + trainer_args
             proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
             with open(os.path.join(out, "results.json")) as f:
-                job = json.load(f)["suites"][0]["jobs"][0]
+                results = json.load(f)
+            job = results["suites"][0]["jobs"][0]
+            job["environment"] = results["environment"]
+            with open(os.path.join(out, "report.html")) as f:
+                job["html"] = f.read()
             events = ""
             for root, _, files in os.walk(os.path.join(out, "jobs")):
                 for name in files:
@@ -154,7 +261,26 @@ class ThroughTheRunner(unittest.TestCase):
         self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
         self.assertEqual(job["status"], "passed", job.get("message"))
         self.assertIn('"reason":"cap"', events, "the cap refused the model's segments, in the shim")
+        # Note [Saying what was simulated]: every report says that no GPU ran it, and on what it ran.
+        self.assertRegex(job.get("virtual_device", ""), r"^virtual CUDA device \(PyTorch .* on the CPU, caching-allocator model\)$")
+        self.assertEqual(job["environment"]["virtual_device"], job["virtual_device"])
+        self.assertIn("No GPU ran this job: it ran on the virtual CUDA device", proc.stdout)
+        self.assertIn("absolute memory figures are modelled", job["html"])
+        self.assertNotIn("device simulated (CPU driver double)", proc.stdout, "no job ran on the driver double")
         proc, job, _ = self.exec(["--recovery", "none"], ["oom_visible", "batch_halving"])
         self.assertEqual(proc.returncode, 1, proc.stdout + proc.stderr)
         self.assertEqual(job["status"], "failed")
         self.assertIn("batch_halving", json.dumps(job["verdicts"]))
+
+    def test_a_cap_that_counts_the_footprint_counts_an_h100s_context(self):
+        # Note [The context on the virtual device]: 742 MiB of context beside 128 MiB for the training.
+        proc, job, events = self.exec(["--recovery", "halve"], ["oom_visible", "batch_halving", "exit=0"],
+                                      cap="870MiB", extra=["--cap-counts", "footprint"])
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        footprints = [json.loads(l) for l in events.splitlines() if '"kind":"footprint"' in l]
+        self.assertTrue(footprints, "the shim measured the footprint through the NVML double")
+        self.assertEqual(footprints[0]["fields"]["overhead"], 742 << 20)
+        # The same cap counting allocations alone leaves the training 870 MiB: no OOM at batch 4096.
+        proc, job, _ = self.exec(["--recovery", "halve"], ["exit=0"], cap="870MiB")
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertEqual(job["faults"], [], "nothing refused without the context")

@@ -13,6 +13,10 @@ extern char** environ;
 namespace oomh::exec {
 
 namespace {
+
+// Note [The context on the virtual device]
+constexpr const char* kVirtualDeviceMemory = "80GiB";
+constexpr const char* kVirtualDeviceContext = "742MiB";
 using EnvMap = std::map<std::string, std::string>;
 
 EnvMap runner_environment() {
@@ -66,6 +70,16 @@ std::vector<std::string> job_environment(const JobSpec& job, const HarnessPaths&
     env["OOMH_DEVICE"] = "virtual";
     env["CUDA_VISIBLE_DEVICES"] = "";  // a CUDA build of torch must not reach a real GPU (or the double) itself
     prepend_path(env, "LD_LIBRARY_PATH", paths.virtual_driver_dir);
+    // Note [The context on the virtual device]
+    // The device stands for the GPU its figures were checked against, an H100 80GB: the driver double gets
+    // its memory, and a CUDA context of the size NVML measured for PyTorch 2.11 there once cuBLAS and a
+    // transformer step had loaded their kernels (742 MiB; docs/compatibility.md). The context is no
+    // allocation: mem_get_info shows it as a GPU's does, and a cap that counts the footprint counts it,
+    // through the NVML double (nvml/ beside the driver double), as the shim counts a GPU's. A job's own env
+    // may set either figure.
+    env.try_emplace("CUDA_DOUBLE_MEMORY", std::string(kVirtualDeviceMemory));
+    env.try_emplace("CUDA_DOUBLE_CONTEXT_MEMORY", std::string(kVirtualDeviceContext));
+    prepend_path(env, "LD_LIBRARY_PATH", paths.virtual_driver_dir + "/nvml");
   }
   // For the Python probe and for C++ code using oomh::recover::begin_step alike.
   if (!ctx.flush_steps.empty()) {
