@@ -39,17 +39,18 @@ need_file libre2-dev /usr/include/re2/re2.h
 need_file libboost1.81-dev /usr/include/boost/process/v2/process.hpp
 need_file libgtest-dev /usr/include/gtest/gtest.h
 need_file libgmock-dev /usr/include/gmock/gmock.h
+# PyTorch on the CPU (1.13 on Debian 12): the demo without a GPU runs real trainers on the virtual CUDA
+# device, and tests/python checks the probe, the recovery code and the device against it.
+want_file python3-torch /usr/lib/python3/dist-packages/torch/__init__.py
+# Debian's torch calls the BLAS the alternatives system points at: OpenBLAS instead of the reference BLAS
+# made a small training run here 13x faster.
+want_file libopenblas0-pthread /usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3 /usr/lib/aarch64-linux-gnu/openblas-pthread/libblas.so.3
 if [ "$what" = test ]; then
   want_file libbenchmark-dev /usr/include/benchmark/benchmark.h /usr/local/include/benchmark/benchmark.h
   # Reports' schema test validates results files against docs/results-schema.json.
   want_file python3-jsonschema /usr/lib/python3/dist-packages/jsonschema/__init__.py
   # Reports' screenshot test renders the HTML report in headless Chromium.
   want_cmd chromium chromium
-  # tests/python: the Python probe and recovery code against PyTorch on the CPU (1.13 on Debian 12).
-  want_file python3-torch /usr/lib/python3/dist-packages/torch/__init__.py
-  # Debian's torch calls the BLAS the alternatives system points at: OpenBLAS instead of the reference BLAS
-  # made a small training run here 13x faster (the virtual CUDA device's tests and demo run real trainers).
-  want_file libopenblas0-pthread /usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3 /usr/lib/aarch64-linux-gnu/openblas-pthread/libblas.so.3
   # scripts/fuzz.sh: the libFuzzer targets of tests/fuzz build with clang and its libFuzzer runtime.
   want_cmd clang clang++
   want_file libclang-rt-14-dev /usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a \

@@ -186,6 +186,7 @@ class CachingAllocatorModel:
         self.num_ooms = 0
         self.fraction_limit = None  # set_per_process_memory_fraction, as bytes
         self.before_new_segment = None  # called before the driver is asked for a segment: frees may be pending
+        self.oom_observers = []     # torch._C._cuda_attach_out_of_memory_observer's callbacks
 
     # ---- what the code does
     def malloc(self, nbytes):
@@ -271,6 +272,9 @@ class CachingAllocatorModel:
                 handle = self._ask(want)
         if handle is None:
             self.num_ooms += 1
+            # As the native allocator does, the OOM observers hear of it once the allocator gives up.
+            for observer in list(self.oom_observers):
+                observer(self.device, size, self.allocated, self._free_bytes())
             raise self.oom_error(self._oom_message(size))
         seg = Segment(handle, want, small)
         seg.first = Block(seg, 0, want)
@@ -323,6 +327,15 @@ class CachingAllocatorModel:
         if block.prev is None:
             block.segment.first = block
         return block
+
+    def _free_bytes(self):
+        try:
+            free = self.source.mem_info()[0]
+        except Exception:  # noqa: BLE001 - an observer still hears of the OOM
+            free = 0
+        if self.fraction_limit is not None:
+            free = min(free, max(0, self.fraction_limit - self.reserved))
+        return free
 
     def _oom_message(self, size):
         try:

@@ -120,6 +120,8 @@ class VirtualDevice:
     # ---- storages
     @staticmethod
     def _storage(t):
+        if hasattr(t, "untyped_storage"):  # PyTorch 2.x (t.storage() warns there)
+            return t.untyped_storage()
         s = t.storage()
         return getattr(s, "_storage", s)
 
@@ -409,11 +411,32 @@ class VirtualDevice:
                             ("set_per_process_memory_fraction", set_per_process_memory_fraction),
                             ("memory_summary", memory_summary),
                             ("get_device_capability", lambda device=None: (9, 0)),
-                            ("is_bf16_supported", lambda *a, **k: True)):
+                            ("is_bf16_supported", lambda *a, **k: True),
+                            # No stream is ever capturing a graph (optimizers on PyTorch 2.x ask).
+                            ("is_current_stream_capturing", lambda: False),
+                            # The CPU RNG stands in for CUDA's: torch.manual_seed seeds it already.
+                            ("manual_seed", lambda seed: None), ("manual_seed_all", lambda seed: None),
+                            ("seed", lambda: None), ("seed_all", lambda: None),
+                            ("get_rng_state", lambda device="cuda": torch.get_rng_state()),
+                            ("set_rng_state", lambda state, device="cuda": torch.set_rng_state(state)),
+                            ("get_rng_state_all", lambda: [torch.get_rng_state()]),
+                            ("set_rng_state_all", lambda states: torch.set_rng_state(states[0]))):
             self._set(cuda_mod, name, value)
         # The allocator's own entry, which the probe calls to flush the cache before a faulted step (Note
         # [Flushing before a faulted step] in probe.py), so that the code's empty_cache() stays its own.
         self._set(torch._C, "_cuda_emptyCache", empty_cache)
+        # The allocator's OOM observers (the probe's: Note [Caught or not] in probe.py) hear of each OOM the
+        # model raises, as the native allocator's do on PyTorch 2.x.
+        self._set(torch._C, "_cuda_attach_out_of_memory_observer", model.oom_observers.append)
+        graphs = getattr(cuda_mod, "graphs", None)
+        if graphs is not None and hasattr(graphs, "is_current_stream_capturing"):
+            self._set(graphs, "is_current_stream_capturing", lambda: False)
+        random = getattr(cuda_mod, "random", None)
+        if random is not None:
+            for name in ("manual_seed", "manual_seed_all", "seed", "seed_all", "get_rng_state", "set_rng_state",
+                         "get_rng_state_all", "set_rng_state_all"):
+                if hasattr(random, name):
+                    self._set(random, name, getattr(cuda_mod, name))
         if hasattr(cuda_mod, "memory"):
             for name in ("empty_cache", "memory_allocated", "memory_reserved", "memory_stats", "mem_get_info",
                          "max_memory_allocated", "reset_peak_memory_stats", "memory_summary"):

@@ -11,12 +11,15 @@
 #   compat  docs/compatibility.md regenerated from all of the above (before the timing phases, so that a
 #           phase the budget skips at the end never costs the matrix)
 #   timing  alone, one after the other, shortest first: driver calls, shim engine, runner, packing, throughput
+#   virtual only when named: the virtual CUDA device against this GPU, same PyTorch (bench/python/
+#           virtual_fidelity.py --device both), and the device's cost on this machine's quiet CPUs
+#           (bench/python/virtual_device_cost.py); both informative, figures into bench/RESULTS.md
 #   pytests only when named: the Python probe's and recovery code's unit tests with this machine's PyTorch,
 #           on the CPU, in the background until the timing phases (CI runs them on every change with
 #           Debian's PyTorch; here they took 177-279 s and held the timing phases back by 35-90 s)
 #
 #   tests/gpu/run_all.sh [PHASE...]
-#   PHASE: build pytests ctest injector libtorch probe fidelity-caps selftest demo armed reservation reservesuite
+#   PHASE: build pytests virtual ctest injector libtorch probe fidelity-caps selftest demo armed reservation reservesuite
 #          fidelity-reserve compat drivercalls shimbench runnerbench packing throughput
 #   (no PHASE: all but pytests, in that order; named phases of one wave still run at once)
 #
@@ -45,16 +48,16 @@ bin=$build/runner/oomharness
 inject=$build/injector/liboomharness_inject.so
 summary=$work/summary.txt
 budget=${RUN_ALL_BUDGET:-575}
-all_phases="build pytests ctest injector libtorch probe fidelity-caps selftest demo armed reservation reservesuite fidelity-reserve
+all_phases="build pytests virtual ctest injector libtorch probe fidelity-caps selftest demo armed reservation reservesuite fidelity-reserve
             compat drivercalls shimbench runnerbench packing throughput"
-phases=${*:-${all_phases/pytests /}}
+phases=${*:-${all_phases/pytests virtual /}}
 wave1="ctest injector libtorch probe fidelity-caps"
 wave2="selftest demo armed"
 timing="drivercalls shimbench runnerbench packing throughput"
 
 # Seconds each phase usually takes on the H100 (measured, 2026-11-22; bench/RESULTS.md's GPU section), a
 # little over; the budget check uses them.
-declare -A EST=([build]=80 [pytests]=200 [ctest]=60 [injector]=30 [libtorch]=30 [probe]=40 [fidelity-caps]=30
+declare -A EST=([build]=80 [pytests]=200 [virtual]=240 [ctest]=60 [injector]=30 [libtorch]=30 [probe]=40 [fidelity-caps]=30
                 [selftest]=60 [demo]=60 [armed]=60 [reservation]=55 [reservesuite]=30 [fidelity-reserve]=20 [throughput]=145
                 [packing]=150 [drivercalls]=35 [shimbench]=30 [runnerbench]=10 [compat]=5)
 
@@ -114,6 +117,9 @@ run_phase() {  # run_phase NAME: the phase's command, its output to stdout
   case $1 in
     build) bash "$root/scripts/build.sh" -DOOMH_WITH_TORCH=AUTO -DOOMH_TEST_PYTHON_EXE="$(command -v python3)" ;;
     pytests) CUDA_VISIBLE_DEVICES= ctest --test-dir "$build" -L python --output-on-failure -j3 --timeout 400 ;;
+    virtual) python3 "$root/bench/python/virtual_fidelity.py" --device both --json-out "$work/virtual_fidelity.json" &&
+             CUDA_VISIBLE_DEVICES= python3 "$root/bench/python/virtual_device_cost.py" --rounds 5 > "$work/virtual_cost.json";
+             local rc=$?; cat "$work/virtual_cost.json"; return $rc ;;
     ctest) ctest --test-dir "$build" -LE python --output-on-failure -j8 --timeout 300 ;;
     injector) bash "$root/tests/gpu/injector/run.sh" "$build" "$work/injector" ;;
     libtorch) bash "$root/tests/gpu/libtorch_checks.sh" "$build" "$work/libtorch" ;;

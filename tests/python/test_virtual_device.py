@@ -191,6 +191,19 @@ print(torch.cuda.memory_stats()["num_ooms"])
         self.assertEqual(lines[2], "True")
         self.assertEqual(lines[3], "1")
 
+    def test_oom_observers_hear_of_each_oom_the_allocator_gives_up_on(self):
+        out = run("""
+heard = []
+torch._C._cuda_attach_out_of_memory_observer(lambda *a: heard.append(a))
+kept = torch.zeros(3 << 20, device="cuda")
+try:
+    torch.ones(8 << 20, device="cuda")
+except torch.cuda.OutOfMemoryError:
+    pass
+print(len(heard), heard[0][0], heard[0][1] == 32 << 20, heard[0][2] == round_size(12 << 20))
+""", budget=32 << 20)
+        self.assertEqual(out.split("\n")[0], "1 0 True True", "device, size, allocated, as PyTorch passes them")
+
     def test_cpu_copies_leave_the_device_and_freed_tensors_return_to_the_cache(self):
         out = run("""
 x = torch.randn(1024, 1024).cuda()                     # 4 MiB

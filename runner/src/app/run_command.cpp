@@ -496,7 +496,8 @@ ExitCode command_demo(const std::string& out_dir, const std::vector<std::string>
   args.surveyed = survey;
   if (simulate) {
     args.simulate = true;
-    out << "No GPU found: running the demo on the CPU driver double (simulated device)\n";
+    out << "No GPU found: running the demo on stand-ins (simulated device): the emulated trainer on the CPU "
+           "driver double, and the PyTorch trainers on the virtual CUDA device\n";
     // The simulated demo's jobs run the emulated trainer by name: put the build's copy on their PATH.
     if (Found trainer = find_emulated_trainer_dir(); trainer.path) {
       const char* path = std::getenv("PATH");

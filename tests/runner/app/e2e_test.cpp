@@ -630,7 +630,7 @@ TEST_F(E2E, DemoRunsSimulatedWithoutAGpu) {
               trainer_job(trainer, "halving", "halve", 5, std::string(kFaultAtStep3) + "    expect:\n      - batch_halving\n"));
   Result r = run({bin, "demo", "--out", (dir_ / "demo-out").string()}, dir_, dir_, {"OOMH_HOME=" + (dir_ / "home").string()});
   EXPECT_EQ(r.code, 0) << r.out << r.err;
-  EXPECT_NE(r.out.find("No GPU found: running the demo on the CPU driver double (simulated device)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("No GPU found: running the demo on stand-ins (simulated device)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("HTML report: " + (dir_ / "demo-out" / "report.html").string()), std::string::npos) << r.out;
   EXPECT_TRUE(fs::exists(dir_ / "demo-out" / "report.html"));
 }
