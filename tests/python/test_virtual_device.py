@@ -135,7 +135,7 @@ print(sorted(dev.divergences))
         divergences = [e["fields"]["kind"] for e in events if e["kind"] == "divergence"]
         self.assertEqual(divergences, ["autocast", "other_thread"], "each kind once")
 
-    def test_attention_that_keeps_its_probabilities_is_named_on_pytorch_1(self):
+    def test_attention_that_keeps_its_probabilities_is_named(self):
         out = run("""
 a = torch.nn.MultiheadAttention(64, 4).cuda()
 q = torch.randn(128, 2, 64).cuda()
@@ -143,7 +143,7 @@ a(q, q, q)
 print(sorted(dev.divergences), int(torch.__version__.split(".")[0]))
 """)
         kinds, major = out.split("\n")[0].rsplit(" ", 1)
-        self.assertEqual(kinds, "['attention']" if int(major) < 2 else "[]")
+        self.assertEqual(kinds, "['attention']")
 
     def test_default_device_and_torch_accelerator_on_pytorch_2(self):
         import torch
