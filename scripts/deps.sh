@@ -47,6 +47,12 @@ if [ "$what" = test ]; then
   want_cmd chromium chromium
   # tests/python: the Python probe and recovery code against PyTorch on the CPU (1.13 on Debian 12).
   want_file python3-torch /usr/lib/python3/dist-packages/torch/__init__.py
+  # tests/pytest_plugin: the pip package and its pytest plugin, run by Debian's pytest (with xdist), built
+  # offline by Debian's setuptools and pip.
+  want_file python3-pytest /usr/lib/python3/dist-packages/pytest/__init__.py
+  want_file python3-pytest-xdist /usr/lib/python3/dist-packages/xdist/__init__.py
+  want_file python3-setuptools /usr/lib/python3/dist-packages/setuptools/__init__.py
+  want_file python3-pip /usr/lib/python3/dist-packages/pip/__init__.py
   # Debian's torch calls the BLAS the alternatives system points at: OpenBLAS instead of the reference BLAS
   # made a small training run here 13x faster (the virtual CUDA device's tests and demo run real trainers).
   want_file libopenblas0-pthread /usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3 /usr/lib/aarch64-linux-gnu/openblas-pthread/libblas.so.3
