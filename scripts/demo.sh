@@ -5,6 +5,6 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${OOMH_BUILD_DIR:-$root/build}
 "$root/scripts/deps.sh" build
-"$root/scripts/build.sh"
+"$root/scripts/build.sh" --demo   # only what the demo runs: no test, no benchmark
 out=${OOMH_DEMO_OUT:-$root/demo-out}
 exec "$build/runner/oomharness" demo --out "$out" "$@"
