@@ -321,7 +321,7 @@ TEST_F(E2E, RunPassingAndFailingJobsWritesReportsThatParse) {
                       "verdict", "--markdown", (dir_ / "cmp.md").string()},
                      dir_, dir_);
   EXPECT_EQ(worse.code, 1) << worse.out << worse.err;
-  EXPECT_NE(worse.out.find("no_recovery"), std::string::npos) << worse.out;
+  EXPECT_NE(worse.out.find("REGRESSION e2e::no_recovery: "), std::string::npos) << "one job name form: suite::job\n" << worse.out;
   EXPECT_TRUE(fs::exists(dir_ / "cmp.md"));
   EXPECT_EQ(run({bin, "compare", (dir_ / "base.json").string(), (out / "results.json").string(), "--fail-on", "peak:+x%"},
                 dir_, dir_).code,
