@@ -160,6 +160,9 @@ void append_step_summary(const RunResult& run, std::ostream& out, std::ostream& 
   if (!f) err << "oomharness: could not append to $GITHUB_STEP_SUMMARY (" << path << "): " << std::strerror(errno) << "\n";
 }
 
+// What --maxfail counts, --lf reruns and GitHub gets an annotation for: pytest's failures and errors.
+bool failed_or_erred(JobStatus s) { return s == JobStatus::failed || s == JobStatus::error; }
+
 // --lf, as pytest's: keep the jobs that failed or erred in the previous results of this output folder;
 // when none did, every job runs (saying so). Returns an exit code when nothing should run.
 std::optional<ExitCode> keep_last_failed(std::vector<Suite>& suites, const RunArgs& args, std::ostream& out,
@@ -179,7 +182,7 @@ std::optional<ExitCode> keep_last_failed(std::vector<Suite>& suites, const RunAr
   std::set<std::string> failed;
   for (const auto& s : last.value().suites)
     for (const auto& j : s.jobs)
-      if (j.status == JobStatus::failed || j.status == JobStatus::error) failed.insert(s.name + "::" + j.name);
+      if (failed_or_erred(j.status)) failed.insert(s.name + "::" + j.name);
   if (failed.empty()) {
     out << "--lf: no job failed or erred in " << previous << ": running every selected job\n";
     return std::nullopt;
@@ -209,7 +212,7 @@ void print_github_annotations(const RunResult& run, const std::vector<Suite>& su
   for (size_t s = 0; s < run.suites.size() && s < suites.size(); ++s)
     for (size_t j = 0; j < run.suites[s].jobs.size() && j < suites[s].jobs.size(); ++j) {
       const JobResult& job = run.suites[s].jobs[j];
-      if (job.status != JobStatus::failed && job.status != JobStatus::error) continue;
+      if (!failed_or_erred(job.status)) continue;
       const SourceLocation& where = suites[s].jobs[j].where;
       const bool in_file = where.line > 0 && where.file.rfind("<", 0) != 0;
       const std::string name = run.suites[s].name + "::" + job.name;
@@ -341,8 +344,7 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
       JobOutcome o = done;  // judged on a copy: the runner still owns its outcome
       judged[i] = judge_job(i, o);
       if (!done.not_started) view.on_job_done(i);
-      const JobStatus st = judged[i]->status;
-      if (args.maxfail > 0 && (st == JobStatus::failed || st == JobStatus::error) && ++failures == args.maxfail && running)
+      if (args.maxfail > 0 && failed_or_erred(judged[i]->status) && ++failures == args.maxfail && running)
         running->stop_starting();
     };
     JobRunner runner(std::move(options));
@@ -363,8 +365,7 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
     run.suites.push_back(std::move(sr));
   }
   for (size_t i = 0; i < outcomes.size() && i < jobs.size(); ++i) {
-    auto [s, j] = origin[i];
-    (void)j;
+    const size_t s = origin[i].first;
     run.suites[s].jobs.push_back(judged[i] ? std::move(*judged[i]) : judge_job(i, outcomes[i]));
   }
   for (size_t s = 0; s < suites.size(); ++s) {
