@@ -33,6 +33,7 @@ pytest's temporary folder, and a failure names its report.
 import os
 import re
 import sys
+import types
 
 import pytest
 
@@ -122,6 +123,7 @@ def _judge(item, outcome):
         head = "%s: nothing was tested (%s)" % (job, outcome.message or outcome.status)
     else:
         head = "%s %s: %s" % (job, outcome.status, outcome.message)
+    item._oomh_reason = head
     lines = [head]
     tail = outcome.output_tail
     if tail:
@@ -202,6 +204,37 @@ def pytest_pyfunc_call(pyfuncitem):
         restart=kw.get("restart"), env=env, binary=session.binary(), cwd=str(config.rootpath))
     _judge(pyfuncitem, outcome)
     return True
+
+
+class _Explained:
+    """A failure's report that also tells pytest its one-line reason (pytest's longrepr protocol: toterminal()
+    prints it, reprcrash.message is what the short summary and JUnit's `message` show): pytest.fail(pytrace=
+    False) alone shows the reason in neither. (Under xdist the report travels as text: the failure still
+    shows it.)"""
+
+    def __init__(self, original, reason, item):
+        self._original = original
+        path, lineno = str(item.path), (item.location[1] or 0) + 1
+        self.reprcrash = types.SimpleNamespace(path=path, lineno=lineno, message=reason)
+
+    def toterminal(self, tw):
+        if hasattr(self._original, "toterminal"):
+            self._original.toterminal(tw)
+        else:
+            for line in str(self._original).splitlines():
+                tw.line(line)
+
+    def __str__(self):
+        return str(self._original)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    reason = getattr(item, "_oomh_reason", None)
+    if reason and report.when == "call" and report.failed and report.longrepr is not None:
+        report.longrepr = _Explained(report.longrepr, reason, item)
 
 
 def pytest_report_teststatus(report, config):

@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+from xml.etree import ElementTree
 
 import pytest
 
@@ -77,6 +78,7 @@ def run_pytest(cwd, site, *args, binary=BINARY, path=None):
         if name.startswith("OOMH_"):
             del env[name]
     env["PYTHONPATH"] = str(site)
+    env["COLUMNS"] = "400"  # short summary lines are cut to the terminal's width
     if binary:
         env["OOMH_BINARY"] = binary
     if path is not None:
@@ -110,7 +112,8 @@ def test_the_package_version_is_the_projects():
 
 
 def test_verdicts_become_test_outcomes_with_the_reason_as_message(installed, user_dir):
-    rc, out = run_pytest(user_dir, installed, "--oomh-out", str(user_dir / "reports"))
+    rc, out = run_pytest(user_dir, installed, "--oomh-out", str(user_dir / "reports"), "--junitxml",
+                         str(user_dir / "junit.xml"))
     assert rc == 1, out
     got = outcomes(out)
     assert got == {
@@ -126,6 +129,13 @@ def test_verdicts_become_test_outcomes_with_the_reason_as_message(installed, use
     assert "is inconclusive, so recovery was not tested: no fault was injected" in out, out
     assert "oomharness could not test exec::test_fixture_command_missing" in out, out
     assert re.search(r"3 failed, 2 passed, 1 error", out), out
+    # ... and the reason in pytest's short summary and in JUnit's message.
+    assert re.search(r"^FAILED \S+::test_fixture_no_halving - exec::test_fixture_no_halving failed: OOM at step 1", out,
+                     re.M), out
+    junit = ElementTree.parse(str(user_dir / "junit.xml"))
+    messages = {case.get("name"): case.find("failure").get("message")
+                for case in junit.iter("testcase") if case.find("failure") is not None}
+    assert messages["test_marker_no_halving"].startswith("exec::test_marker_no_halving failed: OOM at step"), messages
     # --oomh-out: the usual reports, one folder per test.
     for name in ("test_fixture_halving", "test_marker_no_halving"):
         folder = user_dir / "reports" / ("test_user.py-" + name)
