@@ -51,6 +51,12 @@ if [ "$what" = test ]; then
   want_file python3-jsonschema /usr/lib/python3/dist-packages/jsonschema/__init__.py
   # Reports' screenshot test renders the HTML report in headless Chromium.
   want_cmd chromium chromium
+  # tests/pytest_plugin: the pip package and its pytest plugin, run by Debian's pytest (with xdist), built
+  # offline by Debian's setuptools and pip.
+  want_file python3-pytest /usr/lib/python3/dist-packages/pytest/__init__.py
+  want_file python3-pytest-xdist /usr/lib/python3/dist-packages/xdist/__init__.py
+  want_file python3-setuptools /usr/lib/python3/dist-packages/setuptools/__init__.py
+  want_file python3-pip /usr/lib/python3/dist-packages/pip/__init__.py
   # scripts/fuzz.sh: the libFuzzer targets of tests/fuzz build with clang and its libFuzzer runtime.
   want_cmd clang clang++
   want_file libclang-rt-14-dev /usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a \

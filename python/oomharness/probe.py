@@ -497,6 +497,14 @@ def oom(caught=True, exc=None, message=None):
         _safely(p.explicit_oom, caught, exc, message)
 
 
+def uncaught(exc):
+    """`exc` ended the program's work uncaught, though something above the code caught it to report it (a
+    test runner: pytest catches a test's exception): the probe takes it as it takes one sys.excepthook sees."""
+    p = _get()
+    if p.active:
+        _safely(p.excepthook_seen, exc)
+
+
 def checkpoint_saved(path, step):
     p = _get()
     if p.active:

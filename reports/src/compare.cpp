@@ -194,7 +194,7 @@ struct Row { std::string job, status, verdicts, peak, recovery, faults; };
 
 Row row(const JobComparison& j) {
   Row r;
-  r.job = j.suite + "/" + j.job;
+  r.job = j.full_name();
   const auto status = [](const std::optional<JobStatus>& s) { return s ? std::string(to_string(*s)) : std::string("absent"); };
   r.status = j.added() ? "new: " + status(j.new_status) : j.removed() ? "removed" : arrow(status(j.base_status), status(j.new_status));
   for (const VerdictChange& v : j.verdict_changes) {
@@ -261,7 +261,7 @@ std::string render_comparison_text(const Comparison& c) {
   }
   out << "\n" << summary_line(c) << "\n";
   for (const JobComparison& j : c.jobs)
-    for (const std::string& r : j.regressions) out << "  REGRESSION " << text::sanitize_text(j.suite + "/" + j.job) << ": " << r << "\n";
+    for (const std::string& r : j.regressions) out << "  REGRESSION " << text::sanitize_text(j.full_name()) << ": " << r << "\n";
   return out.str();
 }
 
@@ -281,7 +281,7 @@ std::string render_comparison_markdown(const Comparison& c) {
   if (c.regressed()) {
     out << "\n### Regressions\n\n";
     for (const JobComparison& j : c.jobs)
-      for (const std::string& r : j.regressions) out << "- **" << md_cell(j.suite + "/" + j.job) << "**: " << md_cell(r) << "\n";
+      for (const std::string& r : j.regressions) out << "- **" << md_cell(j.full_name()) << "**: " << md_cell(r) << "\n";
   }
   return out.str();
 }

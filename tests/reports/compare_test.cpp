@@ -132,7 +132,7 @@ TEST(Compare, MarkdownEscapesNames) {
   const auto c = compare(run_of({job("a|b", JobStatus::passed, kGiB)}), run_of({job("a|b", JobStatus::failed, kGiB)}),
                          rules({"verdict"}));
   const std::string md = render_comparison_markdown(c);
-  EXPECT_NE(md.find("s/a\\|b"), std::string::npos) << md;
+  EXPECT_NE(md.find("s::a\\|b"), std::string::npos) << md;
   EXPECT_NE(md.find("### Regressions"), std::string::npos);
 }
 

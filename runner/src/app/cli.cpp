@@ -1,5 +1,6 @@
-// The command line: CLI11 parses, commands.h does. Only CLI11 API common to 2.1 (Debian 12) and 2.4 is
-// used. docs/cli.md documents every command and flag; keep the two in step.
+// The command line: CLI11 parses, commands.h does. Options go before or after positional arguments (suite
+// files), and a repeatable option takes one value per occurrence, as pytest's do. Only CLI11 API common
+// to 2.1 (Debian 12) and 2.4 is used. docs/cli.md documents every command and flag; keep the two in step.
 
 // GCC 12 reports a -Wnull-dereference inside CLI11's own string splitting (a false positive in
 // libstdc++'s vector growth); our code is checked with the warning on.
@@ -33,6 +34,17 @@ void add_report_flags(CLI::App* cmd, app::ReportFlags& f) {
   cmd->add_option("--perfetto", f.perfetto, "Also write a Perfetto / chrome://tracing trace here");
 }
 
+// -q and -v, as pytest's: less (no per-job lines, only the jobs that did not pass in the table) or more
+// (every verdict's sentence in the table).
+struct Verbosity {
+  bool quiet = false, verbose = false;
+  int level() const { return quiet ? -1 : verbose ? 1 : 0; }
+};
+void add_verbosity_flags(CLI::App* cmd, Verbosity& v) {
+  auto* q = cmd->add_flag("-q,--quiet", v.quiet, "Less output: no per-job lines; the table lists only jobs that did not pass");
+  cmd->add_flag("-v,--verbose", v.verbose, "More output: every verdict's sentence in the table")->excludes(q);
+}
+
 int parse_and_run(std::vector<std::string> args) {
   // `exec ... -- CMD ARGS`: everything after the first `--` is the job's command, untouched by CLI11
   // (its flags are the job's, not ours).
@@ -54,7 +66,8 @@ int parse_and_run(std::vector<std::string> args) {
   CLI::App* run = app.add_subcommand("run", "Run suites: every job under the shim, checked by its expect: policies");
   run->add_option("suites", run_args.suites, "Suite files (YAML)")->required();
   run->add_option("-k", run_args.filters,
-                  "Only jobs whose suite::job name matches: substring or glob, with and/or/not (like pytest -k)");
+                  "Only jobs whose suite::job name matches: substring or glob, with and/or/not (like pytest -k)")
+      ->allow_extra_args(false);  // `-k EXPR suite.yaml`: the suite file is not a second expression
   run->add_option("-j,--jobs", run_args.jobs, "How many jobs run at once (default 1)");
   run->add_option("--threads-per-job", run_args.threads_per_job,
                   "OMP_NUM_THREADS for each job when jobs run at once: auto (its share of the cores; the default), off, or N");
@@ -70,6 +83,14 @@ int parse_and_run(std::vector<std::string> args) {
                   "or auto (each job's device:, by default virtual for Python jobs under --simulate)");
   run->add_option("--max-jobs", run_args.max_jobs, "Refuse a suite that expands to more jobs than this (default 10000)")
       ->check(CLI::Range(size_t{1}, size_t{100'000'000}));
+  bool run_exitfirst = false;
+  run->add_flag("-x,--exitfirst", run_exitfirst, "Start no new job after the first failed or erred one (--maxfail 1)");
+  run->add_option("--maxfail", run_args.maxfail, "Start no new job after N failed or erred ones")
+      ->check(CLI::Range(1, 1'000'000));
+  run->add_flag("--lf,--last-failed", run_args.last_failed,
+                "Only the jobs that failed or erred in the previous results (OUT/results.json); all when none did");
+  Verbosity run_verbosity;
+  add_verbosity_flags(run, run_verbosity);
   run->footer(kFooter);
 
   app::ExecArgs exec_args;
@@ -80,21 +101,25 @@ int parse_and_run(std::vector<std::string> args) {
   exec->add_option("--cap", exec_args.cap, "Make every GPU look this big to the job: 8GiB, 512MiB");
   exec->add_option("--cap-counts", exec_args.cap_counts,
                    "What the cap counts: allocations (default) or footprint (the CUDA context and driver memory too)");
-  exec->add_option("--fault", exec_args.faults, "A fault rule: step=5,times=4 | every=10,min_size=64MiB | ... (repeatable)");
-  exec->add_option("--expect", exec_args.expects, "A check: batch_halving:factor=0.5,min=8 | exit=0 | ... (repeatable)");
+  exec->add_option("--fault", exec_args.faults, "A fault rule: step=5,times=4 | every=10,min_size=64MiB | ... (repeatable)")
+      ->allow_extra_args(false);
+  exec->add_option("--expect", exec_args.expects, "A check: batch_halving:factor=0.5,min=8 | exit=0 | ... (repeatable)")
+      ->allow_extra_args(false);
   exec->add_option("--timeout", exec_args.timeout, "Stop the job after this long: 30s, 10m (default 10m)");
   exec->add_option("--restart", exec_args.restart, "Restart the job up to N times when it dies (default 0)");
   exec->add_option("--restart-on", exec_args.restart_on, "What restarts it: oom, nonzero, signal, any (comma list; default oom)");
   exec->add_flag("--clear-faults", exec_args.clear_faults, "Restarted attempts run without the faults");
   exec->add_option("--target-step", exec_args.target_step, "The step training must reach");
   exec->add_option("--name", exec_args.name, "The job's name in reports (default: the command's name)");
-  exec->add_option("--env", exec_args.env, "NAME=VALUE for the job's environment (repeatable)");
+  exec->add_option("--env", exec_args.env, "NAME=VALUE for the job's environment (repeatable)")->allow_extra_args(false);
   add_report_flags(exec, exec_args.reports);
   exec->add_flag("--summary", exec_args.summary, "Append the Markdown summary to $GITHUB_STEP_SUMMARY");
   exec->add_option("-o,--out", exec_args.out_dir, "Output folder (default oomh-out)");
   exec->add_flag("--simulate", exec_args.simulate, "Run on the CPU driver double instead of a GPU");
   exec->add_flag("--strict", exec_args.strict, "An inconclusive job fails the run");
   exec->add_option("--device", exec_args.device, "Where the job's CUDA work runs: auto (default), gpu or virtual");
+  Verbosity exec_verbosity;
+  add_verbosity_flags(exec, exec_verbosity);
   exec->footer(kFooter);
 
   std::vector<std::string> validate_suites;
@@ -117,7 +142,8 @@ int parse_and_run(std::vector<std::string> args) {
   compare->add_option("new", compare_args.now, "The new results.json")->required();
   compare->add_option("--fail-on", compare_args.fail_on,
                       "What counts as a regression: verdict, removed, peak:+5%, recovery:+2s, faults_visible:-0 "
-                      "(repeatable; default verdict)");
+                      "(repeatable; default verdict)")
+      ->allow_extra_args(false);
   compare->add_option("--markdown", compare_args.markdown, "Also write the comparison as Markdown here");
 
   std::string demo_out = "oomh-out";
@@ -148,10 +174,13 @@ int parse_and_run(std::vector<std::string> args) {
       }
       if (*run_args.device == DeviceChoice::automatic) run_args.device.reset();
     }
+    if (run_exitfirst) run_args.maxfail = 1;
+    run_args.verbosity = run_verbosity.level();
     return to_int(app::command_run(run_args, out, err));
   }
   if (exec->parsed()) {
     exec_args.command = command;
+    exec_args.verbosity = exec_verbosity.level();
     return to_int(app::command_exec(exec_args, out, err));
   }
   if (validate->parsed()) return to_int(app::command_validate(validate_suites, out, err, validate_limits));

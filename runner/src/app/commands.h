@@ -31,6 +31,9 @@ struct RunArgs {
   bool strict = false;                // an inconclusive job fails the run
   std::optional<DeviceChoice> device; // --device: for every job; unset: each job's own `device:`
   size_t max_jobs = SuiteLimits::default_max_jobs;  // --max-jobs: jobs a suite may expand to
+  int maxfail = 0;                    // -x (1), --maxfail N: start no job after N failed or erred; 0: no limit
+  bool last_failed = false;           // --lf: only the jobs that failed or erred in <out>/results.json
+  int verbosity = 0;                  // -q: -1, -v: 1
   std::vector<std::string> command_line;
   // The machine's GPUs when the caller surveyed them already (the demo, to choose its suite): a command
   // asks nvidia-smi once. Unset: run_suites surveys (unless --simulate).
@@ -56,6 +59,7 @@ struct ExecArgs {
   bool simulate = false;
   bool strict = false;
   std::string device;                 // --device auto|gpu|virtual
+  int verbosity = 0;                  // -q: -1, -v: 1
   std::vector<std::string> command_line;
 };
 

@@ -21,6 +21,16 @@ const char* source_dir() {
 #endif
 }
 
+// The installed layout (cmake/OomhInstall.cmake), relative to the prefix.
+#ifndef OOMH_INSTALL_PKGLIBDIR
+#define OOMH_INSTALL_PKGLIBDIR "lib/oomharness"
+#endif
+#ifndef OOMH_INSTALL_PKGDATADIR
+#define OOMH_INSTALL_PKGDATADIR "share/oomharness"
+#endif
+const std::string kLibDir = OOMH_INSTALL_PKGLIBDIR;
+const std::string kDataDir = OOMH_INSTALL_PKGDATADIR;
+
 // `relative` under the executable's folder and up to four folders above it.
 std::vector<std::string> upward(const std::vector<std::string>& relatives) {
   std::vector<std::string> out;
@@ -64,24 +74,24 @@ std::string executable_dir() {
 }
 
 Found find_inject_library() {
-  auto c = upward({"injector/liboomharness_inject.so", "liboomharness_inject.so", "lib/oomharness/liboomharness_inject.so",
+  auto c = upward({"injector/liboomharness_inject.so", "liboomharness_inject.so", kLibDir + "/liboomharness_inject.so",
                    "lib/liboomharness_inject.so"});
   return first_existing("OOMH_INJECT_LIBRARY", c, false);
 }
 
 Found find_python_probe_dir() {
-  std::vector<std::string> c;
+  // An installed tree's copy first: an install made from a source tree that still exists uses its own.
+  std::vector<std::string> c = upward({kDataDir + "/python"});
   if (*source_dir()) c.push_back(std::string(source_dir()) + "/python");
-  for (auto& p : upward({"share/oomharness/python"})) c.push_back(p);
   return first_existing("OOMH_PYTHON_DIR", c, true);
 }
 
 Found find_reserve_program() {
-  return first_existing("OOMH_RESERVE_PROGRAM", upward({"oomh-reserve", "runner/oomh-reserve", "bin/oomh-reserve"}), false);
+  return first_existing("OOMH_RESERVE_PROGRAM", upward({"oomh-reserve", "runner/oomh-reserve", kLibDir + "/oomh-reserve"}), false);
 }
 
 Found find_driver_double_dir() {
-  Found f = first_existing("OOMH_CUDA_DOUBLE_DIR", upward({"cuda_double/libcuda.so.1"}), false);
+  Found f = first_existing("OOMH_CUDA_DOUBLE_DIR", upward({"cuda_double/libcuda.so.1", kLibDir + "/cuda_double/libcuda.so.1"}), false);
   if (f.path) f.path = fs::path(*f.path).parent_path().string();
   return f;
 }
@@ -91,13 +101,13 @@ Found find_demo_suite(bool simulated) {
   const std::string file = simulated ? "suites/demo-simulated.yaml" : "suites/demo.yaml";
   std::vector<std::string> c;
   if (const char* home = std::getenv("OOMH_HOME"); home && *home) c.push_back(std::string(home) + "/" + file);
+  for (auto& p : upward({kDataDir + "/" + file})) c.push_back(p);
   if (*source_dir()) c.push_back(std::string(source_dir()) + "/" + file);
-  for (auto& p : upward({"share/oomharness/" + file})) c.push_back(p);
   return first_existing("OOMH_DEMO_SUITE", c, false);
 }
 
 Found find_emulated_trainer_dir() {
-  Found f = first_existing("OOMH_EMULATED_TRAINER", upward({"tests/emulated_trainer/emulated_trainer", "bin/emulated_trainer"}), false);
+  Found f = first_existing("OOMH_EMULATED_TRAINER", upward({"tests/emulated_trainer/emulated_trainer", kLibDir + "/emulated_trainer"}), false);
   if (f.path) f.path = fs::path(*f.path).parent_path().string();
   return f;
 }

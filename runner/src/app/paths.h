@@ -26,7 +26,7 @@ Found find_inject_library();
 Found find_python_probe_dir();
 Found find_reserve_program();
 Found find_driver_double_dir();
-// The folder that holds `suites/demo.yaml`: $OOMH_HOME, then the source tree this was built from.
+// The demo suite: $OOMH_HOME, then an installed tree's share/oomharness, then the source tree this was built from.
 Found find_demo_suite(bool simulated);
 // The folder of the emulated trainer, which the simulated demo runs (put on PATH for its jobs).
 Found find_emulated_trainer_dir();

@@ -160,6 +160,69 @@ void append_step_summary(const RunResult& run, std::ostream& out, std::ostream& 
   if (!f) err << "oomharness: could not append to $GITHUB_STEP_SUMMARY (" << path << "): " << std::strerror(errno) << "\n";
 }
 
+// What --maxfail counts, --lf reruns and GitHub gets an annotation for: pytest's failures and errors.
+bool failed_or_erred(JobStatus s) { return s == JobStatus::failed || s == JobStatus::error; }
+
+// --lf, as pytest's: keep the jobs that failed or erred in the previous results of this output folder;
+// when none did, every job runs (saying so). Returns an exit code when nothing should run.
+std::optional<ExitCode> keep_last_failed(std::vector<Suite>& suites, const RunArgs& args, std::ostream& out,
+                                         std::ostream& err) {
+  const std::string previous = (fs::path(args.out_dir) / "results.json").string();
+  std::error_code ec;
+  if (!fs::exists(previous, ec)) {
+    err << "oomharness: --lf: no previous results in " << previous
+        << " (run without --lf first, with the same --out)\n";
+    return ExitCode::usage_error;
+  }
+  auto last = load_results(previous);
+  if (!last) {
+    err << "oomharness: --lf: " << last.error() << "\n";
+    return ExitCode::usage_error;
+  }
+  std::set<std::string> failed;
+  for (const auto& s : last.value().suites)
+    for (const auto& j : s.jobs)
+      if (failed_or_erred(j.status)) failed.insert(s.name + "::" + j.name);
+  if (failed.empty()) {
+    out << "--lf: no job failed or erred in " << previous << ": running every selected job\n";
+    return std::nullopt;
+  }
+  size_t kept = 0;
+  for (auto& s : suites) {
+    std::vector<JobSpec> chosen;
+    for (auto& job : s.jobs)
+      if (failed.count(s.name + "::" + job.name)) chosen.push_back(std::move(job));
+    kept += chosen.size();
+    s.jobs = std::move(chosen);
+  }
+  if (kept == 0) {
+    err << "oomharness: --lf: none of the " << failed.size() << " jobs that failed or erred in " << previous
+        << " is among the selected jobs (" << *failed.begin() << (failed.size() > 1 ? ", ..." : "")
+        << "): nothing was tested\n";
+    return ExitCode::nothing_tested;
+  }
+  out << "--lf: rerunning " << kept << " of the " << failed.size() << (failed.size() == 1 ? " job" : " jobs")
+      << " that failed or erred in " << previous << "\n";
+  return std::nullopt;
+}
+
+// In GitHub Actions, an error annotation per failed or erred job on its suite file and line (the job's
+// entry), so that the pull request shows it where the job is written.
+void print_github_annotations(const RunResult& run, const std::vector<Suite>& suites, std::ostream& out) {
+  for (size_t s = 0; s < run.suites.size() && s < suites.size(); ++s)
+    for (size_t j = 0; j < run.suites[s].jobs.size() && j < suites[s].jobs.size(); ++j) {
+      const JobResult& job = run.suites[s].jobs[j];
+      if (!failed_or_erred(job.status)) continue;
+      const SourceLocation& where = suites[s].jobs[j].where;
+      const bool in_file = where.line > 0 && where.file.rfind("<", 0) != 0;
+      const std::string name = run.suites[s].name + "::" + job.name;
+      const std::string word = job.status == JobStatus::failed ? "failed" : "erred";
+      out << github_error_annotation(in_file ? where.file : "", in_file ? where.line : 0, name + " " + word,
+                                     name + " " + word + ": " + job.message)
+          << "\n";
+    }
+}
+
 }  // namespace
 
 ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream& out, std::ostream& err) {
@@ -234,18 +297,58 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
   run.start = events::now_seconds();
 
   TerminalStyle style = detect_terminal_style();
+  style.verbosity = args.verbosity;
   const std::string device = device_name(env_options);
   out << "oomharness " << kVersion << ": " << jobs.size() << (jobs.size() == 1 ? " job" : " jobs") << " from "
       << suites.size() << (suites.size() == 1 ? " suite" : " suites") << " on " << (device.empty() ? "no GPU found" : device) << "\n";
   out.flush();
 
+  // Each job is judged once, as it finishes (so that --maxfail can count failures while the run goes).
+  std::vector<std::optional<JobResult>> judged(jobs.size());
+  auto judge_job = [&](size_t i, JobOutcome& o) {
+    auto [s, j] = origin[i];
+    const JobSpec& spec = suites[s].jobs[j];
+    o.trace.simulated_device = args.simulate;
+    if (!o.trace.target_step) o.trace.target_step = spec.target_step;
+    if (o.not_started) {
+      JobResult jr;
+      jr.name = spec.name;
+      jr.status = JobStatus::skipped;
+      jr.message = "not run: " + std::to_string(args.maxfail) + (args.maxfail == 1 ? " job" : " jobs") +
+                   " failed or erred before its turn (" + (args.maxfail == 1 ? std::string("-x") : "--maxfail " + std::to_string(args.maxfail)) + ")";
+      return jr;
+    }
+    // Note [Green means tested]: a job the harness cannot show it tested is never judged a pass.
+    StatusRules rules;
+    rules.strict = args.strict;
+    if (o.error.empty() && !o.interrupted) {
+      if (auto untested = why_untested(spec, o.trace)) {
+        if (untested->status == JobStatus::error) o.error = untested->message;
+        else rules.inconclusive = untested->message;
+      }
+    }
+    std::vector<Verdict> verdicts;
+    // An interrupted job's trace stops mid-way: judging it would report failures it never had.
+    if (o.error.empty() && !o.interrupted) verdicts = judge(spec, o.trace);
+    return build_job_result(spec.name, o, std::move(verdicts), rules);
+  };
+
   std::vector<JobOutcome> outcomes;
   bool interrupted = false;
   {
     ProgressView view(out, style, names);
+    JobRunner* running = nullptr;
+    int failures = 0;
     options.on_progress = [&view](const JobProgress& p) { view.on_progress(p); };
-    options.on_job_done = [&view](size_t i) { view.on_job_done(i); };
+    options.on_job_done = [&](size_t i, const JobOutcome& done) {
+      JobOutcome o = done;  // judged on a copy: the runner still owns its outcome
+      judged[i] = judge_job(i, o);
+      if (!done.not_started) view.on_job_done(i);
+      if (args.maxfail > 0 && failed_or_erred(judged[i]->status) && ++failures == args.maxfail && running)
+        running->stop_starting();
+    };
     JobRunner runner(std::move(options));
+    running = &runner;
     InterruptHandlers handlers(runner);
     outcomes = runner.run(jobs);
     interrupted = runner.interrupted() || g_signalled;
@@ -262,24 +365,8 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
     run.suites.push_back(std::move(sr));
   }
   for (size_t i = 0; i < outcomes.size() && i < jobs.size(); ++i) {
-    auto [s, j] = origin[i];
-    JobOutcome& o = outcomes[i];
-    const JobSpec& spec = suites[s].jobs[j];
-    o.trace.simulated_device = args.simulate;
-    if (!o.trace.target_step) o.trace.target_step = spec.target_step;
-    // Note [Green means tested]: a job the harness cannot show it tested is never judged a pass.
-    StatusRules rules;
-    rules.strict = args.strict;
-    if (o.error.empty() && !o.interrupted) {
-      if (auto untested = why_untested(spec, o.trace)) {
-        if (untested->status == JobStatus::error) o.error = untested->message;
-        else rules.inconclusive = untested->message;
-      }
-    }
-    std::vector<Verdict> verdicts;
-    // An interrupted job's trace stops mid-way: judging it would report failures it never had.
-    if (o.error.empty() && !o.interrupted) verdicts = judge(spec, o.trace);
-    run.suites[s].jobs.push_back(build_job_result(spec.name, o, std::move(verdicts), rules));
+    const size_t s = origin[i].first;
+    run.suites[s].jobs.push_back(judged[i] ? std::move(*judged[i]) : judge_job(i, outcomes[i]));
     const JobResult& built = run.suites[s].jobs.back();
     if (built.virtual_device && run.environment.virtual_device.empty())
       run.environment.virtual_device = *built.virtual_device;
@@ -297,7 +384,9 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
 
   std::string html;
   bool written = write_reports(run, out_dir, args.reports, html, err);
-  out << "\n" << summary_table(run, style.color);
+  out << "\n" << summary_table(run, style.color, args.verbosity);
+  if (const char* gha = std::getenv("GITHUB_ACTIONS"); gha && std::string(gha) == "true")
+    print_github_annotations(run, suites, out);
   if (args.summary) append_step_summary(run, out, err);
   out << "Results: " << (fs::path(out_dir) / "results.json").string() << "\n";
   out << "HTML report: " << html << "\n";
@@ -357,6 +446,9 @@ ExitCode command_run(const RunArgs& args, std::ostream& out, std::ostream& err) 
           << "`oomharness validate` lists them): nothing was tested\n";
       return ExitCode::nothing_tested;
     }
+  }
+  if (args.last_failed) {
+    if (auto code = keep_last_failed(suites, args, out, err)) return *code;
   }
   return run_suites(std::move(suites), args, out, err);
 }
@@ -474,6 +566,7 @@ ExitCode command_exec(const ExecArgs& args, std::ostream& out, std::ostream& err
   run.simulate = args.simulate;
   run.strict = args.strict;
   run.command_line = args.command_line;
+  run.verbosity = args.verbosity;
   return run_suites({std::move(suite)}, run, out, err);
 }
 

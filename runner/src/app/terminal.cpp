@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <ctime>
 #include <sstream>
 
 #include "oomharness/units.h"
@@ -55,6 +56,11 @@ TerminalStyle detect_terminal_style() {
   style.color = tty && !(no_color && *no_color);
   winsize ws{};
   if (tty && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 20) style.width = ws.ws_col;
+  if (const char* beat = std::getenv("OOMH_HEARTBEAT"); beat && *beat) {
+    char* end = nullptr;
+    double s = std::strtod(beat, &end);
+    if (end && *end == '\0' && s >= 0 && s <= 86400) style.heartbeat = s;
+  }
   return style;
 }
 
@@ -91,6 +97,48 @@ std::string progress_line(const std::string& name, const JobProgress& p) {
   return s.str();
 }
 
+std::string heartbeat_line(const std::string& clock, size_t done, size_t total,
+                           const std::vector<std::pair<std::string, JobProgress>>& running) {
+  std::ostringstream s;
+  s << "[" << clock << "] " << done << "/" << total << " done";
+  if (!running.empty()) {
+    s << ", running: ";
+    for (size_t i = 0; i < running.size(); ++i) {
+      const JobProgress& p = running[i].second;
+      s << (i ? ", " : "") << running[i].first << " (" << format_duration(p.elapsed);
+      if (p.step >= 0) s << ", step " << p.step;
+      s << ")";
+    }
+  }
+  return s.str();
+}
+
+namespace {
+std::string escape_annotation(const std::string& text, bool property) {
+  std::string out;
+  for (char c : text) {
+    if (c == '%') out += "%25";
+    else if (c == '\r') out += "%0D";
+    else if (c == '\n') out += "%0A";
+    else if (property && c == ':') out += "%3A";
+    else if (property && c == ',') out += "%2C";
+    else out += c;
+  }
+  return out;
+}
+}  // namespace
+
+std::string github_error_annotation(const std::string& file, int line, const std::string& title,
+                                    const std::string& message) {
+  std::string props;
+  if (!file.empty()) {
+    props = "file=" + escape_annotation(file, true);
+    if (line > 0) props += ",line=" + std::to_string(line);
+  }
+  if (!title.empty()) props += std::string(props.empty() ? "" : ",") + "title=" + escape_annotation(title, true);
+  return "::error" + (props.empty() ? std::string() : " " + props) + "::" + escape_annotation(message, false);
+}
+
 ProgressView::ProgressView(std::ostream& out, TerminalStyle style, std::vector<std::string> names)
     : out_(out), style_(style), names_(std::move(names)) {}
 
@@ -108,6 +156,7 @@ void ProgressView::clear_live() {
 }
 
 void ProgressView::print_permanent(const std::string& line) {
+  if (style_.verbosity < 0) return;  // -q: only the live lines and the summary
   if (style_.live) clear_live();
   out_ << line << "\n";
   if (style_.live) redraw(true);
@@ -165,6 +214,27 @@ void ProgressView::on_progress(const JobProgress& p) {
   }
   job.last = p;
   redraw(false);
+  heartbeat_if_due();
+}
+
+void ProgressView::heartbeat_if_due() {
+  if (style_.live || style_.heartbeat <= 0) return;
+  auto now = std::chrono::steady_clock::now();
+  if (now - last_heartbeat_ < std::chrono::duration<double>(style_.heartbeat)) return;
+  last_heartbeat_ = now;
+  std::vector<std::pair<std::string, JobProgress>> running;
+  size_t done = 0;
+  for (const auto& [name, job] : jobs_) {
+    if (job.done) ++done;
+    else if (job.started) running.emplace_back(name, job.last);
+  }
+  char clock[16] = "";
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  if (localtime_r(&t, &tm)) std::strftime(clock, sizeof clock, "%H:%M:%S", &tm);
+  // Even under -q: the heartbeat is what keeps a quiet log alive.
+  out_ << heartbeat_line(clock, done, names_.size(), running) << "\n";
+  out_.flush();
 }
 
 void ProgressView::on_job_done(size_t index) {
@@ -219,14 +289,18 @@ std::string peak_text(const JobResult& job) {
   return job.peak.empty() ? "-" : format_bytes(peak);
 }
 
-// The lines printed under a job in the summary: why it failed, erred or was inconclusive (its message),
+// The lines printed under a job in the summary: why it failed, erred, was inconclusive or skipped (its message),
 // which check failed as expected (XFAIL), and for a failed or erred job the end of its last attempt's
 // output, so that a CI log shows why without opening a report.
-std::vector<std::string> explanation(const JobResult& job) {
+std::vector<std::string> explanation(const JobResult& job, int verbosity) {
   std::vector<std::string> lines;
+  if (verbosity > 0) {  // -v: every verdict's sentence, passed ones too
+    for (const auto& v : job.verdicts)
+      lines.push_back("    " + v.policy + ": " + to_string(v.status) + (v.must_fail ? " (must_fail)" : "") + ": " + v.reason);
+  }
   const JobStatus s = job.status;
   const bool explain = s == JobStatus::failed || s == JobStatus::error || s == JobStatus::inconclusive ||
-                       s == JobStatus::interrupted;
+                       s == JobStatus::interrupted || s == JobStatus::skipped;
   if (explain && !job.message.empty()) lines.push_back("    -> " + job.message);
   if (job.expected_failure()) lines.push_back("    -> expected failure: " + expected_failure_sentence(job));
   const bool show_output = (s == JobStatus::failed && !job.unexpected_pass()) || s == JobStatus::error;
@@ -244,13 +318,17 @@ std::vector<std::string> explanation(const JobResult& job) {
 
 }  // namespace
 
-std::string summary_table(const RunResult& run, bool color) {
+std::string summary_table(const RunResult& run, bool color, int verbosity) {
   struct Row { std::string job, status, verdicts, attempts, peak, time; const JobResult* result; };
   std::vector<Row> rows;
   for (const auto& suite : run.suites)
-    for (const auto& job : suite.jobs)
+    for (const auto& job : suite.jobs) {
+      // -q: the jobs that need a look; the closing line counts the rest.
+      const bool fine = job.status == JobStatus::passed || job.status == JobStatus::skipped;
+      if (verbosity < 0 && fine && !job.unexpected_pass()) continue;
       rows.push_back({suite.name + "::" + job.name, status_word(job), verdict_summary(job),
                       std::to_string(job.attempts.size()), peak_text(job), format_duration(job.duration), &job});
+    }
   const std::vector<std::string> head = {"job", "status", "verdicts", "attempts", "peak", "time"};
   std::vector<size_t> w(head.size());
   for (size_t i = 0; i < head.size(); ++i) w[i] = head[i].size();
@@ -259,16 +337,18 @@ std::string summary_table(const RunResult& run, bool color) {
     for (size_t i = 0; i < head.size(); ++i) w[i] = std::max(w[i], cells[i]->size());
   }
   std::ostringstream out;
-  for (size_t i = 0; i < head.size(); ++i) out << (i ? "  " : "") << (i + 1 < head.size() ? pad(head[i], w[i]) : head[i]);
-  out << "\n";
-  for (size_t i = 0; i < head.size(); ++i) out << (i ? "  " : "") << std::string(w[i], '-');
-  out << "\n";
+  if (!rows.empty() || verbosity >= 0) {
+    for (size_t i = 0; i < head.size(); ++i) out << (i ? "  " : "") << (i + 1 < head.size() ? pad(head[i], w[i]) : head[i]);
+    out << "\n";
+    for (size_t i = 0; i < head.size(); ++i) out << (i ? "  " : "") << std::string(w[i], '-');
+    out << "\n";
+  }
   for (const auto& r : rows) {
     out << pad(r.job, w[0]) << "  ";
     if (color) out << status_color(r.result->status) << pad(r.status, w[1]) << kReset;
     else out << pad(r.status, w[1]);
     out << "  " << pad(r.verdicts, w[2]) << "  " << pad(r.attempts, w[3]) << "  " << pad(r.peak, w[4]) << "  " << r.time << "\n";
-    for (const std::string& line : explanation(*r.result)) out << line << "\n";
+    for (const std::string& line : explanation(*r.result, verbosity)) out << line << "\n";
   }
 
   // Note [Saying what was simulated]: what stood in for the GPU, and where it differed from one.

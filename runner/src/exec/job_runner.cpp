@@ -333,6 +333,7 @@ struct JobRunner::Impl {
   int running = 0;
   size_t finished_count = 0;
   bool stopping = false;
+  bool no_new_jobs = false;  // stop_starting()
   std::unique_ptr<asio::steady_timer> sample_timer;
   std::unique_ptr<asio::readable_pipe> wake_pipe;
   std::array<char, 64> wake_buf{};
@@ -390,6 +391,8 @@ void JobRunner::interrupt() noexcept {
   errno = saved;
 }
 
+void JobRunner::stop_starting() { impl_->no_new_jobs = true; }
+
 bool JobRunner::interrupted() const noexcept { return impl_->stop_requested.load(std::memory_order_relaxed); }
 
 std::vector<JobOutcome> JobRunner::run(const std::vector<JobSpec>& jobs) { return impl_->run(jobs); }
@@ -416,6 +419,7 @@ std::vector<JobOutcome> JobRunner::Impl::run(const std::vector<JobSpec>& specs) 
   asio::io_context io;
   ctx = &io;
   stopping = false;
+  no_new_jobs = false;
   running = 0;
   finished_count = 0;
   pending.clear();
@@ -467,11 +471,12 @@ std::vector<JobOutcome> JobRunner::Impl::run(const std::vector<JobSpec>& specs) 
 // Scheduling: Note [GPU packing] in gpu_packing.h.
 
 void JobRunner::Impl::schedule() {
-  if (stopping) {
+  if (stopping || no_new_jobs) {
     while (!pending.empty()) {
       JobState& j = *jobs[pending.front()];
       pending.pop_front();
-      j.outcome->interrupted = true;
+      if (stopping) j.outcome->interrupted = true;
+      else j.outcome->not_started = true;
       complete_job(j);
     }
   }
@@ -548,7 +553,7 @@ void JobRunner::Impl::complete_job(JobState& j) {
   }
   ++finished_count;
   progress(j, JobProgress::State::done);
-  if (options.on_job_done) options.on_job_done(j.index);
+  if (options.on_job_done) options.on_job_done(j.index, *j.outcome);
   schedule();
 }
 

@@ -321,7 +321,7 @@ TEST_F(E2E, RunPassingAndFailingJobsWritesReportsThatParse) {
                       "verdict", "--markdown", (dir_ / "cmp.md").string()},
                      dir_, dir_);
   EXPECT_EQ(worse.code, 1) << worse.out << worse.err;
-  EXPECT_NE(worse.out.find("no_recovery"), std::string::npos) << worse.out;
+  EXPECT_NE(worse.out.find("REGRESSION e2e::no_recovery: "), std::string::npos) << "one job name form: suite::job\n" << worse.out;
   EXPECT_TRUE(fs::exists(dir_ / "cmp.md"));
   EXPECT_EQ(run({bin, "compare", (dir_ / "base.json").string(), (out / "results.json").string(), "--fail-on", "peak:+x%"},
                 dir_, dir_).code,
@@ -688,6 +688,166 @@ TEST_F(E2E, TerminalAgreesWithTheResults) {
   ASSERT_NE(row, std::string::npos) << r.out;
   EXPECT_NE(r.out.find("    output of attempt 1 (", row), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("    | " + last_line + "\n", row), std::string::npos) << r.out;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// CLI habits (issue 18): the ways pytest users already drive a test runner.
+
+// Three quick jobs: two that do not halve (fail) around one that does (passes); `step_ms` slows the good one.
+std::string habit_suite(const fs::path& dir, const std::string& trainer, const std::string& name = "habits",
+                        int good_step_ms = 5) {
+  const std::string fault = std::string(kFaultAtStep3) + "    expect:\n      - batch_halving: {factor: 0.5, min: 2}\n";
+  return write_suite(dir, name,
+                     trainer_job(trainer, "bad1", "none", 6, fault) + trainer_job(trainer, "good", "halve", 6, fault, good_step_ms) +
+                         trainer_job(trainer, "bad2", "none", 6, fault));
+}
+
+std::map<std::string, std::string> statuses(const fs::path& results) {
+  std::map<std::string, std::string> out;
+  nlohmann::json r = load_json(results);
+  for (const auto& s : r["suites"])
+    for (const auto& j : s["jobs"]) out[s["name"].get<std::string>() + "::" + j["name"].get<std::string>()] = j["status"];
+  return out;
+}
+
+TEST_F(E2E, OptionsGoBeforeOrAfterSuiteFiles) {
+  NEED("APP_E2E_BIN", bin);
+  NEED("APP_E2E_TRAINER", trainer);
+  NEED("APP_E2E_INJECT", inject);
+  NEED("APP_E2E_DOUBLE", dbl);
+  std::string a = habit_suite(dir_, trainer, "a");
+  std::string b = habit_suite(dir_, trainer, "b");
+  Result r = run({bin, "run", "-k", "good", a, "--simulate", "--out", (dir_ / "out").string(), b, "-q"}, dir_, dir_);
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_EQ(statuses(dir_ / "out" / "results.json"),
+            (std::map<std::string, std::string>{{"a::good", "passed"}, {"b::good", "passed"}}));
+}
+
+TEST_F(E2E, ExitFirstAndMaxfailStopStartingJobs) {
+  NEED("APP_E2E_BIN", bin);
+  NEED("APP_E2E_TRAINER", trainer);
+  NEED("APP_E2E_INJECT", inject);
+  NEED("APP_E2E_DOUBLE", dbl);
+  std::string suite = habit_suite(dir_, trainer);
+  Result x = run({bin, "run", suite, "--simulate", "-x", "--out", (dir_ / "x").string()}, dir_, dir_);
+  EXPECT_EQ(x.code, 1) << x.out << x.err;
+  EXPECT_EQ(statuses(dir_ / "x" / "results.json"),
+            (std::map<std::string, std::string>{{"habits::bad1", "failed"}, {"habits::good", "skipped"}, {"habits::bad2", "skipped"}}));
+  EXPECT_NE(x.out.find("-> not run: 1 job failed or erred before its turn (-x)"), std::string::npos) << x.out;
+  EXPECT_NE(x.out.find("1 failed, 2 skipped"), std::string::npos) << x.out;
+  EXPECT_EQ(x.out.find("start  habits::good"), std::string::npos) << x.out;
+
+  Result two = run({bin, "run", suite, "--simulate", "--maxfail", "2", "--out", (dir_ / "two").string()}, dir_, dir_);
+  EXPECT_EQ(two.code, 1) << two.out << two.err;
+  EXPECT_EQ(statuses(dir_ / "two" / "results.json"),
+            (std::map<std::string, std::string>{{"habits::bad1", "failed"}, {"habits::good", "passed"}, {"habits::bad2", "failed"}}));
+
+  Result zero = run({bin, "run", suite, "--simulate", "--maxfail", "0"}, dir_, dir_);
+  EXPECT_EQ(zero.code, 4) << zero.out << zero.err;
+  EXPECT_NE(zero.err.find("--maxfail"), std::string::npos) << zero.err;
+}
+
+TEST_F(E2E, LastFailedRerunsWhatFailedInThePreviousResults) {
+  NEED("APP_E2E_BIN", bin);
+  NEED("APP_E2E_TRAINER", trainer);
+  NEED("APP_E2E_INJECT", inject);
+  NEED("APP_E2E_DOUBLE", dbl);
+  std::string suite = habit_suite(dir_, trainer);
+  const std::string out = (dir_ / "out").string();
+  Result none = run({bin, "run", suite, "--simulate", "--lf", "--out", out}, dir_, dir_);
+  EXPECT_EQ(none.code, 4) << none.out << none.err;
+  EXPECT_NE(none.err.find("--lf: no previous results in " + out + "/results.json"), std::string::npos) << none.err;
+
+  Result first = run({bin, "run", suite, "--simulate", "--out", out}, dir_, dir_);
+  EXPECT_EQ(first.code, 1) << first.out << first.err;
+  Result lf = run({bin, "run", "--lf", suite, "--simulate", "--out", out}, dir_, dir_);
+  EXPECT_EQ(lf.code, 1) << lf.out << lf.err;
+  EXPECT_NE(lf.out.find("--lf: rerunning 2 of the 2 jobs that failed or erred in"), std::string::npos) << lf.out;
+  EXPECT_EQ(statuses(fs::path(out) / "results.json"),
+            (std::map<std::string, std::string>{{"habits::bad1", "failed"}, {"habits::bad2", "failed"}}));
+
+  // A previous run with no failure: every job runs, as pytest's --lf does.
+  Result good = run({bin, "run", suite, "-k", "good", "--simulate", "--out", out}, dir_, dir_);
+  EXPECT_EQ(good.code, 0) << good.out << good.err;
+  Result all = run({bin, "run", suite, "--simulate", "--lf", "--out", out}, dir_, dir_);
+  EXPECT_NE(all.out.find("--lf: no job failed or erred in"), std::string::npos) << all.out;
+  EXPECT_EQ(statuses(fs::path(out) / "results.json").size(), 3u);
+}
+
+TEST_F(E2E, QuietAndVerbose) {
+  NEED("APP_E2E_BIN", bin);
+  NEED("APP_E2E_TRAINER", trainer);
+  NEED("APP_E2E_INJECT", inject);
+  NEED("APP_E2E_DOUBLE", dbl);
+  std::string suite = habit_suite(dir_, trainer);
+  Result q = run({bin, "run", suite, "--simulate", "-q", "--out", (dir_ / "q").string()}, dir_, dir_);
+  EXPECT_EQ(q.code, 1) << q.out << q.err;
+  EXPECT_EQ(q.out.find("start  "), std::string::npos) << q.out;
+  EXPECT_EQ(q.out.find("done   "), std::string::npos) << q.out;
+  EXPECT_EQ(q.out.find("habits::good "), std::string::npos) << "-q lists only the jobs that did not pass\n" << q.out;
+  EXPECT_NE(q.out.find("habits::bad1 "), std::string::npos) << q.out;
+  EXPECT_NE(q.out.find("==== 2 failed, 1 passed"), std::string::npos) << q.out;
+
+  Result v = run({bin, "run", suite, "--simulate", "-v", "--out", (dir_ / "v").string()}, dir_, dir_);
+  EXPECT_EQ(v.code, 1) << v.out << v.err;
+  EXPECT_NE(v.out.find("start  habits::good"), std::string::npos) << v.out;
+  const size_t good_row = v.out.find("habits::good ");
+  ASSERT_NE(good_row, std::string::npos) << v.out;
+  EXPECT_NE(v.out.find("    batch_halving: pass: ", good_row), std::string::npos) << "-v shows a passed verdict's sentence\n" << v.out;
+
+  Result both = run({bin, "run", suite, "--simulate", "-q", "-v"}, dir_, dir_);
+  EXPECT_EQ(both.code, 4) << both.out << both.err;
+  Result exec_q = run({bin, "exec", "-q", "--simulate", "--out", (dir_ / "e").string(), "--", trainer, "--steps", "2",
+                       "--batch-size", "4", "--bytes-per-sample", "1024"}, dir_, dir_);
+  EXPECT_EQ(exec_q.code, 0) << exec_q.out << exec_q.err;
+  EXPECT_EQ(exec_q.out.find("start  "), std::string::npos) << exec_q.out;
+}
+
+TEST_F(E2E, GithubActionsGetsErrorAnnotationsOnTheSuiteLine) {
+  NEED("APP_E2E_BIN", bin);
+  NEED("APP_E2E_TRAINER", trainer);
+  NEED("APP_E2E_INJECT", inject);
+  NEED("APP_E2E_DOUBLE", dbl);
+  std::string suite = habit_suite(dir_, trainer);
+  // The jobs' entries: the `- name:` lines of bad1 and bad2.
+  std::ifstream in(suite);
+  std::map<std::string, int> line_of;
+  int n = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++n;
+    if (line.rfind("  - name: ", 0) == 0) line_of[line.substr(10)] = n;
+  }
+  ASSERT_EQ(line_of.size(), 3u);
+  Result gha = run({bin, "run", suite, "--simulate", "--out", (dir_ / "g").string()}, dir_, dir_, {"GITHUB_ACTIONS=true"});
+  EXPECT_EQ(gha.code, 1) << gha.out << gha.err;
+  for (const char* job : {"bad1", "bad2"}) {
+    const std::string want = "::error file=" + suite + ",line=" + std::to_string(line_of[job]) + ",title=habits%3A%3A" + job +
+                             " failed::habits::" + job + " failed: OOM at step 3 (batch 32) ended attempt 1";
+    EXPECT_NE(gha.out.find(want), std::string::npos) << want << "\n" << gha.out;
+  }
+  EXPECT_EQ(gha.out.find("::error file=" + suite + ",line=" + std::to_string(line_of["good"])), std::string::npos) << gha.out;
+  Result plain = run({bin, "run", suite, "--simulate", "--out", (dir_ / "p").string()}, dir_, dir_, {"GITHUB_ACTIONS=false"});
+  EXPECT_EQ(plain.out.find("::error"), std::string::npos) << plain.out;
+}
+
+TEST_F(E2E, HeartbeatWhileJobsRunInNonTerminalOutput) {
+  NEED("APP_E2E_BIN", bin);
+  NEED("APP_E2E_TRAINER", trainer);
+  NEED("APP_E2E_INJECT", inject);
+  NEED("APP_E2E_DOUBLE", dbl);
+  // The good job takes 6 steps of 400 ms; a heartbeat every 0.5 s must show up at least three times, under -q too.
+  std::string suite = habit_suite(dir_, trainer, "hb", 400);
+  Result r = run({bin, "run", suite, "-k", "good", "-q", "--simulate", "--out", (dir_ / "out").string()}, dir_, dir_,
+                 {"OOMH_HEARTBEAT=0.5"});
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  std::istringstream lines(r.out);
+  int beats = 0;
+  for (std::string line; std::getline(lines, line);)
+    if (line.size() > 11 && line[0] == '[' && line[9] == ']' && line.find("] 0/1 done, running: hb::good (") == 9) ++beats;
+  EXPECT_GE(beats, 3) << r.out;
+  // The default is 30 s: a short run prints none.
+  Result quiet = run({bin, "run", suite, "-k", "bad1", "--simulate", "--out", (dir_ / "out2").string()}, dir_, dir_);
+  EXPECT_EQ(quiet.out.find("] 0/1 done"), std::string::npos) << quiet.out;
 }
 
 }  // namespace

@@ -255,5 +255,22 @@ TEST(Terminal, FailedAndErredJobsShowTheirLastOutputLines) {
   EXPECT_EQ(table.find("    |", passed_row), std::string::npos) << table;  // a passing job shows none
 }
 
+TEST(Terminal, GithubErrorAnnotationEscapesAsTheRunnerExpects) {
+  EXPECT_EQ(github_error_annotation("suites/a,b.yaml", 12, "demo::halving failed", "50% done\nnext: line"),
+            "::error file=suites/a%2Cb.yaml,line=12,title=demo%3A%3Ahalving failed::50%25 done%0Anext: line");
+  EXPECT_EQ(github_error_annotation("", 0, "", "no file"), "::error::no file");
+}
+
+TEST(Terminal, HeartbeatLineNamesTheRunningJobs) {
+  JobProgress a;
+  a.elapsed = 41.2;
+  a.step = 14;
+  JobProgress b;
+  b.elapsed = 3;
+  EXPECT_EQ(heartbeat_line("12:03:04", 3, 10, {{"demo::halving", a}, {"demo::leak", b}}),
+            "[12:03:04] 3/10 done, running: demo::halving (41.2s, step 14), demo::leak (3.0s)");
+  EXPECT_EQ(heartbeat_line("12:03:04", 0, 2, {}), "[12:03:04] 0/2 done");
+}
+
 }  // namespace
 }  // namespace oomh

@@ -43,6 +43,7 @@ struct VerdictChange {
 
 struct JobComparison {
   std::string suite, job;
+  std::string full_name() const { return suite + "::" + job; }  // suite::job, as every command names a job
   std::optional<JobStatus> base_status, new_status;  // nullopt: the job is absent on that side
   std::vector<VerdictChange> verdict_changes;        // only verdicts whose status changed
   std::optional<uint64_t> base_peak, new_peak;       // largest over devices; nullopt: no memory recorded

@@ -65,6 +65,8 @@ struct ThreadsPerJob {
   int threads = 0;
 };
 
+struct JobOutcome;
+
 struct RunOptions {
   int jobs = 1;                          // how many jobs run at once
   std::vector<int> gpus;                 // GPUs to use; empty: detect (none found: run without assigning one)
@@ -80,13 +82,16 @@ struct RunOptions {
   // GPU"); unset: the runner surveys the machine itself. `gpus`, when not empty, selects which to use.
   std::optional<std::vector<GpuInfo>> gpu_inventory;
   std::function<void(const JobProgress&)> on_progress;   // called from the runner's thread
-  std::function<void(size_t job_index)> on_job_done;     // called as each job finishes
+  // Called as each job finishes (from the runner's thread, its outcome final), and for each job that
+  // stop_starting() kept from starting.
+  std::function<void(size_t job_index, const JobOutcome& outcome)> on_job_done;
 };
 
 struct JobOutcome {
   Trace trace;                   // every attempt (and the reference run, when a policy needs one)
   std::optional<int> gpu;        // the GPU it ran on
   bool interrupted = false;      // stopped because the run was interrupted
+  bool not_started = false;      // never started: stop_starting() was called before its turn
   std::string error;             // the job could not be run at all (bad command, sidecar failed, ...)
   double start = 0, end = 0;     // wall-clock seconds
   std::vector<std::string> argv; // the first attempt's command, templated
@@ -109,6 +114,10 @@ class JobRunner {
   // new one. Async-signal-safe: a SIGINT handler may call it.
   void interrupt() noexcept;
   bool interrupted() const noexcept;
+
+  // Starts no new job; the running ones run to their end. The jobs not started yet come back with
+  // `not_started` set (`oomharness run --maxfail`). Call it from on_job_done (the runner's thread).
+  void stop_starting();
 
  private:
   struct Impl;

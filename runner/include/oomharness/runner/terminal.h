@@ -22,10 +22,27 @@ struct TerminalStyle {
   bool live = false;   // redraw lines in place
   bool color = false;  // ANSI colours
   int width = 100;     // columns; live lines are cut to fit so that redrawing never wraps
+  int verbosity = 0;   // -q: -1 (no start/attempt/done lines; the table lists only jobs that did not pass),
+                       // -v: 1 (the table shows every verdict's sentence)
+  // Note [Heartbeat]: without live lines, a line at least this often while jobs run (seconds; 0: none).
+  double heartbeat = 30;
 };
 // For stdout: live when it is a TTY and `CI` is unset; colour when it is a TTY and `NO_COLOR` is unset
-// (https://no-color.org: any non-empty value).
+// (https://no-color.org: any non-empty value); the heartbeat from `OOMH_HEARTBEAT` (seconds), else 30.
 TerminalStyle detect_terminal_style();
+
+// Note [Heartbeat]
+// CI systems kill a step that prints nothing for a while (GitLab after an hour by default, some runners
+// after 10 minutes), and a person reading a log cannot tell a slow job from a hung harness. Without live
+// lines (CI logs, pipes) the progress view prints one line at least every `heartbeat` seconds while jobs
+// run: "[12:03:04] 3/10 done, running: demo::halving (41s, step 14), demo::leak (3.0s)".
+std::string heartbeat_line(const std::string& clock, size_t done, size_t total,
+                           const std::vector<std::pair<std::string, JobProgress>>& running);
+
+// A GitHub Actions workflow command that puts an error annotation on `file` at `line` (no file: on the run),
+// with its title and message escaped as the runner expects (%, CR, LF; and `,` `:` in properties).
+std::string github_error_annotation(const std::string& file, int line, const std::string& title,
+                                    const std::string& message);
 
 // One line about a running job: "suite::job  attempt 2  step 14  1.50 GiB / 2.00 GiB  3 faults  12.3s"
 // ("reference run" in place of the attempt while the job runs once more without faults).
@@ -61,6 +78,8 @@ class ProgressView {
   std::map<std::string, JobState> jobs_;          // by the runner's job name
   int drawn_ = 0;                                  // live lines on screen now
   std::chrono::steady_clock::time_point last_draw_{};
+  std::chrono::steady_clock::time_point last_heartbeat_ = std::chrono::steady_clock::now();
+  void heartbeat_if_due();                         // callers hold mutex_
   std::mutex mutex_;
 };
 
@@ -69,7 +88,7 @@ class ProgressView {
 // failure the check that failed as expected, under a failed or erred job the last kOutputLines lines of
 // its last attempt's output; then pytest's closing line ("==== 1 failed, 3 passed, 1 xfailed,
 // 1 inconclusive in 12.3s ===="), which says "nothing was tested" when no job passed or failed.
-std::string summary_table(const RunResult& run, bool color);
+std::string summary_table(const RunResult& run, bool color, int verbosity = 0);
 inline constexpr size_t kOutputLines = 10;
 
 // "PASSED", "FAILED", "ERROR", "SKIPPED", "INCONCLUSIVE", "INTERRUPTED".

@@ -1,0 +1,152 @@
+"""Runs the `oomharness` command from Python: find it, run one command under it (`oomharness exec`), and
+read what it judged. The pytest plugin (oomharness.pytest_plugin) is built on this; scripts may use it too:
+
+    from oomharness import harness
+    outcome = harness.exec_command([sys.executable, "train.py"], cap="1GiB", expect=["batch_halving"])
+    if not outcome.passed:
+        print(outcome.message)
+
+Importing this module imports nothing heavy (no torch): the plugin loads it in every pytest run.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+
+# Exit codes of the command (docs/cli.md, "Exit codes"): as pytest's.
+EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INTERNAL, EXIT_USAGE, EXIT_NOTHING_TESTED = 0, 1, 2, 3, 4, 5
+
+BINARY_VARIABLE = "OOMH_BINARY"
+
+
+class HarnessNotFound(RuntimeError):
+    """The `oomharness` command is neither where OOMH_BINARY says nor on PATH."""
+
+
+def find_binary():
+    """The path of the `oomharness` command: $OOMH_BINARY when set, else the first on PATH.
+
+    Raises HarnessNotFound with a message that says where it looked and what to do."""
+    named = os.environ.get(BINARY_VARIABLE)
+    if named:
+        if os.path.isfile(named) and os.access(named, os.X_OK):
+            return os.path.abspath(named)
+        raise HarnessNotFound(
+            "%s=%s is not an executable file: point it at the oomharness command (a build's "
+            "build/runner/oomharness, or an installed bin/oomharness)" % (BINARY_VARIABLE, named))
+    found = shutil.which("oomharness")
+    if found:
+        return found
+    raise HarnessNotFound(
+        "cannot find the oomharness command: it is not on PATH and %s is not set. Install it (the Debian "
+        "package, or `cmake --install build --prefix ~/.local`) or set %s to build/runner/oomharness"
+        % (BINARY_VARIABLE, BINARY_VARIABLE))
+
+
+def gpu_present():
+    """Whether this machine shows an NVIDIA GPU (nvidia-smi lists one). The runner asks the same way."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return False
+    try:
+        p = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return p.returncode == 0 and "GPU" in p.stdout
+
+
+class Outcome:
+    """What `oomharness exec` said about one job.
+
+    name: the job's full name, suite::job (exec::NAME). status: passed, failed, error, inconclusive, interrupted or skipped (results.json's), or "error" when
+    the command itself failed (exit 3 or 4: the message is its error output). message: the one sentence
+    that explains a status other than passed. output_tail: the last lines the job printed."""
+
+    def __init__(self, returncode, status, message, job=None, out_dir=None, stdout="", stderr="", name=None):
+        self.returncode = returncode
+        self.name = name or "the job"  # suite::job, as every command names it
+        self.status = status
+        self.message = message
+        self.job = job or {}
+        self.out_dir = out_dir
+        self.stdout = stdout
+        self.stderr = stderr
+
+    @property
+    def passed(self):
+        # Green means tested: exit 0 and the job's own status passed (an inconclusive job beside nothing
+        # else exits 5, never 0).
+        return self.returncode == EXIT_OK and self.status == "passed"
+
+    @property
+    def report(self):
+        return os.path.join(self.out_dir, "report.html") if self.out_dir else None
+
+    @property
+    def output_tail(self):
+        attempts = self.job.get("attempts") or []
+        tail = attempts[-1].get("output_tail") or "" if attempts else ""
+        return tail.splitlines() if isinstance(tail, str) else list(tail)
+
+    def __repr__(self):
+        return "Outcome(%s, %r)" % (self.status, self.message)
+
+
+def exec_command(command, cap=None, faults=(), expect=(), name=None, out_dir=None, simulate=None, device=None,
+                 timeout=None, restart=None, env=None, extra_args=(), binary=None, cwd=None):
+    """Runs `oomharness exec [flags] -- command` and returns its Outcome.
+
+    simulate: True runs on the CPU (Python jobs on the virtual CUDA device), False on the GPU, None: on the
+    CPU when this machine has no GPU. out_dir: where results.json, report.html and the logs go (default: a
+    new temporary folder, kept)."""
+    binary = binary or find_binary()
+    if out_dir is None:
+        out_dir = tempfile.mkdtemp(prefix="oomh-")
+    if simulate is None:
+        simulate = not gpu_present()
+    argv = [binary, "exec", "--out", out_dir]
+    if simulate:
+        argv.append("--simulate")
+    if device:
+        argv += ["--device", device]
+    if cap:
+        argv += ["--cap", str(cap)]
+    for f in ([faults] if isinstance(faults, str) else faults):
+        argv += ["--fault", f]
+    for e in ([expect] if isinstance(expect, str) else expect):
+        argv += ["--expect", e]
+    if name:
+        argv += ["--name", name]
+    if timeout:
+        argv += ["--timeout", str(timeout)]
+    if restart:
+        argv += ["--restart", str(restart)]
+    for k, v in (env or {}).items():
+        argv += ["--env", "%s=%s" % (k, v)]
+    argv += list(extra_args)
+    argv += ["--"] + [str(c) for c in command]
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=cwd)
+    return outcome_from(proc.returncode, out_dir, proc.stdout, proc.stderr)
+
+
+def outcome_from(returncode, out_dir, stdout="", stderr=""):
+    """Reads the one job of out_dir/results.json into an Outcome."""
+    if returncode in (EXIT_INTERNAL, EXIT_USAGE):
+        return Outcome(returncode, "error", (stderr.strip() or stdout.strip() or "oomharness exited %d" % returncode),
+                       out_dir=out_dir, stdout=stdout, stderr=stderr)
+    try:
+        with open(os.path.join(out_dir, "results.json")) as f:
+            results = json.load(f)
+        suite = results["suites"][0]
+        job = suite["jobs"][0]
+    except (OSError, ValueError, KeyError, IndexError) as e:
+        return Outcome(returncode, "error", "oomharness exited %d and wrote no readable results (%s): %s"
+                       % (returncode, e, stderr.strip()), out_dir=out_dir, stdout=stdout, stderr=stderr)
+    status = job.get("status", "error")
+    message = job.get("message") or ""
+    if status == "passed" and returncode != EXIT_OK:
+        status, message = "error", "oomharness exited %d for a passed job: %s" % (returncode, stderr.strip())
+    return Outcome(returncode, status, message, job=job, out_dir=out_dir, stdout=stdout, stderr=stderr,
+                   name="%s::%s" % (suite.get("name", "exec"), job.get("name", "")))

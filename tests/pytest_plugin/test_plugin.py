@@ -1,0 +1,165 @@
+"""The pip package and its pytest plugin, as a user meets them (run by run.py; see CMakeLists.txt).
+
+The package is installed with `pip install --no-build-isolation` into a temporary folder; each check runs a
+real `python3 -m pytest` on a user's test file (USER_TESTS) with that folder on PYTHONPATH, so the plugin
+arrives through its `pytest11` entry point, and reads what pytest printed.
+"""
+
+import configparser
+import os
+import re
+import shutil
+import subprocess
+import sys
+from xml.etree import ElementTree
+
+import pytest
+
+SOURCE = os.environ.get("OOMH_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+BUILD = os.environ.get("OOMH_BUILD_DIR", os.path.join(SOURCE, "build"))
+BINARY = os.path.join(BUILD, "runner", "oomharness")
+TRAIN = os.path.join(SOURCE, "examples", "python", "train.py")
+
+# A user's tests: the fixture and the marker, a trainer that halves its batch and one that does not.
+USER_TESTS = '''
+import os, runpy, sys
+import pytest
+
+TRAIN = %(train)r
+SMALL = ["--model", "mlp", "--steps", "4", "--batch", "4096"]
+CHECKS = ["oom_visible", "batch_halving"]
+
+def test_fixture_halving(oomharness):
+    oomharness.exec([sys.executable, TRAIN] + SMALL + ["--recovery", "halve"], cap="48MiB", expect=CHECKS)
+
+def test_fixture_no_halving(oomharness):
+    oomharness.exec([sys.executable, TRAIN] + SMALL + ["--recovery", "none"], cap="48MiB", expect=CHECKS)
+
+@pytest.mark.oomharness(cap="48MiB", expect=CHECKS)
+def test_marker_halving():
+    assert runpy.run_path(TRAIN)["main"](SMALL + ["--recovery", "halve"]) == 0
+
+@pytest.mark.oomharness(cap="48MiB", expect=CHECKS)
+def test_marker_no_halving():
+    assert runpy.run_path(TRAIN)["main"](SMALL + ["--recovery", "none"]) == 0
+
+def test_fixture_fault_never_fires(oomharness):
+    # Nothing reaches a millionth allocation: no fault fires, so nothing was tested.
+    oomharness.exec([sys.executable, TRAIN] + SMALL + ["--recovery", "halve"], faults=["nth=1000000"],
+                    expect=["oom_visible"])
+
+def test_fixture_command_missing(oomharness):
+    oomharness.exec(["/nonexistent/trainer"], cap="48MiB", expect=CHECKS)
+''' % {"train": TRAIN}
+
+
+@pytest.fixture(scope="session")
+def installed(tmp_path_factory):
+    """The package, pip-installed offline from a copy of python/ (pip builds in the source folder)."""
+    root = tmp_path_factory.mktemp("pip")
+    src = root / "src"
+    shutil.copytree(os.path.join(SOURCE, "python"), src, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
+    target = root / "site"
+    p = subprocess.run([sys.executable, "-m", "pip", "install", "--no-build-isolation", "--no-index", "--no-deps",
+                        "--quiet", "--target", str(target), str(src)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return target
+
+
+@pytest.fixture
+def user_dir(tmp_path):
+    (tmp_path / "test_user.py").write_text(USER_TESTS)
+    return tmp_path
+
+
+def run_pytest(cwd, site, *args, binary=BINARY, path=None):
+    env = dict(os.environ)
+    for name in list(env):
+        if name.startswith("OOMH_"):
+            del env[name]
+    env["PYTHONPATH"] = str(site)
+    env["COLUMNS"] = "400"  # short summary lines are cut to the terminal's width
+    if binary:
+        env["OOMH_BINARY"] = binary
+    if path is not None:
+        env["PATH"] = path
+    p = subprocess.run([sys.executable, "-m", "pytest", "-rA", "-p", "no:cacheprovider", *args], cwd=cwd, env=env,
+                       capture_output=True, text=True, timeout=600)
+    return p.returncode, p.stdout + p.stderr
+
+
+def outcomes(text):
+    """{test name: PASSED/FAILED/ERROR} from pytest's short summary (-rA)."""
+    return {m.group(2): m.group(1) for m in re.finditer(r"^(PASSED|FAILED|ERROR) \S+::(\w+)", text, re.M)}
+
+
+def test_the_package_installs_offline_and_registers_the_plugin(installed, user_dir):
+    rc, out = run_pytest(user_dir, installed, "--co", "-q")
+    assert rc == 0, out
+    assert "6 tests collected" in out, out
+    dist = [d for d in os.listdir(installed) if d.endswith(".dist-info")]
+    entry_points = configparser.ConfigParser()
+    entry_points.read(os.path.join(installed, dist[0], "entry_points.txt"))
+    assert entry_points["pytest11"]["oomharness"] == "oomharness.pytest_plugin"
+    assert {"probe.py", "recover.py", "virtual_device.py", "pytest_plugin.py", "harness.py"} <= set(
+        os.listdir(os.path.join(installed, "oomharness")))
+
+
+def test_the_package_version_is_the_projects():
+    text = open(os.path.join(SOURCE, "python", "pyproject.toml")).read()
+    version = re.search(r'^version = "([^"]+)"', text, re.M).group(1)
+    assert version == os.environ.get("OOMH_VERSION", version)
+
+
+def test_verdicts_become_test_outcomes_with_the_reason_as_message(installed, user_dir):
+    rc, out = run_pytest(user_dir, installed, "--oomh-out", str(user_dir / "reports"), "--junitxml",
+                         str(user_dir / "junit.xml"))
+    assert rc == 1, out
+    got = outcomes(out)
+    assert got == {
+        "test_fixture_halving": "PASSED", "test_marker_halving": "PASSED",
+        "test_fixture_no_halving": "FAILED", "test_marker_no_halving": "FAILED",
+        "test_fixture_fault_never_fires": "FAILED",  # inconclusive: green means tested
+        "test_fixture_command_missing": "ERROR",     # the harness could not test it
+    }, out
+    # The one-sentence reason is the failure message, with the job's last lines under it.
+    assert "exec::test_fixture_no_halving failed: OOM at step 1 (batch 4096) ended attempt 1, but no step completed" in out, out
+    assert "| torch.cuda.OutOfMemoryError: CUDA out of memory" in out, out
+    assert "exec::test_marker_no_halving failed: OOM at step" in out, out
+    assert "is inconclusive, so recovery was not tested: no fault was injected" in out, out
+    assert "oomharness could not test exec::test_fixture_command_missing" in out, out
+    assert re.search(r"3 failed, 2 passed, 1 error", out), out
+    # ... and the reason in pytest's short summary and in JUnit's message.
+    assert re.search(r"^FAILED \S+::test_fixture_no_halving - exec::test_fixture_no_halving failed: OOM at step 1", out,
+                     re.M), out
+    junit = ElementTree.parse(str(user_dir / "junit.xml"))
+    messages = {case.get("name"): case.find("failure").get("message")
+                for case in junit.iter("testcase") if case.find("failure") is not None}
+    assert messages["test_marker_no_halving"].startswith("exec::test_marker_no_halving failed: OOM at step"), messages
+    # --oomh-out: the usual reports, one folder per test.
+    for name in ("test_fixture_halving", "test_marker_no_halving"):
+        folder = user_dir / "reports" / ("test_user.py-" + name)
+        assert (folder / "results.json").is_file(), os.listdir(user_dir / "reports")
+        assert (folder / "report.html").is_file()
+
+
+def test_k_selects_and_xdist_spreads(installed, user_dir):
+    try:
+        import xdist  # noqa: F401
+    except ImportError:
+        pytest.fail("pytest-xdist is missing: scripts/deps.sh test installs python3-pytest-xdist")
+    rc, out = run_pytest(user_dir, installed, "-n", "2", "-k", "halving and not fault")
+    assert rc == 1, out
+    assert outcomes(out) == {"test_fixture_halving": "PASSED", "test_marker_halving": "PASSED",
+                             "test_fixture_no_halving": "FAILED", "test_marker_no_halving": "FAILED"}, out
+    assert "2 failed, 2 passed" in out, out
+    assert "exec::test_marker_no_halving failed: OOM at step" in out, out
+
+
+def test_without_the_binary_the_test_errs_saying_what_to_do(installed, user_dir):
+    rc, out = run_pytest(user_dir, installed, "-k", "fixture_halving", binary=None, path="/usr/bin:/bin")
+    assert rc == 1, out
+    assert outcomes(out) == {"test_fixture_halving": "ERROR"}, out
+    assert "cannot find the oomharness command: it is not on PATH and OOMH_BINARY is not set" in out, out
+    rc, out = run_pytest(user_dir, installed, "-k", "fixture_halving", binary="/nonexistent/oomharness")
+    assert "OOMH_BINARY=/nonexistent/oomharness is not an executable file" in out, out
