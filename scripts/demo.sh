@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The README's first command: installs what is missing, builds, and runs the demo suite. On a machine
-# with a GPU it runs real PyTorch trainers; without one, the emulated trainer on the CPU driver double.
+# with a GPU it runs real PyTorch trainers; without one, the emulated trainer on the CPU driver double and
+# real PyTorch trainers on the virtual CUDA device.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${OOMH_BUILD_DIR:-$root/build}

@@ -25,8 +25,8 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 
 # The demo's trainers (suites/demo-simulated.yaml), without faults: what a CI run pays for the device.
 TRAINERS = {
-    "mlp": ["--model", "mlp", "--steps", "6", "--batch", "1024"],
-    "transformer": ["--model", "transformer", "--steps", "4", "--batch", "8", "--d-model", "128", "--layers", "2",
+    "mlp": ["--model", "mlp", "--steps", "8", "--batch", "4096"],
+    "transformer": ["--model", "transformer", "--steps", "8", "--batch", "16", "--d-model", "128", "--layers", "2",
                     "--seq", "64"],
 }
 

@@ -8,11 +8,11 @@ reason when the job did not pass:
 
     def test_trainer_halves_its_batch(oomharness):
         oomharness.exec([sys.executable, "train.py", "--batch", "4096"],
-                        cap="48MiB", expect=["oom_visible", "batch_halving"])
+                        cap="128MiB", expect=["oom_visible", "batch_halving"])
 
 The marker runs the test itself in a subprocess (`python -m pytest NODEID`) under the harness:
 
-    @pytest.mark.oomharness(cap="48MiB", expect=["oom_visible", "batch_halving"])
+    @pytest.mark.oomharness(cap="128MiB", expect=["oom_visible", "batch_halving"])
     def test_training_loop():
         train.main(["--batch", "4096"])
 

@@ -30,16 +30,16 @@ SMALL = ["--model", "mlp", "--steps", "4", "--batch", "4096"]
 CHECKS = ["oom_visible", "batch_halving"]
 
 def test_fixture_halving(oomharness):
-    oomharness.exec([sys.executable, TRAIN] + SMALL + ["--recovery", "halve"], cap="48MiB", expect=CHECKS)
+    oomharness.exec([sys.executable, TRAIN] + SMALL + ["--recovery", "halve"], cap="128MiB", expect=CHECKS)
 
 def test_fixture_no_halving(oomharness):
-    oomharness.exec([sys.executable, TRAIN] + SMALL + ["--recovery", "none"], cap="48MiB", expect=CHECKS)
+    oomharness.exec([sys.executable, TRAIN] + SMALL + ["--recovery", "none"], cap="128MiB", expect=CHECKS)
 
-@pytest.mark.oomharness(cap="48MiB", expect=CHECKS)
+@pytest.mark.oomharness(cap="128MiB", expect=CHECKS)
 def test_marker_halving():
     assert runpy.run_path(TRAIN)["main"](SMALL + ["--recovery", "halve"]) == 0
 
-@pytest.mark.oomharness(cap="48MiB", expect=CHECKS)
+@pytest.mark.oomharness(cap="128MiB", expect=CHECKS)
 def test_marker_no_halving():
     assert runpy.run_path(TRAIN)["main"](SMALL + ["--recovery", "none"]) == 0
 
@@ -49,7 +49,7 @@ def test_fixture_fault_never_fires(oomharness):
                     expect=["oom_visible"])
 
 def test_fixture_command_missing(oomharness):
-    oomharness.exec(["/nonexistent/trainer"], cap="48MiB", expect=CHECKS)
+    oomharness.exec(["/nonexistent/trainer"], cap="128MiB", expect=CHECKS)
 ''' % {"train": TRAIN}
 
 
