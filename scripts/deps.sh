@@ -51,6 +51,10 @@ if [ "$what" = test ]; then
   want_file python3-jsonschema /usr/lib/python3/dist-packages/jsonschema/__init__.py
   # Reports' screenshot test renders the HTML report in headless Chromium.
   want_cmd chromium chromium
+  # The Slurm backend's end-to-end tests bring up a one-node Slurm (scripts/slurm-local.sh; auth/none, no munge).
+  want_cmd slurmctld slurmctld
+  want_cmd slurmd slurmd
+  want_cmd slurm-client sbatch
   # scripts/fuzz.sh: the libFuzzer targets of tests/fuzz build with clang and its libFuzzer runtime.
   want_cmd clang clang++
   want_file libclang-rt-14-dev /usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a \
