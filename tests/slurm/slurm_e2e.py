@@ -225,6 +225,35 @@ jobs:
     print("reported as: " + msg)
 
 
+def case_cancelled_by_slurm(tmp):
+    """A job Slurm cancels (here it cancels itself) is an error that says Slurm cancelled it."""
+    suite = write_suite(tmp, """version: 1
+name: cancelled
+jobs:
+  - name: scancels-itself
+    run: sh -c 'scancel $SLURM_JOB_ID; sleep 30'
+""")
+    out = os.path.join(tmp, "out")
+    r = run([BIN, "run", suite, "--simulate", "--backend", "slurm", "--slurm-poll", "0.2", "-o", out])
+    j = jobs_of(results(out))["cancelled::scancels-itself"]
+    if j["status"] != "error" or "CANCELLED" not in j["message"]:
+        fail("status %s, message %r: expected an error naming CANCELLED" % (j["status"], j["message"]))
+    if r.returncode != 1:
+        fail("exit code %d, expected 1" % r.returncode)
+    print("reported as: " + j["message"])
+
+
+def case_agent_not_runnable(tmp):
+    """Before the first job: nodes that cannot run the agent stop the run (exit 3), saying so."""
+    suite = write_suite(tmp, "version: 1\nname: a\njobs:\n  - {name: t, run: 'true'}\n")
+    out = os.path.join(tmp, "out")
+    r = run([BIN, "run", suite, "--simulate", "--backend", "slurm", "--slurm-agent", "/nonexistent/oomharness", "-o", out])
+    if r.returncode != 3 or "the nodes cannot run /nonexistent/oomharness" not in r.stderr:
+        fail("exit %d, stderr %r" % (r.returncode, r.stderr))
+    if squeue_ours() and any("|oomh:a::t|" in l for l in squeue_ours()):
+        fail("a job was submitted anyway")
+
+
 def case_squeue_per_interval(tmp):
     """Polling costs one squeue call per interval, whatever the number of jobs."""
     wrap = os.path.join(tmp, "bin")

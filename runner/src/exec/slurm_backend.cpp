@@ -274,6 +274,18 @@ void SlurmBackend::finish(size_t i, Entry& e, JobOutcome& o, const std::string& 
       read_ok = false;
     }
   }
+  if (read_ok && o.interrupted && !stop_.load()) {
+    // The agent was signalled, but not by our Ctrl-C: Slurm (or someone's scancel) stopped the job. That
+    // is a Slurm failure, said as such, not an interruption of the run.
+    std::string st = state;
+    if (st.empty() || !slurm_state_ended(st)) {
+      ToolResult r = run_tool({"scontrol", "show", "job", "-o", e.id}, env_, kToolTimeout);
+      if (r.ok()) st = parse_scontrol_job(r.out)["JobState"];
+    }
+    o.interrupted = false;
+    o.error = "Slurm job " + e.id + ": " + slurm_state_text(st.empty() ? "CANCELLED" : st) +
+              " while the job ran; the agent stopped the job and kept its attempts";
+  }
   if (!read_ok) {
     // What Slurm says about the job: squeue's state, or scontrol's when squeue no longer lists it.
     std::string st = state, why = reason, exit_code, node;
