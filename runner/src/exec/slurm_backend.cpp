@@ -309,6 +309,22 @@ void SlurmBackend::finish(size_t i, Entry& e, JobOutcome& o, const std::string& 
                 (tail.empty() ? "" : ". The end of " + e.slurm_out + ":\n" + tail);
     }
   }
+  if (options_.on_progress) {
+    // What the live view's "done" line says: the attempts and the time the agent measured.
+    JobProgress p;
+    p.job = o.trace.job;
+    p.elapsed = o.end > o.start ? o.end - o.start : 0;
+    if (!e.running_seen && !o.trace.attempts.empty()) {  // it ran between two polls
+      p.state = JobProgress::State::running;
+      p.attempt = static_cast<int>(o.trace.attempts.size()) - 1;
+      options_.on_progress(p);
+    }
+    p.state = JobProgress::State::done;
+    p.attempt = static_cast<int>(o.trace.attempts.size());
+    p.elapsed = o.end > o.start ? o.end - o.start : 0;
+    if (!o.trace.attempts.empty()) p.last_step = o.trace.attempts.back().last_completed_step();
+    options_.on_progress(p);
+  }
   if (options_.on_job_done) options_.on_job_done(i);
 }
 
