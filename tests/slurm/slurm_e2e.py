@@ -254,6 +254,48 @@ def case_agent_not_runnable(tmp):
         fail("a job was submitted anyway")
 
 
+def case_folder_not_shared(tmp):
+    """Before the first job: an output folder the node cannot read stops the run (exit 3), saying so.
+
+    One node shares everything with itself: an srun wrapper on PATH makes the node look for the check's
+    file elsewhere, as a node that does not mount the folder would."""
+    wrap = os.path.join(tmp, "bin")
+    os.makedirs(wrap)
+    real = subprocess.run(["sh", "-c", "command -v srun"], capture_output=True, text=True).stdout.strip()
+    with open(os.path.join(wrap, "srun"), "w") as f:
+        f.write("#!/bin/sh\nfor a; do shift; case $a in */shared-check.txt) a=/elsewhere/shared-check.txt;; esac; "
+                "set -- \"$@\" \"$a\"; done\nexec %s \"$@\"\n" % real)
+    os.chmod(os.path.join(wrap, "srun"), 0o755)
+    env = env_with_trainer()
+    env["PATH"] = wrap + ":" + env["PATH"]
+    suite = write_suite(tmp, "version: 1\nname: ns\njobs:\n  - {name: t, run: 'true'}\n")
+    out = os.path.join(tmp, "out")
+    r = run([BIN, "run", suite, "--simulate", "--backend", "slurm", "-o", out], env=env)
+    if r.returncode != 3 or "is not shared with the cluster's nodes" not in r.stderr:
+        fail("exit %d, stderr %r" % (r.returncode, r.stderr))
+    if any("|oomh:ns::t|" in l for l in squeue_ours()):
+        fail("a job was submitted anyway")
+
+
+def case_sbatch_refuses(tmp):
+    """A job sbatch refuses (more memory than the node has) is an error quoting sbatch."""
+    suite = write_suite(tmp, """version: 1
+name: refused
+jobs:
+  - name: too-big
+    run: 'true'
+""")
+    out = os.path.join(tmp, "out")
+    r = run([BIN, "run", suite, "--simulate", "--backend", "slurm", "--slurm-mem", "900000G", "--slurm-poll", "0.2",
+             "-o", out])
+    j = jobs_of(results(out))["refused::too-big"]
+    if j["status"] != "error" or "sbatch refused the job" not in j["message"]:
+        fail("status %s, message %r" % (j["status"], j["message"]))
+    if r.returncode != 1:
+        fail("exit code %d, expected 1" % r.returncode)
+    print("reported as: " + j["message"])
+
+
 def case_squeue_per_interval(tmp):
     """Polling costs one squeue call per interval, whatever the number of jobs."""
     wrap = os.path.join(tmp, "bin")

@@ -158,7 +158,11 @@ std::optional<std::string> SlurmBackend::check() {
   std::vector<std::string> argv = {"srun", "--quiet", "--ntasks=1", "--time=5", "--job-name=oomh:shared-check"};
   auto common = common_args();
   argv.insert(argv.end(), common.begin(), common.end());
-  for (const char* a : {"/bin/sh", "-c", "cat \"$1\" && test -x \"$2\" && echo agent-ok && hostname", "sh"}) argv.push_back(a);
+  // The script always exits 0 and prints three lines, so that a failed srun (no job ran) and a node that
+  // cannot read the file or run the agent are told apart.
+  const char* script = "cat \"$1\" 2>/dev/null || echo '(no such file)'; "
+                       "if test -x \"$2\"; then echo agent-ok; else echo agent-missing; fi; hostname";
+  for (const char* a : {"/bin/sh", "-c", script, "sh"}) argv.push_back(a);
   argv.push_back(token_path);
   argv.push_back(agent_);
   ToolResult r = run_tool(argv, env_, kShareCheckTimeout);
@@ -172,13 +176,17 @@ std::optional<std::string> SlurmBackend::check() {
   if (r.timed_out)
     return "--backend slurm: the check that the output folder " + out_dir + " is shared with the nodes got no node in " +
            std::to_string(static_cast<int>(kShareCheckTimeout)) + " s (is the partition busy or down? sinfo says)";
+  if (!r.ok() || agent_ok.empty())
+    return "--backend slurm: could not run the one-task job that checks the output folder is shared (" + r.why() +
+           "); check --slurm-partition and --slurm-arg (docs/slurm.md)";
   if (got != token)
-    return "--backend slurm: the output folder " + out_dir + " is not shared with the cluster's nodes: a job could not read " +
-           token_path + " there (" + (r.err.empty() ? "it read something else" : last_lines(r.err, 3)) +
-           "). Give --out a folder every node mounts at the same path (docs/slurm.md, \"Shared folder\")";
+    return "--backend slurm: the output folder " + out_dir + " is not shared with the cluster's nodes: a job on " +
+           (node.empty() ? "a node" : node) + " could not read " + token_path + " (it read: " + got +
+           "). Give --out a folder every node mounts at the same path (docs/slurm.md, \"On a real cluster\")";
   if (agent_ok != "agent-ok")
-    return "--backend slurm: the nodes cannot run " + agent_ + " (" + last_lines(r.err, 3) +
-           "): install oomharness on a shared path, or name the nodes' copy with --slurm-agent (docs/slurm.md)";
+    return "--backend slurm: the nodes cannot run " + agent_ + " (" + (node.empty() ? "a node" : node) +
+           " has no such executable): install oomharness on a shared path, or name the nodes' copy with --slurm-agent "
+           "(docs/slurm.md)";
   return std::nullopt;
 }
 
