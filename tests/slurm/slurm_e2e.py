@@ -225,6 +225,25 @@ jobs:
     print("reported as: " + msg)
 
 
+def case_completed_without_results(tmp):
+    """A batch script that exits 0 without results (the nodes' agent is not oomharness) is an error, after
+    the grace a late shared filesystem gets (Note [Results that are late])."""
+    suite = write_suite(tmp, "version: 1\nname: late\njobs:\n  - {name: t, run: 'true'}\n")
+    out = os.path.join(tmp, "out")
+    t0 = time.time()
+    r = run([BIN, "run", suite, "--simulate", "--backend", "slurm", "--slurm-agent", "/bin/true", "--slurm-poll", "0.5",
+             "-o", out])
+    took = time.time() - t0
+    j = jobs_of(results(out))["late::t"]
+    if j["status"] != "error" or "COMPLETED" not in j["message"] or "wrote no results" not in j["message"]:
+        fail("status %s, message %r" % (j["status"], j["message"]))
+    if took < 14:
+        fail("judged after %.1f s, before the 15 s grace" % took)
+    if r.returncode != 1:
+        fail("exit code %d, expected 1" % r.returncode)
+    print("reported after %.1f s as: %s" % (took, j["message"]))
+
+
 def case_cancelled_by_slurm(tmp):
     """A job Slurm cancels (here it cancels itself) is an error that says Slurm cancelled it."""
     suite = write_suite(tmp, """version: 1

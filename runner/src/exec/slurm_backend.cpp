@@ -47,6 +47,13 @@ namespace {
 constexpr double kToolTimeout = 60;          // seconds for one sbatch/squeue/scancel/scontrol call
 constexpr double kCancelWait = 90;           // after scancel, how long the jobs may take to end
 constexpr double kShareCheckTimeout = 300;   // the shared-folder check waits for a node this long
+// Note [Results that are late]
+// When Slurm says a job COMPLETED (its batch script, the agent, exited 0, which it does only after its
+// results file was renamed into place) but the file is not visible here, the shared filesystem is late:
+// NFS clients cache directory lookups, negative ones included, for up to acdirmax (60 s by default).
+// Listing the job's folder revalidates that cache; the runner looks again at every poll for kResultsGrace
+// seconds before it calls the results missing. A job in any other final state is judged at once.
+constexpr double kResultsGrace = 15;
 
 double now() { return events::now_seconds(); }
 
@@ -83,6 +90,13 @@ std::string slurm_job_name(const std::string& name) {
   return s;
 }
 
+// Whether the results file shows, after listing its folder (which refreshes an NFS client's lookup cache).
+bool results_visible(const std::string& dir, const std::string& results) {
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {}
+  return fs::exists(results, ec);
+}
+
 class SlurmBackend final : public Backend {
  public:
   SlurmBackend(RunOptions options, SlurmOptions slurm) : options_(std::move(options)), slurm_(std::move(slurm)) {
@@ -114,6 +128,7 @@ class SlurmBackend final : public Backend {
     double submitted = 0;
     bool ended = false;
     bool running_seen = false;
+    double completed_seen = 0;  // when squeue first said COMPLETED while no results were visible
   };
 
   std::vector<std::string> common_args() const;
@@ -403,6 +418,12 @@ std::vector<JobOutcome> SlurmBackend::run(const std::vector<JobSpec>& jobs) {
           finish(i, e, outcomes[i], "", "");
           --active;
         } else if (slurm_state_ended(it->second.state)) {
+          // Note [Results that are late]: a batch script that exited 0 means the agent wrote its results;
+          // a shared filesystem (NFS caches directory lookups) may show them here a little later.
+          if (it->second.state == "COMPLETED" && !stop_.load() && !results_visible(e.dir, e.results)) {
+            if (e.completed_seen == 0) e.completed_seen = now();
+            if (now() - e.completed_seen < kResultsGrace) continue;
+          }
           finish(i, e, outcomes[i], it->second.state, it->second.reason);
           --active;
         } else if (it->second.state == "RUNNING" && !e.running_seen && options_.on_progress) {
