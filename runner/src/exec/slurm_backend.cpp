@@ -46,6 +46,7 @@ namespace {
 
 constexpr double kToolTimeout = 60;          // seconds for one sbatch/squeue/scancel/scontrol call
 constexpr double kCancelWait = 90;           // after scancel, how long the jobs may take to end
+constexpr double kSqueueGiveUp = 600;        // squeue failing this long (the controller is gone): stop waiting
 constexpr double kShareCheckTimeout = 300;   // the shared-folder check waits for a node this long
 // Note [Results that are late]
 // When Slurm says a job COMPLETED (its batch script, the agent, exited 0, which it does only after its
@@ -391,6 +392,7 @@ std::vector<JobOutcome> SlurmBackend::run(const std::vector<JobSpec>& jobs) {
 
   bool cancelled = false;
   double cancel_deadline = 0;
+  double squeue_failing_since = 0;
   while (active > 0) {
     if (stop_.load() && !cancelled) {
       std::vector<std::string> argv = {"scancel"};
@@ -408,6 +410,23 @@ std::vector<JobOutcome> SlurmBackend::run(const std::vector<JobSpec>& jobs) {
     std::map<std::string, QueueEntry> queue;
     bool known = r.ok();
     if (!r.ok() && r.err.find("Invalid job id") != std::string::npos) known = true;  // none of them is listed any more
+    if (!known) {
+      // The controller does not answer (restarting, overloaded): keep polling, but not for ever.
+      if (squeue_failing_since == 0) squeue_failing_since = now();
+      if (now() - squeue_failing_since > kSqueueGiveUp) {
+        for (size_t i = 0; i < entries.size(); ++i)
+          if (!entries[i].ended) {
+            entries[i].ended = true;
+            outcomes[i].error = "Slurm job " + entries[i].id + ": squeue has failed for " +
+                                std::to_string(static_cast<int>(kSqueueGiveUp)) + " s (" + r.why() +
+                                "), so its end was never seen; the job may still run (scancel " + entries[i].id + ")";
+            if (options_.on_job_done) options_.on_job_done(i);
+          }
+        break;
+      }
+    } else {
+      squeue_failing_since = 0;
+    }
     if (known) {
       queue = parse_squeue(r.out);
       for (size_t i = 0; i < entries.size(); ++i) {
