@@ -42,6 +42,8 @@ def require_slurm():
 def env_with_trainer():
     # The shim warns in every job about OOMH_ names it does not know (OOMH_SLURM_DIR, OOMH_REQUIRE_SLURM).
     env = {k: v for k, v in os.environ.items() if not k.startswith("OOMH_")}
+    # Jobs run `python3`: the one that runs this (ctest gives the one with torch), whatever PATH has first.
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     if TRAINER_DIR:
         env["PATH"] = TRAINER_DIR + ":" + env.get("PATH", "")
     return env
@@ -83,6 +85,8 @@ def case_demo_verdicts(tmp):
     suite = os.path.join(SOURCE, "suites", "demo-simulated.yaml")
     local = run([BIN, "run", suite, "--simulate", "-o", os.path.join(tmp, "local")])
     slurm = run([BIN, "run", suite, "--simulate", "--backend", "slurm", "--slurm-poll", "0.2", "-o", os.path.join(tmp, "slurm")])
+    if local.returncode != 0:
+        fail("the local run of the demo did not pass (exit %d): nothing to compare with" % local.returncode)
     if local.returncode != slurm.returncode:
         fail("exit codes differ: local %d, slurm %d" % (local.returncode, slurm.returncode))
     a, b = jobs_of(results(os.path.join(tmp, "local"))), jobs_of(results(os.path.join(tmp, "slurm")))
