@@ -57,6 +57,10 @@ if [ "$what" = test ]; then
   want_file python3-pytest-xdist /usr/lib/python3/dist-packages/xdist/__init__.py
   want_file python3-setuptools /usr/lib/python3/dist-packages/setuptools/__init__.py
   want_file python3-pip /usr/lib/python3/dist-packages/pip/__init__.py
+  # The Slurm backend's end-to-end tests bring up a one-node Slurm (scripts/slurm-local.sh; auth/none, no munge).
+  want_cmd slurmctld slurmctld
+  want_cmd slurmd slurmd
+  want_cmd slurm-client sbatch
   # scripts/fuzz.sh: the libFuzzer targets of tests/fuzz build with clang and its libFuzzer runtime.
   want_cmd clang clang++
   want_file libclang-rt-14-dev /usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a \

@@ -91,6 +91,21 @@ int parse_and_run(std::vector<std::string> args) {
                 "Only the jobs that failed or erred in the previous results (OUT/results.json); all when none did");
   Verbosity run_verbosity;
   add_verbosity_flags(run, run_verbosity);
+  std::string run_backend;
+  run->add_option("--backend", run_backend,
+                  "Where the jobs run: local (this machine; the default) or slurm (one Slurm job each; docs/slurm.md). "
+                  "Default: the suite's backend:");
+  run->add_option("--slurm-partition", run_args.slurm.partition, "Slurm: the partition (default: the cluster's)");
+  run->add_option("--slurm-gres", run_args.slurm.gres,
+                  "Slurm: GPUs per job: auto (gpu:1 on a GPU, none under --simulate), none, gpu, shard (capped jobs share a card)");
+  run->add_option("--slurm-cpus", run_args.slurm.cpus, "Slurm: CPUs per job (default 1)")->check(CLI::Range(1, 4096));
+  run->add_option("--slurm-mem", run_args.slurm.mem, "Slurm: host memory per job, as sbatch --mem (4G); default: the partition's");
+  run->add_option("--slurm-arg", run_args.slurm.sbatch_args, "Slurm: one more sbatch argument, like --account=ml (repeatable)")
+      ->allow_extra_args(false);
+  run->add_option("--slurm-poll", run_args.slurm.poll_interval, "Slurm: seconds between squeue calls (default 1)")
+      ->check(CLI::Range(0.05, 600.0));
+  run->add_option("--slurm-agent", run_args.slurm.agent_program,
+                  "Slurm: the oomharness the nodes run (default: this one, which must be on a shared path)");
   run->footer(kFooter);
 
   app::ExecArgs exec_args;
@@ -150,6 +165,11 @@ int parse_and_run(std::vector<std::string> args) {
   CLI::App* demo = app.add_subcommand("demo", "Run the demo suite (simulated when no GPU is found)");
   demo->add_option("-o,--out", demo_out, "Output folder (default oomh-out)");
 
+  std::string agent_plan;
+  CLI::App* agent = app.add_subcommand("agent", "(internal) Run one job of a Slurm run on its node: what the batch script runs");
+  agent->add_option("plan", agent_plan, "The agent's plan (plan.json in the run's output folder)")->required();
+  agent->group("");  // not listed in --help: users never type it
+
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   try {
@@ -176,6 +196,18 @@ int parse_and_run(std::vector<std::string> args) {
     }
     if (run_exitfirst) run_args.maxfail = 1;
     run_args.verbosity = run_verbosity.level();
+    if (!run_backend.empty()) {
+      run_args.backend = backend_from_name(run_backend);
+      if (!run_args.backend) {
+        std::cerr << "oomharness run: bad --backend '" << run_backend << "': local or slurm\n";
+        return to_int(ExitCode::usage_error);
+      }
+    }
+    if (run_args.slurm.gres != "auto" && run_args.slurm.gres != "none" && run_args.slurm.gres != "gpu" &&
+        run_args.slurm.gres != "shard") {
+      std::cerr << "oomharness run: bad --slurm-gres '" << run_args.slurm.gres << "': auto, none, gpu or shard\n";
+      return to_int(ExitCode::usage_error);
+    }
     return to_int(app::command_run(run_args, out, err));
   }
   if (exec->parsed()) {
@@ -186,6 +218,7 @@ int parse_and_run(std::vector<std::string> args) {
   if (validate->parsed()) return to_int(app::command_validate(validate_suites, out, err, validate_limits));
   if (report->parsed()) return to_int(app::command_report(results_file, report_flags, out, err));
   if (compare->parsed()) return to_int(app::command_compare(compare_args, out, err));
+  if (agent->parsed()) return to_int(app::command_agent(agent_plan, out, err));
   if (demo->parsed()) return to_int(app::command_demo(demo_out, args, out, err));
   return to_int(ExitCode::usage_error);
 }

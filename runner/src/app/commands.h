@@ -9,6 +9,7 @@
 
 #include "exec/gpu_packing.h"
 #include "oomharness/runner/app.h"
+#include "oomharness/runner/backend.h"
 #include "oomharness/runner/suite.h"
 
 namespace oomh::app {
@@ -38,6 +39,9 @@ struct RunArgs {
   // The machine's GPUs when the caller surveyed them already (the demo, to choose its suite): a command
   // asks nvidia-smi once. Unset: run_suites surveys (unless --simulate).
   std::optional<exec::GpuSurvey> surveyed;
+  // --backend; unset: the suites' `backend:` (they must agree), else local (Note [Backends]).
+  std::optional<BackendKind> backend;
+  SlurmOptions slurm;                 // --slurm-* (docs/slurm.md)
 };
 
 struct ExecArgs {
@@ -75,6 +79,8 @@ ExitCode command_validate(const std::vector<std::string>& suites, std::ostream& 
                           const SuiteLimits& limits = {});
 ExitCode command_report(const std::string& results, const ReportFlags& flags, std::ostream& out, std::ostream& err);
 ExitCode command_compare(const CompareArgs& args, std::ostream& out, std::ostream& err);
+// `oomharness agent PLAN`: what a Slurm job runs on its node (Note [Backends]).
+ExitCode command_agent(const std::string& plan_path, std::ostream& out, std::ostream& err);
 ExitCode command_demo(const std::string& out_dir, const std::vector<std::string>& command_line, std::ostream& out,
                       std::ostream& err);
 

@@ -15,6 +15,7 @@
 #include <set>
 
 #include "app/commands.h"
+#include "app/interrupts.h"
 #include "app/paths.h"
 #include "app/spec_text.h"
 #include "exec/cpu_share.h"
@@ -22,6 +23,7 @@
 #include "suite/job_fields.h"
 #include "oomharness/policies/registry.h"
 #include "oomharness/reports/writers.h"
+#include "oomharness/runner/backend.h"
 #include "oomharness/runner/cli_specs.h"
 #include "oomharness/runner/environment.h"
 #include "oomharness/runner/job_runner.h"
@@ -37,43 +39,6 @@ namespace fs = std::filesystem;
 namespace oomh::app {
 
 namespace {
-
-// Note [Interrupting a run]
-// SIGINT and SIGTERM during a run stop it the way Ctrl-C stops pytest: the handler only calls
-// JobRunner::interrupt() (async-signal-safe: it stops the jobs and starts no new one), run() returns
-// the outcomes so far, and the results are still judged and written, the stopped jobs marked
-// interrupted; the command then exits 2. The handlers are in place only while jobs run.
-std::atomic<JobRunner*> g_runner{nullptr};
-volatile sig_atomic_t g_signalled = 0;
-
-extern "C" void on_interrupt_signal(int) {
-  g_signalled = 1;
-  if (JobRunner* r = g_runner.load()) r->interrupt();
-}
-
-class InterruptHandlers {
- public:
-  explicit InterruptHandlers(JobRunner& runner) {
-    g_signalled = 0;
-    g_runner.store(&runner);
-    struct sigaction sa{};
-    sa.sa_handler = on_interrupt_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGINT, &sa, &old_int_);
-    sigaction(SIGTERM, &sa, &old_term_);
-  }
-  ~InterruptHandlers() {
-    sigaction(SIGINT, &old_int_, nullptr);
-    sigaction(SIGTERM, &old_term_, nullptr);
-    g_runner.store(nullptr);
-  }
-  InterruptHandlers(const InterruptHandlers&) = delete;
-  InterruptHandlers& operator=(const InterruptHandlers&) = delete;
-
- private:
-  struct sigaction old_int_{}, old_term_{};
-};
 
 bool uses_python(const JobSpec& job) {
   if (job.probe == ProbeMode::python) return true;
@@ -240,6 +205,23 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
     err << "oomharness: bad --threads-per-job '" << args.threads_per_job << "': auto, off or a number of threads\n";
     return ExitCode::usage_error;
   }
+  // --backend, else the suites' `backend:`.
+  BackendKind backend_kind = BackendKind::local;
+  if (args.backend) {
+    backend_kind = *args.backend;
+  } else {
+    std::optional<std::string> chosen;
+    for (const auto& suite : suites)
+      if (suite.backend) {
+        if (chosen && *chosen != *suite.backend) {
+          err << "oomharness: the suites ask for different backends (" << *chosen << ", " << *suite.backend
+              << "): choose one with --backend\n";
+          return ExitCode::usage_error;
+        }
+        chosen = suite.backend;
+      }
+    if (chosen) backend_kind = *backend_from_name(*chosen);
+  }
   RunOptions options;
   options.jobs = args.jobs;
   options.threads_per_job = *threads;
@@ -337,9 +319,9 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
   bool interrupted = false;
   {
     ProgressView view(out, style, names);
-    JobRunner* running = nullptr;
     int failures = 0;
     options.on_progress = [&view](const JobProgress& p) { view.on_progress(p); };
+    Backend* running = nullptr;
     options.on_job_done = [&](size_t i, const JobOutcome& done) {
       JobOutcome o = done;  // judged on a copy: the runner still owns its outcome
       judged[i] = judge_job(i, o);
@@ -347,11 +329,24 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
       if (args.maxfail > 0 && failed_or_erred(judged[i]->status) && ++failures == args.maxfail && running)
         running->stop_starting();
     };
-    JobRunner runner(std::move(options));
-    running = &runner;
-    InterruptHandlers handlers(runner);
-    outcomes = runner.run(jobs);
-    interrupted = runner.interrupted() || g_signalled;
+    // Note [Backends]: here the jobs leave for this machine's job runner or for a Slurm cluster.
+    std::unique_ptr<Backend> backend;
+    if (backend_kind == BackendKind::slurm) {
+      SlurmOptions slurm = args.slurm;
+      slurm.simulate = args.simulate;
+      slurm.work_dir = (fs::path(out_dir) / "slurm").string();
+      backend = make_slurm_backend(std::move(options), std::move(slurm));
+    } else {
+      backend = make_local_backend(std::move(options));
+    }
+    if (auto problem = backend->check()) {
+      err << "oomharness: " << *problem << "\n";
+      return ExitCode::internal_error;
+    }
+    running = backend.get();
+    InterruptHandlers handlers(*backend);
+    outcomes = backend->run(jobs);
+    interrupted = backend->interrupted() || InterruptHandlers::signalled();
     view.finish();
   }
   run.interrupted = interrupted;

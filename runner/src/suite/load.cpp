@@ -45,7 +45,7 @@ using suite::Entry;
 using suite::Field;
 using suite::Reader;
 
-const std::vector<std::string> top_keys = {"version", "name", "defaults", "matrix", "jobs"};
+const std::vector<std::string> top_keys = {"version", "name", "backend", "defaults", "matrix", "jobs"};
 const std::vector<std::string> job_keys = {"name", "run", "shell", "cwd", "env", "timeout", "grace", "probe", "device",
                                            "observe", "memory", "faults", "restart", "expect", "target_step"};
 const std::vector<std::string> memory_keys = {"limit", "counts", "schedule", "reserve", "leave", "reserve_chunk", "snapshot"};
@@ -211,6 +211,12 @@ SuiteLoad Loader::load(const std::string& text, const std::string& default_name)
     } else if (e.key == "name") {
       if (auto n = r_.string(e, Field{"", "name"}); n && check_name(*n, e.value_at, "name: the suite's name"))
         suite.name = *n;
+    } else if (e.key == "backend") {
+      // Where `oomharness run` sends the jobs unless --backend says (Note [Backends] in backend.h).
+      if (auto b = r_.string(e, Field{"", "backend"})) {
+        if (*b == "local" || *b == "slurm") suite.backend = *b;
+        else d_.error(e.value_at, "backend: unknown backend '" + *b + "' (local or slurm)");
+      }
     } else if (e.key == "matrix") {
       read_matrix(e);
     } else if (e.key == "defaults") {

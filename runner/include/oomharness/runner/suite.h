@@ -119,6 +119,7 @@ struct Suite {
   std::string name;
   std::string file;                       // path as given
   std::string dir;                        // the suite file's directory ({suite_dir})
+  std::optional<std::string> backend;     // `backend:` "local" or "slurm", the run's default (--backend wins)
   std::vector<JobSpec> jobs;              // expanded
 };
 

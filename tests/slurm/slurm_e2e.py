@@ -1,0 +1,368 @@
+#!/usr/bin/env python3
+"""End-to-end tests of `oomharness run --backend slurm` on the local one-node Slurm (scripts/slurm-local.sh).
+
+    slurm_e2e.py CASE     # one of the cases below; ctest runs each as its own test (tests/slurm/CMakeLists.txt)
+
+Environment: E2E_BIN (the oomharness binary), E2E_TRAINER_DIR (the emulated trainer's folder),
+E2E_SOURCE_DIR, SLURM_CONF. (Not OOMH_ names: the shim warns in every job about OOMH_ names it does not know.) When the local Slurm is not up the case exits 77 (ctest: skipped) and says
+why, unless OOMH_REQUIRE_SLURM=1 (scripts/test.sh sets it after deps.sh installed Slurm): then it fails.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+BIN = os.environ.get("E2E_BIN", "")
+SOURCE = os.environ.get("E2E_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+TRAINER_DIR = os.environ.get("E2E_TRAINER_DIR", "")
+SKIP = 77
+
+
+def fail(msg):
+    print("FAIL: " + msg, flush=True)
+    sys.exit(1)
+
+
+def require_slurm():
+    script = os.path.join(SOURCE, "scripts", "slurm-local.sh")
+    r = subprocess.run(["bash", script, "status"], capture_output=True, text=True)
+    if r.returncode != 0:
+        why = "the local Slurm is not up (scripts/slurm-local.sh status: %s)" % (r.stdout + r.stderr).strip()
+        if os.environ.get("OOMH_REQUIRE_SLURM") == "1":
+            fail(why + "; OOMH_REQUIRE_SLURM=1: this run must test the Slurm backend")
+        print("SKIPPED: " + why, flush=True)
+        sys.exit(SKIP)
+    if not BIN or not os.access(BIN, os.X_OK):
+        fail("E2E_BIN does not name the oomharness binary: %r" % BIN)
+
+
+def env_with_trainer():
+    # The shim warns in every job about OOMH_ names it does not know (OOMH_SLURM_DIR, OOMH_REQUIRE_SLURM).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OOMH_")}
+    # Jobs run `python3`: the one that runs this (ctest gives the one with torch), whatever PATH has first.
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    if TRAINER_DIR:
+        env["PATH"] = TRAINER_DIR + ":" + env.get("PATH", "")
+    return env
+
+
+def run(args, **kw):
+    print("+ " + " ".join(args), flush=True)
+    r = subprocess.run(args, capture_output=True, text=True, env=kw.pop("env", env_with_trainer()), **kw)
+    print(r.stdout[-4000:], r.stderr[-4000:], sep="\n", flush=True)
+    return r
+
+
+def results(out):
+    with open(os.path.join(out, "results.json")) as f:
+        return json.load(f)
+
+
+def jobs_of(res):
+    return {s["name"] + "::" + j["name"]: j for s in res["suites"] for j in s["jobs"]}
+
+
+def write_suite(folder, text):
+    path = os.path.join(folder, "suite.yaml")
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def squeue_ours():
+    r = subprocess.run(["squeue", "-h", "-o", "%i|%j|%T"], capture_output=True, text=True)
+    return [l for l in r.stdout.splitlines() if "|oomh:" in l]
+
+
+# ---- cases -------------------------------------------------------------------------------------------
+
+
+def case_demo_verdicts(tmp):
+    """The simulated demo suite through the local Slurm gives the same verdicts as the local runner."""
+    suite = os.path.join(SOURCE, "suites", "demo-simulated.yaml")
+    local = run([BIN, "run", suite, "--simulate", "-o", os.path.join(tmp, "local")])
+    slurm = run([BIN, "run", suite, "--simulate", "--backend", "slurm", "--slurm-poll", "0.2", "-o", os.path.join(tmp, "slurm")])
+    if local.returncode != 0:
+        fail("the local run of the demo did not pass (exit %d): nothing to compare with" % local.returncode)
+    if local.returncode != slurm.returncode:
+        fail("exit codes differ: local %d, slurm %d" % (local.returncode, slurm.returncode))
+    a, b = jobs_of(results(os.path.join(tmp, "local"))), jobs_of(results(os.path.join(tmp, "slurm")))
+    if sorted(a) != sorted(b):
+        fail("job lists differ: %s vs %s" % (sorted(a), sorted(b)))
+    if len(a) < 6:
+        fail("the demo ran only %d jobs" % len(a))
+    for name in a:
+        ja, jb = a[name], b[name]
+        if ja["status"] != jb["status"]:
+            fail("%s: local %s, slurm %s (%s)" % (name, ja["status"], jb["status"], jb.get("message")))
+        va = [(v["policy"], v["status"]) for v in ja["verdicts"]]
+        vb = [(v["policy"], v["status"]) for v in jb["verdicts"]]
+        if va != vb:
+            fail("%s: verdicts differ: local %s, slurm %s" % (name, va, vb))
+        if len(ja["attempts"]) != len(jb["attempts"]):
+            fail("%s: %d attempts locally, %d under Slurm" % (name, len(ja["attempts"]), len(jb["attempts"])))
+    print("same statuses and verdicts for %d jobs" % len(a))
+
+
+def case_interrupt(tmp):
+    """SIGINT to the runner: every Slurm job cancelled, results written and marked interrupted, none left."""
+    suite = write_suite(tmp, """version: 1
+name: interrupt
+jobs:
+  - name: sleeper-{n}
+    run: sleep 83.25
+    timeout: 5m
+matrix:
+  n: [1, 2, 3]
+""")
+    out = os.path.join(tmp, "out")
+    p = subprocess.Popen([BIN, "run", suite, "--simulate", "--backend", "slurm", "--slurm-poll", "0.2", "-o", out],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env_with_trainer())
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        if sum(1 for l in squeue_ours() if l.endswith("|RUNNING")) >= 3:
+            break
+        time.sleep(0.2)
+    else:
+        p.kill()
+        fail("the three jobs did not run within 30 s: %s" % squeue_ours())
+    time.sleep(1.0)  # the agents have started their jobs
+    p.send_signal(signal.SIGINT)
+    try:
+        output, _ = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        fail("the runner did not stop within 60 s of SIGINT")
+    print(output[-4000:])
+    if p.returncode != 2:
+        fail("exit code %d after SIGINT, expected 2 (interrupted)" % p.returncode)
+    res = results(out)
+    if not res.get("interrupted"):
+        fail("results.json does not say the run was interrupted")
+    for name, j in jobs_of(res).items():
+        if j["status"] != "interrupted":
+            fail("%s is %s, expected interrupted" % (name, j["status"]))
+    left = [l for l in squeue_ours() if not l.endswith(("|CANCELLED", "|COMPLETED", "|FAILED"))]
+    if left:
+        fail("Slurm jobs left: %s" % left)
+    time.sleep(0.5)
+    procs = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    if "sleep 83.25" in procs:
+        fail("a job's process outlived the run:\n" + procs)
+    print("interrupted: 3 jobs cancelled, results written, nothing left")
+
+
+def case_env_commas(tmp):
+    """An environment value with commas (and an equals sign, quotes, spaces) reaches the job intact."""
+    value = "a,b,c=d, e 'f' \"g\""
+    suite = write_suite(tmp, """version: 1
+name: env
+jobs:
+  - name: prints
+    run: printenv COMMA_VALUE
+    env: {COMMA_VALUE: %s}
+""" % json.dumps(value))
+    out = os.path.join(tmp, "out")
+    r = run([BIN, "run", suite, "--simulate", "--backend", "slurm", "--slurm-poll", "0.2", "-o", out])
+    j = jobs_of(results(out))["env::prints"]
+    lines = open(j["attempts"][0]["log_path"]).read().split("\n")
+    if value not in lines:
+        fail("the job did not see %r; its output: %r" % (value, lines))
+    if r.returncode not in (0, 5):
+        fail("exit code %d" % r.returncode)
+    print("the value arrived intact: %r" % value)
+
+
+def case_gres_distinct(tmp):
+    """Two 1-GPU jobs at once get distinct GPUs from Slurm (CUDA_VISIBLE_DEVICES), never shared."""
+    suite = write_suite(tmp, """version: 1
+name: gres
+jobs:
+  - name: gpu-{n}
+    run: sh -c 'echo "CVD=$CUDA_VISIBLE_DEVICES"; date +%s.%N; sleep 3; date +%s.%N'
+matrix:
+  n: [1, 2]
+""")
+    out = os.path.join(tmp, "out")
+    run([BIN, "run", suite, "--simulate", "--backend", "slurm", "--slurm-gres", "gpu", "--slurm-poll", "0.2", "-o", out])
+    seen, spans = [], []
+    for name, j in sorted(jobs_of(results(out)).items()):
+        lines = open(j["attempts"][0]["log_path"]).read().split("\n")
+        cvd = [l for l in lines if l.startswith("CVD=")]
+        if not cvd or cvd[0] == "CVD=":
+            fail("%s: no CUDA_VISIBLE_DEVICES from Slurm: %s" % (name, lines))
+        seen.append(cvd[0])
+        times = [float(l) for l in lines if l.replace(".", "", 1).isdigit()]
+        if len(times) != 2:
+            fail("%s: expected two time stamps in its log: %s" % (name, lines))
+        spans.append((times[0], times[1]))
+        if j.get("gpu") is None:
+            fail("%s: results.json names no GPU" % name)
+    if seen[0] == seen[1]:
+        fail("both jobs got %s" % seen[0])
+    if not (spans[0][0] < spans[1][1] and spans[1][0] < spans[0][1]):
+        fail("the two jobs did not run at the same time: %s" % spans)
+    print("distinct GPUs at the same time: %s" % seen)
+
+
+def case_missing_results(tmp):
+    """A job whose agent wrote no results (the agent was killed) is an error naming Slurm's state."""
+    suite = write_suite(tmp, """version: 1
+name: missing
+jobs:
+  - name: kills-its-agent
+    run: sh -c 'kill -9 $PPID; sleep 5'
+""")
+    out = os.path.join(tmp, "out")
+    r = run([BIN, "run", suite, "--simulate", "--backend", "slurm", "--slurm-poll", "0.2", "-o", out])
+    j = jobs_of(results(out))["missing::kills-its-agent"]
+    if j["status"] != "error":
+        fail("status %s, expected error" % j["status"])
+    msg = j["message"]
+    if "Slurm job" not in msg or "FAILED" not in msg or "wrote no results" not in msg:
+        fail("the message does not name Slurm's state and the missing results: %r" % msg)
+    if r.returncode != 1:
+        fail("exit code %d, expected 1" % r.returncode)
+    print("reported as: " + msg)
+
+
+def case_completed_without_results(tmp):
+    """A batch script that exits 0 without results (the nodes' agent is not oomharness) is an error, after
+    the grace a late shared filesystem gets (Note [Results that are late])."""
+    suite = write_suite(tmp, "version: 1\nname: late\njobs:\n  - {name: t, run: 'true'}\n")
+    out = os.path.join(tmp, "out")
+    t0 = time.time()
+    r = run([BIN, "run", suite, "--simulate", "--backend", "slurm", "--slurm-agent", "/bin/true", "--slurm-poll", "0.5",
+             "-o", out])
+    took = time.time() - t0
+    j = jobs_of(results(out))["late::t"]
+    if j["status"] != "error" or "COMPLETED" not in j["message"] or "wrote no results" not in j["message"]:
+        fail("status %s, message %r" % (j["status"], j["message"]))
+    if took < 14:
+        fail("judged after %.1f s, before the 15 s grace" % took)
+    if r.returncode != 1:
+        fail("exit code %d, expected 1" % r.returncode)
+    print("reported after %.1f s as: %s" % (took, j["message"]))
+
+
+def case_cancelled_by_slurm(tmp):
+    """A job Slurm cancels (here it cancels itself) is an error that says Slurm cancelled it."""
+    suite = write_suite(tmp, """version: 1
+name: cancelled
+jobs:
+  - name: scancels-itself
+    run: sh -c 'scancel $SLURM_JOB_ID; sleep 30'
+""")
+    out = os.path.join(tmp, "out")
+    r = run([BIN, "run", suite, "--simulate", "--backend", "slurm", "--slurm-poll", "0.2", "-o", out])
+    j = jobs_of(results(out))["cancelled::scancels-itself"]
+    if j["status"] != "error" or "CANCELLED" not in j["message"]:
+        fail("status %s, message %r: expected an error naming CANCELLED" % (j["status"], j["message"]))
+    if r.returncode != 1:
+        fail("exit code %d, expected 1" % r.returncode)
+    print("reported as: " + j["message"])
+
+
+def case_agent_not_runnable(tmp):
+    """Before the first job: nodes that cannot run the agent stop the run (exit 3), saying so."""
+    suite = write_suite(tmp, "version: 1\nname: a\njobs:\n  - {name: t, run: 'true'}\n")
+    out = os.path.join(tmp, "out")
+    r = run([BIN, "run", suite, "--simulate", "--backend", "slurm", "--slurm-agent", "/nonexistent/oomharness", "-o", out])
+    if r.returncode != 3 or "the nodes cannot run /nonexistent/oomharness" not in r.stderr:
+        fail("exit %d, stderr %r" % (r.returncode, r.stderr))
+    if squeue_ours() and any("|oomh:a::t|" in l for l in squeue_ours()):
+        fail("a job was submitted anyway")
+
+
+def case_folder_not_shared(tmp):
+    """Before the first job: an output folder the node cannot read stops the run (exit 3), saying so.
+
+    One node shares everything with itself: an srun wrapper on PATH makes the node look for the check's
+    file elsewhere, as a node that does not mount the folder would."""
+    wrap = os.path.join(tmp, "bin")
+    os.makedirs(wrap)
+    real = subprocess.run(["sh", "-c", "command -v srun"], capture_output=True, text=True).stdout.strip()
+    with open(os.path.join(wrap, "srun"), "w") as f:
+        f.write("#!/bin/sh\nfor a; do shift; case $a in */shared-check.txt) a=/elsewhere/shared-check.txt;; esac; "
+                "set -- \"$@\" \"$a\"; done\nexec %s \"$@\"\n" % real)
+    os.chmod(os.path.join(wrap, "srun"), 0o755)
+    env = env_with_trainer()
+    env["PATH"] = wrap + ":" + env["PATH"]
+    suite = write_suite(tmp, "version: 1\nname: ns\njobs:\n  - {name: t, run: 'true'}\n")
+    out = os.path.join(tmp, "out")
+    r = run([BIN, "run", suite, "--simulate", "--backend", "slurm", "-o", out], env=env)
+    if r.returncode != 3 or "is not shared with the cluster's nodes" not in r.stderr:
+        fail("exit %d, stderr %r" % (r.returncode, r.stderr))
+    if any("|oomh:ns::t|" in l for l in squeue_ours()):
+        fail("a job was submitted anyway")
+
+
+def case_sbatch_refuses(tmp):
+    """A job sbatch refuses (more memory than the node has) is an error quoting sbatch."""
+    suite = write_suite(tmp, """version: 1
+name: refused
+jobs:
+  - name: too-big
+    run: 'true'
+""")
+    out = os.path.join(tmp, "out")
+    r = run([BIN, "run", suite, "--simulate", "--backend", "slurm", "--slurm-mem", "900000G", "--slurm-poll", "0.2",
+             "-o", out])
+    j = jobs_of(results(out))["refused::too-big"]
+    if j["status"] != "error" or "sbatch refused the job" not in j["message"]:
+        fail("status %s, message %r" % (j["status"], j["message"]))
+    if r.returncode != 1:
+        fail("exit code %d, expected 1" % r.returncode)
+    print("reported as: " + j["message"])
+
+
+def case_squeue_per_interval(tmp):
+    """Polling costs one squeue call per interval, whatever the number of jobs."""
+    wrap = os.path.join(tmp, "bin")
+    os.makedirs(wrap)
+    log = os.path.join(tmp, "calls.log")
+    real = subprocess.run(["sh", "-c", "command -v squeue"], capture_output=True, text=True).stdout.strip()
+    with open(os.path.join(wrap, "squeue"), "w") as f:
+        f.write("#!/bin/sh\necho \"$(date +%%s.%%N) $*\" >> %s\nexec %s \"$@\"\n" % (log, real))
+    os.chmod(os.path.join(wrap, "squeue"), 0o755)
+    env = env_with_trainer()
+    env["PATH"] = wrap + ":" + env["PATH"]
+    counts = {}
+    for n in (2, 12):
+        suite = write_suite(tmp, """version: 1
+name: poll
+jobs:
+  - name: j-{n}
+    run: sleep 2
+matrix:
+  n: [%s]
+""" % ", ".join(str(i) for i in range(n)))
+        if os.path.exists(log):
+            os.remove(log)
+        t0 = time.time()
+        run([BIN, "run", suite, "--simulate", "--backend", "slurm", "--slurm-poll", "0.5", "-o", os.path.join(tmp, "out%d" % n)], env=env)
+        elapsed = time.time() - t0
+        calls = [l for l in open(log).read().splitlines() if " -j " in l or "-h -t all -j" in l]
+        counts[n] = (len(calls), elapsed)
+        bound = elapsed / 0.5 + 2
+        if len(calls) > bound:
+            fail("%d jobs: %d squeue calls in %.1f s, more than one per 0.5 s interval (%d)" % (n, len(calls), elapsed, bound))
+        first_ids = calls[0].split(" -j ")[1].split()[0].split(",")
+        if len(first_ids) != n:
+            fail("%d jobs: the first poll asked about %d ids, not all of them in one call" % (n, len(first_ids)))
+    print("squeue calls (calls, seconds): %s" % counts)
+
+
+CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2 or sys.argv[1] not in CASES:
+        print("usage: slurm_e2e.py " + "|".join(sorted(CASES)), file=sys.stderr)
+        sys.exit(2)
+    require_slurm()
+    with tempfile.TemporaryDirectory(prefix="oomh-slurm-test-") as tmp:
+        CASES[sys.argv[1]](tmp)
+    print("PASS")
