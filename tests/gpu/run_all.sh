@@ -14,12 +14,15 @@
 #   virtual only when named: the virtual CUDA device against this GPU, same PyTorch (bench/python/
 #           virtual_fidelity.py --device both), and the device's cost on this machine's quiet CPUs
 #           (bench/python/virtual_device_cost.py); both informative, figures into bench/RESULTS.md
+#   ecosystem only when named: Accelerate's, Transformers' and Lightning's own OOM helpers under a cap and a
+#           step fault, judged (tests/gpu/ecosystem.yaml; findings in docs/ecosystem.md); its verdicts are
+#           findings, so the phase fails only when the run could not judge them (exit 3, 4 or 5)
 #   pytests only when named: the Python probe's and recovery code's unit tests with this machine's PyTorch,
 #           on the CPU, in the background until the timing phases (CI runs them on every change with
 #           Debian's PyTorch; here they took 177-279 s and held the timing phases back by 35-90 s)
 #
 #   tests/gpu/run_all.sh [PHASE...]
-#   PHASE: build pytests virtual ctest injector libtorch probe fidelity-caps selftest demo armed reservation reservesuite
+#   PHASE: build pytests virtual ecosystem ctest injector libtorch probe fidelity-caps selftest demo armed reservation reservesuite
 #          fidelity-reserve compat drivercalls shimbench runnerbench packing throughput
 #   (no PHASE: all but pytests, in that order; named phases of one wave still run at once)
 #
@@ -48,16 +51,16 @@ bin=$build/runner/oomharness
 inject=$build/injector/liboomharness_inject.so
 summary=$work/summary.txt
 budget=${RUN_ALL_BUDGET:-575}
-all_phases="build pytests virtual ctest injector libtorch probe fidelity-caps selftest demo armed reservation reservesuite fidelity-reserve
+all_phases="build pytests virtual ecosystem ctest injector libtorch probe fidelity-caps selftest demo armed reservation reservesuite fidelity-reserve
             compat drivercalls shimbench runnerbench packing throughput"
-phases=${*:-${all_phases/pytests virtual /}}
+phases=${*:-${all_phases/pytests virtual ecosystem /}}
 wave1="ctest injector libtorch probe fidelity-caps"
 wave2="selftest demo armed"
 timing="drivercalls shimbench runnerbench packing throughput"
 
 # Seconds each phase usually takes on the H100 (measured, 2026-11-22; bench/RESULTS.md's GPU section), a
 # little over; the budget check uses them.
-declare -A EST=([build]=80 [pytests]=200 [virtual]=240 [ctest]=60 [injector]=30 [libtorch]=30 [probe]=40 [fidelity-caps]=30
+declare -A EST=([build]=80 [pytests]=200 [virtual]=240 [ecosystem]=200 [ctest]=60 [injector]=30 [libtorch]=30 [probe]=40 [fidelity-caps]=30
                 [selftest]=60 [demo]=60 [armed]=60 [reservation]=55 [reservesuite]=30 [fidelity-reserve]=20 [throughput]=145
                 [packing]=150 [drivercalls]=35 [shimbench]=30 [runnerbench]=10 [compat]=5)
 
@@ -117,6 +120,8 @@ run_phase() {  # run_phase NAME: the phase's command, its output to stdout
   case $1 in
     build) bash "$root/scripts/build.sh" -DOOMH_WITH_TORCH=AUTO -DOOMH_TEST_PYTHON_EXE="$(command -v python3)" ;;
     pytests) CUDA_VISIBLE_DEVICES= ctest --test-dir "$build" -L python --output-on-failure -j3 --timeout 400 ;;
+    ecosystem) "$bin" run "$root/tests/gpu/ecosystem.yaml" --jobs 3 --out "$work/ecosystem"
+               local rc=$?; [ $rc -le 1 ] ;;
     virtual) python3 "$root/bench/python/virtual_fidelity.py" --device both --json-out "$work/virtual_fidelity.json" &&
              CUDA_VISIBLE_DEVICES= python3 "$root/bench/python/virtual_device_cost.py" --rounds 5 > "$work/virtual_cost.json";
              local rc=$?; cat "$work/virtual_cost.json"; return $rc ;;

@@ -114,6 +114,17 @@ TEST(OomVisible, AnUnrelatedOomDoesNotMakeAnAbsorbedFaultVisible) {
   EXPECT_THAT(v.reason, HasSubstr("1 fault was injected but the code never saw an out-of-memory error"));
 }
 
+// Note [Visible faults]: the runner reads `step 4` from the job's output a moment after step 5's injections;
+// that line says nothing about them (a false red seen on the H100).
+TEST(OomVisible, AnEarlierStepReadLateDoesNotMakeTheFaultAbsorbed) {
+  Trace t = TraceBuilder().attempt().step(3, 64).inject_at(5).inject_at(5)
+                .observed_line("step", {{"step", "4"}}).oom(5, 64).step(5, 32).exit(0).build();
+  EXPECT_VERDICT(check("oom_visible", t), pass, "2 faults were injected, 2 reached the code, and it saw 1 out-of-memory error");
+  // The step the faults were injected in, completed before any OOM: absorbed.
+  Trace absorbed = TraceBuilder().attempt().step(4, 64).inject_at(5).observed_line("step", {{"step", "5"}}).oom(6, 64).exit(1).build();
+  EXPECT_EQ(check("oom_visible", absorbed).status, VerdictStatus::fail);
+}
+
 TEST(OomVisible, FailWhenAbsorbed) {
   Trace t = TraceBuilder().attempt().step(4, 64).inject().inject().step(5, 64).exit(0).build();
   Verdict v = check("oom_visible", t);

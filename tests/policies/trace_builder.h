@@ -31,6 +31,11 @@ class TraceBuilder {
   TraceBuilder& inject(const std::string& entry = "cuMemAlloc_v2", int64_t size = 1 << 20) {
     return add("shim", "inject", {{"entry", entry}, {"size", size}, {"device", 0}, {"rule", "r"}, {"reason", "rule"}});
   }
+  // An injection during `step` (the step in progress, as the shim reads it from the control block).
+  TraceBuilder& inject_at(int64_t step) {
+    return add("shim", "inject", {{"entry", "cuMemAlloc_v2"}, {"size", 1 << 20}, {"device", 0}, {"rule", "r"},
+                                  {"reason", "rule"}, {"step", step}});
+  }
   TraceBuilder& oom(int64_t step, int64_t batch, bool caught = true, const std::string& phase = "forward") {
     return add("probe", "oom", {{"step", step}, {"batch_size", batch}, {"phase", phase},
                                 {"message", "CUDA out of memory"}, {"caught", caught}});

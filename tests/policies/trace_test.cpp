@@ -167,9 +167,10 @@ std::vector<bool> old_visible(const Attempt& a) {
   for (size_t i = 0; i < a.events.size(); ++i) {
     if (a.events[i].src != "shim" || a.events[i].kind != "inject") continue;
     bool visible = died_of_oom;
+    const int64_t at = a.events[i].integer("step");
     for (size_t j = i + 1; j < a.events.size(); ++j) {
       if (is_probe(a.events[j], "oom") || is_probe(a.events[j], "oom_caught")) { visible = true; break; }
-      if (completes_a_step(a.events[j])) { visible = false; break; }
+      if (completes_a_step(a.events[j]) && (at < 0 || completed_step(a.events[j]) >= at)) { visible = false; break; }
     }
     out.push_back(visible);
   }
@@ -185,7 +186,8 @@ TEST(InjectedFaults, LinearPassEqualsTheForwardScanOnRandomTraces) {
     for (int i = 0; i < n; ++i) {
       const int64_t step = static_cast<int64_t>(rng() % 4);
       switch (rng() % 9) {
-        case 0: case 1: case 2: b.inject(); break;
+        case 0: b.inject(); break;
+        case 1: case 2: b.inject_at(static_cast<int64_t>(rng() % 4)); break;
         case 3: b.oom(step, 8, rng() % 2 == 0); break;
         case 4: b.step(step); break;
         case 5: b.event("probe", "oom_caught", rng() % 2 ? nlohmann::json{{"step", step}} : nlohmann::json::object()); break;

@@ -99,8 +99,8 @@ int parse_and_run(std::vector<std::string> args) {
   run->add_option("--slurm-gres", run_args.slurm.gres,
                   "Slurm: GPUs per job: auto (gpu:1 on a GPU, none under --simulate), none, gpu, shard (capped jobs share a card)");
   run->add_option("--slurm-cpus", run_args.slurm.cpus, "Slurm: CPUs per job (default 1)")->check(CLI::Range(1, 4096));
-  run->add_option("--slurm-mem", run_args.slurm.mem, "Slurm: host memory per job, as sbatch --mem (4G); default: the partition's");
-  run->add_option("--slurm-arg", run_args.slurm.sbatch_args, "Slurm: one more sbatch argument, like --account=ml (repeatable)")
+  run->add_option("--slurm-mem", run_args.slurm.mem, "Slurm: host memory per job in sbatch's form (4G); default: the partition's");
+  run->add_option("--slurm-arg", run_args.slurm.sbatch_args, "Slurm: one more sbatch argument, passed as it is, such as an account or a QOS (repeatable)")
       ->allow_extra_args(false);
   run->add_option("--slurm-poll", run_args.slurm.poll_interval, "Slurm: seconds between squeue calls (default 1)")
       ->check(CLI::Range(0.05, 600.0));
