@@ -8,9 +8,4 @@ build=${OOMH_BUILD_DIR:-$root/build}
 "$root/scripts/deps.sh" build
 "$root/scripts/build.sh" --demo   # only what the demo runs: no test, no benchmark
 out=${OOMH_DEMO_OUT:-$root/demo-out}
-# Without a GPU the demo's PyTorch trainers run on the virtual CUDA device and call `python3`: make it one
-# that has torch (Debian's, when the first python3 on PATH is another, e.g. pyenv's).
-if ! python3 -c 'import torch' >/dev/null 2>&1 && /usr/bin/python3 -c 'import torch' >/dev/null 2>&1; then
-  export PATH="/usr/bin:$PATH"
-fi
 exec "$build/runner/oomharness" demo --out "$out" "$@"

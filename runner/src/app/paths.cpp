@@ -2,6 +2,8 @@
 
 #include "app/paths.h"
 
+#include "oomharness/runner/command.h"
+
 #include <unistd.h>
 
 #include <cstdlib>
@@ -104,6 +106,34 @@ Found find_demo_suite(bool simulated) {
   for (auto& p : upward({kDataDir + "/" + file})) c.push_back(p);
   if (*source_dir()) c.push_back(std::string(source_dir()) + "/" + file);
   return first_existing("OOMH_DEMO_SUITE", c, false);
+}
+
+Found find_torch_python_dir() {
+  Found f;
+  std::vector<std::string> candidates;
+  if (const char* path = std::getenv("PATH")) {
+    std::string p = path;
+    for (size_t start = 0; start <= p.size();) {
+      size_t end = p.find(':', start);
+      if (end == std::string::npos) end = p.size();
+      const std::string candidate = (end > start ? p.substr(start, end - start) : std::string(".")) + "/python3";
+      if (access(candidate.c_str(), X_OK) == 0) {
+        candidates.push_back(candidate);
+        break;
+      }
+      start = end + 1;
+    }
+  }
+  candidates.push_back("/usr/bin/python3");
+  for (const std::string& c : candidates) {
+    f.tried.push_back(c);
+    if (access(c.c_str(), X_OK) != 0) continue;
+    if (run_command({c, "-c", "import torch"}, 60).exit_code == 0) {
+      f.path = fs::path(c).parent_path().string();
+      return f;
+    }
+  }
+  return f;
 }
 
 Found find_emulated_trainer_dir() {

@@ -586,12 +586,21 @@ ExitCode command_demo(const std::string& out_dir, const std::vector<std::string>
     args.simulate = true;
     out << "No GPU found: running the demo on stand-ins (simulated device): the emulated trainer on the CPU "
            "driver double, and the PyTorch trainers on the virtual CUDA device\n";
-    // The simulated demo's jobs run the emulated trainer by name: put the build's copy on their PATH.
-    if (Found trainer = find_emulated_trainer_dir(); trainer.path) {
+    // The simulated demo's jobs run the emulated trainer and `python3` by name: put the build's trainer
+    // and a Python that has torch first on their PATH.
+    auto put_first_on_path = [](const std::string& dir) {
       const char* path = std::getenv("PATH");
-      std::string value = *trainer.path + (path && *path ? ":" + std::string(path) : "");
+      std::string value = dir + (path && *path ? ":" + std::string(path) : "");
       setenv("PATH", value.c_str(), 1);
+    };
+    if (Found python = find_torch_python_dir(); python.path) {
+      put_first_on_path(*python.path);
+    } else {
+      out << "No python3 that can import torch (" << python.tried_text()
+          << "): the demo's PyTorch jobs are left out (install python3-torch)\n";
+      args.filters = {"not torch"};
     }
+    if (Found trainer = find_emulated_trainer_dir(); trainer.path) put_first_on_path(*trainer.path);
   }
   return command_run(args, out, err);
 }
