@@ -21,6 +21,7 @@
 
 #include "exec/output.h"
 #include "oomharness/runner/cli_specs.h"
+#include "corpus.h"
 #include "oomharness/runner/suite.h"
 
 namespace oomh {
@@ -34,20 +35,8 @@ constexpr double kHangGuardSeconds = 10;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-std::vector<std::string> corpus() {
-  std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(corpus_dir))
-    if (e.path().extension() == ".yaml") names.push_back(e.path().stem().string());
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
-std::string read_first_line(const fs::path& p) {
-  std::ifstream in(p);
-  std::string line;
-  std::getline(in, line);
-  return line;
-}
+std::vector<std::string> corpus() { return test::corpus_names(corpus_dir); }
+using test::read_first_line;
 
 struct BinaryRun {
   int exit_code = -1;

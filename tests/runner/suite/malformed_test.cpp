@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "corpus.h"
 #include "oomharness/runner/suite.h"
 
 namespace oomh {
@@ -18,20 +19,8 @@ namespace fs = std::filesystem;
 
 const fs::path corpus_dir = fs::path(OOMH_SUITE_TEST_DIR) / "malformed";
 
-std::vector<std::string> corpus() {
-  std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(corpus_dir))
-    if (e.path().extension() == ".yaml") names.push_back(e.path().stem().string());
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
-std::string read_first_line(const fs::path& p) {
-  std::ifstream in(p);
-  std::string line;
-  std::getline(in, line);
-  return line;
-}
+std::vector<std::string> corpus() { return test::corpus_names(corpus_dir); }
+using test::read_first_line;
 
 class MalformedSuite : public ::testing::TestWithParam<std::string> {};
 
