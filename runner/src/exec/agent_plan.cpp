@@ -42,21 +42,6 @@ SourceLocation location_from(const json& j) {
   return w;
 }
 
-const char* probe_name(ProbeMode p) {
-  switch (p) {
-    case ProbeMode::python: return "python";
-    case ProbeMode::none: return "none";
-    case ProbeMode::auto_: break;
-  }
-  return "auto";
-}
-
-ProbeMode probe_from(const std::string& s) {
-  if (s == "python") return ProbeMode::python;
-  if (s == "none") return ProbeMode::none;
-  return ProbeMode::auto_;
-}
-
 const char* end_name(AttemptEnd e) {
   switch (e) {
     case AttemptEnd::exited: return "exited";
@@ -192,7 +177,7 @@ json to_json_value(const JobSpec& job) {
           {"cwd", opt(job.cwd)},
           {"timeout", job.timeout},
           {"grace", job.grace},
-          {"probe", probe_name(job.probe)},
+          {"probe", probe_mode_name(job.probe)},
           {"device", device_choice_name(job.device)},
           {"observe", std::move(observe)},
           {"memory", std::move(memory)},
@@ -214,7 +199,7 @@ JobSpec job_spec_from_json(const json& j) {
     job.cwd = get_opt<std::string>(j, "cwd");
     job.timeout = j.at("timeout").get<double>();
     job.grace = j.at("grace").get<double>();
-    job.probe = probe_from(get_or<std::string>(j, "probe", "auto"));
+    job.probe = probe_mode_from_name(get_or<std::string>(j, "probe", "auto")).value_or(ProbeMode::auto_);
     auto device = device_choice_from_name(get_or<std::string>(j, "device", "auto"));
     if (!device) throw std::runtime_error("unknown device '" + j.at("device").get<std::string>() + "'");
     job.device = *device;

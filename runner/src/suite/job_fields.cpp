@@ -85,6 +85,22 @@ JobSpec build_job(const JobFields& f) {
 
 namespace oomh {
 
+std::optional<ProbeMode> probe_mode_from_name(const std::string& name) {
+  if (name == "auto") return ProbeMode::auto_;
+  if (name == "python") return ProbeMode::python;
+  if (name == "none") return ProbeMode::none;
+  return std::nullopt;
+}
+
+const char* probe_mode_name(ProbeMode p) {
+  switch (p) {
+    case ProbeMode::python: return "python";
+    case ProbeMode::none: return "none";
+    case ProbeMode::auto_: break;
+  }
+  return "auto";
+}
+
 std::optional<DeviceChoice> device_choice_from_name(const std::string& name) {
   if (name == "auto") return DeviceChoice::automatic;
   if (name == "gpu") return DeviceChoice::gpu;

@@ -410,7 +410,7 @@ void Loader::read_field(Partial& p, const Entry& e, const Field& owner) {
       p.fields.device = device_choice_from_name(*m);
   } else if (k == "probe") {
     if (auto m = r_.choice(e.value, e.value_at, f, probe_modes, "probe mode"))
-      p.fields.probe = *m == "auto" ? ProbeMode::auto_ : *m == "python" ? ProbeMode::python : ProbeMode::none;
+      p.fields.probe = probe_mode_from_name(*m);
   } else if (k == "observe") {
     read_observe(p, e, f);
   } else if (k == "memory") {

@@ -74,6 +74,9 @@ struct ExpectSpec {
 };
 
 enum class ProbeMode { auto_, python, none };
+// "auto", "python", "none", as suites write them; nullopt for anything else.
+std::optional<ProbeMode> probe_mode_from_name(const std::string& name);
+const char* probe_mode_name(ProbeMode p);
 
 // Where a job's CUDA work runs (docs/without-a-gpu.md): the GPU (through the shim over the real driver, or
 // the CPU driver double under --simulate), or the virtual CUDA device (PyTorch on the CPU, its device memory
