@@ -274,7 +274,7 @@ class CachingAllocatorModel:
             self.num_ooms += 1
             # As the native allocator does, the OOM observers hear of it once the allocator gives up.
             for observer in list(self.oom_observers):
-                observer(self.device, size, self.allocated, self._free_bytes())
+                observer(self.device, size, self.allocated, self._mem_info_or_zero()[0])
             raise self.oom_error(self._oom_message(size))
         seg = Segment(handle, want, small)
         seg.first = Block(seg, 0, want)
@@ -328,23 +328,23 @@ class CachingAllocatorModel:
             block.segment.first = block
         return block
 
-    def _free_bytes(self):
-        try:
-            free = self.source.mem_info()[0]
-        except Exception:  # noqa: BLE001 - an observer still hears of the OOM
-            free = 0
-        if self.fraction_limit is not None:
-            free = min(free, max(0, self.fraction_limit - self.reserved))
-        return free
-
-    def _oom_message(self, size):
-        try:
-            free, total = self.source.mem_info()
-        except Exception:  # noqa: BLE001 - the message must still be made
-            free, total = 0, 0
+    def mem_info(self):
+        """(free, total) as torch.cuda.mem_get_info reports them: the driver's figures; under
+        set_per_process_memory_fraction, the fraction is the total and what is not reserved of it is free."""
+        free, total = self.source.mem_info()
         if self.fraction_limit is not None:
             total = min(total, self.fraction_limit) if total else self.fraction_limit
             free = max(0, total - self.reserved)
+        return free, total
+
+    def _mem_info_or_zero(self):
+        try:
+            return self.mem_info()
+        except Exception:  # noqa: BLE001 - an OOM is still reported when the driver cannot say
+            return 0, 0
+
+    def _oom_message(self, size):
+        free, total = self._mem_info_or_zero()
         cached = self.reserved - self.allocated
         return ("CUDA out of memory. Tried to allocate %s. GPU %d has a total capacity of %s of which %s is free. "
                 "Of the allocated memory %s is allocated by PyTorch, and %s is reserved by PyTorch but unallocated. "

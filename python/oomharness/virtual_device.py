@@ -365,11 +365,7 @@ class VirtualDevice:
 
         def mem_get_info(device=None):
             dev.sweep()
-            free, total = model.source.mem_info()
-            if model.fraction_limit is not None:
-                total = min(total, model.fraction_limit)
-                free = max(0, total - model.reserved)
-            return free, total
+            return model.mem_info()
 
         def set_per_process_memory_fraction(fraction, device=None):
             _, total = model.source.mem_info()
@@ -421,20 +417,22 @@ class VirtualDevice:
         # The allocator's OOM observers (the probe's: Note [Caught or not] in probe.py) hear of each OOM the
         # model raises, as the native allocator's do on PyTorch 2.x.
         self._set(torch._C, "_cuda_attach_out_of_memory_observer", model.oom_observers.append)
-        graphs = getattr(cuda_mod, "graphs", None)
-        if graphs is not None and hasattr(graphs, "is_current_stream_capturing"):
-            self._set(graphs, "is_current_stream_capturing", lambda: False)
-        random = getattr(cuda_mod, "random", None)
-        if random is not None:
-            for name in ("manual_seed", "manual_seed_all", "seed", "seed_all", "get_rng_state", "set_rng_state",
-                         "get_rng_state_all", "set_rng_state_all"):
-                if hasattr(random, name):
-                    self._set(random, name, getattr(cuda_mod, name))
-        if hasattr(cuda_mod, "memory"):
-            for name in ("empty_cache", "memory_allocated", "memory_reserved", "memory_stats", "mem_get_info",
-                         "max_memory_allocated", "reset_peak_memory_stats", "memory_summary"):
-                if hasattr(cuda_mod.memory, name):
-                    self._set(cuda_mod.memory, name, getattr(cuda_mod, name))
+        # torch.cuda's submodules define what torch.cuda re-exports; code may call them there.
+        self._mirror(getattr(cuda_mod, "graphs", None), cuda_mod, ("is_current_stream_capturing",))
+        self._mirror(getattr(cuda_mod, "random", None), cuda_mod,
+                     ("manual_seed", "manual_seed_all", "seed", "seed_all", "get_rng_state", "set_rng_state",
+                      "get_rng_state_all", "set_rng_state_all"))
+        self._mirror(getattr(cuda_mod, "memory", None), cuda_mod,
+                     ("empty_cache", "memory_allocated", "memory_reserved", "memory_stats", "mem_get_info",
+                      "max_memory_allocated", "reset_peak_memory_stats", "memory_summary"))
+
+    def _mirror(self, owner, source, names):
+        """Sets owner.NAME to source.NAME for each of `names` that owner has (owner may be None)."""
+        if owner is None:
+            return
+        for name in names:
+            if hasattr(owner, name):
+                self._set(owner, name, getattr(source, name))
 
 
     def _patch_autograd(self):
@@ -515,18 +513,15 @@ class VirtualDevice:
                    "current_device_index": lambda: 0, "current_device_idx": lambda: 0,
                    "set_device_index": lambda device: None, "set_device_idx": lambda device: None,
                    "synchronize": lambda device=None: None}
-        for name in ("empty_cache", "memory_allocated", "memory_reserved", "memory_stats",
-                     "max_memory_allocated", "max_memory_reserved", "reset_peak_memory_stats", "get_memory_info"):
-            if name == "get_memory_info":
-                answers[name] = lambda device=None: torch.cuda.mem_get_info()
-            else:
-                answers[name] = getattr(torch.cuda, name)
-        for name, value in answers.items():
-            if hasattr(accel, name):
-                self._set(accel, name, value)
-            memory = getattr(accel, "memory", None)
-            if memory is not None and hasattr(memory, name):
-                self._set(memory, name, value)
+        answers.update({name: getattr(torch.cuda, name) for name in (
+            "empty_cache", "memory_allocated", "memory_reserved", "memory_stats", "max_memory_allocated",
+            "max_memory_reserved", "reset_peak_memory_stats")})
+        answers["get_memory_info"] = lambda device=None: torch.cuda.mem_get_info()
+        for owner in (accel, getattr(accel, "memory", None)):
+            if owner is not None:
+                for name, value in answers.items():
+                    if hasattr(owner, name):
+                        self._set(owner, name, value)
 
 
 class _DeviceMode(TorchDispatchMode):
@@ -592,19 +587,13 @@ def _softmax(dev, out):
                      % "x".join(str(d) for d in out.shape))
 
 
-def _math_attention(dev, out):
-    dev.diverged("attention", "scaled_dot_product_attention ran its math fallback on the CPU, which keeps the "
-                 "B*H*S^2 probabilities a GPU's fused kernel does not")
-
-
 def _convolution(dev, out):
     dev.diverged("convolution", "convolutions ran on the CPU: cuDNN's workspaces and algorithm choice are not "
                  "modelled")
 
 
 _WATCHED_BY_NAME = {name: (lambda dev, out: dev.blas_call()) for name in BLAS_OPS}
-_WATCHED_BY_NAME.update({"_softmax": _softmax, "softmax": _softmax, "convolution": _convolution,
-                         "_scaled_dot_product_attention_math": _math_attention})
+_WATCHED_BY_NAME.update({"_softmax": _softmax, "softmax": _softmax, "convolution": _convolution})
 _WATCHED = {}  # operation -> its watcher, or False: looked up by name once per operation
 
 

@@ -33,8 +33,9 @@ class TraceBuilder {
   }
   // An injection during `step` (the step in progress, as the shim reads it from the control block).
   TraceBuilder& inject_at(int64_t step) {
-    return add("shim", "inject", {{"entry", "cuMemAlloc_v2"}, {"size", 1 << 20}, {"device", 0}, {"rule", "r"},
-                                  {"reason", "rule"}, {"step", step}});
+    inject();
+    current_->events.back().fields["step"] = step;
+    return *this;
   }
   TraceBuilder& oom(int64_t step, int64_t batch, bool caught = true, const std::string& phase = "forward") {
     return add("probe", "oom", {{"step", step}, {"batch_size", batch}, {"phase", phase},

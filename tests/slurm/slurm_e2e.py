@@ -266,6 +266,20 @@ jobs:
     print("reported as: " + j["message"])
 
 
+def wrapped(tmp, command, before):
+    """The jobs' environment with `command` first on PATH: a script that runs the shell lines `before`, then
+    execs the real command with the (possibly rewritten) arguments."""
+    wrap = os.path.join(tmp, "bin")
+    os.makedirs(wrap)
+    real = subprocess.run(["sh", "-c", "command -v " + command], capture_output=True, text=True).stdout.strip()
+    with open(os.path.join(wrap, command), "w") as f:
+        f.write("#!/bin/sh\n%sexec %s \"$@\"\n" % (before, real))
+    os.chmod(os.path.join(wrap, command), 0o755)
+    env = env_with_trainer()
+    env["PATH"] = wrap + ":" + env["PATH"]
+    return env
+
+
 def case_agent_not_runnable(tmp):
     """Before the first job: nodes that cannot run the agent stop the run (exit 3), saying so."""
     suite = write_suite(tmp, "version: 1\nname: a\njobs:\n  - {name: t, run: 'true'}\n")
@@ -282,15 +296,8 @@ def case_folder_not_shared(tmp):
 
     One node shares everything with itself: an srun wrapper on PATH makes the node look for the check's
     file elsewhere, as a node that does not mount the folder would."""
-    wrap = os.path.join(tmp, "bin")
-    os.makedirs(wrap)
-    real = subprocess.run(["sh", "-c", "command -v srun"], capture_output=True, text=True).stdout.strip()
-    with open(os.path.join(wrap, "srun"), "w") as f:
-        f.write("#!/bin/sh\nfor a; do shift; case $a in */shared-check.txt) a=/elsewhere/shared-check.txt;; esac; "
-                "set -- \"$@\" \"$a\"; done\nexec %s \"$@\"\n" % real)
-    os.chmod(os.path.join(wrap, "srun"), 0o755)
-    env = env_with_trainer()
-    env["PATH"] = wrap + ":" + env["PATH"]
+    env = wrapped(tmp, "srun", "for a; do shift; case $a in */shared-check.txt) a=/elsewhere/shared-check.txt;; esac; "
+                               "set -- \"$@\" \"$a\"; done\n")
     suite = write_suite(tmp, "version: 1\nname: ns\njobs:\n  - {name: t, run: 'true'}\n")
     out = os.path.join(tmp, "out")
     r = run([BIN, "run", suite, "--simulate", "--backend", "slurm", "-o", out], env=env)
@@ -321,15 +328,8 @@ jobs:
 
 def case_squeue_per_interval(tmp):
     """Polling costs one squeue call per interval, whatever the number of jobs."""
-    wrap = os.path.join(tmp, "bin")
-    os.makedirs(wrap)
     log = os.path.join(tmp, "calls.log")
-    real = subprocess.run(["sh", "-c", "command -v squeue"], capture_output=True, text=True).stdout.strip()
-    with open(os.path.join(wrap, "squeue"), "w") as f:
-        f.write("#!/bin/sh\necho \"$(date +%%s.%%N) $*\" >> %s\nexec %s \"$@\"\n" % (log, real))
-    os.chmod(os.path.join(wrap, "squeue"), 0o755)
-    env = env_with_trainer()
-    env["PATH"] = wrap + ":" + env["PATH"]
+    env = wrapped(tmp, "squeue", "echo \"$(date +%%s.%%N) $*\" >> %s\n" % log)
     counts = {}
     for n in (2, 12):
         suite = write_suite(tmp, """version: 1
