@@ -129,7 +129,7 @@ def main():
             check(size <= cap + 4096, f"the log holds {size} bytes, over the cap {cap}")
             with open(path, "rb") as f:
                 text = f.read()
-            check(text.startswith(b"first line of the job"), "the log lost its first line")
+            check(text.startswith(b"first line of the job"), f"the log lost its first line; it starts {text[:600]!r}")
             check(b"last line of the job" in text[-100000:], "the log lost its last line")
             check(b"of output cut here" in text, "the log does not state the cut")
             # The cut is also a warning event in the attempt's trace (tests/runner/exec: CapsTheOutputLog...);
