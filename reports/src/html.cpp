@@ -45,6 +45,7 @@ table.sortable th{cursor:pointer}
 .headline{font-size:17px;font-weight:600;margin:4px 0 10px}.h-ok{color:var(--pass)}.h-fail{color:var(--fail)}.h-none{color:var(--skip)}
 .banner{background:#fff8c5;border:1px solid #d4a72c;border-radius:6px;padding:8px 12px;margin:10px 0;font-weight:600}
 .divergences{background:#f6f8fa;border-left:3px solid #d4a72c;padding:4px 12px;margin:8px 0}.divergences ul{margin:4px 0}
+.warnings{background:#fff8c5;border-left:3px solid #bf8700;padding:4px 12px;margin:8px 0}.warnings ul{margin:4px 0}
 .job{border:1px solid var(--line);border-radius:8px;padding:12px 16px;margin:14px 0}
 .job.failed,.job.error{border-left:4px solid var(--fail)}.job.passed{border-left:4px solid var(--pass)}
 .message{margin:4px 0 8px}
@@ -434,6 +435,11 @@ void job_section(std::ostream& out, const SuiteResult& suite, const JobResult& j
     out << "<div class=\"divergences\"><b>Where this run differs from a GPU</b><ul>";
     for (const auto& [kind, detail] : job.divergences)
       out << "<li><code>" << xml_escape(kind) << "</code> " << xml_escape(detail) << "</li>";
+    out << "</ul></div>\n";
+  }
+  if (!job.warnings.empty()) {
+    out << "<div class=\"warnings\"><b>Warnings</b><ul>";
+    for (const std::string& w : job.warnings) out << "<li>" << xml_escape(w) << "</li>";
     out << "</ul></div>\n";
   }
   verdicts(out, job);

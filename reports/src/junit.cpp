@@ -139,6 +139,11 @@ void testcase(std::ostream& out, const SuiteResult& suite, const JobResult& job)
     for (const auto& [what, detail] : job.divergences) head += "Differs from a GPU (" + what + "): " + detail + "\n";
     log = head + (log.empty() ? "" : "\n" + log);
   }
+  if (!job.warnings.empty()) {
+    std::string head;
+    for (const std::string& w : job.warnings) head += "Warning: " + w + "\n";
+    log = head + (log.empty() ? "" : "\n" + log);
+  }
   if (kind == Kind::pass && log.empty()) { out << "/>\n"; return; }
   out << ">\n";
   switch (kind) {

@@ -131,6 +131,14 @@ std::string render(const RunResult& run, const std::vector<Entry>& entries, size
     out << "- **" << cell(e.job->name) << "**: " << cell(divergence_list(*e.job)) << "\n";
   }
   if (diverged) out << "\n";
+  bool warned = false;
+  for (const Entry& e : entries) {
+    if (e.job->warnings.empty()) continue;
+    if (!warned) out << "### Warnings\n\n";
+    warned = true;
+    for (const std::string& w : e.job->warnings) out << "- **" << cell(e.job->name) << "**: " << cell(w) << "\n";
+  }
+  if (warned) out << "\n";
   bool any = false;
   for (const Entry& e : entries) {
     if (e.job->status == JobStatus::passed || e.job->status == JobStatus::skipped) continue;

@@ -139,6 +139,13 @@ std::string output_excerpt(const AttemptResult& attempt, size_t lines) {
   return text::tail(text::sanitize_text(attempt.output_tail), lines, 4 * 1024);
 }
 
+std::string one_line(std::string_view s, size_t max_bytes) {
+  std::string out = text::sanitize_text(s);
+  std::replace_if(out.begin(), out.end(), [](char c) { return c == '\n' || c == '\t'; }, ' ');
+  if (out.size() > max_bytes) out = text::utf8_prefix(out, max_bytes) + "...";
+  return out;
+}
+
 bool RunResult::nothing_tested() const {
   const Counts c = counts();
   return c.passed + c.failed + c.errors + c.interrupted == 0;
@@ -333,6 +340,7 @@ void to_json(json& j, const JobResult& v) {
   put(j, "recovery_seconds", v.recovery_seconds);
   put(j, "virtual_device", v.virtual_device);
   if (!v.divergences.empty()) j["divergences"] = v.divergences;
+  if (!v.warnings.empty()) j["warnings"] = v.warnings;
 }
 void from_json(const json& j, JobResult& v) {
   within("name", [&] {
@@ -383,6 +391,7 @@ void from_json(const json& j, JobResult& v) {
   get(j, "recovery_seconds", v.recovery_seconds);
   get(j, "virtual_device", v.virtual_device);
   get(j, "divergences", v.divergences);
+  get(j, "warnings", v.warnings);
 }
 
 void to_json(json& j, const SuiteResult& v) {

@@ -253,6 +253,14 @@ JobResult build_job_result(const std::string& display_name, const JobOutcome& ou
   r.duration = outcome.end > job_start ? outcome.end - job_start : 0;
   r.command = outcome.argv;
   r.gpu = outcome.gpu;
+  // Warnings in a job's results, the terminal and every report: a cut log or skipped event lines must not
+  // be findable only in the trace. The same warning from many processes is said once.
+  size_t more_warnings = 0;
+  auto warn = [&](std::string w) {
+    if (std::find(r.warnings.begin(), r.warnings.end(), w) != r.warnings.end()) return;
+    if (r.warnings.size() + 1 < kMaxWarnings) r.warnings.push_back(std::move(w));
+    else ++more_warnings;
+  };
   for (const Attempt& a : trace.attempts) {
     AttemptResult ar;
     ar.index = a.index;
@@ -274,8 +282,10 @@ JobResult build_job_result(const std::string& display_name, const JobOutcome& ou
         r.virtual_device = e.has("description") ? e.text("description") : std::string("virtual CUDA device");
       if (is_probe(e, events::kDivergence) && e.has("kind") && r.divergences.size() < kMaxDivergences)
         r.divergences.try_emplace(e.text("kind"), e.text("detail"));
+      if (e.kind == events::kWarning && e.has("message")) warn(attempt_name(a.index) + ": " + one_line(e.text("message")));
     }
   }
+  if (more_warnings > 0) r.warnings.push_back(std::to_string(more_warnings) + " more warning(s) are in the attempts' event logs");
   r.verdicts = std::move(verdicts);
   // Policies cite trace events at their wall-clock time; like every other time in a result, evidence is
   // given in seconds since the job started.

@@ -303,6 +303,12 @@ std::vector<std::string> explanation(const JobResult& job, int verbosity) {
                        s == JobStatus::interrupted || s == JobStatus::skipped;
   if (explain && !job.message.empty()) lines.push_back("    -> " + job.message);
   if (job.expected_failure()) lines.push_back("    -> expected failure: " + expected_failure_sentence(job));
+  // Warnings under every job, passed ones too (-q shows only the jobs that need a look): at most three
+  // unless -v; the reports carry them all.
+  const size_t shown = verbosity > 0 ? job.warnings.size() : std::min<size_t>(job.warnings.size(), 3);
+  for (size_t i = 0; i < shown; ++i) lines.push_back("    warning: " + job.warnings[i]);
+  if (shown < job.warnings.size())
+    lines.push_back("    (" + std::to_string(job.warnings.size() - shown) + " more warning(s) in the reports; -v shows them)");
   const bool show_output = (s == JobStatus::failed && !job.unexpected_pass()) || s == JobStatus::error;
   if (show_output && !job.attempts.empty()) {
     const AttemptResult& last = job.attempts.back();

@@ -132,8 +132,9 @@ def main():
             check(text.startswith(b"first line of the job"), f"the log lost its first line; it starts {text[:600]!r}")
             check(b"last line of the job" in text[-100000:], "the log lost its last line")
             check(b"of output cut here" in text, "the log does not state the cut")
-            # The cut is also a warning event in the attempt's trace (tests/runner/exec: CapsTheOutputLog...);
-            # results.json does not list runner warnings yet.
+            warnings = (job or {}).get("warnings", [])
+            check(any("was cut" in w for w in warnings), f"results.json does not warn of the cut: {warnings}")
+            check("was cut" in so, "the terminal does not warn of the cut")
         elif args.case == "killed":
             pidfile = os.path.join(folder, "job.pid")
             suite = write_suite(folder, "runner_killed.sh", mark, {"HOSTILE_PIDFILE": pidfile}, timeout="5m")

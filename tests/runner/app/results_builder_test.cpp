@@ -281,6 +281,29 @@ TEST(BuildJobResult, ManyMarkersAreThinned) {
   EXPECT_EQ(r.markers.back().label, "step 999 (batch 32)");
 }
 
+TEST(BuildJobResult, WarningsOncePerTextSafeAndBounded) {
+  std::vector<Event> first = {step(0.1, 0),
+                              ev(0.2, "runner", "warning", {{"message", "the output log a.log was cut: 5 bytes"}}),
+                              ev(0.3, "shim", "warning", {{"message", "the output log a.log was cut: 5 bytes"}}),
+                              ev(0.4, "shim", "warning", {{"message", "red \x1b[31mtext\x1b[0m\nsecond line"}}),
+                              ev(0.5, "shim", "warning", {{"note", "no message field"}})};
+  JobResult r = build_job_result("j", outcome({attempt(0, 0, 1, 0, first)}), {});
+  ASSERT_EQ(r.warnings.size(), 2u);
+  EXPECT_EQ(r.warnings[0], "attempt 1: the output log a.log was cut: 5 bytes");
+  EXPECT_EQ(r.warnings[1], "attempt 1: red text second line");  // no escape reaches a terminal
+  std::vector<Event> many;
+  for (int i = 0; i < 100; ++i) many.push_back(ev(0.01 * i, "shim", "warning", {{"message", "w" + std::to_string(i)}}));
+  JobResult m = build_job_result("j", outcome({attempt(0, 0, 1, 0, first), attempt(1, 1, 2, 0, many)}), {});
+  ASSERT_EQ(m.warnings.size(), kMaxWarnings);
+  EXPECT_EQ(m.warnings[2], "attempt 2: w0");
+  EXPECT_EQ(m.warnings.back(), "83 more warning(s) are in the attempts' event logs");
+  // Into results.json and back.
+  nlohmann::json j = m;
+  EXPECT_EQ(j.at("warnings").size(), kMaxWarnings);
+  EXPECT_EQ(j.get<JobResult>().warnings, m.warnings);
+  EXPECT_FALSE(nlohmann::json(build_job_result("j", outcome({attempt(0, 0, 1, 0, {})}), {})).contains("warnings"));
+}
+
 RunResult run_with(std::vector<JobStatus> statuses, bool interrupted = false) {
   RunResult run;
   run.interrupted = interrupted;

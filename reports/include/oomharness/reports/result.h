@@ -85,6 +85,9 @@ struct JobResult {
   // would not (kind -> sentence). Note [Saying what was simulated].
   std::optional<std::string> virtual_device;
   std::map<std::string, std::string> divergences;
+  // What the runner, the shim or the event reader warned about in this job's attempts ("attempt 1: the
+  // output log ... was cut: ..."), at most kMaxWarnings, the last one saying how many more there were.
+  std::vector<std::string> warnings;
   int faults_visible() const;
   int faults_absorbed() const;
   // Note [Expected failures]: XFAIL and XPASS, derived from the verdicts.
@@ -92,6 +95,7 @@ struct JobResult {
   bool unexpected_pass() const;   // failed only because a must_fail check passed
 };
 inline constexpr size_t kTimelinePoints = 600;
+inline constexpr size_t kMaxWarnings = 20;
 
 // Reduces a memory timeline to at most `max` points (max >= 2 keeps the first and the last) without
 // losing its peaks: the points are cut into equal buckets and each bucket keeps its lowest and its
@@ -146,6 +150,10 @@ std::string counts_sentence(const RunResult& run);
 // The last `lines` lines of an attempt's output (at most 4 KiB), made safe to print: terminal escapes
 // and control characters dropped, \r as a line break, invalid UTF-8 replaced (the writers' rule).
 std::string output_excerpt(const AttemptResult& attempt, size_t lines);
+
+// `s` made safe to print on one line by the same rule (line breaks and tabs become spaces), at most
+// `max_bytes` bytes: for texts a job can feed, such as the message of a warning event it writes.
+std::string one_line(std::string_view s, size_t max_bytes = 1024);
 
 // For an expected failure (XFAIL), which must_fail checks failed as expected and why:
 // "memory_stable failed as expected (must_fail): memory held at step start grew ..."; "" otherwise.
