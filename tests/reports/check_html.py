@@ -51,7 +51,7 @@ with tempfile.TemporaryDirectory() as tmp:
         scan.feed(page)
         bad = sorted(set(scan.tags) - {"html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "p", "span",
                                        "div", "table", "thead", "tbody", "tr", "th", "td", "a", "code", "dl", "dt",
-                                       "dd", "section", "details", "summary", "pre", "br", "i", "b", "svg", "line",
+                                       "dd", "section", "details", "summary", "pre", "br", "i", "b", "ul", "li", "svg", "line",
                                        "text", "path", "circle", "rect", "script", "title"})
         if bad:
             failures.append("%s: unexpected elements %s" % (name, bad))

@@ -60,7 +60,7 @@ TEST(HtmlSafety, HostileStringsNeverBecomeMarkup) {
   const std::string html = render_html(test::load_fixture("hostile.json"));
   const std::set<std::string> ours = {"html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "p", "span",
                                       "div", "table", "thead", "tbody", "tr", "th", "td", "a", "code", "dl", "dt",
-                                      "dd", "section", "details", "summary", "pre", "br", "i", "b", "svg", "line",
+                                      "dd", "section", "details", "summary", "pre", "br", "i", "b", "ul", "li", "svg", "line",
                                       "text", "path", "circle", "rect", "script"};
   int scripts = 0;
   for (const Tag& tag : scan_tags(html)) {

@@ -322,9 +322,14 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
     int failures = 0;
     options.on_progress = [&view](const JobProgress& p) { view.on_progress(p); };
     Backend* running = nullptr;
-    options.on_job_done = [&](size_t i, const JobOutcome& done) {
-      JobOutcome o = done;  // judged on a copy: the runner still owns its outcome
-      judged[i] = judge_job(i, o);
+    options.on_job_done = [&](size_t i, JobOutcome& done) {
+      judged[i] = judge_job(i, done);
+      // Note [Constant cost per job]: once judged, a job's trace is not kept until the run ends; its result
+      // holds what the reports show, each part bounded.
+      done.trace.attempts.clear();
+      done.trace.attempts.shrink_to_fit();
+      done.trace.reference.clear();
+      done.trace.reference.shrink_to_fit();
       if (!done.not_started) view.on_job_done(i);
       if (args.maxfail > 0 && failed_or_erred(judged[i]->status) && ++failures == args.maxfail && running)
         running->stop_starting();

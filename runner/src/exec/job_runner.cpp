@@ -35,6 +35,9 @@
 // control block are closed when it ends, and the AttemptRun itself is destroyed by a handler posted after
 // the cancelled handlers that may still name it (a cancelled handler only looks at its error code). So
 // the runner holds descriptors only for running attempts, and 10,000 jobs run under `ulimit -n 256`.
+// A finished job's trace is handed to RunOptions::on_job_done, which may take it (`run` judges the job
+// there and drops the trace, keeping the bounded result): the runner's memory does not grow with the
+// events of the jobs already run.
 //
 // Note [Bounded job logs]
 // An attempt's log keeps at most RunOptions::log_cap bytes: the first lines up to cap minus the tail, and

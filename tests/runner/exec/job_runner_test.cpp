@@ -302,7 +302,7 @@ TEST_F(JobRunnerTest, SamplesTheControlBlockAndReportsProgress) {
   std::vector<JobProgress> seen;
   options.on_progress = [&](const JobProgress& p) { seen.push_back(p); };
   size_t done_calls = 0;
-  options.on_job_done = [&](size_t i, const JobOutcome&) { EXPECT_EQ(i, 0u); ++done_calls; };
+  options.on_job_done = [&](size_t i, JobOutcome&) { EXPECT_EQ(i, 0u); ++done_calls; };
   auto out = run({j});
   const Attempt& a = out[0].trace.attempts.at(0);
   EXPECT_EQ(a.exit_code, 0);

@@ -83,8 +83,9 @@ struct RunOptions {
   std::optional<std::vector<GpuInfo>> gpu_inventory;
   std::function<void(const JobProgress&)> on_progress;   // called from the runner's thread
   // Called as each job finishes (from the runner's thread, its outcome final), and for each job that
-  // stop_starting() kept from starting.
-  std::function<void(size_t job_index, const JobOutcome& outcome)> on_job_done;
+  // stop_starting() kept from starting. The callback may take what it needs out of the outcome (its trace,
+  // which can be large): run() returns what is left. Note [Constant cost per job].
+  std::function<void(size_t job_index, JobOutcome& outcome)> on_job_done;
 };
 
 struct JobOutcome {
