@@ -52,17 +52,18 @@ inject=$build/injector/liboomharness_inject.so
 summary=$work/summary.txt
 budget=${RUN_ALL_BUDGET:-575}
 all_phases="build pytests virtual ecosystem ctest injector libtorch probe fidelity-caps selftest demo armed reservation reservesuite fidelity-reserve
-            compat drivercalls shimbench runnerbench packing throughput"
+            compat drivercalls shimbench runnerbench packing throughput scale"
 phases=${*:-${all_phases/pytests virtual ecosystem /}}
+[ $# -eq 0 ] && phases=${phases/ scale/}  # scale: by name only
 wave1="ctest injector libtorch probe fidelity-caps"
 wave2="selftest demo armed"
-timing="drivercalls shimbench runnerbench packing throughput"
+timing="drivercalls shimbench runnerbench packing throughput scale"
 
 # Seconds each phase usually takes on the H100 (measured, 2026-11-22; bench/RESULTS.md's GPU section), a
 # little over; the budget check uses them.
 declare -A EST=([build]=80 [pytests]=200 [virtual]=240 [ecosystem]=200 [ctest]=60 [injector]=30 [libtorch]=30 [probe]=40 [fidelity-caps]=30
                 [selftest]=60 [demo]=60 [armed]=60 [reservation]=55 [reservesuite]=30 [fidelity-reserve]=20 [throughput]=145
-                [packing]=150 [drivercalls]=35 [shimbench]=30 [runnerbench]=10 [compat]=5)
+                [packing]=150 [drivercalls]=35 [shimbench]=30 [runnerbench]=10 [compat]=5 [scale]=200)
 
 # RE2 (Debian's libre2-dev) is not on the GPU machine, where nothing can be installed: carry Debian's two
 # packages in .re2/ (`apt-get download libre2-9 libre2-dev`, name .re2 in the device call's carry) and they
@@ -155,6 +156,7 @@ run_phase() {  # run_phase NAME: the phase's command, its output to stdout
         "$build/bench/shim_bench" --benchmark_filter=Driver --benchmark_min_time=0.3 --benchmark_repetitions=3 \
         --benchmark_report_aggregates_only=true ;;
     runnerbench) "$build/bench/runner_bench" ;;
+    scale) python3 "$root/bench/runner_scale.py" --bin "$bin" -n 10000 --nofile 256 ;;  # issue 12, a quiet machine
     compat) python3 "$root/tests/gpu/compatibility.py" "$work" "$work/compatibility.md" ;;
   esac
 }
