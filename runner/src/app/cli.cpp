@@ -148,7 +148,7 @@ int parse_and_run(std::vector<std::string> args) {
   std::string results_file;
   app::ReportFlags report_flags;
   CLI::App* report = app.add_subcommand("report", "Write reports again from a results file");
-  report->add_option("results", results_file, "A results.json written by oomharness run")->required();
+  report->add_option("results", results_file, "A results.json written by oomharness run, or its jobs.jsonl when the run was killed")->required();
   add_report_flags(report, report_flags);
 
   app::CompareArgs compare_args;

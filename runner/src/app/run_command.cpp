@@ -1,5 +1,6 @@
 // `oomharness run`, `exec` and `demo`: load, choose, run, judge, report.
 
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -92,6 +93,43 @@ bool write_report(const std::string& path, const std::string& content, std::ostr
   if (!w) err << "oomharness: " << w.error() << "\n";
   return w.ok();
 }
+
+// Note [Results as they come] (reports/writers.h): <out>/jobs.jsonl, appended one line per write. A
+// write that fails is said once on stderr; the run goes on and results.json is still written at the end.
+class JobStream {
+ public:
+  JobStream(const std::string& path, std::ostream& err) : path_(path), err_(err) {
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+    if (fd_ < 0) fail(errno);
+  }
+  ~JobStream() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  JobStream(const JobStream&) = delete;
+  JobStream& operator=(const JobStream&) = delete;
+  void write(const std::string& line) {
+    for (size_t off = 0; fd_ >= 0 && off < line.size();) {
+      ssize_t n = ::write(fd_, line.data() + off, line.size() - off);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        fail(n < 0 ? errno : EIO);
+        return;
+      }
+      off += static_cast<size_t>(n);
+    }
+  }
+
+ private:
+  void fail(int error) {
+    err_ << "oomharness: cannot write " << path_ << ": " << std::strerror(error)
+         << " (results.json is still written at the end)\n";
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+  std::string path_;
+  std::ostream& err_;
+  int fd_ = -1;
+};
 
 // Writes results.json and report.html into the output folder, and each report asked for.
 // Returns false when one could not be written (each failure was printed).
@@ -315,6 +353,12 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
     return build_job_result(spec.name, o, std::move(verdicts), rules);
   };
 
+  // Note [Results as they come]: each judged job goes to jobs.jsonl at once; a killed runner loses none.
+  JobStream stream((fs::path(out_dir) / "jobs.jsonl").string(), err);
+  run.environment.command_line = args.command_line;
+  run.environment.harness_version = kVersion;
+  stream.write(job_stream_header(run));
+
   std::vector<JobOutcome> outcomes;
   bool interrupted = false;
   {
@@ -324,6 +368,12 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
     Backend* running = nullptr;
     options.on_job_done = [&](size_t i, JobOutcome& done) {
       judged[i] = judge_job(i, done);
+      if (!done.not_started) {
+        SuiteResult suite;
+        suite.name = suites[origin[i].first].name;
+        suite.file = suites[origin[i].first].file;
+        stream.write(job_stream_line(suite, *judged[i]));
+      }
       // Note [Constant cost per job]: once judged, a job's trace is not kept until the run ends; its result
       // holds what the reports show, each part bounded.
       done.trace.attempts.clear();
@@ -356,6 +406,7 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
   }
   run.interrupted = interrupted;
   run.duration = events::now_seconds() - run.start;
+  stream.write(job_stream_end(run));
   run.environment = environment.get();
 
   for (auto& suite : suites) {

@@ -3,7 +3,7 @@
 survived it: exit 0 or 1, a valid results.json with the job in it, and nothing left behind (no process
 whose environment carries this run's mark, no /dev/shm/oomh-<runner pid>-* block).
 
-  run_hostile.py --bin OOMHARNESS CASE     CASE: setsid | truncate | bigout | killed | stale
+  run_hostile.py --bin OOMHARNESS CASE     CASE: setsid | truncate | bigout | killed | streamed | stale
 """
 import argparse
 import glob
@@ -152,6 +152,49 @@ def main():
                 time.sleep(0.05)
             check(not marked_processes(mark), f"the job outlived its runner: {marked_processes(mark)}")
             check(not blocks_of(p.pid), f"control blocks of the killed runner: {blocks_of(p.pid)}")
+        elif args.case == "streamed":
+            # Note [Results as they come]: a runner killed by SIGKILL loses no finished job's result.
+            suite = os.path.join(folder, "suite.yaml")
+            with open(suite, "w") as f:
+                f.write("version: 1\nname: streamed\ndefaults: {timeout: 1m, probe: none}\njobs:\n")
+                f.write(f"  - name: quick\n    run: 'true'\n    env: {{HOSTILE_MARK: \"{mark}\"}}\n    expect: [exit: 0]\n")
+                f.write(f"  - name: slow\n    run: sleep 30\n    env: {{HOSTILE_MARK: \"{mark}\"}}\n    expect: [exit: 0]\n")
+            out = os.path.join(folder, "out")
+            stream = os.path.join(out, "jobs.jsonl")
+            p = subprocess.Popen([args.bin, "run", "--simulate", suite, "-o", out], cwd=folder,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                if os.path.exists(stream) and open(stream).read().count("\n") >= 2:
+                    break
+                time.sleep(0.05)
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+            check(not os.path.exists(os.path.join(out, "results.json")), "results.json exists although the run was killed")
+            r = subprocess.run([args.bin, "report", stream, "--json", os.path.join(folder, "rebuilt.json")],
+                               capture_output=True, text=True)
+            check(r.returncode == 0, f"report from the stream exited {r.returncode}: {r.stderr}")
+            try:
+                rebuilt = json.load(open(os.path.join(folder, "rebuilt.json")))
+                jobs = [j for s in rebuilt["suites"] for j in s["jobs"]]
+                check([(j["name"], j["status"]) for j in jobs] == [("quick", "passed")], f"rebuilt jobs: {jobs}")
+                check(rebuilt.get("interrupted") is True, "the rebuilt run does not say it was interrupted")
+            except (OSError, ValueError, KeyError) as e:
+                check(False, f"the rebuilt results: {e}")
+            # A stream cut in the middle of a line (the kill came during a write) still reads.
+            with open(stream, "a") as f:
+                f.write('{"suite": "streamed", "job": {"na')
+            r = subprocess.run([args.bin, "report", stream, "--json", os.path.join(folder, "cut.json")],
+                               capture_output=True, text=True)
+            check(r.returncode == 0, f"report from a cut stream exited {r.returncode}: {r.stderr}")
+            # ... but a bad line in its middle is an error naming the line.
+            with open(stream, "a") as f:
+                f.write('\n{"end": true}\n')
+            r = subprocess.run([args.bin, "report", stream, "--json", os.path.join(folder, "bad.json")],
+                               capture_output=True, text=True)
+            check(r.returncode == 4 and "jobs.jsonl:3:" in r.stderr, f"a bad line: exit {r.returncode}, {r.stderr!r}")
+            for pid in marked_processes(mark):
+                os.kill(pid, signal.SIGKILL)
         elif args.case == "stale":
             # A block of a runner that died without removing it (older runners named them /dev/shm/oomh-<pid>-...).
             dead = subprocess.Popen(["true"])

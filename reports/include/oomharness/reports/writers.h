@@ -17,7 +17,17 @@ namespace oomh {
 // --json: the results file (docs/results-schema.json), pretty-printed, ending in a newline.
 std::string render_json(const RunResult& run);
 
-// Reads a results file. Fails, naming the file, on I/O errors, JSON syntax errors (with line:column),
+// Note [Results as they come]
+// `run` writes each job's result to <out>/jobs.jsonl as the job is judged, so a runner that is killed
+// (SIGKILL, a lost CI machine) loses no finished job's result: line 1 is a header (the stream's name, the
+// schema_version, the run's start and command line), each later line one job with its suite. results.json
+// is written at the end as before. load_results reads either; from a stream it gives the jobs it holds,
+// `interrupted` set unless the stream's last line says the run ended.
+std::string job_stream_header(const RunResult& run);
+std::string job_stream_line(const SuiteResult& suite, const JobResult& job);
+std::string job_stream_end(const RunResult& run);
+
+// Reads a results file (or a job stream, above). Fails, naming the file, on I/O errors, JSON syntax errors (with line:column),
 // another schema_version, and fields of the wrong type (with their path: "suites[0].jobs[2].status").
 Expected<RunResult> load_results(const std::string& path);
 // The same, from text already read; `name` stands for the file in messages.
