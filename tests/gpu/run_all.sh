@@ -52,9 +52,9 @@ inject=$build/injector/liboomharness_inject.so
 summary=$work/summary.txt
 budget=${RUN_ALL_BUDGET:-575}
 all_phases="build pytests virtual ecosystem ctest injector libtorch probe fidelity-caps selftest demo armed reservation reservesuite fidelity-reserve
-            compat drivercalls shimbench runnerbench packing throughput scale"
+            compat drivercalls shimbench runnerbench packing throughput scale virtualsuite"
 phases=${*:-${all_phases/pytests virtual ecosystem /}}
-[ $# -eq 0 ] && phases=${phases/ scale/}  # scale: by name only
+[ $# -eq 0 ] && phases=${phases/ scale virtualsuite/}  # by name only
 wave1="ctest injector libtorch probe fidelity-caps"
 wave2="selftest demo armed"
 timing="drivercalls shimbench runnerbench packing throughput scale"
@@ -63,7 +63,7 @@ timing="drivercalls shimbench runnerbench packing throughput scale"
 # little over; the budget check uses them.
 declare -A EST=([build]=80 [pytests]=200 [virtual]=240 [ecosystem]=200 [ctest]=60 [injector]=30 [libtorch]=30 [probe]=40 [fidelity-caps]=30
                 [selftest]=60 [demo]=60 [armed]=60 [reservation]=55 [reservesuite]=30 [fidelity-reserve]=20 [throughput]=145
-                [packing]=150 [drivercalls]=35 [shimbench]=30 [runnerbench]=10 [compat]=5 [scale]=200)
+                [packing]=150 [drivercalls]=35 [shimbench]=30 [runnerbench]=10 [compat]=5 [scale]=200 [virtualsuite]=120)
 
 # RE2 (Debian's libre2-dev) is not on the GPU machine, where nothing can be installed: carry Debian's two
 # packages in .re2/ (`apt-get download libre2-9 libre2-dev`, name .re2 in the device call's carry) and they
@@ -133,6 +133,13 @@ run_phase() {  # run_phase NAME: the phase's command, its output to stdout
     fidelity-caps) python3 "$root/bench/gpu/fidelity.py" --inject "$inject" --reserve "$build/runner/oomh-reserve" \
                      --limit 8GiB --modes caps --json-out "$work/fidelity.json" ;;
     selftest) "$bin" run "$root/suites/self-test.yaml" --jobs 6 --out "$work/self-test" ;;
+    virtualsuite)  # issue 19: the self-test again on the virtual device (CPU), compared job by job with selftest's
+      CUDA_VISIBLE_DEVICES= "$bin" run "$root/suites/self-test.yaml" --simulate -k "not libtorch" --jobs 6 \
+        --out "$work/self-test-virtual"
+      local rc=$?
+      [ -f "$work/self-test/results.json" ] || { echo "no GPU self-test results (run the selftest phase first)"; return 3; }
+      python3 "$root/tests/gpu/virtual_vs_gpu.py" "$work/self-test/results.json" "$work/self-test-virtual/results.json" \
+        "$work/virtual-vs-gpu.md" && cp "$work/virtual-vs-gpu.md" "$out/" && [ $rc -le 1 ] ;;
     demo) "$bin" demo --out "$work/demo" ;;
     armed)  # the corpus runner checks statuses; the driver_call events show the ways in real PyTorch used
       python3 "$root/tests/false_green/run_case.py" --bin "$bin" --trainer-dir "$build/tests/emulated_trainer" \
