@@ -474,6 +474,8 @@ Verdict graceful_exit(const Trace& trace, const nlohmann::json& args) {
 // or all stop. From the first OOM any rank saw, each step number that several ranks completed must have one
 // batch size on all of them; when a rank died of the OOM, every other rank must have ended within
 // `within` seconds of it (a runner that found them hung ended them: that is a hang, never a recovery).
+// Steps count from the OOM's step (the step in progress when it happened), by number: ranks' clocks agree,
+// but a step number says "the same step" without relying on them.
 Verdict ranks_recover_together(const Trace& trace, const nlohmann::json& args) {
   double within = args.value("within", 30.0);
   bool distributed = false, any_oom = false;
@@ -493,7 +495,7 @@ Verdict ranks_recover_together(const Trace& trace, const nlohmann::json& args) {
     std::map<int64_t, std::vector<std::pair<int, int64_t>>> batches;  // step -> (rank, batch)
     for (const RankEnd& r : a.ranks)
       for (const view::StepPoint& s : view::steps_of_rank(a, r.rank))
-        if (s.t >= first.t && s.batch >= 0) batches[s.step].push_back({r.rank, s.batch});
+        if ((first.step >= 0 ? s.step >= first.step : s.t >= first.t) && s.batch >= 0) batches[s.step].push_back({r.rank, s.batch});
     for (const auto& [step, seen] : batches)
       for (const auto& [rank, batch] : seen)
         if (batch != seen.front().second)
