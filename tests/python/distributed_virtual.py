@@ -32,6 +32,14 @@ def run(suite, where, extra):
     with open(os.path.join(where, "results.json")) as f:
         results = json.load(f)
     jobs = {j["name"].split("::")[-1]: j for s in results["suites"] for j in s["jobs"]}
+    try:  # the per-rank fields are in docs/results-schema.json
+        import jsonschema
+        with open(os.path.join(source, "docs", "results-schema.json")) as f:
+            schema = json.load(f)
+        for e in jsonschema.Draft202012Validator(schema).iter_errors(results):
+            problems.append("%s/results.json does not match the schema: %s" % (where, e.message[:300]))
+    except ImportError:
+        print("python3-jsonschema missing: results.json not checked against the schema")
     return proc, jobs
 
 
