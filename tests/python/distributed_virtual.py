@@ -54,7 +54,8 @@ def expect(cond, what):
 
 # ---- 1. shell ranks ------------------------------------------------------------------------------------
 proc, jobs = run(os.path.join(source, "tests", "python", "distributed_ranks.yaml"), os.path.join(out, "ranks"), [])
-expect(set(jobs) == {"env-per-rank", "rank1-oom-rank0-finishes", "hostile-rank-ignores-term"}, "ranks suite: jobs %s" % sorted(jobs))
+expect(set(jobs) == {"env-per-rank", "rank1-oom-rank0-finishes", "hostile-rank-ignores-term", "restart-restarts-every-rank"},
+       "ranks suite: jobs %s" % sorted(jobs))
 for name, j in jobs.items():
     expect(j["status"] == "passed", "%s: %s (%s)" % (name, j["status"], j.get("message", "")))
 j = jobs.get("env-per-rank")
@@ -90,6 +91,15 @@ if j:
     ranks = j["attempts"][0].get("ranks", [])
     expect(len(ranks) == 2 and ranks[1]["outcome"] == "timeout" and ranks[1].get("signal") == 9,
            "hostile: rank 1 must have been killed (SIGKILL): %s" % ranks)
+
+j = jobs.get("restart-restarts-every-rank")
+if j:
+    attempts = j["attempts"]
+    expect([a["outcome"] for a in attempts] == ["oom", "ok"], "restart: attempt outcomes %s" % [a["outcome"] for a in attempts])
+    expect([[r["outcome"] for r in a.get("ranks", [])] for a in attempts] == [["ok", "oom"], ["ok", "ok"]],
+           "restart: every rank of each attempt %s" % [a.get("ranks") for a in attempts])
+    expect(all(os.path.exists(os.path.join(os.path.dirname(attempts[0]["ranks"][0]["log_path"]), "attempt-1.rank%d.log" % k))
+               for k in (0, 1)) if attempts and attempts[0].get("ranks") else False, "restart: attempt 2 did not start both ranks")
 
 # ---- 2. DDP on the virtual device -----------------------------------------------------------------------
 try:
