@@ -294,11 +294,12 @@ void from_json(const json& j, TimelinePoint& v) {
 
 void to_json(json& j, const Marker& v) {
   j = json{{"t", v.t}, {"attempt", v.attempt}, {"kind", v.kind}, {"label", v.label}};
+  put(j, "rank", v.rank);
 }
 void from_json(const json& j, Marker& v) {
   get(j, "t", v.t); get(j, "attempt", v.attempt);
   detail::required(j, "kind");
-  get(j, "kind", v.kind); get(j, "label", v.label);
+  get(j, "kind", v.kind); get(j, "label", v.label); get(j, "rank", v.rank);
 }
 
 void to_json(json& j, const RankResult& v) {

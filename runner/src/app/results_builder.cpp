@@ -134,9 +134,10 @@ constexpr size_t kMaxMarkersPerKind = 200;
 std::vector<Marker> markers(const Trace& trace, double job_start) {
   std::map<std::string, std::vector<Marker>> by_kind;
   for (const Attempt& a : trace.attempts) {
-    if (a.index > 0) by_kind["restart"].push_back({a.start - job_start, a.index, "restart", "attempt " + std::to_string(a.index + 1) + " started"});
+    if (a.index > 0) by_kind["restart"].push_back({a.start - job_start, a.index, "restart", "attempt " + std::to_string(a.index + 1) + " started", std::nullopt});
     for (const Event& e : a.events) {
-      Marker m{e.t - job_start, a.index, "", ""};
+      Marker m{e.t - job_start, a.index, "", "", std::nullopt};
+      if (int rank = rank_of(e); rank >= 0) m.rank = rank;
       if (is_inject(e)) {
         m.kind = "inject";
         std::string rule = e.text("rule", "cap");

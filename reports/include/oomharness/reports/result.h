@@ -45,6 +45,7 @@ struct Marker {               // what the timeline chart marks
   int attempt = 0;
   std::string kind;           // "inject", "oom", "empty_cache", "checkpoint_save", "checkpoint_load", "restart", "step"
   std::string label;
+  std::optional<int> rank;    // a distributed job's rank the event came from (docs/distributed.md)
 };
 
 // One rank of a distributed job's attempt (Note [Ranks] in policies' trace.h).
