@@ -967,9 +967,9 @@ void JobRunner::Impl::stop_attempt(AttemptRun& r, AttemptRun::Stop why) {
 // Note [Hang detection]
 // A distributed job's ranks wait for each other in collectives: when one rank dies (of an OOM, say) the
 // others block until a watchdog fires, tens of minutes later. So, for a job with ranks > 1, once some
-// rank's process has exited or raised an OOM (its block's ooms_seen), each sample looks at the ranks still running: one whose control-block step
-// (the probe's step in progress) has not changed for the job's hang_stall seconds since the later of that
-// exit and its own last step is hung. The runner then records a `hang` event (the rank, its step, how long
+// rank's process has exited or raised an OOM (its block's ooms_seen), each sample looks at the ranks still
+// running: one whose control-block step (the probe's step in progress) has not changed for the job's
+// hang_stall seconds since the later of that event and its own last step is hung. The runner then records a `hang` event (the rank, its step, how long
 // it waited, the stall limit, the rank that ended first), sends SIGUSR1 to every running rank (the Python
 // probe has faulthandler dump every thread's stack to OOMH_STACKS on it), waits kStacksWait, reads the
 // stack files into the attempt's ranks, and stops every running rank (SIGTERM, SIGKILL kHangGrace later:
