@@ -39,6 +39,7 @@ inline constexpr OptionSpec kOptionTable[] = {
     {"OOMH_RESERVE_PID", false, "pid of the job's reservation sidecar (set by the runner)"},
     {"OOMH_FLUSH_AT_STEPS", false, "steps at which the Python probe empties PyTorch's cache (set by the runner for step faults)"},
     {"OOMH_DEVICE", false, "virtual: the Python package installs the virtual CUDA device (set by the runner)"},
+    {"OOMH_STACKS", false, "a distributed rank's stack file: the Python probe has faulthandler write to it on SIGUSR1 (set by the runner)"},
     // The runner's own settings: jobs inherit them, so the shim must not warn about them.
     {"OOMH_HOME", false, "the oomharness source tree (runner: where the demo suite is)"},
     {"OOMH_INJECT_LIBRARY", false, "runner: the shim to preload"},

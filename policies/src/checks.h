@@ -25,6 +25,7 @@ Verdict graceful_exit(const Trace& trace, const nlohmann::json& args);
 Verdict memory_stable(const Trace& trace, const nlohmann::json& args);
 Verdict peak_below(const Trace& trace, const nlohmann::json& args);
 Verdict no_hang(const Trace& trace, const nlohmann::json& args);
+Verdict ranks_recover_together(const Trace& trace, const nlohmann::json& args);
 
 // Shared by the checks.
 inline Verdict verdict(VerdictStatus status, std::string reason, std::vector<Evidence> evidence = {}) {

@@ -23,6 +23,10 @@ std::optional<std::string> target_missed(const Trace& trace) {
   const Attempt& last = trace.attempts.back();
   if (trace.target_step) {
     auto reached = view::highest_step(view::steps_of(last));
+    if (!last.ranks.empty()) {  // Note [Ranks]: every rank must get there
+      int64_t low = steps_all_ranks_completed(last);
+      reached = low >= 0 ? std::optional<int64_t>(low) : std::nullopt;
+    }
     if (reached && *reached >= *trace.target_step) return std::nullopt;
     std::string target = std::to_string(*trace.target_step);
     if (!reached) return "the last attempt (" + attempt_name(last.index) + ") reported no step and " + view::end_text(last) + " (target: step " + target + ")";
@@ -68,6 +72,21 @@ Verdict completes(const Trace& trace, const nlohmann::json& args) {
   auto steps = view::steps_of(last);
   auto reached = view::highest_step(steps);
   std::string goal = std::to_string(*target);
+  if (!last.ranks.empty()) {
+    // Note [Ranks] in trace.h: every rank must reach the target; the one that got least far is named.
+    const RankEnd* lowest = &last.ranks.front();
+    for (const RankEnd& r : last.ranks)
+      if (r.last_step < lowest->last_step) lowest = &r;
+    std::string all = std::to_string(last.ranks.size());
+    if (lowest->last_step >= *target)
+      return verdict(VerdictStatus::pass, "every rank of the last attempt (" + attempt_name(last.index) + ", " + all +
+                                              " ranks) reached step " + goal + " or beyond",
+                     {{last.index, last.end, "lowest rank step " + std::to_string(lowest->last_step)}});
+    std::string where = lowest->last_step >= 0 ? "stopped at step " + std::to_string(lowest->last_step) : "reported no step";
+    return verdict(VerdictStatus::fail, "rank " + std::to_string(lowest->rank) + " " + where + " of " + goal + " in " +
+                                            attempt_name(last.index) + ", which " + view::end_text(last),
+                   {{last.index, lowest->end, "rank " + std::to_string(lowest->rank) + " " + where}});
+  }
   if (!reached)
     return verdict(VerdictStatus::fail, "the last attempt (" + attempt_name(last.index) + ") reported no step and " +
                                             view::end_text(last) + " (target: step " + goal + ")",
@@ -153,8 +172,39 @@ struct Stall {
 };
 }  // namespace
 
+// "rank 1 died of an out-of-memory error at step 5": how the rank that ended first ended.
+static std::string rank_end_text(const Attempt& a, int rank, bool raised_oom) {
+  if (rank < 0 || static_cast<size_t>(rank) >= a.ranks.size()) return "another rank ended";
+  const RankEnd& r = a.ranks[static_cast<size_t>(rank)];
+  std::string who = "rank " + std::to_string(rank);
+  int64_t step = -1;
+  for (const Event& e : a.events)
+    if (rank_of(e) == rank && e.src == events::kSrcProbe && e.kind == events::kOom) step = e.integer("step");
+  std::string at = step >= 0 ? " at step " + std::to_string(step) : "";
+  if (r.ended_by_oom) return who + " died of an out-of-memory error" + at;
+  if (raised_oom) return who + " raised an out-of-memory error" + at;
+  if (r.end_kind == AttemptEnd::exited && r.exit_code && *r.exit_code == 0) return who + " finished";
+  if (r.end_kind == AttemptEnd::exited && r.exit_code) return who + " exited with code " + std::to_string(*r.exit_code);
+  if (r.end_kind == AttemptEnd::signalled && r.signal) return who + " was killed by signal " + std::to_string(*r.signal);
+  return who + " ended";
+}
+
 Verdict no_hang(const Trace& trace, const nlohmann::json& args) {
   double limit = args.value("stall", 60.0);
+  // Note [Hang detection] in job_runner.cpp: a rank the runner found stalled after another rank ended.
+  for (const Attempt& a : trace.attempts)
+    for (const Event& e : a.events) {
+      if (e.src != events::kSrcRunner || e.kind != events::kHang) continue;
+      int rank = static_cast<int>(e.integer("rank"));
+      std::string where;
+      if (rank >= 0 && static_cast<size_t>(rank) < a.ranks.size()) where = innermost_frame(a.ranks[static_cast<size_t>(rank)].stacks);
+      std::string reason = "rank " + std::to_string(rank) + " waited " + view::seconds_text(e.number("waited")) +
+                           (where.empty() ? " (no stack: it did not answer)" : " in " + where) + " after " +
+                           rank_end_text(a, static_cast<int>(e.integer("after_rank")), e.text("after") == "oom") + " (stall limit " +
+                           view::seconds_text(e.number("stall")) + "); the runner took every rank's stacks and ended " +
+                           attempt_name(a.index);
+      return verdict(VerdictStatus::fail, reason, {{a.index, e.t, "rank " + std::to_string(rank) + " hung"}});
+    }
   bool any_step = false;
   double longest = 0;
   std::optional<Stall> stall;

@@ -468,4 +468,60 @@ Verdict graceful_exit(const Trace& trace, const nlohmann::json& args) {
   return verdict(VerdictStatus::inconclusive, "no out-of-memory error happened: nothing to recover from");
 }
 
+// Note [Ranks recover together]
+// A distributed job's ranks meet in collectives; after one rank's OOM they stay in step only when every rank
+// takes the same recovery before the next collective: all halve (or all redo the step at one batch size),
+// or all stop. From the first OOM any rank saw, each step number that several ranks completed must have one
+// batch size on all of them; when a rank died of the OOM, every other rank must have ended within
+// `within` seconds of it (a runner that found them hung ended them: that is a hang, never a recovery).
+// Steps count from the OOM's step (the step in progress when it happened), by number: ranks' clocks agree,
+// but a step number says "the same step" without relying on them.
+Verdict ranks_recover_together(const Trace& trace, const nlohmann::json& args) {
+  double within = args.value("within", 30.0);
+  bool distributed = false, any_oom = false;
+  for (const Attempt& a : trace.attempts) {
+    if (a.ranks.size() < 2) continue;
+    distributed = true;
+    auto ooms = view::ooms_of(a);
+    if (ooms.empty()) continue;
+    any_oom = true;
+    const view::OomPoint& first = ooms.front();
+    int oom_rank = -1;
+    for (const Event& e : a.events)
+      if (e.src == events::kSrcProbe && e.kind == events::kOom && e.t == first.t) oom_rank = rank_of(e);
+    std::string who = oom_rank >= 0 ? "rank " + std::to_string(oom_rank) + "'s" : "an";
+    std::string at = " OOM at " + view::step_text(first.step);
+    // Same batch size at every step from the OOM's on.
+    std::map<int64_t, std::vector<std::pair<int, int64_t>>> batches;  // step -> (rank, batch)
+    for (const RankEnd& r : a.ranks)
+      for (const view::StepPoint& s : view::steps_of_rank(a, r.rank))
+        if ((first.step >= 0 ? s.step >= first.step : s.t >= first.t) && s.batch >= 0) batches[s.step].push_back({r.rank, s.batch});
+    for (const auto& [step, seen] : batches)
+      for (const auto& [rank, batch] : seen)
+        if (batch != seen.front().second)
+          return verdict(VerdictStatus::fail,
+                         "after " + who + at + ", step " + std::to_string(step) + " ran at batch " +
+                             std::to_string(seen.front().second) + " on rank " + std::to_string(seen.front().first) + " but at batch " +
+                             std::to_string(batch) + " on rank " + std::to_string(rank) + ": the ranks did not recover together",
+                         {{a.index, first.t, "the first OOM"}});
+    // A rank that died of it: the others end soon after, by themselves.
+    for (const RankEnd& dead : a.ranks) {
+      if (!dead.ended_by_oom) continue;
+      for (const RankEnd& r : a.ranks) {
+        if (r.rank == dead.rank) continue;
+        bool stopped = r.end_kind == AttemptEnd::timed_out || r.end_kind == AttemptEnd::interrupted;
+        if (stopped || r.end - dead.end > within)
+          return verdict(VerdictStatus::fail,
+                         "rank " + std::to_string(dead.rank) + " died of the OOM but rank " + std::to_string(r.rank) +
+                             (stopped ? " did not end by itself (the runner stopped it)"
+                                      : " ran on for " + view::seconds_text(r.end - dead.end) + " (limit " + view::seconds_text(within) + ")"),
+                         {{a.index, dead.end, "rank " + std::to_string(dead.rank) + " died"}, {a.index, r.end, "rank " + std::to_string(r.rank) + " ended"}});
+      }
+    }
+  }
+  if (!distributed) return verdict(VerdictStatus::inconclusive, "not a distributed job: no attempt ran several ranks (`ranks: N`)");
+  if (!any_oom) return verdict(VerdictStatus::inconclusive, "no rank saw an out-of-memory error, so there was no recovery to compare");
+  return verdict(VerdictStatus::pass, "after every OOM, all ranks ran each later step at the same batch size");
+}
+
 }  // namespace oomh::checks

@@ -91,6 +91,11 @@ std::vector<PolicyInfo> make_policies() {
   p.push_back({"no_hang", "the job never went longer than `stall` without a step",
                {{"stall", ArgType::duration, false, "the longest gap allowed between steps", 60}},
                false, false, checks::no_hang});
+  p.push_back({"ranks_recover_together",
+               "after an OOM on any rank of a distributed job, every rank ran the next steps at the same batch size, "
+               "or every rank ended within `within`",
+               {{"within", ArgType::duration, false, "the longest the other ranks may run on after a rank died of the OOM", 30}},
+               false, false, recovery(checks::ranks_recover_together)});
   return p;
 }
 

@@ -308,4 +308,12 @@ std::string absorbed_reason(size_t injected) {
          " injected but the code never saw an out-of-memory error: PyTorch's caching allocator retried and "
          "absorbed " + (injected == 1 ? "it" : "them") + "; use a persistent fault (fail: {times: 2} or more) or a cap";
 }
+std::vector<StepPoint> steps_of_rank(const Attempt& attempt, int rank) {
+  Attempt one;
+  one.index = attempt.index;
+  for (const Event& e : attempt.events)
+    if (rank_of(e) == rank) one.events.push_back(e);
+  return steps_of(one);
+}
+
 }  // namespace oomh::view

@@ -49,6 +49,8 @@ struct OomPoint {
 
 // The steps an attempt completed, in time order.
 std::vector<StepPoint> steps_of(const Attempt& attempt);
+// The steps one rank of a distributed attempt completed (Note [Ranks] in trace.h), in time order.
+std::vector<StepPoint> steps_of_rank(const Attempt& attempt, int rank);
 // The OOMs the code saw in an attempt, in time order (Note [OOMs the code saw]).
 std::vector<OomPoint> ooms_of(const Attempt& attempt);
 std::vector<OomPoint> ooms_of(const Trace& trace);

@@ -80,7 +80,31 @@ class TorchFinder:
             pass
 
 
+_stacks_file = []  # kept open for faulthandler
+
+
+def _stacks_on_signal():
+    """A rank of a distributed job: when the runner finds it hung (Note [Hang detection] in
+    runner/src/exec/job_runner.cpp) it sends SIGUSR1, and faulthandler writes every thread's Python stack
+    to OOMH_STACKS, even while the main thread is blocked in a collective. Only the job's first Python
+    process takes the file (the variable leaves the environment), so that a helper it starts cannot
+    truncate it."""
+    import os
+    path = os.environ.pop("OOMH_STACKS", None)
+    if not path:
+        return
+    try:
+        import faulthandler
+        import signal
+        f = open(path, "a")
+        faulthandler.register(signal.SIGUSR1, file=f, all_threads=True)
+        _stacks_file.append(f)
+    except Exception:
+        pass
+
+
 def install():
+    _stacks_on_signal()
     torch = sys.modules.get("torch")
     if torch is not None:
         _after_torch(torch)

@@ -7,12 +7,17 @@
 //   thread 1 "attempts"   (ph X)     one slice per attempt, named with its outcome
 //   thread 2 "steps"      (ph X)     one slice per training step, from step markers to the next step
 //   thread 3 "events"     (ph i)     injected faults (visible or absorbed), OOMs, empty_cache, checkpoints
+// A distributed job (docs/distributed.md) has one "steps" and one "events" lane per rank instead, threads
+// kRankLanes + 2r and kRankLanes + 2r + 1, named "rank r steps" and "rank r events": its markers carry their rank.
+// Injections are drawn from the fault records, which carry no rank: they stay on thread 3.
 // Injections come from the job's fault records, which know whether the fault was visible; markers of
 // kind "inject" repeat them and are not drawn twice. One event per line keeps golden diffs readable.
 
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <set>
+#include <utility>
 
 #include "oomharness/reports/writers.h"
 #include "oomharness/units.h"
@@ -23,7 +28,10 @@ namespace {
 
 using nlohmann::json;
 
-constexpr int kAttempts = 1, kSteps = 2, kEvents = 3;
+constexpr int kAttempts = 1, kSteps = 2, kEvents = 3, kRankLanes = 10;
+
+int steps_lane(const Marker& m) { return m.rank ? kRankLanes + 2 * *m.rank : kSteps; }
+int events_lane(const Marker& m) { return m.rank ? kRankLanes + 2 * *m.rank + 1 : kEvents; }
 
 double micros(double seconds) { return std::round(seconds * 1e6 * 1000) / 1000; }  // ns precision, stable text
 
@@ -39,6 +47,13 @@ void add_process(std::vector<json>& events, int pid, const SuiteResult& suite, c
   events.push_back(metadata("thread_name", pid, kAttempts, {{"name", "attempts"}}));
   events.push_back(metadata("thread_name", pid, kSteps, {{"name", "steps"}}));
   events.push_back(metadata("thread_name", pid, kEvents, {{"name", "events"}}));
+  std::set<int> ranks;
+  for (const Marker& m : job.markers)
+    if (m.rank) ranks.insert(*m.rank);
+  for (int r : ranks) {
+    events.push_back(metadata("thread_name", pid, kRankLanes + 2 * r, {{"name", "rank " + std::to_string(r) + " steps"}}));
+    events.push_back(metadata("thread_name", pid, kRankLanes + 2 * r + 1, {{"name", "rank " + std::to_string(r) + " events"}}));
+  }
 }
 
 void add_counters(std::vector<json>& events, int pid, double offset, const JobResult& job) {
@@ -73,13 +88,16 @@ void add_steps(std::vector<json>& events, int pid, double offset, const JobResul
   std::vector<const Marker*> steps;
   for (const Marker& m : job.markers)
     if (m.kind == "step") steps.push_back(&m);
-  std::stable_sort(steps.begin(), steps.end(), [](const Marker* a, const Marker* b) { return a->t < b->t; });
+  // By lane (rank), then time: a step lasts until the next step of the same rank and attempt.
+  std::stable_sort(steps.begin(), steps.end(), [](const Marker* a, const Marker* b) {
+    return std::pair(steps_lane(*a), a->t) < std::pair(steps_lane(*b), b->t);
+  });
   for (size_t i = 0; i < steps.size(); ++i) {
     const Marker& m = *steps[i];
-    const bool next_same = i + 1 < steps.size() && steps[i + 1]->attempt == m.attempt;
+    const bool next_same = i + 1 < steps.size() && steps[i + 1]->attempt == m.attempt && steps[i + 1]->rank == m.rank;
     const double end = next_same ? steps[i + 1]->t : std::max(m.t, attempt_end(job, m.attempt));
     events.push_back({{"ph", "X"}, {"name", m.label.empty() ? "step" : m.label}, {"cat", "step"}, {"pid", pid},
-                      {"tid", kSteps}, {"ts", micros(offset + m.t)}, {"dur", micros(end - m.t)},
+                      {"tid", steps_lane(m)}, {"ts", micros(offset + m.t)}, {"dur", micros(end - m.t)},
                       {"args", {{"attempt", m.attempt}}}});
   }
 }
@@ -95,7 +113,7 @@ void add_instants(std::vector<json>& events, int pid, double offset, const JobRe
   for (const Marker& m : job.markers) {
     if (m.kind == "step" || m.kind == "inject") continue;
     events.push_back({{"ph", "i"}, {"s", "t"}, {"name", m.label.empty() ? m.kind : m.kind + ": " + m.label},
-                      {"cat", m.kind}, {"pid", pid}, {"tid", kEvents}, {"ts", micros(offset + m.t)},
+                      {"cat", m.kind}, {"pid", pid}, {"tid", events_lane(m)}, {"ts", micros(offset + m.t)},
                       {"args", {{"attempt", m.attempt}}}});
   }
 }

@@ -301,11 +301,22 @@ void from_json(const json& j, TimelinePoint& v) {
 
 void to_json(json& j, const Marker& v) {
   j = json{{"t", v.t}, {"attempt", v.attempt}, {"kind", v.kind}, {"label", v.label}};
+  put(j, "rank", v.rank);
 }
 void from_json(const json& j, Marker& v) {
   get(j, "t", v.t); get(j, "attempt", v.attempt);
   detail::required(j, "kind");
-  get(j, "kind", v.kind); get(j, "label", v.label);
+  get(j, "kind", v.kind); get(j, "label", v.label); get(j, "rank", v.rank);
+}
+
+void to_json(json& j, const RankResult& v) {
+  j = json{{"rank", v.rank}, {"outcome", v.outcome}, {"last_step", v.last_step}, {"log_path", v.log_path}, {"stacks", v.stacks}};
+  put(j, "exit_code", v.exit_code);
+  put(j, "signal", v.signal);
+}
+void from_json(const json& j, RankResult& v) {
+  get(j, "rank", v.rank); get(j, "outcome", v.outcome); get(j, "exit_code", v.exit_code); get(j, "signal", v.signal);
+  get(j, "last_step", v.last_step); get(j, "log_path", v.log_path); get(j, "stacks", v.stacks);
 }
 
 void to_json(json& j, const AttemptResult& v) {
@@ -314,11 +325,13 @@ void to_json(json& j, const AttemptResult& v) {
            {"log_path", v.log_path}};
   put(j, "exit_code", v.exit_code);
   put(j, "signal", v.signal);
+  if (!v.ranks.empty()) j["ranks"] = v.ranks;
 }
 void from_json(const json& j, AttemptResult& v) {
   get(j, "index", v.index); get(j, "start", v.start); get(j, "duration", v.duration); get(j, "outcome", v.outcome);
   get(j, "exit_code", v.exit_code); get(j, "signal", v.signal); get(j, "faults_enabled", v.faults_enabled);
   get(j, "last_step", v.last_step); get(j, "output_tail", v.output_tail); get(j, "log_path", v.log_path);
+  get_list(j, "ranks", v.ranks);
 }
 
 void to_json(json& j, const JobResult& v) {

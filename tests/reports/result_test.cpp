@@ -247,3 +247,54 @@ TEST(Timeline, WrittenFilesAreBounded) {
 
 }  // namespace
 }  // namespace oomh
+
+namespace oomh {
+namespace {
+
+// Issue 15: a distributed job's markers keep their rank through results.json, and Perfetto draws one steps lane
+// and one events lane per rank.
+TEST(Results, RanksOfMarkersRoundTripAndGetPerfettoLanes) {
+  RunResult run;
+  SuiteResult suite;
+  suite.name = "s";
+  JobResult job;
+  job.name = "ddp";
+  job.duration = 10;
+  AttemptResult a;
+  a.index = 0;
+  a.duration = 10;
+  a.outcome = "ok";
+  a.ranks = {RankResult{0, "ok", 0, std::nullopt, 2, "/l0", ""}, RankResult{1, "oom", 1, std::nullopt, 1, "/l1", "stack"}};
+  job.attempts.push_back(a);
+  job.markers = {{1, 0, "step", "step 1", 0}, {1.1, 0, "step", "step 1", 1}, {2, 0, "step", "step 2", 0},
+                 {2.5, 0, "oom", "OOM at step 2", 1}, {3, 0, "restart", "x", std::nullopt}};
+  suite.jobs.push_back(job);
+  run.suites.push_back(suite);
+
+  json j = run;
+  RunResult back = j.get<RunResult>();
+  const JobResult& b = back.suites.at(0).jobs.at(0);
+  ASSERT_EQ(b.markers.size(), 5u);
+  EXPECT_EQ(b.markers[1].rank, 1);
+  EXPECT_FALSE(b.markers[4].rank.has_value());
+  ASSERT_EQ(b.attempts.at(0).ranks.size(), 2u);
+  EXPECT_EQ(b.attempts[0].ranks[1].outcome, "oom");
+  EXPECT_EQ(b.attempts[0].ranks[1].stacks, "stack");
+
+  json trace = json::parse(render_perfetto(run));
+  std::map<int, std::string> lanes;
+  std::map<int, int> slices;  // tid -> step slices
+  for (const json& e : trace["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "thread_name") lanes[e["tid"].get<int>()] = e["args"]["name"];
+    if (e["ph"] == "X" && e["cat"] == "step") ++slices[e["tid"].get<int>()];
+    if (e["ph"] == "i" && e["cat"] == "oom") EXPECT_EQ(lanes.at(e["tid"].get<int>()), "rank 1 events");
+  }
+  EXPECT_EQ(lanes.at(10), "rank 0 steps");
+  EXPECT_EQ(lanes.at(13), "rank 1 events");
+  EXPECT_EQ(slices[10], 2);  // rank 0's steps 1 and 2
+  EXPECT_EQ(slices[12], 1);  // rank 1's step 1
+  EXPECT_EQ(slices[2], 0);   // nothing on the job-wide steps lane
+}
+
+}  // namespace
+}  // namespace oomh

@@ -56,17 +56,19 @@ JobStatus job_status(const JobOutcome& outcome, const std::vector<Verdict>& verd
   return s;
 }
 
-std::string attempt_outcome(const Attempt& a) {
-  switch (a.end_kind) {
+static std::string end_outcome(AttemptEnd end, const std::optional<int>& exit_code, bool by_oom) {
+  switch (end) {
     case AttemptEnd::failed_to_start: return "failed_to_start";
     case AttemptEnd::interrupted: return "interrupted";
     case AttemptEnd::timed_out: return "timeout";
-    case AttemptEnd::signalled: return a.ended_by_oom() ? "oom" : "signal";
+    case AttemptEnd::signalled: return by_oom ? "oom" : "signal";
     case AttemptEnd::exited: break;
   }
-  if (a.exit_code && *a.exit_code == 0) return "ok";
-  return a.ended_by_oom() ? "oom" : "nonzero";
+  if (exit_code && *exit_code == 0) return "ok";
+  return by_oom ? "oom" : "nonzero";
 }
+
+std::string attempt_outcome(const Attempt& a) { return end_outcome(a.end_kind, a.exit_code, a.ended_by_oom()); }
 
 // Which injected faults the code saw: Note [Visible faults] in policies/src/trace.cpp.
 std::vector<FaultRecord> fault_records(const Trace& trace, double job_start) {
@@ -132,9 +134,10 @@ constexpr size_t kMaxMarkersPerKind = 200;
 std::vector<Marker> markers(const Trace& trace, double job_start) {
   std::map<std::string, std::vector<Marker>> by_kind;
   for (const Attempt& a : trace.attempts) {
-    if (a.index > 0) by_kind["restart"].push_back({a.start - job_start, a.index, "restart", "attempt " + std::to_string(a.index + 1) + " started"});
+    if (a.index > 0) by_kind["restart"].push_back({a.start - job_start, a.index, "restart", "attempt " + std::to_string(a.index + 1) + " started", std::nullopt});
     for (const Event& e : a.events) {
-      Marker m{e.t - job_start, a.index, "", ""};
+      Marker m{e.t - job_start, a.index, "", "", std::nullopt};
+      if (int rank = rank_of(e); rank >= 0) m.rank = rank;
       if (is_inject(e)) {
         m.kind = "inject";
         std::string rule = e.text("rule", "cap");
@@ -274,6 +277,9 @@ JobResult build_job_result(const std::string& display_name, const JobOutcome& ou
       if (completes_a_step(e)) ar.last_step = std::max(ar.last_step, step_of(e));
     ar.output_tail = a.output_tail;
     ar.log_path = a.log_path;
+    for (const RankEnd& re : a.ranks)
+      ar.ranks.push_back({re.rank, end_outcome(re.end_kind, re.exit_code, re.ended_by_oom), re.exit_code, re.signal,
+                          re.last_step, re.log_path, re.stacks});
     r.attempts.push_back(std::move(ar));
     for (const Event& e : a.events) {
       if (is_probe(e, events::kSnapshot) && e.has("path")) r.snapshot = e.text("path");

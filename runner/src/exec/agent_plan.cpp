@@ -72,8 +72,14 @@ json attempt_json(const Attempt& a) {
   if (a.shim)
     shim = {{"processes", a.shim->processes}, {"armed", a.shim->armed},         {"rejected", a.shim->rejected},
             {"ways_in", a.shim->ways_in},     {"driver_called", a.shim->driver_called}, {"allocations", a.shim->allocations}};
+  json ranks = json::array();  // Note [Ranks] in trace.h
+  for (const RankEnd& r : a.ranks)
+    ranks.push_back({{"rank", r.rank}, {"start", r.start}, {"end", r.end}, {"end_kind", end_name(r.end_kind)},
+                     {"exit_code", opt(r.exit_code)}, {"signal", opt(r.signal)}, {"ended_by_oom", r.ended_by_oom},
+                     {"last_step", r.last_step}, {"log_path", r.log_path}, {"stacks", r.stacks}});
   return {{"index", a.index},           {"start", a.start},
           {"end", a.end},               {"end_kind", end_name(a.end_kind)},
+          {"ranks", std::move(ranks)},
           {"exit_code", opt(a.exit_code)}, {"signal", opt(a.signal)},
           {"oom_message", a.oom_message}, {"faults_enabled", a.faults_enabled},
           {"events", std::move(events)}, {"samples", std::move(samples)},
@@ -104,6 +110,21 @@ Attempt attempt_from(const json& j) {
   }
   a.output_tail = get_or<std::string>(j, "output_tail", "");
   a.log_path = get_or<std::string>(j, "log_path", "");
+  if (j.contains("ranks"))
+    for (const json& r : j.at("ranks")) {
+      RankEnd re;
+      re.rank = r.at("rank").get<int>();
+      re.start = r.at("start").get<double>();
+      re.end = r.at("end").get<double>();
+      re.end_kind = end_from(r.at("end_kind").get<std::string>());
+      re.exit_code = get_opt<int>(r, "exit_code");
+      re.signal = get_opt<int>(r, "signal");
+      re.ended_by_oom = get_or<bool>(r, "ended_by_oom", false);
+      re.last_step = get_or<int64_t>(r, "last_step", -1);
+      re.log_path = get_or<std::string>(r, "log_path", "");
+      re.stacks = get_or<std::string>(r, "stacks", "");
+      a.ranks.push_back(std::move(re));
+    }
   if (j.contains("shim") && j.at("shim").is_object()) {
     const json& s = j.at("shim");
     ShimRecord r;
@@ -185,6 +206,8 @@ json to_json_value(const JobSpec& job) {
           {"restart", {{"max", job.restart.max}, {"on", job.restart.on}, {"clear_faults", job.restart.clear_faults}}},
           {"expect", std::move(expect)},
           {"target_step", opt(job.target_step)},
+          {"ranks", job.ranks},
+          {"hang_stall", job.hang_stall},
           {"matrix", job.matrix},
           {"where", location(job.where)}};
 }
@@ -232,6 +255,8 @@ JobSpec job_spec_from_json(const json& j) {
       job.expect.push_back(std::move(spec));
     }
     job.target_step = get_opt<int64_t>(j, "target_step");
+    job.ranks = get_or<int>(j, "ranks", 1);
+    job.hang_stall = get_or<double>(j, "hang_stall", job.hang_stall);
     job.matrix = j.at("matrix").get<std::map<std::string, std::string>>();
     job.where = location_from(j.at("where"));
     return job;

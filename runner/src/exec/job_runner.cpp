@@ -101,6 +101,9 @@ constexpr size_t kMaxSamples = 20000;           // per attempt; beyond, samples 
 constexpr double kSidecarReadyTimeout = 30;     // seconds to wait for the sidecar's READY
 constexpr double kSidecarStopGrace = 5;         // seconds between SIGTERM and SIGKILL for the sidecar
 constexpr double kDrainTimeout = 5;             // seconds to wait for pipes after the process exited
+constexpr double kStacksWait = 0.5;             // seconds between SIGUSR1 (stacks) and SIGTERM for a hang
+constexpr double kHangGrace = 1;                // seconds between SIGTERM and SIGKILL for a hung rank
+constexpr size_t kMaxStacksBytes = 256 * 1024;  // of one rank's stack dump kept in the trace
 
 double now() { return events::now_seconds(); }
 
@@ -154,6 +157,18 @@ void wait_group_gone(pid_t pgid) {
 }
 
 std::string errno_text(int e) { return std::strerror(e); }
+
+// At most `cap` bytes of a file; empty when it cannot be read.
+std::string read_text_file(const std::string& path, size_t cap) {
+  std::string text;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return text;
+  char buf[8192];
+  for (ssize_t n; text.size() < cap && (n = read(fd, buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
+  close(fd);
+  if (text.size() > cap) text.resize(cap);
+  return text;
+}
 
 // The value of `name` in the environment process `pid` started with; nullopt when unreadable or unset.
 std::optional<std::string> environment_value(pid_t pid, std::string_view name) {
@@ -270,8 +285,12 @@ struct AttemptRun {
   std::string control_name;  // OOMH_CONTROL as the job sees it
   ControlBlock* cb = nullptr;
   std::string events_path;
+  int rank = -1;             // a job with ranks > 1: this process's rank (Note [Ranks] in trace.h)
+  std::string stacks_path;   // OOMH_STACKS
+  int64_t seen_step = INT64_MIN;  // the control block's step at the last sample, and when it last changed
+  double seen_step_t = 0;
   bool exited = false, out_done = false, err_done = false, finished = false;
-  enum class Stop { none, timeout, interrupt } stop = Stop::none;
+  enum class Stop { none, timeout, interrupt, hang } stop = Stop::none;
   int status = 0;
   std::vector<Event> observed;
   OutputTail tail{60};
@@ -310,8 +329,21 @@ struct JobState {
   bool want_reference = false;
   bool finished = false;
   bool waiting_reported = false;
-  std::unique_ptr<AttemptRun> current;  // a finished one is retired (Note [Constant cost per job])
+  // One per rank (one for a job without ranks); a finished one is retired (Note [Constant cost per job])
+  // and its slot left empty.
+  std::vector<std::unique_ptr<AttemptRun>> current;
   std::unique_ptr<Sidecar> sidecar;
+  // The running attempt's ranks (Note [Ranks] in trace.h, Note [Hang detection]).
+  std::vector<Attempt> rank_ends;   // rank k's attempt, once it has finished
+  size_t ranks_ended = 0;
+  int first_end_rank = -1;          // the rank whose process exited (or that raised an OOM) first, and when
+  double first_end_t = 0;
+  bool first_end_oom = false;       // it raised an OOM (it may still run) rather than exited
+  bool hang_called = false;
+  std::vector<std::string> stacks;  // per rank, read after SIGUSR1
+  std::unique_ptr<asio::steady_timer> stacks_timer;
+
+  AttemptRun* lead() const { return current.empty() ? nullptr : current.front().get(); }
 };
 
 struct JobRunner::Impl {
@@ -352,6 +384,9 @@ struct JobRunner::Impl {
 
   // Attempts.
   void start_attempt(JobState& j, bool reference);
+  void launch_rank(JobState& j, bool reference, int n, int rank, int port, const std::string& work);
+  void check_hang(JobState& j);
+  void take_stacks(JobState& j, AttemptRun& stalled, double waited);
   void fail_attempt(AttemptRun& r, const std::string& why);
   void read_stream(AttemptRun* r, bool is_err);
   void consume(AttemptRun& r, bool is_err, const char* data, size_t n, bool eof);
@@ -546,7 +581,9 @@ void JobRunner::Impl::finish_job(JobState& j) {
 void JobRunner::Impl::complete_job(JobState& j) {
   if (j.finished) return;
   j.finished = true;
-  if (j.current && j.current->finished) retire(std::move(j.current));
+  for (auto& c : j.current)
+    if (c && c->finished) retire(std::move(c));
+  if (j.stacks_timer) j.stacks_timer->cancel();
   j.observer.reset();
   bool was_started = j.outcome->start != 0;
   if (was_started) {
@@ -594,19 +631,9 @@ void JobRunner::Impl::progress(JobState& j, JobProgress::State state, const Atte
 // Attempts.
 
 void JobRunner::Impl::start_attempt(JobState& j, bool reference) {
-  if (j.current) retire(std::move(j.current));
-  j.current = std::make_unique<AttemptRun>(*ctx);
-  AttemptRun& r = *j.current;
-  r.job = &j;
-  r.reference = reference;
+  for (auto& c : j.current) retire(std::move(c));
+  j.current.clear();
   int n = reference ? static_cast<int>(j.outcome->trace.reference.size()) : static_cast<int>(j.outcome->trace.attempts.size());
-  r.attempt.index = n;
-  r.attempt.faults_enabled = !reference && j.faults_enabled;
-  r.attempt.start = now();
-  std::string stem = (reference ? "reference-" : "attempt-") + std::to_string(n);
-  r.attempt.log_path = (fs::path(j.dir) / (stem + ".log")).string();
-  r.events_path = (fs::path(j.dir) / (stem + ".events.jsonl")).string();
-
   // The reference run starts from an empty work directory: it must not resume from the attempts' files.
   std::string work = j.outcome->work_dir;
   if (reference) {
@@ -614,6 +641,42 @@ void JobRunner::Impl::start_attempt(JobState& j, bool reference) {
     std::error_code fec;
     fs::remove_all(work, fec);
     fs::create_directories(work, fec);
+  }
+  int ranks = std::max(1, j.spec->ranks);
+  j.rank_ends.assign(ranks > 1 ? static_cast<size_t>(ranks) : 0, Attempt{});
+  j.ranks_ended = 0;
+  j.first_end_rank = -1;
+  j.first_end_t = 0;
+  j.first_end_oom = false;
+  j.hang_called = false;
+  j.stacks.assign(static_cast<size_t>(ranks), std::string());
+  int port = ranks > 1 ? free_local_port() : 0;
+  // Every rank's slot exists before any starts: a rank that fails to start finishes at once and must find
+  // its siblings counted.
+  for (int k = 0; k < ranks; ++k) j.current.push_back(std::make_unique<AttemptRun>(*ctx));
+  for (int k = 0; k < ranks; ++k) {
+    if (j.finished) return;
+    launch_rank(j, reference, n, ranks > 1 ? k : -1, port, work);
+  }
+}
+
+// One process of attempt `n`: the whole attempt for a job without ranks (rank -1), else rank `rank`.
+void JobRunner::Impl::launch_rank(JobState& j, bool reference, int n, int rank, int port, const std::string& work) {
+  AttemptRun& r = *j.current[static_cast<size_t>(std::max(rank, 0))];
+  r.job = &j;
+  r.reference = reference;
+  r.rank = rank;
+  r.attempt.index = n;
+  r.attempt.faults_enabled = !reference && j.faults_enabled;
+  r.attempt.start = now();
+  r.seen_step_t = r.attempt.start;
+  std::string stem = (reference ? "reference-" : "attempt-") + std::to_string(n) + (rank >= 0 ? ".rank" + std::to_string(rank) : "");
+  r.attempt.log_path = (fs::path(j.dir) / (stem + ".log")).string();
+  r.events_path = (fs::path(j.dir) / (stem + ".events.jsonl")).string();
+  if (rank >= 0) {
+    r.stacks_path = (fs::path(j.dir) / (stem + ".stacks.txt")).string();
+    std::error_code fec;
+    fs::remove(r.stacks_path, fec);
   }
 
   int ev = ::open(r.events_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -627,7 +690,8 @@ void JobRunner::Impl::start_attempt(JobState& j, bool reference) {
   if (r.cb) {
     r.control_name = "/proc/" + std::to_string(getpid()) + "/fd/" + std::to_string(r.cb_fd);
   } else {
-    r.shm_name = "/oomh-" + std::to_string(getpid()) + "-" + std::to_string(j.index) + "-" + (reference ? "r" : "") + std::to_string(n);
+    r.shm_name = "/oomh-" + std::to_string(getpid()) + "-" + std::to_string(j.index) + "-" + (reference ? "r" : "") + std::to_string(n) +
+                 (rank >= 0 ? "-" + std::to_string(rank) : "");
     r.cb = control_block_create(r.shm_name.c_str());
     if (!r.cb && errno == EEXIST) {
       // Left by an earlier runner of this same pid (we unlink ours): it is ours to replace.
@@ -652,11 +716,18 @@ void JobRunner::Impl::start_attempt(JobState& j, bool reference) {
   actx.workdir = work;
   actx.gpu = j.placement.gpu;
   actx.threads = threads_each;
+  if (rank >= 0) {
+    actx.rank = rank;
+    actx.world_size = std::max(1, j.spec->ranks);
+    actx.master_port = port;
+    actx.stacks_path = r.stacks_path;
+  }
   std::vector<std::string> env = job_environment(*j.spec, options.paths, actx);
   if (j.sidecar && j.sidecar->proc) env.push_back("OOMH_RESERVE_PID=" + std::to_string(j.sidecar->proc->id()));
   std::vector<std::string> argv = attempt_argv(*j.spec, work, n);
-  if (!reference && n == 0) j.outcome->argv = argv;
+  if (!reference && n == 0 && rank <= 0) j.outcome->argv = argv;
   nlohmann::json start_fields = {{"attempt", n}, {"argv", argv}};
+  if (rank >= 0) start_fields["master_port"] = port;
   if (j.sidecar && j.sidecar->ready) start_fields["reserved"] = j.sidecar->held;  // real bytes held beside it
   r.attempt.events.push_back(runner_event(events::kAttemptStart, r.attempt.start, start_fields));
   if (argv.empty()) return fail_attempt(r, "the job has no command");
@@ -684,7 +755,7 @@ void JobRunner::Impl::start_attempt(JobState& j, bool reference) {
   r.proc = std::move(proc);
   r.pgid = r.proc->id();
   setpgid(r.pgid, r.pgid);  // also from this side, so that a signal sent right now reaches the group
-  progress(j, JobProgress::State::running, &r);
+  if (rank <= 0) progress(j, JobProgress::State::running, &r);
 
   AttemptRun* rp = &r;
   r.proc->async_wait([this, rp](boost::system::error_code, int) { on_exit(rp); });
@@ -703,6 +774,10 @@ void JobRunner::Impl::start_attempt(JobState& j, bool reference) {
 void JobRunner::Impl::fail_attempt(AttemptRun& r, const std::string& why) {
   JobState& j = *r.job;
   r.attempt.end = now();
+  if (r.rank >= 0 && j.first_end_rank < 0) {
+    j.first_end_rank = r.rank;
+    j.first_end_t = r.attempt.end;
+  }
   r.attempt.end_kind = AttemptEnd::failed_to_start;
   r.attempt.output_tail = why + "\n";
   if (r.log_fd >= 0) {
@@ -825,10 +900,11 @@ void JobRunner::Impl::kill_orphans(const AttemptRun* r, bool all) {
     std::vector<pid_t> known;
     bool others_running = false;
     for (auto& j : jobs) {
-      if (j->current && j->current->proc && !j->current->exited) {
-        known.push_back(static_cast<pid_t>(j->current->proc->id()));
-        if (j->current.get() != r) others_running = true;
-      }
+      for (auto& c : j->current)
+        if (c && c->proc && !c->exited) {
+          known.push_back(static_cast<pid_t>(c->proc->id()));
+          if (c.get() != r) others_running = true;
+        }
       if (j->sidecar && j->sidecar->proc && !j->sidecar->exited) known.push_back(static_cast<pid_t>(j->sidecar->proc->id()));
     }
     bool killed = false;
@@ -854,6 +930,10 @@ void JobRunner::Impl::kill_orphans(const AttemptRun* r, bool all) {
 void JobRunner::Impl::on_exit(AttemptRun* r) {
   r->exited = true;
   r->attempt.end = now();
+  if (r->rank >= 0 && r->job->first_end_rank < 0) {
+    r->job->first_end_rank = r->rank;
+    r->job->first_end_t = r->attempt.end;
+  }
   r->status = r->proc->native_exit_code();
   r->timeout_timer.cancel();
   r->kill_timer.cancel();
@@ -880,9 +960,65 @@ void JobRunner::Impl::stop_attempt(AttemptRun& r, AttemptRun::Stop why) {
   r.stop = why;
   kill(-r.pgid, SIGTERM);
   AttemptRun* rp = &r;
-  r.kill_timer.expires_after(seconds(r.job->spec->grace));
+  // Note [Hang detection]: a rank stuck in a collective has nothing to save; it gets at most kHangGrace.
+  r.kill_timer.expires_after(seconds(why == AttemptRun::Stop::hang ? std::min(kHangGrace, r.job->spec->grace) : r.job->spec->grace));
   r.kill_timer.async_wait([rp](boost::system::error_code e) {
     if (!e && !rp->exited) kill(-rp->pgid, SIGKILL);
+  });
+}
+
+// Note [Hang detection]
+// A distributed job's ranks wait for each other in collectives: when one rank dies (of an OOM, say) the
+// others block until a watchdog fires, tens of minutes later. So, for a job with ranks > 1, once some
+// rank's process has exited or raised an OOM (its block's ooms_seen), each sample looks at the ranks still
+// running: one whose control-block step (the probe's step in progress) has not changed for the job's
+// hang_stall seconds since the later of that event and its own last step is hung. The runner then records a `hang` event (the rank, its step, how long
+// it waited, the stall limit, the rank that ended first), sends SIGUSR1 to every running rank (the Python
+// probe has faulthandler dump every thread's stack to OOMH_STACKS on it), waits kStacksWait, reads the
+// stack files into the attempt's ranks, and stops every running rank (SIGTERM, SIGKILL kHangGrace later:
+// a rank that ignores SIGTERM cannot keep the job alive). So the job ends within the stall limit plus
+// about 1.5 s plus one sample interval. A rank that exited 0 counts as ended: the others must not wait for it
+// forever either. Without the probe the step stays unknown (-1), never changes, and the stall counts from
+// the exit: the job is still ended, with no stacks.
+void JobRunner::Impl::check_hang(JobState& j) {
+  if (j.spec->ranks < 2 || j.hang_called || j.first_end_rank < 0 || stopping) return;
+  double t = now();
+  AttemptRun* worst = nullptr;
+  double worst_wait = 0;
+  for (auto& c : j.current) {
+    if (!c || c->exited || c->finished || c->stop != AttemptRun::Stop::none || !c->proc) continue;
+    double waited = t - std::max(c->seen_step_t, j.first_end_t);
+    if (waited > j.spec->hang_stall && waited > worst_wait) {
+      worst = c.get();
+      worst_wait = waited;
+    }
+  }
+  if (worst) take_stacks(j, *worst, worst_wait);
+}
+
+void JobRunner::Impl::take_stacks(JobState& j, AttemptRun& stalled, double waited) {
+  j.hang_called = true;
+  stalled.attempt.events.push_back(runner_event(events::kHang, now(),
+                                                {{"rank", stalled.rank},
+                                                 {"step", stalled.seen_step == INT64_MIN ? int64_t{-1} : stalled.seen_step},
+                                                 {"waited", waited},
+                                                 {"stall", j.spec->hang_stall},
+                                                 {"after_rank", j.first_end_rank},
+                                                 {"after", j.first_end_oom ? "oom" : "exit"}}));
+  for (auto& c : j.current)
+    if (c && c->proc && !c->exited) kill(static_cast<pid_t>(c->proc->id()), SIGUSR1);
+  if (!j.stacks_timer) j.stacks_timer = std::make_unique<asio::steady_timer>(*ctx);
+  j.stacks_timer->expires_after(seconds(kStacksWait));
+  JobState* jp = &j;
+  j.stacks_timer->async_wait([this, jp](boost::system::error_code e) {
+    if (e || jp->finished) return;
+    for (auto& c : jp->current) {
+      if (!c || c->rank < 0 || c->stacks_path.empty()) continue;
+      std::string text = read_text_file(c->stacks_path, kMaxStacksBytes);
+      if (!text.empty()) jp->stacks[static_cast<size_t>(c->rank)] = std::move(text);
+    }
+    for (auto& c : jp->current)
+      if (c && !c->exited) stop_attempt(*c, AttemptRun::Stop::hang);
   });
 }
 
@@ -931,7 +1067,7 @@ void JobRunner::Impl::finish_attempt(AttemptRun& r) {
   if (a.end_kind != AttemptEnd::failed_to_start) {
     if (WIFEXITED(r.status)) a.exit_code = WEXITSTATUS(r.status);
     else if (WIFSIGNALED(r.status)) a.signal = WTERMSIG(r.status);
-    if (r.stop == AttemptRun::Stop::timeout) a.end_kind = AttemptEnd::timed_out;
+    if (r.stop == AttemptRun::Stop::timeout || r.stop == AttemptRun::Stop::hang) a.end_kind = AttemptEnd::timed_out;
     else if (r.stop == AttemptRun::Stop::interrupt) a.end_kind = AttemptEnd::interrupted;
     else a.end_kind = a.signal ? AttemptEnd::signalled : AttemptEnd::exited;
   }
@@ -959,7 +1095,17 @@ void JobRunner::Impl::finish_attempt(AttemptRun& r) {
 
   bool reference = r.reference;
   std::vector<Attempt>& into = reference ? j.outcome->trace.reference : j.outcome->trace.attempts;
-  into.push_back(std::move(a));
+  if (r.rank >= 0) {
+    // Note [Ranks] in trace.h: the attempt is over when every rank is.
+    j.rank_ends[static_cast<size_t>(r.rank)] = std::move(a);
+    if (++j.ranks_ended < j.rank_ends.size()) return;
+    Attempt merged = merge_ranks(std::move(j.rank_ends));
+    j.rank_ends.clear();
+    for (RankEnd& re : merged.ranks) re.stacks = j.stacks[static_cast<size_t>(re.rank)];
+    into.push_back(std::move(merged));
+  } else {
+    into.push_back(std::move(a));
+  }
   after_attempt(j, into.back(), reference);
 }
 
@@ -989,11 +1135,10 @@ void JobRunner::Impl::arm_sampler() {
   sample_timer->async_wait([this](boost::system::error_code ec) {
     if (ec || finished_count == jobs.size()) return;
     for (auto& j : jobs) {
-      AttemptRun* r = j->current.get();
-      if (r && r->cb && !r->finished) {
-        sample(*r, false);
-        progress(*j, JobProgress::State::running, r);
-      }
+      for (auto& c : j->current)
+        if (c && c->cb && !c->finished) sample(*c, false);
+      if (AttemptRun* r = j->lead(); r && r->cb && !r->finished) progress(*j, JobProgress::State::running, r);
+      if (!j->finished) check_hang(*j);
     }
     arm_sampler();
   });
@@ -1006,6 +1151,16 @@ void JobRunner::Impl::sample(AttemptRun& r, bool last) {
   for (const Reclaimed& g : reclaim_dead_processes(*r.cb))
     r.attempt.events.push_back(runner_event(events::kReclaimed, now(), {{"pid", g.pid}, {"device", g.device}, {"bytes", g.bytes}}));
   const ControlBlock* cb = r.cb;
+  if (int64_t now_step = cb->step.load(std::memory_order_relaxed); now_step != r.seen_step) {
+    r.seen_step = now_step;
+    r.seen_step_t = now();
+  }
+  // Note [Hang detection]: a rank that raised an OOM starts the watch as one that exited does.
+  if (r.rank >= 0 && r.job->first_end_rank < 0 && cb->ooms_seen.load(std::memory_order_relaxed) > 0) {
+    r.job->first_end_rank = r.rank;
+    r.job->first_end_t = now();
+    r.job->first_end_oom = true;
+  }
   if (!last && (r.tick++ % r.stride) != 0) return;
   double t = now();
   int64_t step = cb->step.load(std::memory_order_relaxed);
@@ -1143,8 +1298,13 @@ void JobRunner::Impl::on_interrupt() {
   stopping = true;
   for (auto& j : jobs) {
     if (j->finished) continue;
-    if (AttemptRun* r = j->current.get(); r && !r->finished) stop_attempt(*r, AttemptRun::Stop::interrupt);
-    else if (j->sidecar && !j->sidecar->ready && !j->current) {
+    bool any = false;
+    for (auto& c : j->current)
+      if (c && !c->finished) {
+        any = true;
+        stop_attempt(*c, AttemptRun::Stop::interrupt);
+      }
+    if (!any && j->sidecar && !j->sidecar->ready && j->current.empty()) {
       j->outcome->interrupted = true;
       finish_job(*j);
     }

@@ -5,7 +5,10 @@
 #include <csignal>
 #include <map>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 extern char** environ;
@@ -87,10 +90,36 @@ std::vector<std::string> job_environment(const JobSpec& job, const HarnessPaths&
     for (int64_t s : ctx.flush_steps) steps += (steps.empty() ? "" : ",") + std::to_string(s);
     env["OOMH_FLUSH_AT_STEPS"] = steps;
   }
+  if (ctx.rank) {
+    // The job's own env may not override these: each rank must know which it is.
+    env["RANK"] = std::to_string(*ctx.rank);
+    env["LOCAL_RANK"] = std::to_string(*ctx.rank);
+    env["WORLD_SIZE"] = std::to_string(ctx.world_size);
+    env["LOCAL_WORLD_SIZE"] = std::to_string(ctx.world_size);
+    env["MASTER_ADDR"] = "127.0.0.1";
+    env["MASTER_PORT"] = std::to_string(ctx.master_port);
+    env["OOMH_STACKS"] = ctx.stacks_path;
+  }
   prepend_path(env, "LD_LIBRARY_PATH", paths.driver_library_dir);
   if (ctx.gpu && job.device != DeviceChoice::virtual_device) env["CUDA_VISIBLE_DEVICES"] = std::to_string(*ctx.gpu);
   if (ctx.threads) env.try_emplace("OMP_NUM_THREADS", std::to_string(*ctx.threads));  // Note [CPU share of packed jobs]
   return flatten(env);
+}
+
+int free_local_port() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof addr;
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
+    port = ntohs(addr.sin_port);
+  close(fd);
+  return port;
 }
 
 std::vector<std::string> sidecar_environment(const JobSpec& job, const HarnessPaths& paths, std::optional<int> gpu) {

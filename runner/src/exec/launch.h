@@ -25,7 +25,18 @@ struct AttemptContext {
   std::string workdir;        // {workdir}
   std::optional<int> gpu;     // CUDA_VISIBLE_DEVICES
   std::optional<int> threads; // OMP_NUM_THREADS, unless the job's env or the runner's already sets it
+  // A job with ranks > 1 (Note [Ranks] in trace.h): this process's rank; RANK, LOCAL_RANK, WORLD_SIZE,
+  // MASTER_ADDR (127.0.0.1) and MASTER_PORT, as torchrun sets them, and OOMH_STACKS, the file the probe
+  // has faulthandler write every thread's stack to when the runner sends SIGUSR1 (a hang).
+  std::optional<int> rank;
+  int world_size = 1;
+  int master_port = 0;
+  std::string stacks_path;
 };
+
+// A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, then closed): a distributed job's
+// MASTER_PORT. 0 when none could be had.
+int free_local_port();
 
 // The job's environment as "NAME=value" strings: the runner's own environment, then the job's `env`,
 // then what the harness injects (LD_PRELOAD appended, OOMH_*, PYTHONPATH and OOMH_PROBE for the Python

@@ -43,6 +43,7 @@ JobFields merge(JobFields base, const JobFields& over) {
   take(base.restart.clear_faults, over.restart.clear_faults);
   take(base.expect, over.expect);
   take(base.target_step, over.target_step);
+  take(base.ranks, over.ranks);
   return base;
 }
 
@@ -71,6 +72,10 @@ JobSpec build_job(const JobFields& f) {
   job.restart.clear_faults = f.restart.clear_faults.value_or(job.restart.clear_faults);
   job.expect = f.expect.value_or(job.expect);
   job.target_step = f.target_step;
+  job.ranks = f.ranks.value_or(job.ranks);
+  // Note [Hang detection] in job_runner.cpp: the runner waits for a stalled rank as long as no_hang would.
+  for (const auto& e : job.expect)
+    if (e.policy == "no_hang" && e.args.contains("stall") && e.args["stall"].is_number()) job.hang_stall = e.args["stall"].get<double>();
   if (!job.target_step) {
     // `completes` says how far the job must get; the trace needs the same number.
     for (const auto& e : job.expect)

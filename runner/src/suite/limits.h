@@ -31,11 +31,13 @@ namespace oomh::suite {
 //   kMaxNameBytes;
 // - observe: patterns: RE2 (linear time, no recursion), at most kMaxPatternBytes;
 // - jobs: at most SuiteLimits::max_jobs after matrix expansion (`--max-jobs`), checked before expanding.
+// - ranks: at most kMaxRanks processes per attempt (each has its own pipes, log and control block).
 inline constexpr size_t kMaxDocumentBytes = 16u << 20;
 inline constexpr int kMaxDepth = 64;
 inline constexpr uint64_t kMaxValues = 1'000'000;
 inline constexpr size_t kMaxNameBytes = 200;
 inline constexpr size_t kMaxPatternBytes = 4096;
+inline constexpr int kMaxRanks = 64;
 
 // Reads a suite file within the limits: the text, or the error to report (exit 4).
 struct FileText {

@@ -47,7 +47,8 @@ using suite::Reader;
 
 const std::vector<std::string> top_keys = {"version", "name", "backend", "defaults", "matrix", "jobs"};
 const std::vector<std::string> job_keys = {"name", "run", "shell", "cwd", "env", "timeout", "grace", "probe", "device",
-                                           "observe", "memory", "faults", "restart", "expect", "target_step"};
+                                           "observe", "memory", "faults", "restart", "expect", "target_step",
+                                           "ranks"};
 const std::vector<std::string> memory_keys = {"limit", "counts", "schedule", "reserve", "leave", "reserve_chunk", "snapshot"};
 const std::vector<std::string> schedule_keys = {"at", "limit"};
 const std::vector<std::string> at_keys = {"step", "after"};
@@ -423,6 +424,11 @@ void Loader::read_field(Partial& p, const Entry& e, const Field& owner) {
     p.fields.expect = read_expect(e, f);
   } else if (k == "target_step") {
     p.fields.target_step = r_.integer(e, f, 0);
+  } else if (k == "ranks") {
+    if (auto n = r_.integer(e, f, 1)) {
+      if (*n > suite::kMaxRanks) d_.error(e.value_at, f.str() + ": at most " + std::to_string(suite::kMaxRanks) + " ranks, got '" + e.value.Scalar() + "'");
+      else p.fields.ranks = static_cast<int>(*n);
+    }
   }
 }
 

@@ -28,6 +28,7 @@ jobs:
     faults: [{name: f1, when: {step: 5, min_size: 1MiB}, fail: {times: 2}}]
     restart: {max: 2, on: [oom, nonzero], clear_faults: true}
     target_step: 12
+    ranks: 2
     expect:
       - exit: 0
       - checkpoint_resume: {max_lost_steps: 5, reference: {metric: loss, rtol: 1e-5}}
@@ -52,6 +53,7 @@ TEST(AgentPlan, JobRoundTripsFieldForField) {
   ASSERT_EQ(back.expect.size(), 3u);
   EXPECT_TRUE(back.expect[2].must_fail);
   EXPECT_EQ(back.where.str(), job.where.str());
+  EXPECT_EQ(back.ranks, 2);
 }
 
 TEST(AgentPlan, PlanRoundTrips) {
@@ -98,6 +100,17 @@ TEST(AgentPlan, OutcomeRoundTripsFieldForField) {
   b.exit_code.reset();
   b.signal = 9;
   b.shim.reset();
+  RankEnd r1;  // a distributed job's rank (Note [Ranks] in trace.h)
+  r1.rank = 1;
+  r1.start = b.start;
+  r1.end = b.end;
+  r1.end_kind = AttemptEnd::exited;
+  r1.exit_code = 1;
+  r1.ended_by_oom = true;
+  r1.last_step = 4;
+  r1.log_path = "/shared/out/jobs/s__full/attempt-1.rank1.log";
+  r1.stacks = "Current thread 0x1 (most recent call first):\n";
+  b.ranks = {RankEnd{}, r1};
   o.trace.attempts.push_back(b);
   o.trace.reference.push_back(a);
   o.gpu = 3;
@@ -116,6 +129,11 @@ TEST(AgentPlan, OutcomeRoundTripsFieldForField) {
   EXPECT_EQ(back.trace.attempts[1].end_kind, AttemptEnd::timed_out);
   EXPECT_EQ(back.trace.attempts[1].signal, 9);
   EXPECT_FALSE(back.trace.attempts[1].shim);
+  ASSERT_EQ(back.trace.attempts[1].ranks.size(), 2u);
+  EXPECT_EQ(back.trace.attempts[1].ranks[1].exit_code, 1);
+  EXPECT_TRUE(back.trace.attempts[1].ranks[1].ended_by_oom);
+  EXPECT_EQ(back.trace.attempts[1].ranks[1].last_step, 4);
+  EXPECT_EQ(back.trace.attempts[1].ranks[1].stacks, r1.stacks);
   EXPECT_EQ(back.trace.reference.size(), 1u);
   EXPECT_EQ(back.gpu, 3);
   EXPECT_TRUE(back.interrupted);

@@ -209,6 +209,33 @@ TEST(Launch, TellsTheProbeWhichStepsAFaultTargets) {
   EXPECT_EQ(env_value(job_environment(job, paths, ctx), "OOMH_FLUSH_AT_STEPS"), "<unset>");
 }
 
+// Issue 15: a rank of a distributed job gets what torchrun would give it, and the job's env cannot change it.
+TEST(Launch, RankEnvironment) {
+  JobSpec job;
+  job.name = "ddp";
+  job.ranks = 2;
+  job.env = {{"RANK", "7"}, {"MASTER_PORT", "1"}};
+  HarnessPaths paths{"/h/inject.so", "/h/python", "/h/reserve", "", ""};
+  AttemptContext ctx{"ddp", 0, "/oomh-1-0-0", "/o/ev.jsonl", "{}", {}, "/w", std::nullopt, std::nullopt};
+  EXPECT_EQ(env_value(job_environment(job, paths, ctx), "RANK"), "7");  // no rank: the job's own env stands
+  EXPECT_EQ(env_value(job_environment(job, paths, ctx), "OOMH_STACKS"), "<unset>");
+  ctx.rank = 1;
+  ctx.world_size = 2;
+  ctx.master_port = 29555;
+  ctx.stacks_path = "/o/attempt-0.rank1.stacks.txt";
+  auto env = job_environment(job, paths, ctx);
+  EXPECT_EQ(env_value(env, "RANK"), "1");
+  EXPECT_EQ(env_value(env, "LOCAL_RANK"), "1");
+  EXPECT_EQ(env_value(env, "WORLD_SIZE"), "2");
+  EXPECT_EQ(env_value(env, "LOCAL_WORLD_SIZE"), "2");
+  EXPECT_EQ(env_value(env, "MASTER_ADDR"), "127.0.0.1");
+  EXPECT_EQ(env_value(env, "MASTER_PORT"), "29555");
+  EXPECT_EQ(env_value(env, "OOMH_STACKS"), "/o/attempt-0.rank1.stacks.txt");
+  int port = free_local_port();
+  EXPECT_GT(port, 0);
+  EXPECT_LT(port, 65536);
+}
+
 // Note [CPU share of packed jobs]: eight jobs on 16 CPUs get two threads each; one job at a time keeps them all.
 TEST(CpuShare, GivesEachConcurrentJobItsShareOfTheCpus) {
   ThreadsPerJob automatic;

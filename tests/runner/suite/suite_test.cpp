@@ -455,3 +455,35 @@ jobs:
 
 }  // namespace
 }  // namespace oomh
+
+namespace oomh {
+namespace {
+
+// Issue 15: `ranks` from defaults or the job; the runner's hang limit is no_hang's `stall`, else its default.
+TEST(Suite, RanksAndTheHangStallReachTheJob) {
+  SuiteLoad load = load_suite_text(R"(
+version: 1
+defaults: {ranks: 2}
+jobs:
+  - name: ddp
+    run: python ddp.py
+    expect: [no_hang: {stall: 5s}]
+  - name: four
+    run: python ddp.py
+    ranks: 4
+  - name: one
+    run: python train.py
+    ranks: 1
+)", "s.yaml", "/suites");
+  ASSERT_TRUE(load.suite.has_value());
+  const auto& jobs = load.suite->jobs;
+  ASSERT_EQ(jobs.size(), 3u);
+  EXPECT_EQ(jobs[0].ranks, 2);
+  EXPECT_EQ(jobs[0].hang_stall, 5);
+  EXPECT_EQ(jobs[1].ranks, 4);
+  EXPECT_EQ(jobs[1].hang_stall, 60);
+  EXPECT_EQ(jobs[2].ranks, 1);
+}
+
+}  // namespace
+}  // namespace oomh

@@ -67,6 +67,28 @@ struct ShimRecord {
   uint64_t allocations = 0;        // allocation calls the shims intercepted, on every device
 };
 
+// Note [Ranks]
+// A job with `ranks: N` (N > 1) runs each attempt as N processes, one per distributed rank, started
+// together and ended together: one attempt is all of them. Each rank has its own output log, event log
+// and control block (so its own step, phase and held bytes); merge_ranks folds the N into the one Attempt
+// the checks read: every event gets its rank (`rank` field), the samples and events of all ranks in time
+// order, and the attempt ends as its deciding rank ended. The deciding rank is the one whose failure
+// explains the attempt: an interrupted rank first, else the earliest one that failed (non-zero exit, a
+// signal, no start), else the earliest one the runner stopped (a timeout or a hang), else rank 0. So a
+// job whose rank 1 died of an OOM ends "exited with code 1" even though rank 0 finished, and `exit`,
+// `completes` (every rank must reach the target) and restarts judge every rank.
+struct RankEnd {
+  int rank = 0;
+  double start = 0, end = 0;
+  AttemptEnd end_kind = AttemptEnd::exited;
+  std::optional<int> exit_code;
+  std::optional<int> signal;
+  bool ended_by_oom = false;
+  int64_t last_step = -1;          // the highest step it completed
+  std::string log_path;
+  std::string stacks;              // what the rank's Python wrote when the runner asked for its stacks (a hang)
+};
+
 struct Attempt {
   int index = 0;                   // 0-based
   double start = 0, end = 0;       // wall-clock seconds
@@ -80,6 +102,7 @@ struct Attempt {
   std::string output_tail;         // the last lines of stdout+stderr, for reports
   std::string log_path;            // the attempt's full output on disk
   std::optional<ShimRecord> shim;  // unset when the attempt never started (no control block to read)
+  std::vector<RankEnd> ranks;      // a job with ranks: N > 1, one per rank (Note [Ranks]); empty otherwise
 
   double duration() const { return end > start ? end - start : 0; }
   bool ended_by_oom() const;       // exited non-zero (or by SIGABRT) with an OOM message or an uncaught probe `oom`
@@ -89,6 +112,17 @@ struct Attempt {
   // `last_step` and the terminal's "attempt 1 ended after step N" say.
   int64_t last_completed_step() const;
 };
+
+// The attempt of a distributed job from its ranks' attempts, ranks[k] being rank k's (Note [Ranks]).
+Attempt merge_ranks(std::vector<Attempt> ranks);
+// The rank an event came from: its `rank` field, -1 when it has none (a job without ranks).
+int rank_of(const Event& e);
+// The lowest step every rank completed (the minimum of the ranks' last steps), or last_completed_step()
+// for an attempt without ranks.
+int64_t steps_all_ranks_completed(const Attempt& a);
+// The innermost frame of the main thread (the last one listed) in a faulthandler dump:
+// "all_reduce (distributed_c10d.py:1536)"; empty when there is none.
+std::string innermost_frame(const std::string& stacks);
 
 struct Trace {
   std::string job;

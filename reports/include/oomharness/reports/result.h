@@ -45,6 +45,18 @@ struct Marker {               // what the timeline chart marks
   int attempt = 0;
   std::string kind;           // "inject", "oom", "empty_cache", "checkpoint_save", "checkpoint_load", "restart", "step"
   std::string label;
+  std::optional<int> rank;    // a distributed job's rank the event came from (docs/distributed.md)
+};
+
+// One rank of a distributed job's attempt (Note [Ranks] in policies' trace.h).
+struct RankResult {
+  int rank = 0;
+  std::string outcome;        // as AttemptResult's
+  std::optional<int> exit_code;
+  std::optional<int> signal;
+  int64_t last_step = -1;
+  std::string log_path;
+  std::string stacks;         // every thread's stack when the runner found the job hung; empty otherwise
 };
 
 struct AttemptResult {
@@ -58,6 +70,7 @@ struct AttemptResult {
   int64_t last_step = -1;
   std::string output_tail;    // last lines of the output
   std::string log_path;
+  std::vector<RankResult> ranks;  // a job with ranks: N > 1; results.json leaves it out otherwise
 };
 
 // Every text a person reads numbers attempts from 1 with the trace model's attempt_name ("attempt 2" for
@@ -175,6 +188,8 @@ void to_json(nlohmann::json& j, const TimelinePoint& v);
 void from_json(const nlohmann::json& j, TimelinePoint& v);
 void to_json(nlohmann::json& j, const Marker& v);
 void from_json(const nlohmann::json& j, Marker& v);
+void to_json(nlohmann::json& j, const RankResult& v);
+void from_json(const nlohmann::json& j, RankResult& v);
 void to_json(nlohmann::json& j, const AttemptResult& v);
 void from_json(const nlohmann::json& j, AttemptResult& v);
 void to_json(nlohmann::json& j, const JobResult& v);

@@ -106,6 +106,9 @@ struct JobSpec {
   RestartSpec restart;
   std::vector<ExpectSpec> expect;
   std::optional<int64_t> target_step;     // `target_step:`; also taken from `completes`
+  int ranks = 1;                          // `ranks:` distributed processes per attempt (Note [Ranks] in trace.h)
+  double hang_stall = 60;                 // with ranks > 1: no_hang's `stall` (its default otherwise), the
+                                          // runner's limit for a rank that stops advancing after another ended
   std::map<std::string, std::string> matrix;  // this job's matrix values (only the variables it uses)
   SourceLocation where;                   // the job's entry in the file
 

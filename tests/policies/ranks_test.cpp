@@ -1,0 +1,146 @@
+// Distributed jobs (Note [Ranks] in trace.h): merge_ranks, and the checks that judge every rank.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "oomharness/policies/registry.h"
+#include "trace_builder.h"
+
+namespace oomh {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::TraceBuilder;
+
+Verdict check(const std::string& name, const Trace& trace, nlohmann::json args = nullptr) {
+  const PolicyInfo* p = find_policy(name);
+  if (!p) {
+    ADD_FAILURE() << "no policy " << name;
+    return {};
+  }
+  auto err = normalise_args(*p, args);
+  EXPECT_FALSE(err.has_value()) << (err ? err->message : "");
+  return evaluate(*p, trace, args);
+}
+
+// One trace whose only attempt is the ranks' attempts merged.
+Trace merged(std::vector<TraceBuilder> ranks, std::optional<int64_t> target = std::nullopt) {
+  std::vector<Attempt> per_rank;
+  for (auto& b : ranks) per_rank.push_back(b.build().attempts.at(0));
+  Trace t;
+  t.attempts.push_back(merge_ranks(std::move(per_rank)));
+  t.target_step = target;
+  return t;
+}
+
+TraceBuilder rank_steps(int64_t last, int64_t batch = 64) {
+  TraceBuilder b;
+  b.attempt();
+  for (int64_t s = 1; s <= last; ++s) b.step(s, batch);
+  return b;
+}
+
+TEST(MergeRanks, Rank1DiedOfAnOomWhileRank0Finished) {
+  TraceBuilder r1;
+  r1.attempt().step(1, 64).oom(2, 64, /*caught=*/false).exit(1, true);
+  Trace t = merged({rank_steps(3).exit(0), r1}, 3);
+  const Attempt& a = t.attempts[0];
+  ASSERT_EQ(a.ranks.size(), 2u);
+  EXPECT_EQ(a.exit_code, 1);  // the deciding rank is the one that failed, not rank 0
+  EXPECT_TRUE(a.ended_by_oom());
+  EXPECT_TRUE(a.ranks[1].ended_by_oom);
+  EXPECT_EQ(a.ranks[0].last_step, 3);
+  EXPECT_EQ(a.ranks[1].last_step, 1);
+  for (const Event& e : a.events) EXPECT_GE(rank_of(e), 0) << e.kind;
+  EXPECT_TRUE(std::is_sorted(a.events.begin(), a.events.end(), [](const Event& x, const Event& y) { return x.t < y.t; }));
+  Verdict exit = check("exit", t);
+  EXPECT_EQ(exit.status, VerdictStatus::fail) << exit.reason;
+  Verdict completes = check("completes", t, 3);
+  EXPECT_EQ(completes.status, VerdictStatus::fail) << completes.reason;
+  EXPECT_THAT(completes.reason, HasSubstr("rank 1 stopped at step 1 of 3"));
+}
+
+TEST(MergeRanks, EveryRankReachingTheTargetPasses) {
+  Trace t = merged({rank_steps(3).exit(0), rank_steps(3).exit(0)}, 3);
+  EXPECT_EQ(t.attempts[0].exit_code, 0);
+  EXPECT_EQ(check("exit", t).status, VerdictStatus::pass);
+  Verdict v = check("completes", t, 3);
+  EXPECT_EQ(v.status, VerdictStatus::pass) << v.reason;
+  EXPECT_THAT(v.reason, HasSubstr("every rank"));
+}
+
+TEST(MergeRanks, AFailureOutranksAStopByTheRunner) {
+  TraceBuilder stopped;
+  stopped.attempt().step(1).wait(10).timed_out();
+  TraceBuilder died;
+  died.attempt().step(1).exit(7);
+  Attempt a = merged({stopped, died}).attempts[0];
+  EXPECT_EQ(a.end_kind, AttemptEnd::exited);
+  EXPECT_EQ(a.exit_code, 7);
+}
+
+constexpr const char* kStacks =
+    "Thread 0x00007f5e9affd6c0 (most recent call first):\n"
+    "  File \"/x/ddp_train.py\", line 75 in heartbeat\n"
+    "  File \"/usr/lib/python3.11/threading.py\", line 975 in run\n"
+    "\n"
+    "Current thread 0x00007f5ec615b480 (most recent call first):\n"
+    "  File \"/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py\", line 1541 in all_reduce\n"
+    "  File \"/x/ddp_train.py\", line 120 in main\n";
+
+TEST(InnermostFrame, MainThreadIsTheLastBlock) {
+  EXPECT_EQ(innermost_frame(kStacks), "all_reduce (distributed_c10d.py:1541)");
+  EXPECT_EQ(innermost_frame(""), "");
+  EXPECT_EQ(innermost_frame("Current thread 0x1 (most recent call first):\n  File \"a.py\", line 3 in f\n"), "f (a.py:3)");
+}
+
+TEST(NoHang, NamesTheHungRankWhatItWaitedInAndWhy) {
+  TraceBuilder r0;
+  r0.attempt().step(1).step(2).wait(5).event("runner", "hang", {{"rank", 0}, {"step", 3}, {"waited", 5.0}, {"stall", 5.0},
+                                                                  {"after_rank", 1}, {"after", "oom"}}).timed_out();
+  TraceBuilder r1;
+  r1.attempt().step(1).step(2).oom(3, 64, false).wait(6).timed_out();
+  Trace t = merged({r0, r1});
+  t.attempts[0].ranks[0].stacks = kStacks;
+  Verdict v = check("no_hang", t, nlohmann::json{{"stall", 5}});
+  EXPECT_EQ(v.status, VerdictStatus::fail) << v.reason;
+  EXPECT_THAT(v.reason, HasSubstr("rank 0 waited 5s in all_reduce (distributed_c10d.py:1541) after rank 1 raised an "
+                                  "out-of-memory error at step 3"));
+}
+
+TEST(RanksRecoverTogether, SameBatchOnEveryRankPasses) {
+  TraceBuilder r0 = rank_steps(4, 64);
+  r0.step(5, 32).step(6, 32).exit(0);
+  TraceBuilder r1 = rank_steps(4, 64);
+  r1.inject_at(5).oom(5, 64).step(5, 32).step(6, 32).exit(0);
+  Verdict v = check("ranks_recover_together", merged({r0, r1}));
+  EXPECT_EQ(v.status, VerdictStatus::pass) << v.reason;
+}
+
+TEST(RanksRecoverTogether, HalvingOnlyOnTheFailedRankFails) {
+  TraceBuilder r0 = rank_steps(4, 64);
+  r0.step(5, 64).step(6, 64).exit(0);
+  TraceBuilder r1 = rank_steps(4, 64);
+  r1.inject_at(5).oom(5, 64).step(5, 32).step(6, 32).exit(0);
+  Verdict v = check("ranks_recover_together", merged({r0, r1}));
+  EXPECT_EQ(v.status, VerdictStatus::fail) << v.reason;
+  EXPECT_THAT(v.reason, HasSubstr("after rank 1's OOM at step 5, step 5 ran at batch 64 on rank 0 but at batch 32 on rank 1"));
+}
+
+TEST(RanksRecoverTogether, ARankLeftRunningAfterItsPeerDiedFails) {
+  TraceBuilder r0 = rank_steps(4, 64);
+  r0.wait(100).timed_out();
+  TraceBuilder r1 = rank_steps(4, 64);
+  r1.inject_at(5).oom(5, 64, false).exit(1, true);
+  Verdict v = check("ranks_recover_together", merged({r0, r1}));
+  EXPECT_EQ(v.status, VerdictStatus::fail) << v.reason;
+  EXPECT_THAT(v.reason, HasSubstr("rank 1 died of the OOM but rank 0 did not end by itself"));
+}
+
+TEST(RanksRecoverTogether, InconclusiveWithoutRanks) {
+  Trace t = TraceBuilder().attempt().step(1).inject_at(2).oom(2, 64).step(2, 32).exit(0).build();
+  EXPECT_EQ(check("ranks_recover_together", t).status, VerdictStatus::inconclusive);
+}
+
+}  // namespace
+}  // namespace oomh

@@ -1,0 +1,144 @@
+"""Distributed jobs (issue 15, docs/distributed.md), end to end through `oomharness run`:
+
+1. tests/python/distributed_ranks.yaml (plain shell ranks, no torch): each rank gets RANK, LOCAL_RANK,
+   WORLD_SIZE, MASTER_ADDR and one shared free MASTER_PORT; a job whose rank 1 died of an OOM fails `exit`
+   and `completes` although rank 0 finished; a rank that ignores SIGTERM and SIGUSR1 and never exits is
+   found hung and killed within the stall limit plus 2 s.
+2. suites/distributed.yaml under --simulate (2 ranks, gloo on the virtual CUDA device): the rank-consistent
+   recovery passes; the broken twins fail exactly the checks they mark must_fail; the hung job's results
+   hold every rank's stacks and its verdict names the rank and the collective it waited in.
+Exit 0 passed, 1 failed; part 2 is skipped (exit 125 when part 1 passed) where torch cannot be imported."""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+build = os.environ["OOMH_BUILD_DIR"]
+source = os.environ["OOMH_SOURCE_DIR"]
+out = sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp(prefix="oomh-distributed-")
+oomharness = os.path.join(build, "runner", "oomharness")
+env = dict(os.environ)
+env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+problems = []
+
+
+def run(suite, where, extra):
+    argv = [oomharness, "run", suite, "--out", where] + extra
+    print(" ".join(argv), flush=True)
+    proc = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900)
+    print(proc.stdout)
+    with open(os.path.join(where, "results.json")) as f:
+        results = json.load(f)
+    jobs = {j["name"].split("::")[-1]: j for s in results["suites"] for j in s["jobs"]}
+    try:  # the per-rank fields are in docs/results-schema.json
+        import jsonschema
+        with open(os.path.join(source, "docs", "results-schema.json")) as f:
+            schema = json.load(f)
+        for e in jsonschema.Draft202012Validator(schema).iter_errors(results):
+            problems.append("%s/results.json does not match the schema: %s" % (where, e.message[:300]))
+    except ImportError:
+        print("python3-jsonschema missing: results.json not checked against the schema")
+    return proc, jobs
+
+
+def verdict(job, policy):
+    return next((v for v in job["verdicts"] if v["policy"] == policy), None)
+
+
+def expect(cond, what):
+    if not cond:
+        problems.append(what)
+
+
+# ---- 1. shell ranks ------------------------------------------------------------------------------------
+proc, jobs = run(os.path.join(source, "tests", "python", "distributed_ranks.yaml"), os.path.join(out, "ranks"), [])
+expect(set(jobs) == {"env-per-rank", "rank1-oom-rank0-finishes", "hostile-rank-ignores-term", "restart-restarts-every-rank"},
+       "ranks suite: jobs %s" % sorted(jobs))
+for name, j in jobs.items():
+    expect(j["status"] == "passed", "%s: %s (%s)" % (name, j["status"], j.get("message", "")))
+j = jobs.get("env-per-rank")
+if j:
+    ranks = j["attempts"][0].get("ranks", [])
+    expect([r["rank"] for r in ranks] == [0, 1, 2], "env-per-rank: ranks %s" % ranks)
+    seen = []
+    for r in ranks:
+        with open(r["log_path"]) as f:
+            m = re.search(r"rank (\d+) of 3 at 127.0.0.1:(\d+)", f.read())
+        expect(m is not None, "env-per-rank: rank %d's log lacks its line" % r["rank"])
+        if m:
+            seen.append((int(m.group(1)), int(m.group(2))))
+    expect([s[0] for s in seen] == [0, 1, 2], "env-per-rank: RANK per log %s" % seen)
+    expect(len({s[1] for s in seen}) == 1, "env-per-rank: the ranks got different MASTER_PORTs %s" % seen)
+j = jobs.get("rank1-oom-rank0-finishes")
+if j:
+    ranks = j["attempts"][0].get("ranks", [])
+    expect([r["outcome"] for r in ranks] == ["ok", "oom"], "rank1-oom: rank outcomes %s" % [r["outcome"] for r in ranks])
+    expect(j["attempts"][0]["outcome"] == "oom", "rank1-oom: the attempt's outcome is %s, not oom" % j["attempts"][0]["outcome"])
+    for policy in ("exit", "completes"):
+        v = verdict(j, policy)
+        expect(v is not None and v["status"] == "fail", "rank1-oom: %s did not fail: %s" % (policy, v))
+    v = verdict(j, "completes")
+    expect(v is not None and "rank 1 stopped at step 1" in v["reason"], "rank1-oom: completes does not name rank 1: %s" % v)
+j = jobs.get("hostile-rank-ignores-term")
+if j:
+    v = verdict(j, "no_hang")
+    expect(v is not None and v["status"] == "fail" and v["reason"].startswith("rank 1 waited")
+           and "after rank 0 exited with code 3" in v["reason"], "hostile: no_hang %s" % v)
+    # Target: ended within the stall limit (1 s) plus 2 s of rank 0's exit; the job's start takes a few ms.
+    expect(j["duration"] < 1 + 2 + 0.5, "hostile: the job took %.2fs (stall 1s + 2s)" % j["duration"])
+    ranks = j["attempts"][0].get("ranks", [])
+    expect(len(ranks) == 2 and ranks[1]["outcome"] == "timeout" and ranks[1].get("signal") == 9,
+           "hostile: rank 1 must have been killed (SIGKILL): %s" % ranks)
+
+j = jobs.get("restart-restarts-every-rank")
+if j:
+    attempts = j["attempts"]
+    expect([a["outcome"] for a in attempts] == ["oom", "ok"], "restart: attempt outcomes %s" % [a["outcome"] for a in attempts])
+    expect([[r["outcome"] for r in a.get("ranks", [])] for a in attempts] == [["ok", "oom"], ["ok", "ok"]],
+           "restart: every rank of each attempt %s" % [a.get("ranks") for a in attempts])
+    expect(all(os.path.exists(os.path.join(os.path.dirname(attempts[0]["ranks"][0]["log_path"]), "attempt-1.rank%d.log" % k))
+               for k in (0, 1)) if attempts and attempts[0].get("ranks") else False, "restart: attempt 2 did not start both ranks")
+
+# ---- 2. DDP on the virtual device -----------------------------------------------------------------------
+try:
+    import torch  # noqa: F401
+    import torch.distributed  # noqa: F401
+except Exception as e:  # noqa: BLE001
+    for p in problems:
+        print("FAILED: " + p)
+    print("DDP part skipped: torch cannot be imported: %s" % e)
+    sys.exit(1 if problems else 125)
+
+proc, jobs = run(os.path.join(source, "suites", "distributed.yaml"), os.path.join(out, "ddp"), ["--simulate", "-j", "2"])
+expect(proc.returncode == 0, "distributed.yaml: oomharness exited %d" % proc.returncode)
+want = {
+    "ddp-consistent": {"exit": "pass", "oom_visible": "pass", "completes": "pass", "ranks_recover_together": "pass", "no_hang": "pass"},
+    "broken-ddp-local-halving": {"exit": "pass", "completes": "pass", "ranks_recover_together": "fail"},
+    "broken-ddp-no-handler": {"exit": "fail", "completes": "fail"},
+    "broken-ddp-no-handler-hangs": {"no_hang": "fail", "completes": "fail"},
+}
+expect(set(jobs) == set(want), "distributed.yaml: jobs %s" % sorted(jobs))
+for name, verdicts in want.items():
+    j = jobs.get(name)
+    if not j:
+        continue
+    expect(j["status"] == "passed", "%s: %s (%s)" % (name, j["status"], j.get("message", "")))
+    for policy, status in verdicts.items():
+        v = verdict(j, policy)
+        expect(v is not None and v["status"] == status, "%s: %s should %s: %s" % (name, policy, status, v))
+    expect(j.get("virtual_device", "").startswith("virtual CUDA device"), "%s: did not run on the virtual device" % name)
+j = jobs.get("broken-ddp-no-handler-hangs")
+if j:
+    v = verdict(j, "no_hang")
+    expect(v is not None and re.match(r"rank 0 waited \S+ in all_reduce \(distributed_c10d\.py:\d+\) after rank 1 raised an "
+                                      r"out-of-memory error at step 5", v["reason"] or ""), "hangs: no_hang reason %s" % v)
+    ranks = j["attempts"][0].get("ranks", [])
+    expect(len(ranks) == 2 and all("most recent call first" in r["stacks"] for r in ranks),
+           "hangs: every rank's stacks must be in the results")
+    expect(len(ranks) == 2 and "in all_reduce" in ranks[0]["stacks"], "hangs: rank 0's stack lacks all_reduce")
+
+for p in problems:
+    print("FAILED: " + p)
+sys.exit(1 if problems else 0)
