@@ -91,6 +91,13 @@ std::vector<PolicyInfo> make_policies() {
   p.push_back({"no_hang", "the job never went longer than `stall` without a step",
                {{"stall", ArgType::duration, false, "the longest gap allowed between steps", 60}},
                false, false, checks::no_hang});
+  p.push_back({"zero_grad", "the gradients were cleared before every optimizer step (the Python probe tells)",
+               {}, false, false, checks::zero_grad});
+  p.push_back({"eval_no_grad", "evaluation forwards ran without building an autograd graph (under no_grad)",
+               {}, false, false, checks::eval_no_grad});
+  p.push_back({"effective_batch", "after an OOM every optimizer step still took the samples of the first step (gradient accumulation)",
+               {{"samples", ArgType::integer, false, "the samples per optimizer step; default: the first step's", nullptr}},
+               false, false, recovery(checks::effective_batch)});
   return p;
 }
 
