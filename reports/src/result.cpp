@@ -333,6 +333,8 @@ void to_json(json& j, const JobResult& v) {
   put(j, "recovery_seconds", v.recovery_seconds);
   put(j, "virtual_device", v.virtual_device);
   if (!v.divergences.empty()) j["divergences"] = v.divergences;
+  if (!v.findings.empty()) j["findings"] = v.findings;
+  if (v.breakdowns.is_array() && !v.breakdowns.empty()) j["breakdowns"] = v.breakdowns;
 }
 void from_json(const json& j, JobResult& v) {
   within("name", [&] {
@@ -383,6 +385,8 @@ void from_json(const json& j, JobResult& v) {
   get(j, "recovery_seconds", v.recovery_seconds);
   get(j, "virtual_device", v.virtual_device);
   get(j, "divergences", v.divergences);
+  get_list(j, "findings", v.findings);
+  if (const json* b = member(j, "breakdowns"); b && b->is_array()) v.breakdowns = *b;
 }
 
 void to_json(json& j, const SuiteResult& v) {

@@ -10,6 +10,7 @@
 #include <ctime>
 #include <sstream>
 
+#include "oomharness/reports/explain.h"
 #include "oomharness/units.h"
 
 namespace oomh {
@@ -303,6 +304,7 @@ std::vector<std::string> explanation(const JobResult& job, int verbosity) {
                        s == JobStatus::interrupted || s == JobStatus::skipped;
   if (explain && !job.message.empty()) lines.push_back("    -> " + job.message);
   if (job.expected_failure()) lines.push_back("    -> expected failure: " + expected_failure_sentence(job));
+  for (const std::string& f : finding_lines(job)) lines.push_back("    -> " + f);  // docs/diagnosis.md
   const bool show_output = (s == JobStatus::failed && !job.unexpected_pass()) || s == JobStatus::error;
   if (show_output && !job.attempts.empty()) {
     const AttemptResult& last = job.attempts.back();

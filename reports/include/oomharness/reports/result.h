@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "oomharness/policies/findings.h"
 #include "oomharness/policies/trace.h"
 #include "oomharness/policies/verdict.h"
 
@@ -85,6 +86,11 @@ struct JobResult {
   // would not (kind -> sentence). Note [Saying what was simulated].
   std::optional<std::string> virtual_device;
   std::map<std::string, std::string> divergences;
+  // Why memory ran out or grew (policies' diagnose(), docs/diagnosis.md), and what held it: the probe's
+  // memory_breakdown fields at each OOM and at each attempt's last peak, with `attempt` and `t` (seconds
+  // since the job started) added.
+  std::vector<Finding> findings;
+  nlohmann::json breakdowns = nlohmann::json::array();
   int faults_visible() const;
   int faults_absorbed() const;
   // Note [Expected failures]: XFAIL and XPASS, derived from the verdicts.
