@@ -195,6 +195,7 @@ class _Probe:
         self.last_grad = None                # (weak parameter, weak gradient, version) after the last step
         self.grads_cleared = None            # this step's answer (Note [Cleared gradients])
         self.step_site = ""                  # where optimizer.step() was called when they were not
+        self.last_optimizer = None           # id() of the optimizer of the last step
         self.last_held = None                # allocated at the last step's end (virtual device)
         self.growth_written = 0              # breakdowns written because it grew
 
@@ -366,19 +367,21 @@ class _Probe:
     def remember_grads(self, optimizer):
         self.zeroed = False
         self.backwards = 0
-        self.last_grad = None
+        last, self.last_grad = self.last_grad, None
         try:
             p = optimizer.param_groups[0]["params"][0]
             g = p.grad
             if g is not None:
-                self.last_grad = (weakref.ref(p), weakref.ref(g), g._version)
+                param = last[0] if last is not None and last[0]() is p else weakref.ref(p)
+                self.last_grad = (param, weakref.ref(g), g._version)
         except Exception:
             pass
 
     def optimizer_post(self, optimizer=None, *_):
         if optimizer is not None:
-            if optimizer not in self.optimizers:
+            if id(optimizer) != self.last_optimizer:  # as for models: look up only when it changes
                 self.optimizers.add(optimizer)
+                self.last_optimizer = id(optimizer)
             self.check_cleared()
             self.remember_grads(optimizer)
         if self.manual_steps:
@@ -409,9 +412,9 @@ class _Probe:
             self.depth += 1
             return
         self.depth = 1
-        self.top = module
-        if module not in self.models:
+        if module is not self.top:  # a WeakSet look-up costs a weak reference: only when the model changes
             self.models.add(module)
+        self.top = module
         bs = _leading_dim(args, kwargs)
         if bs is not None:
             self.current_batch = bs

@@ -27,7 +27,7 @@ env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
 # job -> (the finding rules it must show, exactly; {check: status} it must get)
 WANT = {
     "baseline-transformer": (set(), {"memory_stable": "pass"}),
-    "eval-transformer": (set(), {"zero_grad": "pass", "eval_no_grad": "pass", "memory_stable": "pass"}),
+    "eval-mlp": (set(), {"zero_grad": "pass", "eval_no_grad": "pass", "memory_stable": "pass"}),
     "accumulate-mlp": (set(), {"zero_grad": "pass", "effective_batch": "pass"}),
     "halve-transformer": (set(), {"batch_halving": "pass"}),
     "broken-no-zero-grad": ({"grads_not_cleared"}, {"zero_grad": "fail"}),
@@ -122,7 +122,7 @@ print(ex.stdout)
 if ex.returncode != 0 or "finding (batch_too_large)" not in ex.stdout or "at the OOM in step 1" not in ex.stdout \
         or "leak" in ex.stdout:
     problems.append("oomharness explain -k oversized: rc %d\n%s" % (ex.returncode, ex.stdout))
-ex = subprocess.run([binary, "explain", os.path.join(out, "results.json"), "-k", "eval-transformer"],
+ex = subprocess.run([binary, "explain", os.path.join(out, "results.json"), "-k", "eval-mlp"],
                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 if "no finding" not in ex.stdout:
     problems.append("oomharness explain on a correct trainer does not say no finding matched:\n" + ex.stdout)
