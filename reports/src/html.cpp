@@ -418,9 +418,13 @@ void output_tails(std::ostream& out, const JobResult& job) {
 // parts to scale of the memory the job had (total), and the largest tensors under it.
 void breakdowns(std::ostream& out, const JobResult& job) {
   if (job.findings.empty() && (!job.breakdowns.is_array() || job.breakdowns.empty())) return;
-  out << "<div class=\"findings\"><b>What held the memory</b><ul>";
-  for (const std::string& f : finding_lines(job)) out << "<li>" << xml_escape(f) << "</li>";
-  out << "</ul>\n";
+  out << "<div class=\"findings\"><b>What held the memory</b>";
+  if (!job.findings.empty()) {
+    out << "<ul>";
+    for (const std::string& f : finding_lines(job)) out << "<li>" << xml_escape(f) << "</li>";
+    out << "</ul>";
+  }
+  out << "\n";
   static const std::pair<const char*, const char*> kParts[] = {
       {"parameters", "#0969da"}, {"gradients", "#8250df"}, {"optimizer_state", "#bf8700"},
       {"workspace", "#6e7781"}, {"other", "#cf222e"}, {"cached_free", "#d0d7de"}};
