@@ -43,6 +43,10 @@ def _rounded(nbytes):
 # lines holding memory. Frames of torch and of oomharness itself are skipped; whether a code object is the
 # user's is decided once per code object.
 SITE_FRAMES = 3
+# Blocks under this get no site: the walk costs a few microseconds per booking (bench/python/
+# virtual_device_cost.py), and a small tensor is never among the largest; a leak of small tensors alone
+# (scalars kept without their graph) shows as growth with no line (the kept_with_graph finding says so).
+SITE_MIN_BYTES = 64 << 10
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _skip_dirs = None
 _user_code = {}

@@ -40,7 +40,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ._events import EventLog
-from ._breakdown import user_site
+from ._breakdown import SITE_MIN_BYTES, user_site
 from .caching_allocator import BudgetSegments, CachingAllocatorModel
 
 YOUNG = 64  # storages checked before each booking, newest first
@@ -161,7 +161,10 @@ class VirtualDevice:
             return
         s = self._storage(t)
         block = self.model.malloc(s.nbytes())
-        self.tracked[key] = _Tracked(block, s._weak_ref(), key, t.shape, t.dtype, user_site(sys._getframe(1)))
+        # Note [Where a tensor was made] (_breakdown.py): only a block of SITE_MIN_BYTES or more pays for the
+        # walk up the stack (a few microseconds per booking).
+        site = user_site(sys._getframe(1)) if block.size >= SITE_MIN_BYTES else ()
+        self.tracked[key] = _Tracked(block, s._weak_ref(), key, t.shape, t.dtype, site)
         self.order.append(key)
         if self.model.allocated > self.peak_mark:
             # Note [The peak breakdown] in probe.py: a new high, 1/16 above the last one taken.
