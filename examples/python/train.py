@@ -7,6 +7,8 @@ surviving CUDA out-of-memory errors. suites/self-test.yaml runs each of them und
     train.py --recovery checkpoint --checkpoint ck.pt      # dies of the OOM; the restart resumes
     train.py --recovery none                               # no OOM handler at all
     train.py --bug skip-batch | retry-holding | resume-from-zero | resume-no-optimizer | leak-outputs
+    train.py --eval-every 4                                # evaluates under no_grad, in eval mode
+    train.py --bug no-zero-grad | eval-grad                # never clears gradients / evaluates with a graph
 
 Correct trainers are built on oomharness.recover. The broken ones are the mistakes the usual advice warns
 about, written the way people write them; each says which recovery check must catch it. Every trainer
@@ -29,7 +31,8 @@ import torch.nn.functional as F  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 from oomharness import recover  # noqa: E402
 
-BUGS = ("none", "skip-batch", "retry-holding", "resume-from-zero", "resume-no-optimizer", "leak-outputs")
+BUGS = ("none", "skip-batch", "retry-holding", "resume-from-zero", "resume-no-optimizer", "leak-outputs",
+        "no-zero-grad", "eval-grad")
 
 
 def parse_args(argv=None):
@@ -45,6 +48,7 @@ def parse_args(argv=None):
     p.add_argument("--bug", choices=BUGS, default="none")
     p.add_argument("--checkpoint", default="checkpoint.pt", help="checkpoint file (--recovery checkpoint)")
     p.add_argument("--save-every", type=int, default=5)
+    p.add_argument("--eval-every", type=int, default=0, help="evaluate on a held-out batch every N steps (0: never)")
     p.add_argument("--d-model", type=int, default=256)
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--seq", type=int, default=128)
@@ -143,10 +147,22 @@ def train_step(task, optimizer, x, y):
 
 # ---- correct trainers (oomharness.recover) ---------------------------------------------------------------
 
+def evaluate(task, a, step):
+    """The loss on a held-out batch, under no_grad and in eval mode (dropout off), as the advice says."""
+    x, y = task.batch(1_000_000 + step, a.batch)
+    task.model.eval()
+    with torch.no_grad():
+        loss = task.loss(task.model, x, y)
+    task.model.train()
+    print("eval %d loss=%.8g" % (step, float(loss)), flush=True)
+
+
 def run_plain(task, optimizer, a, start=0):
     for step in range(start + 1, a.steps + 1):
         x, y = task.batch(step - 1, a.batch)
         report(step, a.batch, train_step(task, optimizer, x, y))
+        if a.eval_every and step % a.eval_every == 0:
+            evaluate(task, a, step)
 
 
 def run_halve(task, optimizer, a):
@@ -239,6 +255,31 @@ def run_leak(task, optimizer, a):
         report(step, a.batch, float(loss.detach()))
 
 
+def run_no_zero_grad(task, optimizer, a):
+    """Never clears the gradients: each step adds its gradient to every earlier one's, so the update grows
+    step after step (zero_grad must fail)."""
+    for step in range(1, a.steps + 1):
+        x, y = task.batch(step - 1, a.batch)
+        loss = task.loss(task.model, x, y)
+        loss.backward()
+        optimizer.step()
+        report(step, a.batch, float(loss.detach()))
+
+
+def run_eval_grad(task, optimizer, a):
+    """Evaluates in eval mode but without torch.no_grad(): every evaluation forward builds an autograd graph
+    it never uses, holding its activations (eval_no_grad must fail)."""
+    for step in range(1, a.steps + 1):
+        x, y = task.batch(step - 1, a.batch)
+        report(step, a.batch, train_step(task, optimizer, x, y))
+        if step % max(1, a.eval_every) == 0:
+            ex, ey = task.batch(1_000_000 + step, a.batch)
+            task.model.eval()
+            loss = task.loss(task.model, ex, ey)
+            task.model.train()
+            print("eval %d loss=%.8g" % (step, float(loss)), flush=True)
+
+
 def main(argv=None):
     a = parse_args(argv)
     torch.manual_seed(a.seed)
@@ -254,6 +295,10 @@ def main(argv=None):
         run_retry_holding(task, optimizer, a)
     elif a.bug == "leak-outputs":
         run_leak(task, optimizer, a)
+    elif a.bug == "no-zero-grad":
+        run_no_zero_grad(task, optimizer, a)
+    elif a.bug == "eval-grad":
+        run_eval_grad(task, optimizer, a)
     elif a.recovery == "halve":
         run_halve(task, optimizer, a)
     elif a.recovery == "retry":

@@ -54,6 +54,11 @@ inline constexpr const char* kSamples = "samples";         // count (samples pro
 inline constexpr const char* kMemory = "memory";           // allocated, reserved (at a point the code chose)
 inline constexpr const char* kSnapshot = "snapshot";       // path of a saved PyTorch memory snapshot
 inline constexpr const char* kProbeExit = "probe_exit";    // reason
+// What held the memory (docs/diagnosis.md): at ("oom"|"peak"|"step"), step, phase, batch_size, allocated, reserved,
+// total, parameters, gradients, optimizer_state, workspace, other, cached_free, exact, top [{bytes, shape,
+// dtype, site}], sites [{site, bytes, count}]
+inline constexpr const char* kMemoryBreakdown = "memory_breakdown";
+inline constexpr const char* kEvalForward = "eval_forward";  // step, grad, training, batch_size, site (once per evaluation)
 // Written by the virtual CUDA device (python/oomharness/virtual_device.py), with src "probe".
 inline constexpr const char* kVirtualDevice = "virtual_device";  // description, torch, model, cublas_workspace
 inline constexpr const char* kDivergence = "divergence";         // kind, detail (Note [Divergences] there)

@@ -26,6 +26,9 @@ Verdict memory_stable(const Trace& trace, const nlohmann::json& args);
 Verdict peak_below(const Trace& trace, const nlohmann::json& args);
 Verdict no_hang(const Trace& trace, const nlohmann::json& args);
 Verdict ranks_recover_together(const Trace& trace, const nlohmann::json& args);
+Verdict zero_grad(const Trace& trace, const nlohmann::json& args);
+Verdict eval_no_grad(const Trace& trace, const nlohmann::json& args);
+Verdict effective_batch(const Trace& trace, const nlohmann::json& args);
 
 // Shared by the checks.
 inline Verdict verdict(VerdictStatus status, std::string reason, std::vector<Evidence> evidence = {}) {

@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "checks.h"
+#include "oomharness/policies/findings.h"
 #include "oomharness/units.h"
 #include "trace_view.h"
 
@@ -19,28 +20,7 @@ namespace oomh::checks {
 
 namespace {
 
-constexpr size_t kWarmUpSteps = 2;
-constexpr size_t kMinPoints = 3;
 constexpr size_t kRecoverySteps = 3;
-
-struct Point {
-  int64_t step = 0;
-  double held = 0;
-  double t = 0;
-};
-
-std::optional<double> slope(const std::vector<Point>& pts) {
-  double n = static_cast<double>(pts.size()), sx = 0, sy = 0;
-  for (const Point& p : pts) { sx += static_cast<double>(p.step); sy += p.held; }
-  double mx = sx / n, my = sy / n, sxx = 0, sxy = 0;
-  for (const Point& p : pts) {
-    double dx = static_cast<double>(p.step) - mx;
-    sxx += dx * dx;
-    sxy += dx * (p.held - my);
-  }
-  if (sxx <= 0) return std::nullopt;  // every point at one step number (retries): no trend to fit
-  return sxy / sxx;
-}
 
 std::string mib(double bytes) {
   char buf[32];
@@ -48,12 +28,7 @@ std::string mib(double bytes) {
   return buf;
 }
 
-struct Trend {
-  int attempt = 0;
-  double slope = 0;
-  int64_t from = 0, to = 0;
-  double t = 0;
-};
+using Trend = view::Growth;
 
 }  // namespace
 
@@ -63,17 +38,8 @@ Verdict memory_stable(const Trace& trace, const nlohmann::json& args) {
   std::optional<Trend> worst;
   std::vector<Evidence> ev;
   for (const Attempt& a : trace.attempts) {
-    std::vector<Point> pts;
-    for (const auto& s : view::steps_of(a)) {
-      int64_t held = view::held_at(a, s);
-      if (held >= 0) pts.push_back({s.step, static_cast<double>(held), s.t});
-    }
-    if (pts.size() < kWarmUpSteps + kMinPoints) continue;
-    pts.erase(pts.begin(), pts.begin() + kWarmUpSteps);
-    auto m = slope(pts);
-    if (!m) continue;
-    Trend tr{a.index, *m, pts.front().step, pts.back().step, pts.back().t};
-    if (!worst || tr.slope > worst->slope) worst = tr;
+    auto tr = view::held_growth(a);
+    if (tr && (!worst || tr->slope > worst->slope)) worst = tr;
   }
   auto span = [&](const Trend& tr) {
     std::string s = "over steps " + std::to_string(tr.from) + "\xE2\x80\x93" + std::to_string(tr.to);
@@ -82,9 +48,14 @@ Verdict memory_stable(const Trace& trace, const nlohmann::json& args) {
   };
   if (worst) {
     ev.push_back({worst->attempt, worst->t, "held memory slope " + mib(worst->slope) + " per step"});
-    if (worst->slope > limit)
+    if (worst->slope > limit) {
+      // Issue 14: the failure carries the finding that explains it, or says that none did.
+      std::string why = "no finding matched (docs/diagnosis.md)";
+      for (const Finding& f : diagnose(trace, {static_cast<uint64_t>(limit)}))
+        if (f.rule == "kept_with_graph") { why = f.sentence; break; }
       return verdict(VerdictStatus::fail, "held memory grew by " + mib(worst->slope) + " per step " + span(*worst) + " (limit " +
-                                              mib(limit) + "): a leak, e.g. losses kept with their graph", ev);
+                                              mib(limit) + "): " + why, ev);
+    }
   }
 
   // After the last OOM the code went on from: memory must come back to where it was before the fault.
@@ -127,7 +98,7 @@ Verdict memory_stable(const Trace& trace, const nlohmann::json& args) {
   }
   if (!worst && recovered.empty())
     return verdict(VerdictStatus::inconclusive, "too few steps with memory figures: need at least " +
-                                                    std::to_string(kWarmUpSteps + kMinPoints) +
+                                                    std::to_string(view::kGrowthMinSteps) +
                                                     " steps in an attempt with the probe's `allocated` or the shim's samples", ev);
   if (!worst) return verdict(VerdictStatus::pass, "held memory" + recovered.substr(std::string(" and").size()), ev);
   std::string trend = (worst->slope > 0 ? "held memory grew by " + mib(worst->slope) + " per step "

@@ -96,6 +96,13 @@ std::vector<PolicyInfo> make_policies() {
                "or every rank ended within `within`",
                {{"within", ArgType::duration, false, "the longest the other ranks may run on after a rank died of the OOM", 30}},
                false, false, recovery(checks::ranks_recover_together)});
+  p.push_back({"zero_grad", "the gradients were cleared before every optimizer step (the Python probe tells)",
+               {}, false, false, checks::zero_grad});
+  p.push_back({"eval_no_grad", "evaluation forwards ran without building an autograd graph (under no_grad)",
+               {}, false, false, checks::eval_no_grad});
+  p.push_back({"effective_batch", "after an OOM every optimizer step still took the samples of the first step (gradient accumulation)",
+               {{"samples", ArgType::integer, false, "the samples per optimizer step; default: the first step's", nullptr}},
+               false, false, recovery(checks::effective_batch)});
   return p;
 }
 

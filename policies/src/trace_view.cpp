@@ -316,4 +316,32 @@ std::vector<StepPoint> steps_of_rank(const Attempt& attempt, int rank) {
   return steps_of(one);
 }
 
+std::optional<Growth> held_growth(const Attempt& attempt) {
+  struct Point { double step, held, t; };
+  std::vector<Point> pts;
+  for (const auto& s : steps_of(attempt)) {
+    int64_t held = held_at(attempt, s);
+    if (held >= 0) pts.push_back({static_cast<double>(s.step), static_cast<double>(held), s.t});
+  }
+  if (pts.size() < kGrowthMinSteps) return std::nullopt;
+  pts.erase(pts.begin(), pts.begin() + kGrowthWarmUpSteps);
+  double n = static_cast<double>(pts.size()), sx = 0, sy = 0;
+  for (const Point& p : pts) { sx += p.step; sy += p.held; }
+  double mx = sx / n, my = sy / n, sxx = 0, sxy = 0;
+  for (const Point& p : pts) {
+    sxx += (p.step - mx) * (p.step - mx);
+    sxy += (p.step - mx) * (p.held - my);
+  }
+  if (sxx <= 0) return std::nullopt;  // every point at one step number (retries): no trend to fit
+  return Growth{attempt.index, sxy / sxx, static_cast<int64_t>(pts.front().step), static_cast<int64_t>(pts.back().step),
+                pts.back().t};
+}
+
+std::vector<const Event*> breakdowns_of(const Attempt& attempt, const std::string& at) {
+  std::vector<const Event*> out;
+  for (const Event& e : attempt.events)
+    if (is_probe(e, events::kMemoryBreakdown) && e.text("at") == at) out.push_back(&e);
+  return out;
+}
+
 }  // namespace oomh::view

@@ -69,6 +69,20 @@ const StepPoint* step_after(const std::vector<StepPoint>& steps, double t);
 // (summed over devices, within a second; Attempt::samples must be in time order). -1 when neither is known.
 int64_t held_at(const Attempt& attempt, const StepPoint& step);
 
+// Note [Measuring a leak] (checks_memory.cpp): the least-squares slope of held bytes against the step
+// number, leaving out the first two steps; nullopt with fewer than three points left.
+struct Growth {
+  int attempt = 0;
+  double slope = 0;          // bytes per step
+  int64_t from = 0, to = 0;  // the steps fitted
+  double t = 0;              // the last one's time
+};
+inline constexpr size_t kGrowthWarmUpSteps = 2;
+inline constexpr size_t kGrowthMinSteps = kGrowthWarmUpSteps + 3;
+std::optional<Growth> held_growth(const Attempt& attempt);
+// The probe's `memory_breakdown` events of an attempt taken `at` "oom" or "peak", in time order.
+std::vector<const Event*> breakdowns_of(const Attempt& attempt, const std::string& at);
+
 // The last training phase known at or before `t`: from `phase`, `oom` and `inject` events.
 std::string phase_at(const Attempt& attempt, double t);
 

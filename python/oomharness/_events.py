@@ -26,6 +26,10 @@ def _clean(value):
         return value if math.isfinite(value) else None
     if isinstance(value, str):
         return value if len(value) <= _MAX_STRING else value[:_MAX_STRING]
+    if isinstance(value, (list, tuple)):  # a breakdown's largest tensors (docs/events.md)
+        return [_clean(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
     try:  # numpy and torch scalars
         return _clean(value.item())
     except Exception:

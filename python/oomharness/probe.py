@@ -11,7 +11,10 @@ job to import torch and calls install() (docs/probe.md). From then on the probe
   - reports every out-of-memory error the code saw (the caching allocator's OOM observer, and OOM exceptions
     passing the places the probe wraps), and whether the code caught it (Note [Caught or not]);
   - records torch.cuda.empty_cache(), torch.save and torch.load, and memory at each step;
-  - with OOMH_SNAPSHOT=<dir>, dumps a PyTorch memory snapshot at the first OOM.
+  - with OOMH_SNAPSHOT=<dir>, dumps a PyTorch memory snapshot at the first OOM;
+  - writes what held the memory (`memory_breakdown`) at each OOM the code saw and at the attempt's peak
+    (_breakdown.py), whether each optimizer step came after the gradients were cleared (Note [Cleared
+    gradients]), and when an evaluation forward starts, with or without a graph (`eval_forward`).
 
 Everything here is a guest in someone else's training job: it never changes what the job computes or
 prints, never initialises CUDA itself (a fork after that breaks DataLoader workers), never allocates device
@@ -33,6 +36,8 @@ import os
 import sys
 import weakref
 
+from oomharness import _breakdown
+
 from oomharness._control import ControlBlock, PHASES, UNKNOWN_STEP
 from oomharness._events import EventLog
 
@@ -51,8 +56,34 @@ from oomharness._events import EventLog
 # caught it is learned later: the next completed step, or an explicit probe.oom(caught=True), emits
 # `oom_caught` with the OOM's step; the process dying of it (sys.excepthook) leaves it uncaught. A process
 # that exits by itself after the OOM (sys.exit after printing a message) caught it: atexit says so.
+#
+# Note [Cleared gradients]
+# The zero_grad check needs to know, at each optimizer step, whether the gradients were cleared since the
+# previous one. Three ways of clearing are seen, at a cost of a few attribute reads per step: a call of
+# Optimizer.zero_grad or Module.zero_grad (wrapped); the first parameter's .grad being a different tensor
+# than after the previous step (set to None, by hand or by zero_grad(set_to_none=True)); or its version
+# counter having moved more than the backward passes since then account for (grad.zero_() by hand: each
+# backward accumulates into an existing gradient once). Not seen: a clearing that leaves the first
+# parameter's gradient alone. In-place changes of the gradient other than backward's (clip_grad_norm_,
+# GradScaler.unscale_) also move the counter, so they can hide a missing zero_grad, never invent one.
+#
+# Note [The peak breakdown]
+# Gathering a breakdown walks every live tensor, which no step may pay for. On the virtual device the
+# device calls the probe back when allocated first passes 17/16 of the last high it reported (a handful of
+# times per attempt, mostly during the first step); the probe gathers then and writes the latest at the
+# next step's end, or at exit. The breakdown is therefore taken within 1/16 of the true peak. On a GPU no
+# peak breakdown is taken (only at OOMs).
+#
+# Note [The growth breakdown]
+# A leak is told by what holds more at each step's end, when nothing of the step is in flight: on the
+# virtual device, when allocated at a step's end is more than GROWTH above the previous step's end (which the
+# step event reports anyway), the probe writes a breakdown `at: "step"`. A healthy loop does so at most
+# during its first steps (the optimizer's state appears); a leaking one at every step, up to
+# MAX_GROWTH_BREAKDOWNS. The kept_with_graph finding compares the first and the last of them.
 
 _probe = None
+GROWTH = 1 << 20              # Note [The growth breakdown]
+MAX_GROWTH_BREAKDOWNS = 64
 
 
 def _oom_types(torch):
@@ -155,6 +186,18 @@ class _Probe:
         self.phase_name = "none"
         self.is_model = weakref.WeakKeyDictionary()
         self.flush_at = _steps_from_env(os.environ.get("OOMH_FLUSH_AT_STEPS"))
+        self.models = weakref.WeakSet()      # top-level modules seen in a forward
+        self.optimizers = weakref.WeakSet()  # optimizers seen stepping
+        self.device = None                   # the virtual device, when this job runs on one
+        self.peak = None                     # the last peak breakdown gathered, not written yet
+        self.zeroed = False                  # zero_grad was called since the last optimizer step
+        self.backwards = 0                   # backward passes since the last optimizer step
+        self.last_grad = None                # (weak parameter, weak gradient, version) after the last step
+        self.grads_cleared = None            # this step's answer (Note [Cleared gradients])
+        self.step_site = ""                  # where optimizer.step() was called when they were not
+        self.last_optimizer = None           # id() of the optimizer of the last step
+        self.last_held = None                # allocated at the last step's end (virtual device)
+        self.growth_written = 0              # breakdowns written because it grew
 
     # ---- output --------------------------------------------------------------------------------------
     def emit(self, kind, **fields):
@@ -226,6 +269,43 @@ class _Probe:
             pass
         return fields
 
+    # ---- what held the memory ----------------------------------------------------------------------
+    def breakdown(self):
+        """The breakdown now (_breakdown.py), or None when no device memory is in use."""
+        if self.device is not None:
+            return _breakdown.virtual(self.device, list(self.models), list(self.optimizers))
+        torch = self.torch
+        if torch is None or not torch.cuda.is_initialized():
+            return None
+        return _breakdown.gpu(torch, list(self.models), list(self.optimizers))
+
+    def emit_breakdown(self, at, fields):
+        fields = dict(fields, at=at, step=self.current_step(), phase=self.phase_name, batch_size=self.current_batch)
+        self.emit("memory_breakdown", **fields)
+
+    def peak_seen(self):
+        """The virtual device's allocated bytes reached a new high (Note [The peak breakdown])."""
+        if self.started:
+            fields = self.breakdown()
+            if fields is not None:
+                self.peak = dict(fields, step=self.current_step(), phase=self.phase_name,
+                                 batch_size=self.current_batch)
+
+    def held_grew(self, held):
+        """Note [The growth breakdown]: held memory at a step's end grew by more than GROWTH."""
+        last, self.last_held = self.last_held, held
+        if last is None or held - last <= GROWTH or self.growth_written >= MAX_GROWTH_BREAKDOWNS:
+            return
+        self.growth_written += 1
+        fields = self.breakdown()
+        if fields is not None:
+            self.emit_breakdown("step", fields)
+
+    def flush_peak(self):
+        if self.peak is not None:
+            fields, self.peak = self.peak, None
+            self.emit("memory_breakdown", at="peak", **fields)
+
     # ---- steps ---------------------------------------------------------------------------------------
     def finish_step(self, n, batch_size=None, loss=None):
         """Step n is done: samples, caught OOMs, the step event, and the block moves on to step n + 1."""
@@ -247,8 +327,17 @@ class _Probe:
         self.loss_parts = []
         if loss is not None:
             fields["loss"] = float(loss)
+        if self.grads_cleared is not None:
+            fields["grads_cleared"] = self.grads_cleared
+            if not self.grads_cleared:
+                fields["site"] = self.step_site
+            self.grads_cleared = None
         fields.update(self.memory_fields())
         self.emit("step", **fields)
+        if self.peak is not None:
+            self.flush_peak()
+        if self.device is not None and "allocated" in fields:
+            self.held_grew(fields["allocated"])
         self.started = True
         if self.cb is not None:
             self.cb.step = n + 1
@@ -262,7 +351,39 @@ class _Probe:
         self.start_training()
         self.set_phase("optimizer")
 
-    def optimizer_post(self, *_):
+    def check_cleared(self):
+        """Note [Cleared gradients]: were the gradients cleared since the last optimizer step? (Asked after
+        the step, which changes no gradient: PyTorch 1.13 has no hook before it.)"""
+        last = self.last_grad
+        if last is not None:
+            param, grad, version = last[0](), last[1](), last[2]
+            now = getattr(param, "grad", None) if param is not None else None
+            cleared = (self.zeroed or now is None or now is not grad
+                       or now._version - version > self.backwards)
+            self.grads_cleared = bool(cleared)
+            if not cleared:  # the line that called optimizer.step(), for the finding
+                self.step_site = _breakdown.site_text(_breakdown.user_site(sys._getframe(1), 1))
+
+    def remember_grads(self, optimizer):
+        self.zeroed = False
+        self.backwards = 0
+        last, self.last_grad = self.last_grad, None
+        try:
+            p = optimizer.param_groups[0]["params"][0]
+            g = p.grad
+            if g is not None:
+                param = last[0] if last is not None and last[0]() is p else weakref.ref(p)
+                self.last_grad = (param, weakref.ref(g), g._version)
+        except Exception:
+            pass
+
+    def optimizer_post(self, optimizer=None, *_):
+        if optimizer is not None:
+            if id(optimizer) != self.last_optimizer:  # as for models: look up only when it changes
+                self.optimizers.add(optimizer)
+                self.last_optimizer = id(optimizer)
+            self.check_cleared()
+            self.remember_grads(optimizer)
         if self.manual_steps:
             self.set_phase("data")
             return
@@ -291,6 +412,8 @@ class _Probe:
             self.depth += 1
             return
         self.depth = 1
+        if module is not self.top:  # a WeakSet look-up costs a weak reference: only when the model changes
+            self.models.add(module)
         self.top = module
         bs = _leading_dim(args, kwargs)
         if bs is not None:
@@ -305,6 +428,11 @@ class _Probe:
             self.start_training()
             self.set_phase("forward")
         else:
+            if self.phase_name != "eval":
+                # Once per evaluation, not per forward: does it build a graph (eval_no_grad)?
+                self.emit("eval_forward", step=self.current_step(), grad=bool(self.torch.is_grad_enabled()),
+                          training=bool(module.training), batch_size=self.current_batch,
+                          site=_breakdown.site_text(_breakdown.user_site(sys._getframe(1))))
             self.set_phase("eval")
 
     def forward_post(self, module, args, *rest):
@@ -319,6 +447,7 @@ class _Probe:
 
     def before_backward(self, args, kwargs):
         self.depth = 0
+        self.backwards += 1
         self.start_training()
         self.set_phase("backward")
         tensors = args[0] if args else kwargs.get("tensors")
@@ -340,6 +469,9 @@ class _Probe:
         if caught is not None:
             fields["caught"] = bool(caught)
         self.emit("oom", **fields)
+        bd = _safely(self.breakdown)
+        if bd is not None:
+            _safely(self.emit_breakdown, "oom", bd)
         if self.cb is not None:
             self.cb.count_oom(caught is True)
         if caught is not True:
@@ -414,12 +546,14 @@ class _Probe:
 
     # ---- process end ---------------------------------------------------------------------------------
     def excepthook_seen(self, exc):
+        _safely(self.flush_peak)
         if is_oom(exc):
             self.note_exception(exc)
             self.uncaught = True
             self.emit("probe_exit", reason="uncaught out-of-memory error")
 
     def at_exit(self):
+        _safely(self.flush_peak)
         if self.uncaught:
             return
         # The code went on past the OOMs and exits by itself: it caught them.
@@ -592,6 +726,31 @@ def _make_empty_cache(original):
     return empty_cache
 
 
+def _make_zero_grad(original):
+    def zero_grad(self, *args, **kwargs):
+        _probe.zeroed = True
+        return original(self, *args, **kwargs)
+    return zero_grad
+
+
+def _make_optimizer_init(original):
+    # An optimizer is known from its construction, so that its state counts as optimizer state in a
+    # breakdown taken during its first step (PyTorch 1.13 has no hook before a step).
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        _safely(_probe.optimizers.add, self)
+    return __init__
+
+
+def _attach_device(p):
+    """The virtual device of this job, when there is one: breakdowns come from its bookings."""
+    vd = sys.modules.get("oomharness.virtual_device")
+    dev = getattr(vd, "_installed", None) if vd is not None else None
+    if dev is not None:
+        p.device = dev
+        dev.on_peak = lambda: _safely(p.peak_seen)
+
+
 def _in_checkpoint_phase(p, call, *args, **kwargs):
     """Runs torch.save/load in the checkpoint phase (an OOM there is noted), then restores the phase."""
     previous = p.phase_name
@@ -704,6 +863,10 @@ def install(torch):
         lambda: _wrap(torch, "save", _make_save),
         lambda: _wrap(torch, "load", _make_load),
         lambda: torch.cuda._lazy_call(lambda: _safely(_on_cuda_init, p, torch)),
+        lambda: _wrap(torch.optim.Optimizer, "zero_grad", _make_zero_grad),
+        lambda: _wrap(torch.optim.Optimizer, "__init__", _make_optimizer_init),
+        lambda: _wrap(torch.nn.Module, "zero_grad", _make_zero_grad),
+        lambda: _attach_device(p),
     ]
     for s in steps:
         _safely(s)

@@ -33,12 +33,14 @@ operations are not seen.
 """
 
 import os
+import sys
 import threading
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ._events import EventLog
+from ._breakdown import SITE_MIN_BYTES, user_site
 from .caching_allocator import BudgetSegments, CachingAllocatorModel
 
 YOUNG = 64  # storages checked before each booking, newest first
@@ -86,10 +88,13 @@ def _is_cuda(device):
 
 
 class _Tracked:
-    __slots__ = ("block", "weak", "key")
+    __slots__ = ("block", "weak", "key", "shape", "dtype", "site")
 
-    def __init__(self, block, weak, key):
+    def __init__(self, block, weak, key, shape=None, dtype=None, site=()):
         self.block, self.weak, self.key = block, weak, key
+        self.shape, self.dtype, self.site = shape, dtype, site
+
+
 
 
 class VirtualDevice:
@@ -108,6 +113,8 @@ class VirtualDevice:
         self.divergences = {}       # kind -> sentence (Note [Divergences])
         self.default_on_device = False  # torch.set_default_device("cuda") on PyTorch 2.x
         self.events = EventLog(os.environ.get("OOMH_EVENTS"))
+        self.peak_mark = 0          # allocated bytes above which the next new high is reported to on_peak
+        self.on_peak = None         # the probe's (Note [The peak breakdown] in probe.py)
         model.before_new_segment = self.sweep  # every storage that died gives its block back first
 
     # ---- storages
@@ -154,8 +161,16 @@ class VirtualDevice:
             return
         s = self._storage(t)
         block = self.model.malloc(s.nbytes())
-        self.tracked[key] = _Tracked(block, s._weak_ref(), key)
+        # Note [Where a tensor was made] (_breakdown.py): only a block of SITE_MIN_BYTES or more pays for the
+        # walk up the stack (a few microseconds per booking).
+        site = user_site(sys._getframe(1)) if block.size >= SITE_MIN_BYTES else ()
+        self.tracked[key] = _Tracked(block, s._weak_ref(), key, t.shape, t.dtype, site)
         self.order.append(key)
+        if self.model.allocated > self.peak_mark:
+            # Note [The peak breakdown] in probe.py: a new high, 1/16 above the last one taken.
+            self.peak_mark = self.model.allocated + self.model.allocated // 16
+            if self.on_peak is not None:
+                self.on_peak()
 
     def _release(self, key):
         entry = self.tracked.pop(key, None)

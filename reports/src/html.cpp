@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "oomharness/reports/explain.h"
 #include "oomharness/reports/writers.h"
 #include "oomharness/units.h"
 #include "sha256.h"
@@ -44,7 +45,7 @@ table.sortable th{cursor:pointer}
 .s-xfail,.v-xfail{background:#4d7c5a}.s-xpass,.v-xpass{background:var(--fail)}
 .headline{font-size:17px;font-weight:600;margin:4px 0 10px}.h-ok{color:var(--pass)}.h-fail{color:var(--fail)}.h-none{color:var(--skip)}
 .banner{background:#fff8c5;border:1px solid #d4a72c;border-radius:6px;padding:8px 12px;margin:10px 0;font-weight:600}
-.divergences{background:#f6f8fa;border-left:3px solid #d4a72c;padding:4px 12px;margin:8px 0}.divergences ul{margin:4px 0}
+.findings{background:#fff8f6;border-left:3px solid #cf222e;padding:4px 12px;margin:8px 0}.divergences{background:#f6f8fa;border-left:3px solid #d4a72c;padding:4px 12px;margin:8px 0}.divergences ul{margin:4px 0}
 .warnings{background:#fff8c5;border-left:3px solid #bf8700;padding:4px 12px;margin:8px 0}.warnings ul{margin:4px 0}
 .job{border:1px solid var(--line);border-radius:8px;padding:12px 16px;margin:14px 0}
 .job.failed,.job.error{border-left:4px solid var(--fail)}.job.passed{border-left:4px solid var(--pass)}
@@ -414,6 +415,49 @@ void output_tails(std::ostream& out, const JobResult& job) {
   }
 }
 
+// What held the memory at each OOM and at the peak (docs/diagnosis.md): one stacked bar per breakdown, its
+// parts to scale of the memory the job had (total), and the largest tensors under it.
+void breakdowns(std::ostream& out, const JobResult& job) {
+  if (job.findings.empty() && (!job.breakdowns.is_array() || job.breakdowns.empty())) return;
+  out << "<div class=\"findings\"><b>What held the memory</b>";
+  if (!job.findings.empty()) {
+    out << "<ul>";
+    for (const std::string& f : finding_lines(job)) out << "<li>" << xml_escape(f) << "</li>";
+    out << "</ul>";
+  }
+  out << "\n";
+  static const std::pair<const char*, const char*> kParts[] = {
+      {"parameters", "#0969da"}, {"gradients", "#8250df"}, {"optimizer_state", "#bf8700"},
+      {"workspace", "#6e7781"}, {"other", "#cf222e"}, {"cached_free", "#d0d7de"}};
+  for (const auto& b : job.breakdowns) {
+    if (!b.is_object()) continue;
+    auto part = [&](const char* key) { return b.contains(key) && b[key].is_number() ? std::max(0.0, b[key].get<double>()) : 0.0; };
+    double whole = 0;
+    for (const auto& [key, colour] : kParts) whole += part(key);
+    whole = std::max(whole, part("total"));
+    if (whole <= 0) continue;
+    out << "<p>" << xml_escape(breakdown_sentence(b)) << "</p>\n<svg class=\"breakdown\" width=\"640\" height=\"20\" "
+        << "role=\"img\"><rect x=\"0\" y=\"0\" width=\"640\" height=\"20\" fill=\"#f6f8fa\"/>";
+    double x = 0;
+    for (const auto& [key, colour] : kParts) {
+      double w = part(key) / whole * 640.0;
+      if (w <= 0) continue;
+      out << "<rect x=\"" << num(x) << "\" y=\"0\" width=\"" << num(w) << "\" height=\"20\" fill=\"" << colour
+          << "\"><title>" << key << ": " << xml_escape(format_bytes(static_cast<uint64_t>(part(key)))) << "</title></rect>";
+      x += w;
+    }
+    out << "</svg>\n";
+    const auto tensors = largest_tensor_lines(b);
+    if (!tensors.empty()) {
+      out << "<details><summary>largest live tensors</summary><ul>";
+      for (const std::string& t : tensors) out << "<li><code>" << xml_escape(t) << "</code></li>";
+      out << "</ul></details>\n";
+    }
+  }
+  out << "<p class=\"muted\">bars: parameters (blue), gradients (purple), optimizer state (amber), workspaces (grey), "
+      << "other live tensors (red), cached but free (light), to scale of the device's memory</p></div>\n";
+}
+
 void job_section(std::ostream& out, const SuiteResult& suite, const JobResult& job, const std::string& id,
                  const HtmlOptions& options) {
   out << "<section class=\"job " << to_string(job.status) << "\" id=\"" << id << "\">\n<h3>" << xml_escape(job.name)
@@ -443,6 +487,7 @@ void job_section(std::ostream& out, const SuiteResult& suite, const JobResult& j
     out << "</ul></div>\n";
   }
   verdicts(out, job);
+  breakdowns(out, job);
   out << timeline_chart(job);
   attempts(out, job);
   if (job.snapshot) {

@@ -16,6 +16,7 @@
 
 #include <sstream>
 
+#include "oomharness/reports/explain.h"
 #include "oomharness/reports/writers.h"
 #include "text.h"
 
@@ -101,7 +102,9 @@ std::string failing_verdicts(const JobResult& job) {
     body += v.policy + (v.must_fail ? " was expected to fail (must_fail: true) but passed: " : ": ") + v.reason + "\n";
     body += evidence_lines(v);
   }
-  return body.empty() ? job.message + "\n" : body;
+  if (body.empty()) body = job.message + "\n";
+  for (const std::string& f : finding_lines(job)) body += f + "\n";  // docs/diagnosis.md
+  return body;
 }
 
 // For an XFAIL job, what its system-out says first: the checks that failed as expected.
@@ -112,6 +115,7 @@ std::string expected_failures(const JobResult& job) {
     if (!v.must_fail || v.status != VerdictStatus::fail) continue;
     body += "XFAIL: " + v.policy + " failed as expected (must_fail: true): " + v.reason + "\n" + evidence_lines(v);
   }
+  for (const std::string& f : finding_lines(job)) body += f + "\n";  // docs/diagnosis.md
   return body;
 }
 

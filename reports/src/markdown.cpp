@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "oomharness/reports/explain.h"
 #include "oomharness/reports/writers.h"
 #include "oomharness/units.h"
 #include "text.h"
@@ -102,6 +103,7 @@ void details(std::ostream& out, const Entry& e) {
   auto worth_listing = [](const Verdict& v) { return against_expectation(v) || v.status == VerdictStatus::inconclusive; };
   const bool explained = std::any_of(job.verdicts.begin(), job.verdicts.end(), worth_listing);
   if (!explained && !job.message.empty()) out << "- " << cell(job.message) << "\n";
+  for (const std::string& f : finding_lines(job)) out << "- " << cell(f) << "\n";  // docs/diagnosis.md
   for (const Verdict& v : job.verdicts) {
     if (!worth_listing(v)) continue;
     out << "- **" << cell(v.policy) << "** " << text::verdict_word(v)

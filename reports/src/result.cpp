@@ -354,6 +354,8 @@ void to_json(json& j, const JobResult& v) {
   put(j, "virtual_device", v.virtual_device);
   if (!v.divergences.empty()) j["divergences"] = v.divergences;
   if (!v.warnings.empty()) j["warnings"] = v.warnings;
+  if (!v.findings.empty()) j["findings"] = v.findings;
+  if (v.breakdowns.is_array() && !v.breakdowns.empty()) j["breakdowns"] = v.breakdowns;
 }
 void from_json(const json& j, JobResult& v) {
   within("name", [&] {
@@ -405,6 +407,8 @@ void from_json(const json& j, JobResult& v) {
   get(j, "virtual_device", v.virtual_device);
   get(j, "divergences", v.divergences);
   get(j, "warnings", v.warnings);
+  get_list(j, "findings", v.findings);
+  if (const json* b = member(j, "breakdowns"); b && b->is_array()) v.breakdowns = *b;
 }
 
 void to_json(json& j, const SuiteResult& v) {

@@ -30,7 +30,7 @@ TEST(Registry, DocumentationOrder) {
   for (const auto& p : policies()) names.push_back(p.name);
   EXPECT_EQ(names, (std::vector<std::string>{"exit", "completes", "oom_visible", "batch_halving", "empty_cache_retry",
                                              "checkpoint_resume", "graceful_exit", "memory_stable", "peak_below", "no_hang",
-                                             "ranks_recover_together"}));
+                                             "ranks_recover_together", "zero_grad", "eval_no_grad", "effective_batch"}));
   EXPECT_EQ(find_policy("nope"), nullptr);
   EXPECT_TRUE(find_policy("exit")->scalar_arg);
   EXPECT_TRUE(find_policy("completes")->scalar_arg);

@@ -151,6 +151,13 @@ int parse_and_run(std::vector<std::string> args) {
   report->add_option("results", results_file, "A results.json written by oomharness run, or its jobs.jsonl when the run was killed")->required();
   add_report_flags(report, report_flags);
 
+  std::string explain_file;
+  std::vector<std::string> explain_filters;
+  CLI::App* explain = app.add_subcommand("explain", "Say what held the memory at each OOM and why (findings, breakdowns)");
+  explain->add_option("results", explain_file, "A results.json written by oomharness run")->required();
+  explain->add_option("-k", explain_filters, "Only jobs whose suite::job name matches (as run's -k)")
+      ->allow_extra_args(false);
+
   app::CompareArgs compare_args;
   CLI::App* compare = app.add_subcommand("compare", "Compare two runs; exit 1 on a regression");
   compare->add_option("base", compare_args.base, "The base results.json")->required();
@@ -217,6 +224,7 @@ int parse_and_run(std::vector<std::string> args) {
   }
   if (validate->parsed()) return to_int(app::command_validate(validate_suites, out, err, validate_limits));
   if (report->parsed()) return to_int(app::command_report(results_file, report_flags, out, err));
+  if (explain->parsed()) return to_int(app::command_explain(explain_file, explain_filters, out, err));
   if (compare->parsed()) return to_int(app::command_compare(compare_args, out, err));
   if (agent->parsed()) return to_int(app::command_agent(agent_plan, out, err));
   if (demo->parsed()) return to_int(app::command_demo(demo_out, args, out, err));

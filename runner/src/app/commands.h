@@ -78,6 +78,10 @@ ExitCode command_exec(const ExecArgs& args, std::ostream& out, std::ostream& err
 ExitCode command_validate(const std::vector<std::string>& suites, std::ostream& out, std::ostream& err,
                           const SuiteLimits& limits = {});
 ExitCode command_report(const std::string& results, const ReportFlags& flags, std::ostream& out, std::ostream& err);
+// `oomharness explain results.json [-k EXPR]`: each job's findings and memory breakdowns, for a person
+// (docs/diagnosis.md). Exit 0, or usage_error for an unreadable file or a bad -k, or a -k matching nothing.
+ExitCode command_explain(const std::string& results, const std::vector<std::string>& filters, std::ostream& out,
+                         std::ostream& err);
 ExitCode command_compare(const CompareArgs& args, std::ostream& out, std::ostream& err);
 // `oomharness agent PLAN`: what a Slurm job runs on its node (Note [Backends]).
 ExitCode command_agent(const std::string& plan_path, std::ostream& out, std::ostream& err);

@@ -4,6 +4,8 @@
 
 #include "app/commands.h"
 #include "oomharness/reports/compare.h"
+#include "oomharness/reports/explain.h"
+#include "oomharness/runner/cli_specs.h"
 #include "oomharness/reports/writers.h"
 
 namespace fs = std::filesystem;
@@ -41,6 +43,37 @@ bool write_one(const std::string& path, const std::string& content, std::ostream
   return true;
 }
 }  // namespace
+
+ExitCode command_explain(const std::string& results, const std::vector<std::string>& filters, std::ostream& out,
+                         std::ostream& err) {
+  auto run = load_results(results);
+  if (!run) {
+    err << "oomharness explain: " << run.error() << "\n";
+    return ExitCode::usage_error;
+  }
+  std::vector<JobFilter> parsed;
+  for (const std::string& expression : filters) {
+    auto f = JobFilter::parse(expression);
+    if (!f) {
+      err << "oomharness explain: " << f.error << "\n";
+      return ExitCode::usage_error;
+    }
+    parsed.push_back(*f.value);
+  }
+  size_t shown = 0;
+  for (const SuiteResult& suite : run.value().suites)
+    for (const JobResult& job : suite.jobs) {
+      bool wanted = parsed.empty();
+      for (const JobFilter& f : parsed) wanted = wanted || f.matches(suite.name, job.name);
+      if (!wanted) continue;
+      out << (shown++ ? "\n" : "") << explain_job(suite.name, job);
+    }
+  if (shown == 0) {
+    err << "oomharness explain: no job in " << results << " matches -k\n";
+    return ExitCode::usage_error;
+  }
+  return ExitCode::ok;
+}
 
 ExitCode command_report(const std::string& results, const ReportFlags& flags, std::ostream& out, std::ostream& err) {
   auto run = load_results(results);

@@ -227,6 +227,31 @@ std::string failure_sentence(const JobOutcome& outcome, const std::vector<Verdic
 // From the first OOM the training code saw (a probe `oom` event, or the end of an attempt that died of
 // one) to the next completed step after it, possibly in a later attempt (checkpoint resume): how long
 // training stood still because of the fault. Absent when no OOM was seen or training never went on.
+// The breakdowns a report shows (Finding and breakdown fields: docs/diagnosis.md): every OOM's, up to
+// kMaxBreakdowns in all, and the last peak of each attempt.
+constexpr size_t kMaxBreakdowns = 16;
+
+nlohmann::json breakdowns(const Trace& trace, double job_start) {
+  nlohmann::json out = nlohmann::json::array();
+  auto add = [&](const Attempt& a, const Event& e) {
+    if (out.size() >= kMaxBreakdowns || !e.fields.is_object()) return;
+    nlohmann::json b = e.fields;
+    b["attempt"] = a.index;
+    b["t"] = job_start > 0 && e.t >= job_start ? e.t - job_start : 0.0;
+    out.push_back(std::move(b));
+  };
+  for (const Attempt& a : trace.attempts) {
+    const Event* peak = nullptr;
+    for (const Event& e : a.events) {
+      if (!is_probe(e, events::kMemoryBreakdown)) continue;
+      if (e.text("at") == "oom") add(a, e);
+      else if (e.text("at") == "peak") peak = &e;
+    }
+    if (peak) add(a, *peak);
+  }
+  return out;
+}
+
 std::optional<double> recovery_seconds(const Trace& trace) {
   std::optional<double> first_oom;
   for (const Attempt& a : trace.attempts) {
@@ -303,6 +328,10 @@ JobResult build_job_result(const std::string& display_name, const JobOutcome& ou
   r.peak = peaks(trace);
   r.markers = markers(trace, job_start);
   r.recovery_seconds = recovery_seconds(trace);
+  r.findings = diagnose(trace);
+  for (Finding& f : r.findings)
+    if (job_start > 0 && f.t >= job_start) f.t -= job_start;
+  r.breakdowns = breakdowns(trace, job_start);
   return r;
 }
 

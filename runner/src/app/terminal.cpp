@@ -10,6 +10,7 @@
 #include <ctime>
 #include <sstream>
 
+#include "oomharness/reports/explain.h"
 #include "oomharness/units.h"
 
 namespace oomh {
@@ -309,6 +310,7 @@ std::vector<std::string> explanation(const JobResult& job, int verbosity) {
   for (size_t i = 0; i < shown; ++i) lines.push_back("    warning: " + job.warnings[i]);
   if (shown < job.warnings.size())
     lines.push_back("    (" + std::to_string(job.warnings.size() - shown) + " more warning(s) in the reports; -v shows them)");
+  for (const std::string& f : finding_lines(job)) lines.push_back("    -> " + f);  // docs/diagnosis.md
   const bool show_output = (s == JobStatus::failed && !job.unexpected_pass()) || s == JobStatus::error;
   if (show_output && !job.attempts.empty()) {
     const AttemptResult& last = job.attempts.back();

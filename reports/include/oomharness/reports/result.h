@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "oomharness/policies/findings.h"
 #include "oomharness/policies/trace.h"
 #include "oomharness/policies/verdict.h"
 
@@ -101,6 +102,11 @@ struct JobResult {
   // What the runner, the shim or the event reader warned about in this job's attempts ("attempt 1: the
   // output log ... was cut: ..."), at most kMaxWarnings, the last one saying how many more there were.
   std::vector<std::string> warnings;
+  // Why memory ran out or grew (policies' diagnose(), docs/diagnosis.md), and what held it: the probe's
+  // memory_breakdown fields at each OOM and at each attempt's last peak, with `attempt` and `t` (seconds
+  // since the job started) added.
+  std::vector<Finding> findings;
+  nlohmann::json breakdowns = nlohmann::json::array();
   int faults_visible() const;
   int faults_absorbed() const;
   // Note [Expected failures]: XFAIL and XPASS, derived from the verdicts.

@@ -1,0 +1,42 @@
+#pragma once
+// Findings: why memory ran out or grew, each a named rule with one sentence a user can act on, naming the
+// line where the probe knew it (docs/diagnosis.md). Checks pass or fail what the suite asked; findings
+// explain, whatever was asked. They are read from the probe's `step`, `eval_forward` and
+// `memory_breakdown` events (docs/events.md), in the priority order of the usual OOM diagnosis:
+//   1. grads_not_cleared   gradients not cleared between optimizer steps
+//   2. kept_with_graph     tensors kept with their autograd graph, step after step
+//   3. batch_too_large     activations dominate at the OOM: per-sample cost and the largest batch that fits
+//   4. eval_with_graph     evaluation building a graph (grad enabled), or run in train mode
+// (5, references kept after the loop, is not diagnosed yet.)
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "oomharness/policies/trace.h"
+
+namespace oomh {
+
+struct Finding {
+  std::string rule;      // "kept_with_graph"
+  std::string sentence;  // "train.py:216 keeps ... +16.00 MiB per step ...: keep loss.detach() instead"
+  std::string site;      // "train.py:216", empty when unknown
+  int attempt = 0;
+  double t = 0;          // wall-clock seconds in a trace; seconds since the job started in a result
+};
+
+struct DiagnoseOptions {
+  uint64_t growth_per_step = 1024 * 1024;  // kept_with_graph: the least growth per step that counts
+};
+
+// The rules' names, in priority order.
+const std::vector<std::string>& finding_rules();
+// Every finding of the trace, in priority order (one per rule at most).
+std::vector<Finding> diagnose(const Trace& trace, const DiagnoseOptions& options = {});
+
+void to_json(nlohmann::json& j, const Finding& f);
+void from_json(const nlohmann::json& j, Finding& f);
+
+}  // namespace oomh

@@ -1,0 +1,111 @@
+// The checks for the advice that is about habits rather than recovery (issue 14): gradients cleared every
+// optimizer step, evaluation without a graph, and the samples per optimizer step kept after halving.
+// Each reads what the probe records (docs/events.md): `step`'s grads_cleared (Note [Cleared gradients] in
+// python/oomharness/probe.py), `eval_forward`, and `samples`.
+
+#include <algorithm>
+
+#include "checks.h"
+#include "oomharness/events.h"
+#include "oomharness/policies/findings.h"
+#include "trace_view.h"
+
+namespace oomh::checks {
+
+namespace {
+
+bool is_probe(const Event& e, const char* kind) { return e.src == events::kSrcProbe && e.kind == kind; }
+
+// The finding of `rule`, as a clause to append, when one fired.
+std::string finding_clause(const Trace& trace, const std::string& rule) {
+  for (const Finding& f : diagnose(trace))
+    if (f.rule == rule) return ": " + f.sentence;
+  return {};
+}
+
+}  // namespace
+
+Verdict zero_grad(const Trace& trace, const nlohmann::json&) {
+  int asked = 0, uncleared = 0;
+  std::vector<Evidence> ev;
+  for (const Attempt& a : trace.attempts)
+    for (const Event& e : a.events) {
+      if (!is_probe(e, events::kStep) || !e.has("grads_cleared")) continue;
+      ++asked;
+      if (e.flag("grads_cleared", true)) continue;
+      if (++uncleared <= 3)
+        ev.push_back({a.index, e.t, view::step_text(e.integer("step")) + " stepped without clearing the gradients"});
+    }
+  if (asked == 0)
+    return verdict(VerdictStatus::inconclusive,
+                   "no optimizer step said whether the gradients were cleared: it takes the Python probe and at least two optimizer steps");
+  if (uncleared > 0)
+    return verdict(VerdictStatus::fail, std::to_string(uncleared) + " of " + std::to_string(asked) +
+                                            " optimizer steps ran without the gradients being cleared since the previous one" +
+                                            finding_clause(trace, "grads_not_cleared"), ev);
+  return verdict(VerdictStatus::pass, "the gradients were cleared before each of the " + std::to_string(asked) +
+                                          " optimizer steps after the first", ev);
+}
+
+Verdict eval_no_grad(const Trace& trace, const nlohmann::json&) {
+  int evals = 0;
+  std::vector<Evidence> ev;
+  for (const Attempt& a : trace.attempts)
+    for (const Event& e : a.events) {
+      if (!is_probe(e, events::kEvalForward)) continue;
+      ++evals;
+      if (e.flag("grad", false)) {
+        ev.push_back({a.index, e.t, "evaluation at " + view::step_text(e.integer("step")) + " ran with gradients enabled"});
+        return verdict(VerdictStatus::fail, "an evaluation built an autograd graph" + finding_clause(trace, "eval_with_graph"), ev);
+      }
+    }
+  if (evals == 0)
+    return verdict(VerdictStatus::inconclusive,
+                   "no evaluation was seen (the probe sees a forward of the model in eval mode or under no_grad)");
+  return verdict(VerdictStatus::pass, "all " + std::to_string(evals) + " evaluations ran without building a graph", ev);
+}
+
+Verdict effective_batch(const Trace& trace, const nlohmann::json& args) {
+  // Samples per optimizer step: each `samples` event belongs to the `step` event that follows it.
+  struct Counted { int attempt; double t; int64_t step; int64_t samples; };
+  std::vector<Counted> counted;
+  for (const Attempt& a : trace.attempts) {
+    int64_t pending = -1;
+    for (const Event& e : a.events) {
+      if (is_probe(e, events::kSamples)) pending = std::max<int64_t>(pending, 0) + std::max<int64_t>(0, e.integer("count", 0));
+      if (is_probe(e, events::kStep) && pending >= 0) {
+        counted.push_back({a.index, e.t, e.integer("step"), pending});
+        pending = -1;
+      }
+    }
+  }
+  if (counted.empty())
+    return verdict(VerdictStatus::inconclusive,
+                   "no samples were counted per optimizer step: it takes the Python probe (or probe.samples())");
+  int64_t want = args.contains("samples") && args["samples"].is_number() ? args["samples"].get<int64_t>() : counted.front().samples;
+  std::vector<Evidence> ev;
+  ev.push_back({counted.front().attempt, counted.front().t, view::step_text(counted.front().step) + " took " +
+                                                              std::to_string(counted.front().samples) + " samples"});
+  auto ooms = view::ooms_of(trace);
+  int after = 0;
+  for (const Counted& c : counted) {
+    bool past_oom = std::any_of(ooms.begin(), ooms.end(), [&](const view::OomPoint& o) {
+      return o.attempt < c.attempt || (o.attempt == c.attempt && o.t < c.t);
+    });
+    if (!past_oom) continue;
+    ++after;
+    if (c.samples < want) {
+      ev.push_back({c.attempt, c.t, view::step_text(c.step) + " took " + std::to_string(c.samples) + " samples"});
+      return verdict(VerdictStatus::fail, "after the OOM, " + view::step_text(c.step) + " took " + std::to_string(c.samples) +
+                                              " samples per optimizer step instead of " + std::to_string(want) +
+                                              ": halve the micro-batch and accumulate gradients over more of them "
+                                              "(oomharness.recover.BatchHalving) to keep the effective batch", ev);
+    }
+  }
+  if (after == 0)
+    return verdict(VerdictStatus::inconclusive, "no optimizer step completed after the OOM: nothing to compare", ev);
+  return verdict(VerdictStatus::pass, "each of the " + std::to_string(after) + " optimizer steps after the OOM took " +
+                                          std::to_string(want) + " samples or more", ev);
+}
+
+}  // namespace oomh::checks

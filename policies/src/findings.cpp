@@ -1,0 +1,206 @@
+// Findings (findings.h): each rule reads the probe's events and says, in one sentence, what held the memory
+// or what the code did against the advice, with the fix.
+//
+// Note [Which line keeps a leak]
+// A breakdown names, for the tensors that are not parameters, gradients or optimizer state, the user's lines
+// that made them and how many bytes each line's tensors hold (`sites`, docs/events.md). A leak shows as a
+// line whose tensors hold more at each step's end: the breakdowns the probe writes when held memory grew at
+// a step's end (`at: "step"`, Note [The growth breakdown] in probe.py) are compared, first and last, and
+// the line that grew the most is named. It is the line that MADE the kept tensors (a forward, a
+// loss), innermost first with its callers; the line that appends them to a list is not known to the probe.
+//
+// Note [The largest batch that fits]
+// At an OOM, the bytes that grow with the batch are the activations and other live tensors (`other`); the
+// rest (parameters, gradients, optimizer state, workspaces) stays. Per-sample cost is other / batch. An OOM
+// comes in the middle of a step, so that figure is a lower bound: when a peak breakdown of an earlier
+// completed step exists (within 1/16 of the true peak, Note [The peak breakdown] in probe.py) its
+// figures are used instead. The largest batch that fits is (total - fixed) / per-sample; from the lower bound
+// it is capped at half the failed batch, since the failed batch did not fit.
+
+#include "oomharness/policies/findings.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+
+#include "oomharness/events.h"
+#include "oomharness/units.h"
+#include "trace_view.h"
+
+namespace oomh {
+
+namespace {
+
+std::string bytes_text(double b) { return format_bytes(static_cast<uint64_t>(std::max(0.0, b))); }
+
+std::string mib_text(double b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f MiB", b / (1024.0 * 1024.0));
+  return buf;
+}
+
+// The innermost line of a site ("train.py:79 < train.py:119" -> "train.py:79").
+std::string innermost(const std::string& site) { return site.substr(0, site.find(" < ")); }
+
+std::optional<Finding> grads_not_cleared(const Trace& trace) {
+  for (const Attempt& a : trace.attempts) {
+    const Event* first = nullptr;
+    int uncleared = 0, asked = 0;
+    for (const Event& e : a.events) {
+      if (e.src != events::kSrcProbe || e.kind != events::kStep || !e.has("grads_cleared")) continue;
+      ++asked;
+      if (e.flag("grads_cleared", true)) continue;
+      ++uncleared;
+      if (!first) first = &e;
+    }
+    if (!first) continue;
+    std::string site = first->text("site");
+    std::string who = site.empty() ? std::string("optimizer.step()") : site + "'s optimizer.step()";
+    return Finding{"grads_not_cleared",
+                   who + " ran without the gradients being cleared since the previous step (" + std::to_string(uncleared) +
+                       " of " + std::to_string(asked) + " steps, first " + view::step_text(first->integer("step")) +
+                       "): each step adds its gradient to all earlier ones; call optimizer.zero_grad(set_to_none=True) once per optimizer step",
+                   site, a.index, first->t};
+  }
+  return std::nullopt;
+}
+
+std::map<std::string, double> site_bytes(const Event& e) {
+  std::map<std::string, double> out;
+  if (!e.has("sites") || !e.fields["sites"].is_array()) return out;
+  for (const auto& s : e.fields["sites"])
+    if (s.is_object() && s.contains("site") && s["site"].is_string() && s.contains("bytes") && s["bytes"].is_number())
+      out[s["site"].get<std::string>()] += s["bytes"].get<double>();
+  return out;
+}
+
+std::optional<Finding> kept_with_graph(const Trace& trace, const DiagnoseOptions& options) {
+  std::optional<Finding> best;
+  double best_slope = 0;
+  for (const Attempt& a : trace.attempts) {
+    auto growth = view::held_growth(a);
+    if (!growth || growth->slope <= static_cast<double>(options.growth_per_step) || growth->slope <= best_slope) continue;
+    auto ends = view::breakdowns_of(a, "step");
+    std::string site;
+    double grew = 0, held = 0;
+    if (ends.size() >= 2) {  // Note [Which line keeps a leak]
+      auto first = site_bytes(*ends.front()), last = site_bytes(*ends.back());
+      for (const auto& [s, b] : last) {
+        double d = b - (first.count(s) ? first[s] : 0.0);
+        if (d > grew) { grew = d; site = s; held = b; }
+      }
+    }
+    std::string per_step = "+" + mib_text(growth->slope) + " per step over steps " + std::to_string(growth->from) + "-" +
+                           std::to_string(growth->to);
+    std::string sentence =
+        site.empty() ? "tensors stay alive step after step (" + per_step +
+                           ") and no line is known (no step-end breakdowns grew: the probe writes them on the virtual device): "
+                           "look for losses or outputs kept without detach() (a list, a running total) and keep "
+                           "loss.item() or loss.detach() instead"
+                     : "tensors made at " + site + " stay alive step after step (" + per_step + "; " + bytes_text(held) +
+                           " of them at the last step's end): a loss or output kept with its autograd graph keeps every activation "
+                           "of its step; keep loss.item() or out.detach() instead";
+    best = Finding{"kept_with_graph", sentence, innermost(site), a.index, growth->t};
+    best_slope = growth->slope;
+  }
+  return best;
+}
+
+std::optional<Finding> batch_too_large(const Trace& trace) {
+  for (const Attempt& a : trace.attempts) {
+    auto peaks = view::breakdowns_of(a, "peak");
+    for (const Event* e : view::breakdowns_of(a, "oom")) {
+      double allocated = e->number("allocated"), other = e->number("other"), total = e->number("total");
+      int64_t batch = e->integer("batch_size");
+      // A fault injected into a device with room to spare says nothing of the batch: the memory must have
+      // been nearly full (reserved at least 3/4 of it) for the batch to be the cause.
+      if (allocated <= 0 || batch <= 0 || total <= 0 || other < 0.5 * allocated || e->number("reserved") < 0.75 * total)
+        continue;
+      // Note [The largest batch that fits]
+      const Event* full = nullptr;
+      for (const Event* p : peaks)
+        if (p->t < e->t && p->integer("step") < e->integer("step") && p->integer("batch_size") > 0) full = p;
+      const Event& basis = full ? *full : *e;
+      double per_sample = basis.number("other") / static_cast<double>(basis.integer("batch_size"));
+      double fixed = basis.number("parameters") + basis.number("gradients") + basis.number("optimizer_state") +
+                     basis.number("workspace");
+      int64_t fits = per_sample > 0 ? static_cast<int64_t>(std::floor((total - fixed) / per_sample)) : 0;
+      if (!full) fits = std::min<int64_t>(fits, batch / 2);
+      fits = std::max<int64_t>(fits, 0);
+      std::string site;
+      if (e->has("top") && e->fields["top"].is_array() && !e->fields["top"].empty() && e->fields["top"][0].is_object())
+        site = e->fields["top"][0].value("site", std::string());
+      std::string sentence =
+          "at the OOM in " + view::step_text(e->integer("step")) + " (" + e->text("phase", "unknown phase") + ", batch " +
+          std::to_string(batch) + ") activations and other live tensors held " + bytes_text(other) + " of " +
+          bytes_text(allocated) + " allocated" + (site.empty() ? "" : ", most of them made at " + site) + ": " +
+          (full ? "" : "at least ") + mib_text(per_sample) + " per sample, beside " + bytes_text(fixed) +
+          " of parameters, gradients, optimizer state and workspaces; " +
+          (fits > 0 ? "a batch of " + std::to_string(fits) + " fits under the " + bytes_text(total) +
+                          " of memory: use it with " + std::to_string((batch + fits - 1) / fits) +
+                          " gradient-accumulation steps to keep the effective batch of " + std::to_string(batch)
+                    : "not even one sample fits under the " + bytes_text(total) +
+                          " of memory: use activation checkpointing or a smaller model");
+      return Finding{"batch_too_large", sentence, innermost(site), a.index, e->t};
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<Finding> eval_with_graph(const Trace& trace) {
+  const Event* train_mode = nullptr;
+  int train_mode_attempt = 0;
+  for (const Attempt& a : trace.attempts)
+    for (const Event& e : a.events) {
+      if (e.src != events::kSrcProbe || e.kind != events::kEvalForward) continue;
+      std::string site = e.text("site");
+      std::string where = site.empty() ? "the evaluation" : "the evaluation at " + site;
+      if (e.flag("grad", false))
+        return Finding{"eval_with_graph",
+                       where + " (" + view::step_text(e.integer("step")) +
+                           ") ran with gradients enabled: every evaluation forward builds an autograd graph and keeps its "
+                           "activations; run it under `with torch.no_grad():` (or torch.inference_mode()) after model.eval()",
+                       site, a.index, e.t};
+      if (e.flag("training", false) && !train_mode) { train_mode = &e; train_mode_attempt = a.index; }
+    }
+  if (train_mode) {
+    std::string site = train_mode->text("site");
+    return Finding{"eval_with_graph",
+                   (site.empty() ? std::string("the evaluation") : "the evaluation at " + site) +
+                       " ran under no_grad but with the model in train mode: dropout and batch-norm updates stay on; call "
+                       "model.eval() before it and model.train() after",
+                   site, train_mode_attempt, train_mode->t};
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+const std::vector<std::string>& finding_rules() {
+  static const std::vector<std::string> rules = {"grads_not_cleared", "kept_with_graph", "batch_too_large",
+                                                 "eval_with_graph"};
+  return rules;
+}
+
+std::vector<Finding> diagnose(const Trace& trace, const DiagnoseOptions& options) {
+  std::vector<Finding> out;
+  for (auto f : {grads_not_cleared(trace), kept_with_graph(trace, options), batch_too_large(trace), eval_with_graph(trace)})
+    if (f) out.push_back(std::move(*f));
+  return out;
+}
+
+void to_json(nlohmann::json& j, const Finding& f) {
+  j = nlohmann::json{{"rule", f.rule}, {"sentence", f.sentence}, {"attempt", f.attempt}, {"t", f.t}};
+  if (!f.site.empty()) j["site"] = f.site;
+}
+
+void from_json(const nlohmann::json& j, Finding& f) {
+  f.rule = j.value("rule", std::string());
+  f.sentence = j.value("sentence", std::string());
+  f.site = j.value("site", std::string());
+  f.attempt = j.value("attempt", 0);
+  f.t = j.value("t", 0.0);
+}
+
+}  // namespace oomh

@@ -1,0 +1,78 @@
+// The findings and breakdowns of a job in words (explain.h).
+
+#include "oomharness/reports/explain.h"
+
+#include <sstream>
+
+#include "oomharness/units.h"
+
+namespace oomh {
+
+namespace {
+
+uint64_t bytes_of(const nlohmann::json& b, const char* key) {
+  if (!b.is_object() || !b.contains(key) || !b[key].is_number()) return 0;
+  double v = b[key].get<double>();
+  return v > 0 ? static_cast<uint64_t>(v) : 0;
+}
+
+std::string text_of(const nlohmann::json& b, const char* key) {
+  return b.is_object() && b.contains(key) && b[key].is_string() ? b[key].get<std::string>() : std::string();
+}
+
+int64_t int_of(const nlohmann::json& b, const char* key, int64_t fallback = -1) {
+  return b.is_object() && b.contains(key) && b[key].is_number() ? b[key].get<int64_t>() : fallback;
+}
+
+}  // namespace
+
+std::vector<std::string> finding_lines(const JobResult& job) {
+  std::vector<std::string> out;
+  for (const Finding& f : job.findings) out.push_back("finding (" + f.rule + "): " + f.sentence);
+  return out;
+}
+
+std::string breakdown_sentence(const nlohmann::json& b) {
+  std::string at = text_of(b, "at") == "oom" ? "at the OOM" : "at the peak";
+  int64_t step = int_of(b, "step"), batch = int_of(b, "batch_size");
+  std::string where = at + (step >= 0 ? " in step " + std::to_string(step) : std::string()) + " (" +
+                      (text_of(b, "phase").empty() ? std::string("unknown phase") : text_of(b, "phase")) +
+                      (batch > 0 ? ", batch " + std::to_string(batch) : std::string()) + "), " +
+                      attempt_name(static_cast<int>(int_of(b, "attempt", 0)));
+  bool exact = !(b.is_object() && b.contains("exact") && b["exact"].is_boolean() && !b["exact"].get<bool>());
+  return where + ": " + format_bytes(bytes_of(b, "allocated")) + " allocated " + (exact ? "= " : "~ ") + "parameters " +
+         format_bytes(bytes_of(b, "parameters")) + " + gradients " + format_bytes(bytes_of(b, "gradients")) +
+         " + optimizer state " + format_bytes(bytes_of(b, "optimizer_state")) + " + workspaces " +
+         format_bytes(bytes_of(b, "workspace")) + " + other live tensors " + format_bytes(bytes_of(b, "other")) +
+         "; cached but free " + format_bytes(bytes_of(b, "cached_free")) +
+         (bytes_of(b, "total") ? " (of " + format_bytes(bytes_of(b, "total")) + ")" : std::string());
+}
+
+std::vector<std::string> largest_tensor_lines(const nlohmann::json& b, size_t max) {
+  std::vector<std::string> out;
+  if (!b.is_object() || !b.contains("top") || !b["top"].is_array()) return out;
+  for (const auto& t : b["top"]) {
+    if (out.size() >= max) break;
+    std::string site = text_of(t, "site");
+    out.push_back(text_of(t, "shape") + " " + text_of(t, "dtype") + ", " + format_bytes(bytes_of(t, "bytes")) +
+                  (site.empty() ? std::string() : ", made at " + site));
+  }
+  return out;
+}
+
+std::string explain_job(const std::string& suite, const JobResult& job) {
+  std::ostringstream out;
+  out << (suite.empty() ? "" : suite + "::") << job.name << ": " << to_string(job.status);
+  if (!job.message.empty()) out << ": " << job.message;
+  out << "\n";
+  if (job.findings.empty()) out << "  no finding: none of the rules (docs/diagnosis.md) matched this job\n";
+  for (const std::string& line : finding_lines(job)) out << "  " << line << "\n";
+  if (job.breakdowns.is_array())
+    for (const auto& b : job.breakdowns) {
+      out << "  " << breakdown_sentence(b) << "\n";
+      for (const std::string& line : largest_tensor_lines(b)) out << "    " << line << "\n";
+    }
+  return out.str();
+}
+
+}  // namespace oomh

@@ -1,0 +1,242 @@
+// Findings (policies/include/oomharness/policies/findings.h) and the checks for the advice that is about
+// habits (zero_grad, eval_no_grad, effective_batch), on hand-written traces of the probe's events: each
+// rule fires on the trace built to show it, says the line, and stays quiet on a healthy trace.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "oomharness/policies/findings.h"
+#include "oomharness/policies/registry.h"
+#include "trace_builder.h"
+
+namespace oomh {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::TraceBuilder;
+
+constexpr int64_t MiB = 1024 * 1024;
+
+Verdict check(const std::string& name, const Trace& trace, nlohmann::json args = nullptr) {
+  const PolicyInfo* p = find_policy(name);
+  if (!p) {
+    ADD_FAILURE() << "no policy " << name;
+    return {};
+  }
+  EXPECT_FALSE(normalise_args(*p, args).has_value());
+  return evaluate(*p, trace, args);
+}
+
+std::vector<std::string> rules(const Trace& trace) {
+  std::vector<std::string> out;
+  for (const Finding& f : diagnose(trace)) out.push_back(f.rule);
+  return out;
+}
+
+const Finding* find(const std::vector<Finding>& all, const std::string& rule) {
+  for (const Finding& f : all)
+    if (f.rule == rule) return &f;
+  return nullptr;
+}
+
+TraceBuilder& step(TraceBuilder& b, int64_t n, int64_t allocated, nlohmann::json extra = nlohmann::json::object()) {
+  nlohmann::json f = {{"step", n}, {"batch_size", 32}, {"allocated", allocated}};
+  f.update(extra);
+  return b.event("probe", "step", f);
+}
+
+nlohmann::json breakdown(const std::string& at, int64_t step, int64_t batch, int64_t allocated, int64_t other,
+                         int64_t reserved, int64_t total, nlohmann::json sites = nlohmann::json::array()) {
+  int64_t params = (allocated - other) / 2;
+  return {{"at", at},          {"step", step},         {"phase", "forward"},  {"batch_size", batch},
+          {"allocated", allocated}, {"reserved", reserved}, {"total", total},    {"parameters", params},
+          {"gradients", allocated - other - params}, {"optimizer_state", 0}, {"workspace", 0}, {"other", other},
+          {"cached_free", reserved - allocated}, {"exact", true},
+          {"top", {{{"bytes", other / 4}, {"shape", "64x128x1024"}, {"dtype", "float32"}, {"site", "train.py:79 < train.py:119"}}}},
+          {"sites", sites}};
+}
+
+// A healthy run: steps with flat memory, gradients cleared, evaluation under no_grad.
+Trace healthy() {
+  TraceBuilder b;
+  b.attempt();
+  for (int64_t s = 1; s <= 8; ++s) {
+    b.samples(32);
+    step(b, s, 100 * MiB, s > 1 ? nlohmann::json{{"grads_cleared", true}} : nlohmann::json::object());
+  }
+  b.event("probe", "eval_forward", {{"step", 5}, {"grad", false}, {"training", false}, {"site", "train.py:40"}});
+  b.exit(0);
+  return b.build();
+}
+
+TEST(Findings, NoneOnAHealthyRun) {
+  EXPECT_TRUE(diagnose(healthy()).empty());
+  EXPECT_EQ(check("zero_grad", healthy()).status, VerdictStatus::pass);
+  EXPECT_EQ(check("eval_no_grad", healthy()).status, VerdictStatus::pass);
+  EXPECT_EQ(check("memory_stable", healthy()).status, VerdictStatus::pass);
+}
+
+TEST(Findings, GradsNotClearedNamesTheStepLine) {
+  TraceBuilder b;
+  b.attempt();
+  step(b, 1, 100 * MiB);
+  for (int64_t s = 2; s <= 4; ++s) step(b, s, 100 * MiB, {{"grads_cleared", s == 2}, {"site", "train.py:265"}});
+  b.exit(0);
+  auto all = diagnose(b.build());
+  const Finding* f = find(all, "grads_not_cleared");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->site, "train.py:265");
+  EXPECT_THAT(f->sentence, HasSubstr("train.py:265's optimizer.step() ran without the gradients being cleared"));
+  EXPECT_THAT(f->sentence, HasSubstr("2 of 3 steps, first step 3"));
+  Verdict v = check("zero_grad", b.build());
+  EXPECT_EQ(v.status, VerdictStatus::fail);
+  EXPECT_THAT(v.reason, HasSubstr("2 of 3 optimizer steps ran without"));
+  EXPECT_THAT(v.reason, HasSubstr("zero_grad(set_to_none=True)"));
+}
+
+TEST(Findings, ZeroGradInconclusiveWithoutTheProbesAnswer) {
+  TraceBuilder b;
+  b.attempt().step(1).step(2).exit(0);
+  EXPECT_EQ(check("zero_grad", b.build()).status, VerdictStatus::inconclusive);
+}
+
+TEST(Findings, KeptWithGraphNamesTheLineThatGrew) {
+  TraceBuilder b;
+  b.attempt();
+  for (int64_t s = 1; s <= 10; ++s) {
+    step(b, s, 100 * MiB + s * 16 * MiB);
+    if (s >= 2)
+      b.event("probe", "memory_breakdown",
+              breakdown("step", s, 32, 100 * MiB + s * 16 * MiB, s * 16 * MiB, 1024 * MiB, 4096 * MiB,
+                        {{{"site", "train.py:79 < train.py:251"}, {"bytes", s * 16 * MiB}, {"count", s}},
+                         {{"site", "train.py:60"}, {"bytes", 2 * MiB}, {"count", 1}}}));
+  }
+  b.exit(0);
+  auto all = diagnose(b.build());
+  const Finding* f = find(all, "kept_with_graph");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->site, "train.py:79");
+  EXPECT_THAT(f->sentence, HasSubstr("tensors made at train.py:79 < train.py:251 stay alive step after step (+16.00 MiB per step"));
+  Verdict v = check("memory_stable", b.build());
+  EXPECT_EQ(v.status, VerdictStatus::fail);
+  EXPECT_THAT(v.reason, HasSubstr(f->sentence));
+  // Under a looser limit than the growth, the finding does not fire either.
+  EXPECT_TRUE(diagnose(b.build(), {32 * MiB}).empty());
+}
+
+TEST(Findings, BatchTooLargeGivesTheBatchThatFits) {
+  TraceBuilder b;
+  b.attempt();
+  b.oom(1, 64, false);
+  // 400 MiB of memory, 388 reserved, 360 allocated of which 300 activations: >= 4.69 MiB per sample, 60 fixed.
+  b.event("probe", "memory_breakdown", breakdown("oom", 1, 64, 360 * MiB, 300 * MiB, 388 * MiB, 400 * MiB));
+  b.exit(1, true);
+  auto all = diagnose(b.build());
+  const Finding* f = find(all, "batch_too_large");
+  ASSERT_NE(f, nullptr) << ::testing::PrintToString(rules(b.build()));
+  // From the OOM's lower bound: (400 - 60) / 4.69 = 72, capped at half the failed batch.
+  EXPECT_THAT(f->sentence, HasSubstr("at least 4.69 MiB per sample"));
+  EXPECT_THAT(f->sentence, HasSubstr("a batch of 32 fits under the 400.00 MiB of memory: use it with 2 gradient-accumulation steps"));
+  EXPECT_EQ(f->site, "train.py:79");
+}
+
+TEST(Findings, BatchTooLargeUsesAnEarlierPeak) {
+  TraceBuilder b;
+  b.attempt();
+  step(b, 1, 100 * MiB);
+  // Step 1's peak at batch 32: 320 MiB of activations, 10 MiB per sample, 40 fixed; memory 400 MiB.
+  b.event("probe", "memory_breakdown", breakdown("peak", 1, 32, 360 * MiB, 320 * MiB, 390 * MiB, 400 * MiB));
+  b.oom(2, 64, false);
+  b.event("probe", "memory_breakdown", breakdown("oom", 2, 64, 380 * MiB, 340 * MiB, 396 * MiB, 400 * MiB));
+  b.exit(1, true);
+  auto all = diagnose(b.build());
+  const Finding* f = find(all, "batch_too_large");
+  ASSERT_NE(f, nullptr);
+  EXPECT_THAT(f->sentence, HasSubstr(": 10.00 MiB per sample"));
+  EXPECT_THAT(f->sentence, HasSubstr("a batch of 36 fits"));  // (400 - 40) / 10
+}
+
+TEST(Findings, BatchTooLargeNotForAFaultWithRoomToSpare) {
+  TraceBuilder b;
+  b.attempt();
+  b.oom(5, 32, true);
+  // An injected fault: activations dominate, but 4 GiB of memory is barely used.
+  b.event("probe", "memory_breakdown", breakdown("oom", 5, 32, 360 * MiB, 300 * MiB, 400 * MiB, 4096 * MiB));
+  b.exit(0);
+  EXPECT_TRUE(rules(b.build()).empty());
+}
+
+TEST(Findings, EvalWithGraph) {
+  TraceBuilder b;
+  b.attempt().step(1);
+  b.event("probe", "eval_forward", {{"step", 2}, {"grad", true}, {"training", false}, {"site", "train.py:278"}});
+  b.exit(0);
+  auto all = diagnose(b.build());
+  const Finding* f = find(all, "eval_with_graph");
+  ASSERT_NE(f, nullptr);
+  EXPECT_THAT(f->sentence, HasSubstr("the evaluation at train.py:278 (step 2) ran with gradients enabled"));
+  Verdict v = check("eval_no_grad", b.build());
+  EXPECT_EQ(v.status, VerdictStatus::fail);
+  EXPECT_THAT(v.reason, HasSubstr("torch.no_grad()"));
+}
+
+TEST(Findings, EvalInTrainMode) {
+  TraceBuilder b;
+  b.attempt().step(1);
+  b.event("probe", "eval_forward", {{"step", 2}, {"grad", false}, {"training", true}});
+  b.exit(0);
+  auto all = diagnose(b.build());
+  const Finding* f = find(all, "eval_with_graph");
+  ASSERT_NE(f, nullptr);
+  EXPECT_THAT(f->sentence, HasSubstr("with the model in train mode"));
+  // No graph was built: the check passes, the finding still says what to fix.
+  EXPECT_EQ(check("eval_no_grad", b.build()).status, VerdictStatus::pass);
+}
+
+TEST(Findings, EvalNoGradInconclusiveWithoutEvaluation) {
+  TraceBuilder b;
+  b.attempt().step(1).exit(0);
+  EXPECT_EQ(check("eval_no_grad", b.build()).status, VerdictStatus::inconclusive);
+}
+
+TraceBuilder halved(int64_t after) {
+  TraceBuilder b;
+  b.attempt();
+  for (int64_t s = 1; s <= 4; ++s) b.samples(32).step(s, 32);
+  b.oom(5, 32, true);
+  for (int64_t s = 5; s <= 7; ++s) b.samples(after).step(s, 16);
+  b.exit(0);
+  return b;
+}
+
+TEST(EffectiveBatch, FailWhenTheFailedBatchShrinks) {
+  Verdict v = check("effective_batch", halved(16).build());
+  EXPECT_EQ(v.status, VerdictStatus::fail);
+  EXPECT_THAT(v.reason, HasSubstr("step 5 took 16 samples per optimizer step instead of 32"));
+}
+
+TEST(EffectiveBatch, PassWithAccumulation) {
+  Verdict v = check("effective_batch", halved(32).build());
+  EXPECT_EQ(v.status, VerdictStatus::pass) << v.reason;
+  EXPECT_THAT(v.reason, HasSubstr("each of the 3 optimizer steps after the OOM took 32 samples"));
+  EXPECT_EQ(check("effective_batch", halved(32).build(), {{"samples", 64}}).status, VerdictStatus::fail);
+}
+
+TEST(EffectiveBatch, InconclusiveWithoutAnOom) {
+  TraceBuilder b;
+  b.attempt().samples(32).step(1, 32).exit(0);
+  EXPECT_EQ(check("effective_batch", b.build()).status, VerdictStatus::inconclusive);
+}
+
+TEST(Findings, Json) {
+  Finding f{"kept_with_graph", "a sentence", "train.py:79", 1, 2.5};
+  nlohmann::json j = f;
+  EXPECT_EQ(j["site"], "train.py:79");
+  Finding g = j.get<Finding>();
+  EXPECT_EQ(g.rule, f.rule);
+  EXPECT_EQ(g.sentence, f.sentence);
+  EXPECT_EQ(g.attempt, 1);
+}
+
+}  // namespace
+}  // namespace oomh
