@@ -22,6 +22,16 @@ void assign(Options& o, std::string_view name, std::string_view value) {
     if (auto c = parse_cap_counting(value)) o.cap_counts = *c;
     else o.problems.push_back("OOMH_CAP_COUNTS: '" + std::string(value) + "' is not allocations or footprint; caps count allocations");
   }
+  else if (name == "OOMH_RECORD_STEP") {
+    int64_t n = 0;
+    bool ok = !value.empty() && value.size() < 19;
+    for (char c : value) {
+      if (c < '0' || c > '9') { ok = false; break; }
+      n = n * 10 + (c - '0');
+    }
+    if (ok) o.record_step = n;
+    else o.problems.push_back("OOMH_RECORD_STEP: '" + std::string(value) + "' is not a step number; no allocation is recorded");
+  }
   else if (name == "OOMH_CONTROL") { o.control = value; o.has_control = !value.empty(); }
   else if (name == "OOMH_EVENTS") { o.events = value; o.has_events = !value.empty(); }
   else if (name == "OOMH_SHIM_PARENT") { o.shim_parent = value; o.has_shim_parent = !value.empty(); }

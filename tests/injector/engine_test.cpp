@@ -248,6 +248,41 @@ TEST(Engine, RuleFailureWritesAnInjectEvent) {
   EXPECT_EQ(block.get()->events_written.load(), 4u);
 }
 
+// Note [Recording a step's allocations]: the calls of the recorded step, numbered as a rule
+// `step=N,nth=K` counts them, and no other step's.
+TEST(Engine, RecordStepWritesOneAllocEventPerCallOfThatStepNumberedAsNth) {
+  Block block;
+  EventFile events;
+  EngineSetup s = setup(block.get(), events.fd());
+  s.record_step = 2;
+  Engine e(std::move(s));
+  block.get()->step.store(1);
+  EXPECT_TRUE(allocate(e, 0x1, MiB));
+  block.get()->step.store(2);
+  block.get()->phase.store(static_cast<uint32_t>(oomh::Phase::backward));
+  EXPECT_TRUE(allocate(e, 0x2, 2 * MiB));
+  EXPECT_TRUE(allocate(e, 0x3, 3 * MiB, 0, Entry::mem_create));
+  block.get()->step.store(3);
+  EXPECT_TRUE(allocate(e, 0x4, MiB));
+  auto recorded = events.read("alloc");
+  ASSERT_EQ(recorded.size(), 2u);
+  EXPECT_EQ(recorded[0]["fields"]["nth"], 1);
+  EXPECT_EQ(recorded[0]["fields"]["size"], 2 * MiB);
+  EXPECT_EQ(recorded[0]["fields"]["step"], 2);
+  EXPECT_EQ(recorded[0]["fields"]["phase"], "backward");
+  EXPECT_EQ(recorded[0]["fields"]["call"], 2);
+  EXPECT_EQ(recorded[1]["fields"]["nth"], 2);
+  EXPECT_EQ(recorded[1]["fields"]["size"], 3 * MiB);
+
+  // Without OOMH_RECORD_STEP nothing is recorded.
+  Block other;
+  EventFile quiet;
+  Engine off(setup(other.get(), quiet.fd()));
+  other.get()->step.store(2);
+  EXPECT_TRUE(allocate(off, 0x1, MiB));
+  EXPECT_TRUE(quiet.read("alloc").empty());
+}
+
 TEST(Engine, PlanChangesThroughTheControlBlock) {
   Block block;
   EventFile events;

@@ -55,6 +55,17 @@ TEST(Options, BadValues) {
   EXPECT_FALSE(o.active());
 }
 
+TEST(Options, RecordStepIsAStepNumber) {
+  EXPECT_EQ(read({"OOMH_EVENTS=/tmp/x"}).record_step, -1);
+  Options o = read({"OOMH_EVENTS=/tmp/x", "OOMH_RECORD_STEP=12"});
+  EXPECT_EQ(o.record_step, 12);
+  EXPECT_TRUE(o.problems.empty());
+  Options bad = read({"OOMH_EVENTS=/tmp/x", "OOMH_RECORD_STEP=two"});
+  EXPECT_EQ(bad.record_step, -1);
+  ASSERT_EQ(bad.problems.size(), 1u);
+  EXPECT_EQ(bad.problems[0], "OOMH_RECORD_STEP: 'two' is not a step number; no allocation is recorded");
+}
+
 TEST(Options, EveryTableEntryIsKnown) {
   for (const auto& spec : kOptionTable) EXPECT_EQ(closest_option(spec.name), spec.name);
 }
