@@ -32,7 +32,13 @@ std::string counting_note(const BudgetResult& b) {
 
 std::string budget_sentence(const BudgetResult& b) {
   std::ostringstream o;
-  if (!b.need) {
+  if (b.batch_cap) {
+    if (!b.batch) o << "no batch completes under " << format_bytes(*b.batch_cap) << ", not even the smallest tried";
+    else
+      o << "largest batch under " << format_bytes(*b.batch_cap) << ": " << *b.batch
+        << (*b.batch == b.batch_limit ? " (the largest tried, --max-batch)" : " (batch " + std::to_string(*b.batch + 1) + " does not complete)")
+        << ", counting " << b.counting;
+  } else if (!b.need) {
     o << "no cap tried was enough: the job did not complete even at " << cap_text(b.runs.empty() ? std::nullopt : b.runs.back().cap);
   } else {
     o << "needs " << format_bytes(*b.need) << " (more than " << format_bytes(b.low) << ", to "
@@ -45,17 +51,17 @@ std::string budget_sentence(const BudgetResult& b) {
 std::string render_budget_text(const BudgetResult& b) {
   std::ostringstream o;
   o << "Budget of " << b.job << ":\n";
-  o << "  run  cap             outcome                        peak held\n";
+  o << "  run  cap             batch    outcome                        peak held\n";
   for (size_t i = 0; i < b.runs.size(); ++i) {
     const BudgetRun& r = b.runs[i];
-    char line[200];
+    char line[240];
     const std::string outcome = r.completed ? "completed" : std::string("not completed (") + to_string(r.status) + ")";
-    std::snprintf(line, sizeof line, "  %-4zu %-15s %-30s %s\n", i + 1, cap_text(r.cap).c_str(), outcome.c_str(),
-                  format_bytes(r.peak).c_str());
+    std::snprintf(line, sizeof line, "  %-4zu %-15s %-8s %-30s %s\n", i + 1, cap_text(r.cap).c_str(),
+                  r.batch ? std::to_string(*r.batch).c_str() : "-", outcome.c_str(), format_bytes(r.peak).c_str());
     o << line;
   }
   o << budget_sentence(b) << "\n";
-  if (b.need) {
+  if (b.need && !b.batch_cap) {
     o << "Fits on (" << b.counting << " counted):\n";
     for (int gib : kFitsOnGiB) {
       const uint64_t size = static_cast<uint64_t>(gib) << 30;
@@ -88,6 +94,7 @@ std::string render_budget_json(const BudgetResult& b) {
   nlohmann::json runs = nlohmann::json::array();
   for (const auto& r : b.runs)
     runs.push_back({{"cap", r.cap ? nlohmann::json(*r.cap) : nlohmann::json(nullptr)},
+                    {"batch", r.batch ? nlohmann::json(*r.batch) : nlohmann::json(nullptr)},
                     {"completed", r.completed},
                     {"status", to_string(r.status)},
                     {"message", r.message},
@@ -95,12 +102,15 @@ std::string render_budget_json(const BudgetResult& b) {
                     {"seconds", r.seconds}});
   j["runs"] = std::move(runs);
   nlohmann::json fits = nlohmann::json::array();
-  if (b.need)
+  if (b.need && !b.batch_cap)
     for (int gib : kFitsOnGiB) {
       const uint64_t size = static_cast<uint64_t>(gib) << 30;
       fits.push_back({{"gib", gib}, {"fits", size >= *b.need}, {"headroom", size >= *b.need ? int64_t(size - *b.need) : -int64_t(*b.need - size)}});
     }
   j["fits_on"] = std::move(fits);
+  j["batch_cap"] = b.batch_cap ? nlohmann::json(*b.batch_cap) : nlohmann::json(nullptr);
+  j["batch"] = b.batch ? nlohmann::json(*b.batch) : nlohmann::json(nullptr);
+  j["batch_limit"] = b.batch_limit;
   return j.dump(2) + "\n";
 }
 

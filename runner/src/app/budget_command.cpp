@@ -9,6 +9,12 @@
 // low) / tolerance)) runs, within issue 16's bound of ceil(log2(range / tolerance)) + 2. A job whose
 // memory use depends on the cap (it reads mem_get_info and sizes its batch to it) makes the answer the
 // smallest cap where that adaptation still completes, which is the question asked.
+//
+// Note [Budget of a batch]
+// With `{batch}` in the command and --batch-under CAP, every run is under CAP and the search is over the
+// batch written into the command: batch 1 must complete (else no batch does), --max-batch + 1 is assumed not
+// to, and bisection between them finds the largest that completes in ceil(log2(max_batch)) + 1 runs at
+// most. It assumes what makes a batch size worth searching: a batch that fits, every smaller one fits too.
 
 #include <cmath>
 #include <filesystem>
@@ -63,15 +69,44 @@ ExitCode command_budget(const BudgetArgs& args, std::ostream& out, std::ostream&
       return ExitCode::usage_error;
     }
   }
-  std::optional<JobSpec> base = job_from_exec_args(args.exec, "budget", err);
-  if (!base) return ExitCode::usage_error;
-  if (base->expect.empty()) {
-    if (!base->target_step) {
-      err << "oomharness budget: say what completing means: --target-step N (the job must reach step N), or "
-             "--expect checks\n";
+  // Note [Budget of a batch]: with `{batch}` in the command and --batch-under CAP, the search is over the
+  // batch instead: the largest that completes under CAP, by bisection between 1 and --max-batch.
+  bool placeholder = false;
+  for (const auto& a : args.exec.command) placeholder = placeholder || a.find("{batch}") != std::string::npos;
+  if (placeholder != !args.batch_under.empty()) {
+    err << "oomharness budget: "
+        << (placeholder ? "the command has {batch}: give --batch-under CAP, the cap the largest batch must fit under"
+                        : "--batch-under needs {batch} in the command, where the batch size goes (--batch-size {batch})")
+        << "\n";
+    return ExitCode::usage_error;
+  }
+  std::optional<uint64_t> batch_cap;
+  if (placeholder) {
+    ParseResult c = parse_bytes(args.batch_under);
+    if (!c || *c.value < 1) {
+      err << "oomharness budget: bad --batch-under: " << (c ? "it must be more than 0" : c.error) << "\n";
       return ExitCode::usage_error;
     }
-    base->expect.push_back(std::move(*parse_expect_spec("completes").value));
+    batch_cap = static_cast<uint64_t>(*c.value);
+  }
+  // The job for one run: exec's flags, with the batch written into the command.
+  auto make_job = [&](std::optional<int64_t> batch) -> std::optional<JobSpec> {
+    ExecArgs e = args.exec;
+    if (batch)
+      for (auto& a : e.command)
+        for (size_t at = a.find("{batch}"); at != std::string::npos; at = a.find("{batch}", at))
+          a.replace(at, 7, std::to_string(*batch));
+    std::optional<JobSpec> job = job_from_exec_args(e, "budget", err);
+    if (job && job->expect.empty() && job->target_step)
+      job->expect.push_back(std::move(*parse_expect_spec("completes").value));
+    return job;
+  };
+  std::optional<JobSpec> base = make_job(batch_cap ? std::optional<int64_t>(1) : std::nullopt);
+  if (!base) return ExitCode::usage_error;
+  if (base->expect.empty()) {
+    err << "oomharness budget: say what completing means: --target-step N (the job must reach step N), or "
+           "--expect checks\n";
+    return ExitCode::usage_error;
   }
 
   BudgetResult result;
@@ -88,10 +123,13 @@ ExitCode command_budget(const BudgetArgs& args, std::ostream& out, std::ostream&
   run.command_line = args.exec.command_line;
   run.verbosity = -1;
   run.quiet_reports = true;
-  auto run_at = [&](std::optional<uint64_t> cap) -> std::optional<BudgetRun> {
-    JobSpec job = *base;
+  auto run_at = [&](std::optional<uint64_t> cap, std::optional<int64_t> batch = std::nullopt) -> std::optional<BudgetRun> {
+    std::optional<JobSpec> made = batch ? make_job(batch) : base;
+    if (!made) return std::nullopt;
+    JobSpec job = std::move(*made);
     job.memory.limit = cap;
-    job.name = base->name + "-" + (cap ? "cap-" + std::to_string(*cap) : std::string("uncapped"));
+    job.name = base->name + "-" + (cap ? "cap-" + std::to_string(*cap) : std::string("uncapped")) +
+               (batch ? "-batch-" + std::to_string(*batch) : std::string());
     Suite suite;
     suite.name = "budget";
     suite.file = "<command line>";
@@ -109,6 +147,7 @@ ExitCode command_budget(const BudgetArgs& args, std::ostream& out, std::ostream&
     result.virtual_device = result.virtual_device || jr.virtual_device.has_value();
     BudgetRun r;
     r.cap = cap;
+    r.batch = batch;
     r.status = jr.status;
     r.completed = jr.status == JobStatus::passed;
     r.message = jr.message;
@@ -117,6 +156,32 @@ ExitCode command_budget(const BudgetArgs& args, std::ostream& out, std::ostream&
     result.runs.push_back(r);
     return r;
   };
+
+  if (batch_cap) {
+    // Note [Budget of a batch]: batch 1 must complete; --max-batch + 1 is assumed not to.
+    result.batch_cap = batch_cap;
+    result.batch_limit = args.max_batch;
+    result.run_bound = static_cast<int>(std::ceil(std::log2(static_cast<double>(args.max_batch)))) + 2;
+    auto first = run_at(batch_cap, 1);
+    if (!first) return ExitCode::internal_error;
+    int64_t lo = 0, hi = args.max_batch + 1;
+    if (first->completed) lo = 1;
+    else hi = 1;
+    while (hi - lo > 1) {
+      int64_t mid = lo + (hi - lo) / 2;
+      auto r = run_at(batch_cap, mid);
+      if (!r) return ExitCode::internal_error;
+      if (r->completed) lo = mid;
+      else hi = mid;
+    }
+    if (lo >= 1) result.batch = lo;
+    const std::string path = (fs::path(args.exec.out_dir) / "budget.json").string();
+    auto written = write_file_atomic(path, render_budget_json(result));
+    if (!written) err << "oomharness: " << written.error() << "\n";
+    out << "\n" << render_budget_text(result) << "Budget: " << path << "\n";
+    if (!written) return ExitCode::internal_error;
+    return result.batch ? ExitCode::ok : ExitCode::tests_failed;
+  }
 
   // Note [Budget bisection]: the first run finds (or checks) a cap that is enough.
   auto first = run_at(high);

@@ -176,6 +176,10 @@ int parse_and_run(std::vector<std::string> args) {
   budget->add_option("--low", budget_args.low, "The smallest cap to consider (default 0)");
   budget->add_option("--high", budget_args.high, "A cap the job completes in (default: its peak in an uncapped run)");
   budget->add_option("--tolerance", budget_args.tolerance, "Stop when the bounds are this close (default 1MiB)");
+  budget->add_option("--batch-under", budget_args.batch_under,
+                     "Instead: the largest batch that completes under this cap; the command says where with {batch}");
+  budget->add_option("--max-batch", budget_args.max_batch, "With --batch-under: the largest batch tried (default 4096)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   budget->footer(kFooter);
 
   std::vector<std::string> validate_suites;

@@ -94,6 +94,8 @@ struct BudgetArgs {
   std::string low = "0";              // --low: the smallest cap tried
   std::string high;                   // --high: a cap the job fits in (default: the golden run's peak)
   std::string tolerance = "1MiB";     // --tolerance
+  std::string batch_under;            // --batch-under CAP: the largest {batch} in the command that completes under CAP
+  int64_t max_batch = 4096;           // --max-batch: the largest batch considered
 };
 
 struct CompareArgs {

@@ -124,8 +124,10 @@ ExitCode command_sweep(const SweepArgs& args, std::ostream& out, std::ostream& e
     return ExitCode::internal_error;
   const JobResult& golden_result = golden_capture.run.suites[0].jobs[0];
   if (golden_result.status != JobStatus::passed) {
-    err << "oomharness sweep: the golden run (no fault) did not pass, so no site can be judged: "
-        << golden_result.message << " (" << golden_run.out_dir << "/results.json)\n";
+    err << "oomharness sweep: the golden run (no fault) " << (golden_result.status == JobStatus::inconclusive ? "was inconclusive" : "did not pass")
+        << ", so no site can be judged: " << golden_result.message << " (" << golden_run.out_dir
+        << "/results.json). Every run of a sweep, the golden one too, is judged by the job's checks plus no_hang "
+           "and memory_stable (which needs at least 5 steps)\n";
     return ExitCode::tests_failed;
   }
   std::vector<RecordedCall> calls = recorded_calls(golden_capture.outcomes[0].trace, args.step);

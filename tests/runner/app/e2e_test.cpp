@@ -996,6 +996,12 @@ TEST_F(E2E, SweepRejectsBadInputBeforeAnythingRuns) {
   EXPECT_EQ(no_command.code, 4);
   EXPECT_NE(no_command.err.find("oomharness sweep: no command given"), std::string::npos) << no_command.err;
   EXPECT_FALSE(fs::exists(out / "golden")) << "a run started despite bad input";
+  // A golden run that does not pass its checks leaves nothing to judge the sites by: said, exit 1.
+  Result failing = run({bin, "sweep", "--simulate", "--step", "1", "--target-step", "2", "--expect", "exit=3", "--out",
+                        out.string(), "--", "true"},
+                       dir_, dir_);
+  EXPECT_EQ(failing.code, 1) << failing.out << failing.err;
+  EXPECT_NE(failing.err.find("the golden run (no fault) "), std::string::npos) << failing.err;
 }
 
 TEST_F(E2E, BudgetBisectsTheCapWithinItsRunBound) {
@@ -1037,6 +1043,39 @@ TEST_F(E2E, BudgetBisectsTheCapWithinItsRunBound) {
   EXPECT_NE(r.out.find("141 GiB  yes"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("Counting allocations"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("CPU driver double"), std::string::npos) << r.out;
+
+  // {batch}: the largest batch that completes under a cap. Each sample holds 64 KiB twice (activations
+  // and gradients) beside 64 KiB of parameters and the optimizer's 64 KiB: batch 6 needs 896 KiB.
+  fs::path batch_out = dir_ / "batch";
+  Result batch = run({bin, "budget", "--simulate", "--target-step", "3", "--batch-under", "960KiB", "--max-batch", "64",
+                      "--out", batch_out.string(), "--", trainer, "--steps", "3", "--batch-size", "{batch}",
+                      "--bytes-per-sample", "65536", "--recovery", "none"},
+                     dir_, dir_);
+  EXPECT_EQ(batch.code, 0) << batch.out << batch.err;
+  nlohmann::json by_batch = load_json(batch_out / "budget.json");
+  ASSERT_FALSE(by_batch.is_discarded());
+  ASSERT_TRUE(by_batch["batch"].is_number()) << by_batch.dump(2);
+  const int64_t largest = by_batch["batch"];
+  EXPECT_EQ(largest, 6) << by_batch.dump(2);
+  EXPECT_LE(by_batch["runs"].size(), by_batch["run_bound"].get<size_t>());
+  bool saw_next = false;
+  for (const auto& run_ : by_batch["runs"]) {
+    EXPECT_EQ(run_["cap"], 960 << 10);
+    const int64_t b = run_["batch"];
+    EXPECT_EQ(run_["completed"].get<bool>(), b <= largest) << run_.dump();
+    saw_next = saw_next || b == largest + 1;
+  }
+  EXPECT_TRUE(saw_next) << "the answer is not bracketed: " << by_batch.dump(2);
+  EXPECT_NE(batch.out.find("largest batch under 960.00 KiB: 6 (batch 7 does not complete)"), std::string::npos)
+      << batch.out;
+  Result no_placeholder = run({bin, "budget", "--simulate", "--target-step", "3", "--batch-under", "1MiB", "--", trainer},
+                              dir_, dir_);
+  EXPECT_EQ(no_placeholder.code, 4);
+  EXPECT_NE(no_placeholder.err.find("needs {batch} in the command"), std::string::npos) << no_placeholder.err;
+  Result no_cap = run({bin, "budget", "--simulate", "--target-step", "3", "--", trainer, "--batch-size", "{batch}"},
+                      dir_, dir_);
+  EXPECT_EQ(no_cap.code, 4);
+  EXPECT_NE(no_cap.err.find("give --batch-under CAP"), std::string::npos) << no_cap.err;
 
   Result bad = run({bin, "budget", "--simulate", "--target-step", "3", "--tolerance", "0", "--out", out.string(), "--",
                     trainer},

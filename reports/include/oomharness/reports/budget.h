@@ -17,6 +17,7 @@ inline constexpr int kBudgetSchemaVersion = 1;
 
 struct BudgetRun {
   std::optional<uint64_t> cap;    // unset: the uncapped run that measured the peak
+  std::optional<int64_t> batch;   // the {batch} of a batch search
   bool completed = false;         // the job passed its checks under this cap
   JobStatus status = JobStatus::passed;
   std::string message;
@@ -36,6 +37,11 @@ struct BudgetResult {
   std::optional<uint64_t> need;   // the smallest cap known to be enough; unset when none was found
   int run_bound = 0;              // ceil(log2(range / tolerance)) + 2
   std::vector<BudgetRun> runs;
+  // A batch search (--batch-under): the cap every run had, and the largest batch that completed under it
+  // (unset when not even the smallest did); `batch_limit` is the largest batch considered.
+  std::optional<uint64_t> batch_cap;
+  std::optional<int64_t> batch;
+  int64_t batch_limit = 0;
 };
 
 // Common GPU sizes of the "fits on" table, in GiB.
