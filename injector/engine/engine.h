@@ -95,7 +95,7 @@ struct EngineSetup {
   std::string plan_error;               // why OOMH_PLAN or OOMH_CAP was rejected; empty: accepted (Note [Armed record])
   std::vector<CapEntry> option_caps;    // OOMH_CAP, applied before the plan's caps
   CapCounting cap_counts = CapCounting::allocations;  // OOMH_CAP_COUNTS; a plan's cap_counts wins
-  int64_t record_step = -1;             // OOMH_RECORD_STEP: an alloc event per allocation call in this step; -1: none
+  int64_t record_from = -1, record_to = -1;  // OOMH_RECORD_STEP: an alloc event per allocation call in these steps; -1: none
   FootprintProbe footprint_probe = nullptr;           // needed for CapCounting::footprint
   int rank = 0;                         // RANK (0 when unset)
   int local_rank = 0;                   // LOCAL_RANK (0 when unset)
@@ -201,11 +201,14 @@ class Engine {
   void set_footprint_overhead(int device, uint64_t bytes) noexcept;
   void emit(events::EventLine& line) noexcept;
   // Note [Recording a step's allocations]
-  // `oomharness sweep` first runs the job once without faults, with OOMH_RECORD_STEP=N: every allocation
-  // call the shim sees while the probe says step N is written as an `alloc` event, numbered by `nth`, this
-  // process's count of such calls. A rule `step=N,nth=K` counts the same calls the same way (Note [Rule
-  // semantics]), so the Kth recorded call of a deterministic job is the call that rule fails. Off (the
-  // default) it costs one compare per call; on, one event line per call of that step only.
+  // `oomharness sweep` first runs the job once without faults, with OOMH_RECORD_STEP=N (or A..B): every
+  // allocation call the shim sees while the probe says step N is written as an `alloc` event, numbered by
+  // `nth`, this process's count of such calls in that step (the count starts again when the step changes).
+  // A rule `step=N,nth=K` counts the same calls the same way (Note [Rule semantics]), so the Kth recorded
+  // call of step N of a deterministic job is the call that rule fails. Two threads allocating as the step
+  // changes may number one call in the old count; a training step's calls come after the probe's step
+  // mark, so this does not arise in the loops the sweep targets. Off (the default) it costs one compare
+  // per call; on, one event line per call of those steps only.
   void report_alloc(const char* symbol, uint64_t size, int device, int64_t step, Phase phase, uint64_t call) noexcept;
   double process_elapsed() const noexcept;
   double job_elapsed() const noexcept;
@@ -233,8 +236,10 @@ class Engine {
   std::atomic<uint32_t> used_devices_{0};
   std::atomic<uint32_t> physical_known_{0};
   std::atomic<uint64_t> inject_events_{0};
-  int64_t record_step_;                     // Note [Recording a step's allocations]; -1: none
-  std::atomic<uint64_t> recorded_{0};       // alloc events numbered so far (their `nth`)
+  int64_t record_from_, record_to_;         // Note [Recording a step's allocations]; -1: none
+  std::atomic<int64_t> recorded_step_{-1};  // the step whose calls recorded_ numbers
+  std::atomic<uint64_t> recorded_{0};       // calls of that step recorded so far (their `nth`)
+  std::atomic<uint64_t> recorded_total_{0}; // alloc events of the process (kRecordEventLimit)
   std::atomic<uint64_t> dropped_events_{0};
   std::atomic<bool> finished_{false};
   std::string plan_error_;                  // Note [Armed record]

@@ -1,5 +1,7 @@
 #include "oomharness/reports/sweep.h"
 
+#include "text.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <sstream>
@@ -15,6 +17,12 @@ bool check_failed(const JobResult& job, const char* policy) {
 }
 
 bool survived(const SweepCase& c) { return c.outcome == "recovered" || c.outcome == "absorbed"; }
+
+std::string steps_words(const SweepResult& sweep) {
+  std::string out = sweep.steps.size() == 1 ? "step " : "steps ";
+  for (size_t i = 0; i < sweep.steps.size(); ++i) out += (i ? ", " : "") + std::to_string(sweep.steps[i]);
+  return out;
+}
 
 std::string site_words(const SweepSite& s) {
   return "site " + std::to_string(s.index) + " (" + s.phase + ", " + s.size_class + ")";
@@ -53,7 +61,7 @@ std::string sweep_outcome(const JobResult& job) {
 std::string sweep_sentence(const SweepResult& sweep) {
   std::ostringstream o;
   const size_t n = sweep.sites.size();
-  o << n << (n == 1 ? " site" : " sites") << " in step " << sweep.step << "; survived " << sweep.survived();
+  o << n << (n == 1 ? " site" : " sites") << " in " << steps_words(sweep) << "; survived " << sweep.survived();
   std::vector<std::string> lost;
   for (const auto& s : sweep.sites) {
     std::vector<std::string> how;
@@ -80,13 +88,13 @@ std::string render_sweep_text(const SweepResult& sweep, bool color) {
     for (const auto& c : s.cases)
       if (std::find(modes.begin(), modes.end(), c.mode) == modes.end()) modes.push_back(c.mode);
   std::ostringstream o;
-  o << "Sweep of step " << sweep.step << ": " << sweep.calls_recorded << " allocation calls in the golden run, "
+  o << "Sweep of " << steps_words(sweep) << ": " << sweep.calls_recorded << " allocation calls in the golden run, "
     << sweep.sites.size() << " sites" << (sweep.simulated ? " (simulated device)" : "") << "\n";
-  o << pad("site", 6) << pad("phase", 11) << pad("entry", 16) << pad("size", 24) << pad("nth", 6) << pad("calls", 7);
+  o << pad("site", 6) << pad("step", 6) << pad("phase", 11) << pad("entry", 16) << pad("size", 24) << pad("nth", 6) << pad("calls", 7);
   for (const auto& m : modes) o << pad(m, 13);
   o << "\n";
   for (const auto& s : sweep.sites) {
-    o << pad(std::to_string(s.site.index), 6) << pad(s.site.phase, 11) << pad(s.site.entry, 16)
+    o << pad(std::to_string(s.site.index), 6) << pad(std::to_string(s.site.step), 6) << pad(s.site.phase, 11) << pad(s.site.entry, 16)
       << pad(s.site.size_class, 24) << pad(std::to_string(s.site.nth), 6) << pad(std::to_string(s.site.calls), 7);
     for (const auto& m : modes) {
       auto c = std::find_if(s.cases.begin(), s.cases.end(), [&](const SweepCase& x) { return x.mode == m; });
@@ -116,6 +124,52 @@ std::string render_sweep_text(const SweepResult& sweep, bool color) {
   return o.str();
 }
 
+std::string render_sweep_html(const SweepResult& sweep, const std::string& report) {
+  using text::seconds;
+  using text::xml_escape;
+  std::vector<std::string> modes;
+  for (const auto& s : sweep.sites)
+    for (const auto& c : s.cases)
+      if (std::find(modes.begin(), modes.end(), c.mode) == modes.end()) modes.push_back(c.mode);
+  const bool all = sweep.survived() == static_cast<int>(sweep.sites.size()) && !sweep.sites.empty();
+  std::ostringstream o;
+  o << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>oomharness sweep: "
+    << xml_escape(sweep.job) << "</title>\n<style>"
+    << "body{font-family:system-ui,sans-serif;margin:2em;color:#222}"
+    << "table{border-collapse:collapse}th,td{border:1px solid #ccc;padding:.3em .6em;text-align:left}"
+    << "th{background:#f3f3f3}td.n{text-align:right}.ok{background:#e6f4e6}.bad{background:#fbe3e3}"
+    << ".headline{font-size:1.1em;padding:.5em;border-radius:4px}.h-ok{background:#e6f4e6}.h-fail{background:#fbe3e3}"
+    << "code{background:#f6f6f6;padding:0 .2em}.muted{color:#777}"
+    << "</style>\n</head>\n<body>\n<h1>Sweep of " << xml_escape(sweep.job) << ", " << steps_words(sweep) << "</h1>\n";
+  o << "<p class=\"headline " << (all ? "h-ok" : "h-fail") << "\">" << xml_escape(sweep_sentence(sweep)) << "</p>\n";
+  o << "<p class=\"muted\">" << sweep.calls_recorded << " allocation calls in the golden run ("
+    << xml_escape(seconds(sweep.golden_seconds, 2)) << " s); the faulted runs took " << xml_escape(seconds(sweep.sweep_seconds, 2))
+    << " s with --jobs " << sweep.jobs << (sweep.simulated ? ". Simulated device: no GPU ran these jobs." : ".")
+    << "</p>\n<table>\n<tr><th>site</th><th>step</th><th>phase</th><th>entry</th><th>size</th><th>nth</th><th>calls</th>";
+  for (const auto& m : modes) o << "<th>" << xml_escape(m) << "</th>";
+  o << "</tr>\n";
+  for (const auto& s : sweep.sites) {
+    o << "<tr><td class=\"n\">" << s.site.index << "</td><td class=\"n\">" << s.site.step << "</td><td>" << xml_escape(s.site.phase) << "</td><td>"
+      << xml_escape(s.site.entry) << "</td><td>" << xml_escape(s.site.size_class) << "</td><td class=\"n\">"
+      << s.site.nth << "</td><td class=\"n\">" << s.site.calls << "</td>";
+    for (const auto& m : modes) {
+      auto c = std::find_if(s.cases.begin(), s.cases.end(), [&](const SweepCase& x) { return x.mode == m; });
+      if (c == s.cases.end()) {
+        o << "<td>-</td>";
+        continue;
+      }
+      o << "<td class=\"" << (survived(*c) ? "ok" : "bad") << "\" title=\"" << xml_escape(c->message) << "\">";
+      if (!report.empty()) o << "<a href=\"" << xml_escape(report) << "\">" << xml_escape(c->outcome) << "</a>";
+      else o << xml_escape(c->outcome);
+      if (!survived(*c)) o << "<br><code>--fault " << xml_escape(c->fault) << "</code>";
+      o << "</td>";
+    }
+    o << "</tr>\n";
+  }
+  o << "</table>\n</body>\n</html>\n";
+  return o.str();
+}
+
 void to_json(nlohmann::json& j, const SweepSite& v) {
   j = {{"index", v.index},   {"step", v.step}, {"phase", v.phase}, {"entry", v.entry},  {"size", v.size},
        {"size_class", v.size_class}, {"nth", v.nth}, {"calls", v.calls}};
@@ -132,7 +186,7 @@ std::string render_sweep_json(const SweepResult& sweep) {
   j["schema_version"] = sweep.schema_version;
   j["job"] = sweep.job;
   j["command"] = sweep.command;
-  j["step"] = sweep.step;
+  j["steps"] = sweep.steps;
   j["calls_recorded"] = sweep.calls_recorded;
   j["golden_seconds"] = sweep.golden_seconds;
   j["sweep_seconds"] = sweep.sweep_seconds;

@@ -254,7 +254,7 @@ TEST(Engine, RecordStepWritesOneAllocEventPerCallOfThatStepNumberedAsNth) {
   Block block;
   EventFile events;
   EngineSetup s = setup(block.get(), events.fd());
-  s.record_step = 2;
+  s.record_from = s.record_to = 2;
   Engine e(std::move(s));
   block.get()->step.store(1);
   EXPECT_TRUE(allocate(e, 0x1, MiB));
@@ -273,6 +273,23 @@ TEST(Engine, RecordStepWritesOneAllocEventPerCallOfThatStepNumberedAsNth) {
   EXPECT_EQ(recorded[0]["fields"]["call"], 2);
   EXPECT_EQ(recorded[1]["fields"]["nth"], 2);
   EXPECT_EQ(recorded[1]["fields"]["size"], 3 * MiB);
+
+  // A range: each step's calls numbered from 1.
+  Block ranged;
+  EventFile both;
+  EngineSetup r = setup(ranged.get(), both.fd());
+  r.record_from = 2;
+  r.record_to = 3;
+  Engine two(std::move(r));
+  for (int64_t step : {2, 2, 3, 3, 3, 4}) {
+    ranged.get()->step.store(step);
+    EXPECT_TRUE(allocate(two, static_cast<uint64_t>(0x100 + step * 10 + both.read("alloc").size()), MiB));
+  }
+  auto per_step = both.read("alloc");
+  ASSERT_EQ(per_step.size(), 5u);
+  std::vector<std::pair<int64_t, int64_t>> seen;
+  for (const auto& a : per_step) seen.emplace_back(a["fields"]["step"], a["fields"]["nth"]);
+  EXPECT_EQ(seen, (std::vector<std::pair<int64_t, int64_t>>{{2, 1}, {2, 2}, {3, 1}, {3, 2}, {3, 3}}));
 
   // Without OOMH_RECORD_STEP nothing is recorded.
   Block other;

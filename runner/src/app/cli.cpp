@@ -156,8 +156,7 @@ int parse_and_run(std::vector<std::string> args) {
       "sweep", "Fail every allocation site of a step, transiently and persistently: oomharness sweep --step N [flags] -- CMD ARGS...");
   Verbosity sweep_verbosity;
   add_job_flags(sweep, sweep_args.exec, sweep_verbosity, false);
-  sweep->add_option("--step", sweep_args.step, "The training step whose allocation sites are swept (required)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  sweep->add_option("--step", sweep_args.steps, "The training step whose allocation sites are swept: 3, 2,5 or 2..4 (required)");
   sweep->add_option("-j,--jobs", sweep_args.jobs, "How many faulted runs run at once (default 1)")
       ->check(CLI::Range(1, 4096));
   sweep->add_option("--threads-per-job", sweep_args.threads_per_job,

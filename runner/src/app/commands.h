@@ -81,7 +81,7 @@ struct ExecArgs {
 // `oomharness sweep`: exec's flags describe the job; these, the sweep (docs/sweep.md).
 struct SweepArgs {
   ExecArgs exec;
-  int64_t step = 0;                   // --step: the step whose allocation sites are swept (required)
+  std::string steps;                  // --step: the steps whose allocation sites are swept: 3, 2,5 or 2..4 (required)
   int jobs = 1;                       // -j: faulted runs at once
   std::string threads_per_job = "auto";
   int transient_times = 2;            // --transient-times: failures in a row of a transient fault

@@ -43,8 +43,14 @@ bool add_sweep_checks(JobSpec& job, std::ostream& err) {
 }  // namespace
 
 ExitCode command_sweep(const SweepArgs& args, std::ostream& out, std::ostream& err) {
-  if (args.step < 1) {
-    err << "oomharness sweep: --step is required: the training step whose allocations are swept (from 1)\n";
+  if (args.steps.empty()) {
+    err << "oomharness sweep: --step is required: the training step whose allocation sites are swept (from 1; "
+           "several: 2,5 or 2..4)\n";
+    return ExitCode::usage_error;
+  }
+  std::vector<int64_t> steps;
+  if (std::string problem = parse_sweep_steps(args.steps, steps); !problem.empty()) {
+    err << "oomharness sweep: bad --step '" << args.steps << "': " << problem << "\n";
     return ExitCode::usage_error;
   }
   if (!args.exec.faults.empty()) {
@@ -85,8 +91,8 @@ ExitCode command_sweep(const SweepArgs& args, std::ostream& out, std::ostream& e
     auto completes = parse_expect_spec("completes");
     base->expect.push_back(std::move(*completes.value));
   }
-  if (base->target_step && *base->target_step < args.step) {
-    err << "oomharness sweep: --step " << args.step << " is after --target-step " << *base->target_step
+  if (base->target_step && *base->target_step < steps.back()) {
+    err << "oomharness sweep: --step " << steps.back() << " is after --target-step " << *base->target_step
         << ": the job never runs it\n";
     return ExitCode::usage_error;
   }
@@ -103,8 +109,10 @@ ExitCode command_sweep(const SweepArgs& args, std::ostream& out, std::ostream& e
   // faulted step is: the same calls reach the driver in both).
   JobSpec golden = *base;
   golden.name = base->name + "-golden";
-  golden.env["OOMH_RECORD_STEP"] = std::to_string(args.step);
-  if (base->flush_steps().empty()) golden.env["OOMH_FLUSH_AT_STEPS"] = std::to_string(args.step);
+  std::string steps_text;
+  for (int64_t s : steps) steps_text += (steps_text.empty() ? "" : ",") + std::to_string(s);
+  golden.env["OOMH_RECORD_STEP"] = std::to_string(steps.front()) + ".." + std::to_string(steps.back());
+  if (base->flush_steps().empty()) golden.env["OOMH_FLUSH_AT_STEPS"] = steps_text;
   Suite golden_suite;
   golden_suite.name = "sweep";
   golden_suite.file = "<command line>";
@@ -114,7 +122,7 @@ ExitCode command_sweep(const SweepArgs& args, std::ostream& out, std::ostream& e
   RunArgs golden_run = run;
   golden_run.out_dir = (fs::path(args.exec.out_dir) / "golden").string();
   golden_run.capture = &golden_capture;
-  out << "Golden run (no fault; recording step " << args.step << "'s allocations):\n";
+  out << "Golden run (no fault; recording the allocations of step " << steps_text << "):\n";
   ExitCode golden_code = run_suites({golden_suite}, golden_run, out, err);
   if (golden_code == ExitCode::interrupted || golden_code == ExitCode::internal_error ||
       golden_code == ExitCode::usage_error)
@@ -130,9 +138,15 @@ ExitCode command_sweep(const SweepArgs& args, std::ostream& out, std::ostream& e
            "and memory_stable (which needs at least 5 steps)\n";
     return ExitCode::tests_failed;
   }
-  std::vector<RecordedCall> calls = recorded_calls(golden_capture.outcomes[0].trace, args.step);
+  std::vector<RecordedCall> calls;
+  for (int64_t s : steps) {
+    std::vector<RecordedCall> of_step = recorded_calls(golden_capture.outcomes[0].trace, s);
+    if (of_step.empty())
+      out << "Step " << s << ": no allocation call reached the driver in the golden run: nothing to sweep there\n";
+    calls.insert(calls.end(), of_step.begin(), of_step.end());
+  }
   if (calls.empty()) {
-    err << "oomharness sweep: no allocation call reached the driver in step " << args.step
+    err << "oomharness sweep: no allocation call reached the driver in step " << steps_text
         << " of the golden run: the job never reported that step through the probe, or it allocated "
            "nothing then (nothing was tested)\n";
     return ExitCode::nothing_tested;
@@ -169,7 +183,7 @@ ExitCode command_sweep(const SweepArgs& args, std::ostream& out, std::ostream& e
       suite.jobs.push_back(std::move(job));
       planned.push_back({s, mode, text});
     }
-  out << "\n" << calls.size() << " allocation calls in step " << args.step << ", " << sites.size()
+  out << "\n" << calls.size() << " allocation calls in step " << steps_text << ", " << sites.size()
       << (sites.size() == 1 ? " site" : " sites") << ": " << planned.size() << " faulted runs\n";
 
   RunCapture capture;
@@ -186,7 +200,7 @@ ExitCode command_sweep(const SweepArgs& args, std::ostream& out, std::ostream& e
   SweepResult sweep;
   sweep.job = base->name;
   sweep.command = base->argv;
-  sweep.step = args.step;
+  sweep.steps = steps;
   sweep.calls_recorded = calls.size();
   sweep.golden_seconds = golden_result.duration;
   sweep.sweep_seconds = capture.run.suites[0].duration;
@@ -205,13 +219,16 @@ ExitCode command_sweep(const SweepArgs& args, std::ostream& out, std::ostream& e
     sweep.sites[planned[i].site].cases.push_back(std::move(c));
   }
   const std::string sweep_json = (fs::path(args.exec.out_dir) / "sweep.json").string();
+  const std::string sweep_html = (fs::path(args.exec.out_dir) / "sweep.html").string();
   auto written = write_file_atomic(sweep_json, render_sweep_json(sweep));
   if (!written) err << "oomharness: " << written.error() << "\n";
+  auto written_html = write_file_atomic(sweep_html, render_sweep_html(sweep));
+  if (!written_html) err << "oomharness: " << written_html.error() << "\n";
   TerminalStyle style = detect_terminal_style();
   out << "\n" << render_sweep_text(sweep, style.color);
-  out << "Sweep: " << sweep_json << "\nResults: " << (fs::path(args.exec.out_dir) / "results.json").string()
+  out << "Sweep: " << sweep_json << " and " << sweep_html << "\nResults: " << (fs::path(args.exec.out_dir) / "results.json").string()
       << "\nHTML report: " << (fs::path(args.exec.out_dir) / "report.html").string() << "\n";
-  if (!written && code == ExitCode::ok) return ExitCode::internal_error;
+  if ((!written || !written_html) && code == ExitCode::ok) return ExitCode::internal_error;
   return code;
 }
 

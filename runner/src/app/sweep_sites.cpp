@@ -1,5 +1,6 @@
 #include "app/sweep_sites.h"
 
+#include <algorithm>
 #include <bit>
 #include <map>
 #include <tuple>
@@ -41,10 +42,10 @@ std::string size_class(uint64_t size) {
 
 std::vector<SweepSite> sweep_sites(const std::vector<RecordedCall>& calls) {
   std::vector<SweepSite> sites;
-  std::map<std::tuple<std::string, std::string, std::string, int>, size_t> seen;  // key -> index in sites
+  std::map<std::tuple<int64_t, std::string, std::string, std::string, int>, size_t> seen;  // key -> index in sites
   for (const auto& c : calls) {
     std::string cls = size_class(c.size);
-    auto key = std::make_tuple(c.phase, c.entry, cls, c.line.value_or(-1));
+    auto key = std::make_tuple(c.step, c.phase, c.entry, cls, c.line.value_or(-1));
     auto [it, fresh] = seen.emplace(key, sites.size());
     if (!fresh) {
       ++sites[it->second].calls;
@@ -63,6 +64,38 @@ std::vector<SweepSite> sweep_sites(const std::vector<RecordedCall>& calls) {
     sites.push_back(std::move(s));
   }
   return sites;
+}
+
+std::string parse_sweep_steps(const std::string& text, std::vector<int64_t>& steps) {
+  steps.clear();
+  auto number = [](const std::string& t) -> std::optional<int64_t> {
+    if (t.empty() || t.size() > 12 || t.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+    int64_t n = std::stoll(t);
+    return n >= 1 ? std::optional<int64_t>(n) : std::nullopt;
+  };
+  std::string item;
+  std::vector<std::string> items;
+  for (char c : text + ",") {
+    if (c == ',') {
+      items.push_back(item);
+      item.clear();
+    } else if (c != ' ') {
+      item += c;
+    }
+  }
+  for (const auto& it : items) {
+    size_t dots = it.find("..");
+    auto from = number(dots == std::string::npos ? it : it.substr(0, dots));
+    auto to = number(dots == std::string::npos ? it : it.substr(dots + 2));
+    if (!from || !to) return "'" + it + "' is not a step (from 1) or a range of steps like 2..4";
+    if (*from > *to) return "'" + it + "' goes backwards";
+    if (static_cast<uint64_t>(*to - *from) >= kMaxSweepSteps) return "'" + it + "' is more than 64 steps";
+    for (int64_t s = *from; s <= *to; ++s) steps.push_back(s);
+  }
+  std::sort(steps.begin(), steps.end());
+  steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
+  if (steps.size() > kMaxSweepSteps) return "more than 64 steps";
+  return "";
 }
 
 const char* sweep_mode_name(SweepMode m) { return m == SweepMode::transient ? "transient" : "persistent"; }

@@ -39,13 +39,20 @@ struct RecordedCall {
 };
 
 // The `alloc` events of the trace's first attempt for `step`, in order, of the process that made the first.
+// Several steps: call it per step and join the lists.
 std::vector<RecordedCall> recorded_calls(const Trace& trace, int64_t step);
 
 // "1 MiB..2 MiB": the power-of-two class of `size` (0 is its own class, "0 B").
 std::string size_class(uint64_t size);
 
-// The calls grouped into sites (Note [Sweep sites]), numbered from 1 in the order of their first call.
+// The calls grouped into sites (Note [Sweep sites]; a site never spans two steps), numbered from 1 in the
+// order of their first call.
 std::vector<SweepSite> sweep_sites(const std::vector<RecordedCall>& calls);
+
+// `--step`: "3", "2,5" or "2..4" (at most kMaxSweepSteps steps, each from 1), sorted; "" when it is fine,
+// else why not.
+inline constexpr size_t kMaxSweepSteps = 64;
+std::string parse_sweep_steps(const std::string& text, std::vector<int64_t>& steps);
 
 enum class SweepMode { transient, persistent };
 const char* sweep_mode_name(SweepMode m);

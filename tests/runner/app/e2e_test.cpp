@@ -941,6 +941,8 @@ TEST_F(E2E, SweepOfABrokenTrainerShowsTheSitesItDoesNotSurviveWithTheirFault) {
   EXPECT_NE(r.out.find("--fault '" + lost_fault + "'"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("site 2 (backward, 512.00 KiB..1.00 MiB): persistent crash"), std::string::npos) << r.out;
   EXPECT_LT(sweep["survived"].get<int>(), 4);
+  std::string html = read_file(out / "sweep.html");
+  EXPECT_NE(html.find("<code>--fault " + lost_fault + "</code>"), std::string::npos) << html.substr(0, 3000);
 
   // The correct retry survives that site. Neither survives a persistent fault at the step's first call,
   // where nothing is held that could be freed (docs/sweep.md): a GPU that is really full.
@@ -965,6 +967,33 @@ TEST_F(E2E, SweepOfABrokenTrainerShowsTheSitesItDoesNotSurviveWithTheirFault) {
   EXPECT_EQ(fixed.code, 0) << fixed.out << fixed.err;
 }
 
+TEST_F(E2E, SweepOfTwoStepsNumbersEachStepsCallsFromOne) {
+  NEED("APP_E2E_BIN", bin);
+  NEED("APP_E2E_TRAINER", trainer);
+  NEED("APP_E2E_INJECT", inject);
+  NEED("APP_E2E_DOUBLE", dbl);
+  fs::path out = dir_ / "out";
+  Result r = run(concat({bin, "sweep", "--simulate", "--step", "2..3", "--target-step", "6", "--jobs", "2", "--modes",
+                         "transient", "--timeout", "60s", "--out", out.string(), "--"},
+                        sweep_trainer(trainer, {"--recovery", "retry"})),
+                 dir_, dir_);
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  nlohmann::json sweep = load_json(out / "sweep.json");
+  ASSERT_FALSE(sweep.is_discarded());
+  EXPECT_EQ(sweep["steps"], nlohmann::json::array({2, 3}));
+  // Step 2: forward, backward, optimizer, leak, eval; step 3 has no eval (--eval-every 2).
+  EXPECT_EQ(sweep["calls_recorded"], 9) << sweep.dump(2);
+  ASSERT_EQ(sweep["sites"].size(), 9u) << sweep.dump(2);
+  std::vector<std::string> faults;
+  for (const auto& s : sweep["sites"]) {
+    faults.push_back(s["cases"][0]["fault"]);
+    EXPECT_EQ(s["cases"][0]["outcome"], "recovered") << s.dump();
+  }
+  EXPECT_EQ(faults[5], "step=3,nth=1,times=2");
+  EXPECT_EQ(faults[8], "step=3,nth=4,times=2");
+  EXPECT_NE(r.out.find("9 sites in steps 2, 3; survived 9"), std::string::npos) << r.out;
+}
+
 TEST_F(E2E, SweepRejectsBadInputBeforeAnythingRuns) {
   NEED("APP_E2E_BIN", bin);
   fs::path out = dir_ / "out";
@@ -979,6 +1008,10 @@ TEST_F(E2E, SweepRejectsBadInputBeforeAnythingRuns) {
   EXPECT_NE(no_step.err.find("--step is required"), std::string::npos) << no_step.err;
   Result zero = sweep({"--step", "0", "--target-step", "3"});
   EXPECT_EQ(zero.code, 4) << zero.err;
+  EXPECT_NE(zero.err.find("bad --step '0': '0' is not a step (from 1)"), std::string::npos) << zero.err;
+  Result backwards = sweep({"--step", "3..2", "--target-step", "3"});
+  EXPECT_EQ(backwards.code, 4);
+  EXPECT_NE(backwards.err.find("'3..2' goes backwards"), std::string::npos) << backwards.err;
   Result modes = sweep({"--step", "2", "--target-step", "3", "--modes", "transient,sometimes"});
   EXPECT_EQ(modes.code, 4);
   EXPECT_NE(modes.err.find("'sometimes' is not transient or persistent"), std::string::npos) << modes.err;

@@ -100,7 +100,7 @@ TEST(SweepCoverage, OutcomesAreNamedFromTheJobsResult) {
 
 TEST(SweepCoverage, TheHeadlineNamesTheSitesNotSurvived) {
   SweepResult s;
-  s.step = 2;
+  s.steps = {2};
   for (int i = 1; i <= 3; ++i) {
     SweepSite site;
     site.index = i;
@@ -115,9 +115,18 @@ TEST(SweepCoverage, TheHeadlineNamesTheSitesNotSurvived) {
   std::string text = render_sweep_text(s);
   EXPECT_NE(text.find("--fault 'step=2,nth=3,until_freed=1'"), std::string::npos) << text;
   EXPECT_EQ(text.find("nth=1,until_freed"), std::string::npos) << text;  // survived sites print no repro
+  std::string html = render_sweep_html(s);
+  EXPECT_NE(html.find("<td class=\"bad\" title=\"m\"><a href=\"report.html\">crash</a><br><code>--fault step=2,nth=3,until_freed=1</code>"),
+            std::string::npos) << html;
+  EXPECT_EQ(html.find("--fault step=2,nth=1,until_freed=1"), std::string::npos) << html;
+  EXPECT_NE(html.find("class=\"headline h-fail\""), std::string::npos);
+  s.job = "<b>&";
+  EXPECT_NE(render_sweep_html(s).find("Sweep of &lt;b&gt;&amp;"), std::string::npos);
   nlohmann::json j = nlohmann::json::parse(render_sweep_json(s));
   EXPECT_EQ(j["sites"][2]["cases"][1]["outcome"], "crash");
   EXPECT_EQ(j["survived"], 2);
+  s.steps = {2, 3};
+  EXPECT_EQ(sweep_sentence(s).rfind("3 sites in steps 2, 3; survived 2", 0), 0u) << sweep_sentence(s);
 }
 
 TEST(BudgetView, FitsOnTableAndWhatWasCounted) {

@@ -57,8 +57,8 @@ struct SweepResult {
   int schema_version = kSweepSchemaVersion;
   std::string job;                          // the job swept
   std::vector<std::string> command;
-  int64_t step = 0;
-  uint64_t calls_recorded = 0;              // allocation calls of the step in the golden run
+  std::vector<int64_t> steps;               // the steps swept, in order
+  uint64_t calls_recorded = 0;              // allocation calls of those steps in the golden run
   double golden_seconds = 0;                // the golden run's duration
   double sweep_seconds = 0;                 // the faulted runs', together (packed with `jobs`)
   int jobs = 1;
@@ -72,11 +72,15 @@ struct SweepResult {
 // One word for a faulted job (the list above).
 std::string sweep_outcome(const JobResult& job);
 
-// The headline: "3 sites in step 2; recovered from 2; 1 not survived: site 3 (optimizer, 1 MiB..2 MiB)".
+// The headline: "3 sites in step 2; survived 2; 1 not survived: site 3 (optimizer, 1 MiB..2 MiB): persistent
+// crash" ("in steps 2, 3" for several).
 std::string sweep_sentence(const SweepResult& sweep);
 // The terminal's coverage table (sites × modes), the headline, and for each site not survived the
 // --fault that reproduces it.
 std::string render_sweep_text(const SweepResult& sweep, bool color = false);
+// sweep.html: the coverage table as one self-contained page (inline CSS, no script), each run linked to its
+// job in the run's report.html (`report` is that file's path relative to sweep.html; "" for no links).
+std::string render_sweep_html(const SweepResult& sweep, const std::string& report = "report.html");
 // sweep.json, pretty-printed, ending in a newline.
 std::string render_sweep_json(const SweepResult& sweep);
 
