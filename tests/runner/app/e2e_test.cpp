@@ -192,7 +192,7 @@ TEST_F(E2E, VersionHelpAndUsageErrors) {
   Result v = run({bin, "--version"}, dir_, dir_);
   EXPECT_EQ(v.code, 0) << v.err;
   EXPECT_NE(v.out.find("oomharness 0."), std::string::npos) << v.out;
-  for (const char* cmd : {"run", "exec", "validate", "report", "compare", "demo"}) {
+  for (const char* cmd : {"run", "exec", "sweep", "budget", "validate", "report", "compare", "demo"}) {
     Result h = run({bin, cmd, "--help"}, dir_, dir_);
     EXPECT_EQ(h.code, 0) << cmd << ": " << h.err;
     EXPECT_NE(h.out.find("Usage"), std::string::npos) << cmd;
