@@ -45,6 +45,17 @@ ExitCode command_budget(const BudgetArgs& args, std::ostream& out, std::ostream&
            "to bound it)\n";
     return ExitCode::usage_error;
   }
+  if (args.exec.summary) {
+    err << "oomharness budget: --summary is for run, exec and sweep: budget's runs are steps of a search, and "
+           "budget.json holds its answer\n";
+    return ExitCode::usage_error;
+  }
+  if (args.exec.reports.junit.size() + args.exec.reports.json.size() + args.exec.reports.html.size() +
+          args.exec.reports.markdown.size() + args.exec.reports.perfetto.size() > 0) {
+    err << "oomharness budget: the report flags are not for budget: each run writes its results under OUT/run-N, "
+           "and the search OUT/budget.json\n";
+    return ExitCode::usage_error;
+  }
   ParseResult low = parse_bytes(args.low);
   if (!low) {
     err << "oomharness budget: bad --low: " << low.error << "\n";

@@ -379,11 +379,11 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
 
   std::string html;
   bool written = write_reports(run, out_dir, args.reports, html, err);
+  if (args.summary) append_step_summary(run, out, err);
   if (!args.quiet_reports) {
     out << "\n" << summary_table(run, style.color, args.verbosity);
     if (const char* gha = std::getenv("GITHUB_ACTIONS"); gha && std::string(gha) == "true")
       print_github_annotations(run, suites, out);
-    if (args.summary) append_step_summary(run, out, err);
     out << "Results: " << (fs::path(out_dir) / "results.json").string() << "\n";
     out << "HTML report: " << html << "\n";
   }

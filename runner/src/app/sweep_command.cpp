@@ -192,6 +192,7 @@ ExitCode command_sweep(const SweepArgs& args, std::ostream& out, std::ostream& e
   faulted.jobs = args.jobs;
   faulted.threads_per_job = args.threads_per_job;
   faulted.reports = args.exec.reports;
+  faulted.summary = args.exec.summary;  // the faulted runs' Markdown summary; the golden run's is left out
   faulted.capture = &capture;
   ExitCode code = run_suites({suite}, faulted, out, err);
   if (capture.run.suites.empty()) return code;

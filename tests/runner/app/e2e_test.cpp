@@ -1118,6 +1118,9 @@ TEST_F(E2E, BudgetBisectsTheCapWithinItsRunBound) {
   Result capped = run({bin, "budget", "--simulate", "--cap", "1GiB", "--target-step", "3", "--", trainer}, dir_, dir_);
   EXPECT_EQ(capped.code, 4);
   EXPECT_NE(capped.err.find("--cap is not for budget"), std::string::npos) << capped.err;
+  Result junit = run({bin, "budget", "--simulate", "--junit", "j.xml", "--target-step", "3", "--", trainer}, dir_, dir_);
+  EXPECT_EQ(junit.code, 4);
+  EXPECT_NE(junit.err.find("the report flags are not for budget"), std::string::npos) << junit.err;
   Result order = run({bin, "budget", "--simulate", "--low", "2MiB", "--high", "1MiB", "--target-step", "3", "--",
                       trainer},
                      dir_, dir_);
