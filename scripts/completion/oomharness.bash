@@ -44,7 +44,7 @@ _oomharness() {
                 --gpus $reports --summary -o --out --simulate --strict --device --max-jobs --backend --slurm-partition --slurm-gres --slurm-cpus --slurm-mem --slurm-arg --slurm-poll --slurm-agent --help" ;;
     exec) flags="--cap --cap-counts --fault --expect --timeout --restart --restart-on --clear-faults --target-step
                  --name --env $reports --summary -o --out --simulate --strict --device -q --quiet -v --verbose --help" ;;
-    sweep) flags="--step -j --jobs --threads-per-job --modes --transient-times --cap --cap-counts --expect --timeout
+    sweep) flags="-k --step -j --jobs --threads-per-job --modes --transient-times --cap --cap-counts --expect --timeout
                   --restart --restart-on --clear-faults --target-step --name --env $reports --summary -o --out --simulate
                   --strict --device -q --quiet -v --verbose --help" ;;
     budget) flags="--low --high --tolerance --batch-under --max-batch --cap --cap-counts --expect --timeout --restart

@@ -156,6 +156,9 @@ int parse_and_run(std::vector<std::string> args) {
       "sweep", "Fail every allocation site of a step, transiently and persistently: oomharness sweep --step N [flags] -- CMD ARGS...");
   Verbosity sweep_verbosity;
   add_job_flags(sweep, sweep_args.exec, sweep_verbosity, false);
+  sweep->add_option("suite", sweep_args.suite, "A suite file whose job to sweep, instead of a command after --");
+  sweep->add_option("-k", sweep_args.filter, "With a suite: the job to sweep (substring or glob, as run's -k)")
+      ->allow_extra_args(false);
   sweep->add_option("--step", sweep_args.steps, "The training step whose allocation sites are swept: 3, 2,5 or 2..4 (required)");
   sweep->add_option("-j,--jobs", sweep_args.jobs, "How many faulted runs run at once (default 1)")
       ->check(CLI::Range(1, 4096));

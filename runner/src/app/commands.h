@@ -81,6 +81,8 @@ struct ExecArgs {
 // `oomharness sweep`: exec's flags describe the job; these, the sweep (docs/sweep.md).
 struct SweepArgs {
   ExecArgs exec;
+  std::string suite;                  // sweep a job of this suite instead of a command after --
+  std::string filter;                 // -k: which job of the suite (needed when it has several)
   std::string steps;                  // --step: the steps whose allocation sites are swept: 3, 2,5 or 2..4 (required)
   int jobs = 1;                       // -j: faulted runs at once
   std::string threads_per_job = "auto";

@@ -40,6 +40,57 @@ bool add_sweep_checks(JobSpec& job, std::ostream& err) {
   return true;
 }
 
+// `oomharness sweep SUITE [-k JOB]`: the job as the suite writes it (its faults aside: the sweep makes its
+// own). exec's job flags describe a command's job, so they are refused beside a suite.
+std::optional<ExitCode> job_from_suite(const SweepArgs& args, std::optional<JobSpec>& job, std::string& dir,
+                                       std::ostream& err) {
+  const ExecArgs& e = args.exec;
+  if (!e.command.empty()) {
+    err << "oomharness sweep: a suite's job or a command after --, not both\n";
+    return ExitCode::usage_error;
+  }
+  if (!e.cap.empty() || !e.cap_counts.empty() || !e.expects.empty() || !e.timeout.empty() || e.restart != 0 ||
+      !e.restart_on.empty() || e.clear_faults || e.target_step || !e.name.empty() || !e.env.empty() ||
+      !e.device.empty()) {
+    err << "oomharness sweep: the job flags (--cap, --expect, --target-step, ...) describe a command's job; a "
+           "suite's job says them in the suite\n";
+    return ExitCode::usage_error;
+  }
+  SuiteLoad load = load_suite(args.suite);
+  for (const auto& problem : load.errors) err << problem.str() << "\n";
+  if (!load.errors.empty() || !load.suite) {
+    err << "oomharness sweep: no job was run: fix the suite errors above\n";
+    return ExitCode::usage_error;
+  }
+  std::vector<JobSpec> chosen;
+  if (args.filter.empty()) {
+    chosen = load.suite->jobs;
+  } else {
+    auto f = JobFilter::parse(args.filter);
+    if (!f) {
+      err << "oomharness sweep: " << f.error << "\n";
+      return ExitCode::usage_error;
+    }
+    for (const auto& j : load.suite->jobs)
+      if (f.value->matches(load.suite->name, j.name)) chosen.push_back(j);
+  }
+  if (chosen.size() != 1) {
+    err << "oomharness sweep: " << (chosen.empty() ? "no job" : std::to_string(chosen.size()) + " jobs") << " of "
+        << args.suite << (args.filter.empty() ? "" : " match -k '" + args.filter + "'") << ": a sweep takes one job (";
+    const auto& names = chosen.empty() ? load.suite->jobs : chosen;
+    for (size_t i = 0; i < names.size() && i < 8; ++i) err << (i ? ", " : "") << names[i].name;
+    err << (names.size() > 8 ? ", ...": "") << "); choose it with -k\n";
+    return chosen.empty() ? ExitCode::nothing_tested : ExitCode::usage_error;
+  }
+  job = std::move(chosen.front());
+  if (!job->faults.empty()) {
+    err << "oomharness sweep: note: the faults: of " << job->name << " are left out: the sweep makes one per site\n";
+    job->faults.clear();
+  }
+  dir = load.suite->dir;
+  return std::nullopt;
+}
+
 }  // namespace
 
 ExitCode command_sweep(const SweepArgs& args, std::ostream& out, std::ostream& err) {
@@ -80,12 +131,23 @@ ExitCode command_sweep(const SweepArgs& args, std::ostream& out, std::ostream& e
     err << "oomharness sweep: bad --modes '': transient, persistent or both (transient,persistent)\n";
     return ExitCode::usage_error;
   }
-  std::optional<JobSpec> base = job_from_exec_args(args.exec, "sweep", err);
-  if (!base) return ExitCode::usage_error;
+  std::optional<JobSpec> base;
+  std::string suite_dir;
+  if (!args.suite.empty()) {
+    if (auto problem = job_from_suite(args, base, suite_dir, err)) return *problem;
+  } else {
+    if (!args.filter.empty()) {
+      err << "oomharness sweep: -k chooses a job of a suite: give the suite file, or no -k\n";
+      return ExitCode::usage_error;
+    }
+    base = job_from_exec_args(args.exec, "sweep", err);
+    if (!base) return ExitCode::usage_error;
+    suite_dir = base->cwd.value_or(".");
+  }
   if (base->expect.empty()) {
     if (!base->target_step) {
       err << "oomharness sweep: say what surviving means: --target-step N (the job must reach step N), or "
-             "--expect checks\n";
+             "--expect checks (in a suite: target_step: or expect:)\n";
       return ExitCode::usage_error;
     }
     auto completes = parse_expect_spec("completes");
@@ -116,7 +178,7 @@ ExitCode command_sweep(const SweepArgs& args, std::ostream& out, std::ostream& e
   Suite golden_suite;
   golden_suite.name = "sweep";
   golden_suite.file = "<command line>";
-  golden_suite.dir = golden.cwd.value_or(".");
+  golden_suite.dir = suite_dir;
   golden_suite.jobs.push_back(golden);
   RunCapture golden_capture;
   RunArgs golden_run = run;

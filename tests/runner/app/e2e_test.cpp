@@ -994,6 +994,39 @@ TEST_F(E2E, SweepOfTwoStepsNumbersEachStepsCallsFromOne) {
   EXPECT_NE(r.out.find("9 sites in steps 2, 3; survived 9"), std::string::npos) << r.out;
 }
 
+TEST_F(E2E, SweepOfASuitesJob) {
+  NEED("APP_E2E_BIN", bin);
+  NEED("APP_E2E_TRAINER", trainer);
+  NEED("APP_E2E_INJECT", inject);
+  NEED("APP_E2E_DOUBLE", dbl);
+  std::string argv;
+  for (const auto& a : sweep_trainer(trainer, {"--recovery", "retry"})) argv += (argv.empty() ? "\"" : ", \"") + a + "\"";
+  std::string suite = write_suite(dir_, "swept",
+                                  "  - name: retry\n    run: [" + argv + "]\n    target_step: 6\n    timeout: 60s\n" +
+                                      std::string(kFaultAtStep3) + "  - name: other\n    run: [\"true\"]\n");
+  fs::path out = dir_ / "out";
+  Result r = run({bin, "sweep", suite, "-k", "retry", "--simulate", "--step", "2", "--modes", "transient", "--out",
+                  out.string()},
+                 dir_, dir_);
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("the faults: of retry are left out"), std::string::npos) << r.err;
+  nlohmann::json sweep = load_json(out / "sweep.json");
+  ASSERT_FALSE(sweep.is_discarded());
+  EXPECT_EQ(sweep["job"], "retry");
+  EXPECT_EQ(sweep["sites"].size(), 5u) << sweep.dump(2);
+  EXPECT_EQ(sweep["survived"], 5);
+
+  Result two = run({bin, "sweep", suite, "--simulate", "--step", "2", "--out", out.string()}, dir_, dir_);
+  EXPECT_EQ(two.code, 4);
+  EXPECT_NE(two.err.find("2 jobs of " + suite + ": a sweep takes one job (retry, other); choose it with -k"),
+            std::string::npos) << two.err;
+  Result flags = run({bin, "sweep", suite, "-k", "retry", "--cap", "1GiB", "--simulate", "--step", "2"}, dir_, dir_);
+  EXPECT_EQ(flags.code, 4);
+  EXPECT_NE(flags.err.find("a suite's job says them in the suite"), std::string::npos) << flags.err;
+  Result none = run({bin, "sweep", suite, "-k", "nosuchjob", "--simulate", "--step", "2"}, dir_, dir_);
+  EXPECT_EQ(none.code, 5) << none.err;
+}
+
 TEST_F(E2E, SweepRejectsBadInputBeforeAnythingRuns) {
   NEED("APP_E2E_BIN", bin);
   fs::path out = dir_ / "out";
