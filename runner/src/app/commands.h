@@ -86,8 +86,9 @@ struct SweepArgs {
   std::string steps;                  // --step: the steps whose allocation sites are swept: 3, 2,5 or 2..4 (required)
   int jobs = 1;                       // -j: faulted runs at once
   std::string threads_per_job = "auto";
-  int transient_times = 2;            // --transient-times: failures in a row of a transient fault
-  std::string modes = "transient,persistent";  // --modes
+  int transient_times = -1;           // --transient-times: failures in a row of a transient fault; -1: the
+                                      // suite job's sweep: or 2
+  std::string modes;                  // --modes; "": the suite job's sweep: or transient,persistent
 };
 
 // `oomharness budget`: exec's flags describe the job; these, the search (docs/sweep.md).

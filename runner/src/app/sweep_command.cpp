@@ -93,10 +93,25 @@ std::optional<ExitCode> job_from_suite(const SweepArgs& args, std::optional<JobS
 
 }  // namespace
 
-ExitCode command_sweep(const SweepArgs& args, std::ostream& out, std::ostream& err) {
+ExitCode command_sweep(const SweepArgs& given, std::ostream& out, std::ostream& err) {
+  SweepArgs args = given;
+  // A suite's job first: its `sweep:` gives what the flags leave unsaid.
+  std::optional<JobSpec> suite_job;
+  std::string suite_dir;
+  if (!args.suite.empty()) {
+    if (auto problem = job_from_suite(args, suite_job, suite_dir, err)) return *problem;
+    if (suite_job->sweep) {
+      const SweepSpec& spec = *suite_job->sweep;
+      if (args.steps.empty()) args.steps = spec.steps;
+      if (args.modes.empty()) args.modes = join(spec.modes, ",");
+      if (args.transient_times < 0 && spec.transient_times) args.transient_times = *spec.transient_times;
+    }
+  }
+  if (args.modes.empty()) args.modes = "transient,persistent";
+  if (args.transient_times < 0) args.transient_times = 2;
   if (args.steps.empty()) {
     err << "oomharness sweep: --step is required: the training step whose allocation sites are swept (from 1; "
-           "several: 2,5 or 2..4)\n";
+           "several: 2,5 or 2..4; a suite's job may say it in its sweep: block)\n";
     return ExitCode::usage_error;
   }
   std::vector<int64_t> steps;
@@ -132,9 +147,8 @@ ExitCode command_sweep(const SweepArgs& args, std::ostream& out, std::ostream& e
     return ExitCode::usage_error;
   }
   std::optional<JobSpec> base;
-  std::string suite_dir;
-  if (!args.suite.empty()) {
-    if (auto problem = job_from_suite(args, base, suite_dir, err)) return *problem;
+  if (suite_job) {
+    base = std::move(suite_job);
   } else {
     if (!args.filter.empty()) {
       err << "oomharness sweep: -k chooses a job of a suite: give the suite file, or no -k\n";

@@ -43,6 +43,7 @@ JobFields merge(JobFields base, const JobFields& over) {
   take(base.restart.clear_faults, over.restart.clear_faults);
   take(base.expect, over.expect);
   take(base.target_step, over.target_step);
+  take(base.sweep, over.sweep);
   return base;
 }
 
@@ -71,6 +72,7 @@ JobSpec build_job(const JobFields& f) {
   job.restart.clear_faults = f.restart.clear_faults.value_or(job.restart.clear_faults);
   job.expect = f.expect.value_or(job.expect);
   job.target_step = f.target_step;
+  job.sweep = f.sweep;
   if (!job.target_step) {
     // `completes` says how far the job must get; the trace needs the same number.
     for (const auto& e : job.expect)

@@ -994,27 +994,39 @@ TEST_F(E2E, SweepOfTwoStepsNumbersEachStepsCallsFromOne) {
   EXPECT_NE(r.out.find("9 sites in steps 2, 3; survived 9"), std::string::npos) << r.out;
 }
 
-TEST_F(E2E, SweepOfASuitesJob) {
+TEST_F(E2E, SweepOfASuitesJobWithItsSweepBlock) {
   NEED("APP_E2E_BIN", bin);
   NEED("APP_E2E_TRAINER", trainer);
   NEED("APP_E2E_INJECT", inject);
   NEED("APP_E2E_DOUBLE", dbl);
   std::string argv;
   for (const auto& a : sweep_trainer(trainer, {"--recovery", "retry"})) argv += (argv.empty() ? "\"" : ", \"") + a + "\"";
+  // Its sweep: block says the step and the modes; the command line needs neither.
   std::string suite = write_suite(dir_, "swept",
                                   "  - name: retry\n    run: [" + argv + "]\n    target_step: 6\n    timeout: 60s\n" +
-                                      std::string(kFaultAtStep3) + "  - name: other\n    run: [\"true\"]\n");
+                                      "    sweep: {step: 2, modes: [transient]}\n" + std::string(kFaultAtStep3) +
+                                      "  - name: other\n    run: [\"true\"]\n");
+  Result valid = run({bin, "validate", suite}, dir_, dir_);
+  EXPECT_EQ(valid.code, 0) << valid.err;
   fs::path out = dir_ / "out";
-  Result r = run({bin, "sweep", suite, "-k", "retry", "--simulate", "--step", "2", "--modes", "transient", "--out",
-                  out.string()},
-                 dir_, dir_);
+  Result r = run({bin, "sweep", suite, "-k", "retry", "--simulate", "--out", out.string()}, dir_, dir_);
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_NE(r.err.find("the faults: of retry are left out"), std::string::npos) << r.err;
   nlohmann::json sweep = load_json(out / "sweep.json");
   ASSERT_FALSE(sweep.is_discarded());
   EXPECT_EQ(sweep["job"], "retry");
-  EXPECT_EQ(sweep["sites"].size(), 5u) << sweep.dump(2);
+  EXPECT_EQ(sweep["steps"], nlohmann::json::array({2}));
+  ASSERT_EQ(sweep["sites"].size(), 5u) << sweep.dump(2);
+  EXPECT_EQ(sweep["sites"][0]["cases"].size(), 1u);  // transient only, as the block says
   EXPECT_EQ(sweep["survived"], 5);
+  // Flags win over the block.
+  Result both = run({bin, "sweep", suite, "-k", "retry", "--simulate", "--step", "3", "--modes", "transient,persistent",
+                     "--out", (dir_ / "flags").string()},
+                    dir_, dir_);
+  nlohmann::json flagged = load_json(dir_ / "flags" / "sweep.json");
+  EXPECT_EQ(flagged["steps"], nlohmann::json::array({3})) << both.out << both.err;
+  ASSERT_FALSE(flagged["sites"].empty());
+  EXPECT_EQ(flagged["sites"][0]["cases"].size(), 2u);
 
   Result two = run({bin, "sweep", suite, "--simulate", "--step", "2", "--out", out.string()}, dir_, dir_);
   EXPECT_EQ(two.code, 4);
