@@ -35,6 +35,7 @@ inline constexpr const char* kSrcRunner = "runner";
 inline constexpr const char* kShimStart = "shim_start";    // pid, ppid, exec (bool), forked (bool), rules, cap, plan ("accepted"|"rejected"), plan_error
 inline constexpr const char* kDriverCall = "driver_call";  // entry, export, dlsym, proc_address (the process's first driver call)
 inline constexpr const char* kInject = "inject";           // entry, size, device, rule, reason ("rule"|"cap"), step, phase, tid, call
+inline constexpr const char* kAlloc = "alloc";             // entry, size, device, step, phase, call, nth (OOMH_RECORD_STEP only)
 inline constexpr const char* kCapChange = "cap_change";    // device, from, to, reason
 inline constexpr const char* kPlanChange = "plan_change";  // generation, rules
 inline constexpr const char* kFootprint = "footprint";     // device, footprint, overhead (first measurement per device)

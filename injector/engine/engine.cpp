@@ -41,6 +41,8 @@ Engine::Engine(EngineSetup setup)
       rank_(setup.rank),
       local_rank_(setup.local_rank),
       option_caps_(std::move(setup.option_caps)),
+      record_from_(setup.record_from),
+      record_to_(setup.record_to),
       plan_error_(std::move(setup.plan_error)),
       option_counting_(setup.cap_counts),
       footprint_probe_(setup.footprint_probe),
@@ -320,6 +322,7 @@ AllocDecision Engine::begin_alloc(Entry entry, const char* symbol, int device, u
   int64_t step = cb_->step.load(std::memory_order_relaxed);
   auto phase = static_cast<Phase>(cb_->phase.load(std::memory_order_relaxed));
   if (plan.caps.changes()) apply_cap(plan, device, step, nullptr);
+  if (record_from_ >= 0 && step >= record_from_ && step <= record_to_) report_alloc(symbol, size, device, step, phase, call);
 
   if (plan.rules.size() != 0) {
     CallFacts facts;
@@ -484,6 +487,27 @@ void Engine::report_inject(const char* symbol, uint64_t size, int device, const 
   emit(line);
 }
 
+void Engine::report_alloc(const char* symbol, uint64_t size, int device, int64_t step, Phase phase,
+                          uint64_t call) noexcept {
+  int64_t counted = recorded_step_.load(std::memory_order_relaxed);
+  if (counted != step && recorded_step_.compare_exchange_strong(counted, step, std::memory_order_relaxed))
+    recorded_.store(0, std::memory_order_relaxed);
+  uint64_t nth = recorded_.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (recorded_total_.fetch_add(1, std::memory_order_relaxed) >= kRecordEventLimit) {
+    dropped_events_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  events::EventLine line(events::kSrcShim, events::kAlloc);
+  line.add("entry", symbol)
+      .add("size", size)
+      .add("device", device)
+      .add("step", step)
+      .add("phase", phase_name(phase))
+      .add("call", call)
+      .add("nth", nth);
+  emit(line);
+}
+
 void Engine::emit(events::EventLine& line) noexcept {
   if (events_fd_ < 0) return;
   if (line.write_to(events_fd_)) cb_->events_written.fetch_add(1, std::memory_order_relaxed);
@@ -548,6 +572,9 @@ void Engine::after_fork_child() noexcept {
     f.measured_ns.store(0, std::memory_order_relaxed);
   }
   inject_events_.store(0, std::memory_order_relaxed);
+  recorded_.store(0, std::memory_order_relaxed);
+  recorded_step_.store(-1, std::memory_order_relaxed);
+  recorded_total_.store(0, std::memory_order_relaxed);
   dropped_events_.store(0, std::memory_order_relaxed);
   process_start_ns_ = monotonic_ns();
   register_process(kProcessForked, parent);

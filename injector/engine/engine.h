@@ -95,6 +95,7 @@ struct EngineSetup {
   std::string plan_error;               // why OOMH_PLAN or OOMH_CAP was rejected; empty: accepted (Note [Armed record])
   std::vector<CapEntry> option_caps;    // OOMH_CAP, applied before the plan's caps
   CapCounting cap_counts = CapCounting::allocations;  // OOMH_CAP_COUNTS; a plan's cap_counts wins
+  int64_t record_from = -1, record_to = -1;  // OOMH_RECORD_STEP: an alloc event per allocation call in these steps; -1: none
   FootprintProbe footprint_probe = nullptr;           // needed for CapCounting::footprint
   int rank = 0;                         // RANK (0 when unset)
   int local_rank = 0;                   // LOCAL_RANK (0 when unset)
@@ -116,6 +117,7 @@ struct AllocDecision {
 class Engine {
  public:
   static constexpr uint64_t kInjectEventLimit = 10000;
+  static constexpr uint64_t kRecordEventLimit = 10000;  // alloc events (OOMH_RECORD_STEP) per process
   static constexpr uint64_t kFootprintMaxAge = 100'000'000;  // ns (Note [Counting the footprint])
 
   explicit Engine(EngineSetup setup);
@@ -198,6 +200,16 @@ class Engine {
   void refresh_footprint(int device, uint64_t max_age_ns) noexcept;
   void set_footprint_overhead(int device, uint64_t bytes) noexcept;
   void emit(events::EventLine& line) noexcept;
+  // Note [Recording a step's allocations]
+  // `oomharness sweep` first runs the job once without faults, with OOMH_RECORD_STEP=N (or A..B): every
+  // allocation call the shim sees while the probe says step N is written as an `alloc` event, numbered by
+  // `nth`, this process's count of such calls in that step (the count starts again when the step changes).
+  // A rule `step=N,nth=K` counts the same calls the same way (Note [Rule semantics]), so the Kth recorded
+  // call of step N of a deterministic job is the call that rule fails. Two threads allocating as the step
+  // changes may number one call in the old count; a training step's calls come after the probe's step
+  // mark, so this does not arise in the loops the sweep targets. Off (the default) it costs one compare
+  // per call; on, one event line per call of those steps only.
+  void report_alloc(const char* symbol, uint64_t size, int device, int64_t step, Phase phase, uint64_t call) noexcept;
   double process_elapsed() const noexcept;
   double job_elapsed() const noexcept;
   void vlog(LogLevel level, const char* format, va_list args) noexcept __attribute__((format(printf, 3, 0)));
@@ -224,6 +236,10 @@ class Engine {
   std::atomic<uint32_t> used_devices_{0};
   std::atomic<uint32_t> physical_known_{0};
   std::atomic<uint64_t> inject_events_{0};
+  int64_t record_from_, record_to_;         // Note [Recording a step's allocations]; -1: none
+  std::atomic<int64_t> recorded_step_{-1};  // the step whose calls recorded_ numbers
+  std::atomic<uint64_t> recorded_{0};       // calls of that step recorded so far (their `nth`)
+  std::atomic<uint64_t> recorded_total_{0}; // alloc events of the process (kRecordEventLimit)
   std::atomic<uint64_t> dropped_events_{0};
   std::atomic<bool> finished_{false};
   std::string plan_error_;                  // Note [Armed record]

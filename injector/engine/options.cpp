@@ -22,6 +22,28 @@ void assign(Options& o, std::string_view name, std::string_view value) {
     if (auto c = parse_cap_counting(value)) o.cap_counts = *c;
     else o.problems.push_back("OOMH_CAP_COUNTS: '" + std::string(value) + "' is not allocations or footprint; caps count allocations");
   }
+  else if (name == "OOMH_RECORD_STEP") {
+    // "N" or "A..B": whole numbers, A <= B.
+    auto number = [](std::string_view v, int64_t& n) {
+      if (v.empty() || v.size() > 18) return false;
+      n = 0;
+      for (char c : v) {
+        if (c < '0' || c > '9') return false;
+        n = n * 10 + (c - '0');
+      }
+      return true;
+    };
+    size_t dots = value.find("..");
+    int64_t from = 0, to = 0;
+    bool ok = dots == std::string_view::npos ? number(value, from) && number(value, to)
+                                             : number(value.substr(0, dots), from) && number(value.substr(dots + 2), to);
+    if (ok && from <= to) {
+      o.record_from = from;
+      o.record_to = to;
+    } else {
+      o.problems.push_back("OOMH_RECORD_STEP: '" + std::string(value) + "' is not a step or a range of steps (3, 2..5); no allocation is recorded");
+    }
+  }
   else if (name == "OOMH_CONTROL") { o.control = value; o.has_control = !value.empty(); }
   else if (name == "OOMH_EVENTS") { o.events = value; o.has_events = !value.empty(); }
   else if (name == "OOMH_SHIM_PARENT") { o.shim_parent = value; o.has_shim_parent = !value.empty(); }

@@ -6,6 +6,7 @@
 // or OOMH_EVENTS is set and OOMH_DISABLE is not; the other variables belong to the probes and the runner
 // and are accepted silently. docs/injector.md lists them for users.
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,6 +39,7 @@ inline constexpr OptionSpec kOptionTable[] = {
     {"OOMH_PHASE_EVENTS", false, "1: the Python probe also logs a phase event at each phase change"},
     {"OOMH_RESERVE_PID", false, "pid of the job's reservation sidecar (set by the runner)"},
     {"OOMH_FLUSH_AT_STEPS", false, "steps at which the Python probe empties PyTorch's cache (set by the runner for step faults)"},
+    {"OOMH_RECORD_STEP", false, "N or A..B: the shim writes one alloc event per allocation call in those steps (set by oomharness sweep for its golden run)"},
     {"OOMH_DEVICE", false, "virtual: the Python package installs the virtual CUDA device (set by the runner)"},
     {"OOMH_STACKS", false, "a distributed rank's stack file: the Python probe has faulthandler write to it on SIGUSR1 (set by the runner)"},
     // The runner's own settings: jobs inherit them, so the shim must not warn about them.
@@ -60,6 +62,7 @@ inline constexpr OptionSpec kOptionTable[] = {
 struct Options {
   std::string plan, cap, control, events, shim_parent;
   CapCounting cap_counts = CapCounting::allocations;
+  int64_t record_from = -1, record_to = -1;  // OOMH_RECORD_STEP: N or A..B; -1: none
   bool has_plan = false, has_cap = false, has_control = false, has_events = false, has_shim_parent = false;
   LogLevel log = LogLevel::warn;
   bool disable = false;

@@ -330,6 +330,8 @@ int start_engine() {
   EngineSetup setup;
   setup.log = o.log;
   setup.cap_counts = o.cap_counts;
+  setup.record_from = o.record_from;
+  setup.record_to = o.record_to;
   setup.footprint_probe = &measure_footprint;
   std::string faults_off;  // why faults are off, when a variable could not be read
   if (o.has_plan) {

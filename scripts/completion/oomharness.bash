@@ -9,12 +9,12 @@ _oomharness() {
   cmd=""
   for ((i = 1; i < COMP_CWORD; i++)); do
     case ${COMP_WORDS[i]} in
-      run|exec|validate|report|explain|compare|demo) cmd=${COMP_WORDS[i]}; break ;;
+      run|exec|sweep|budget|validate|report|explain|compare|demo) cmd=${COMP_WORDS[i]}; break ;;
       --) return 0 ;;
     esac
   done
-  # After `exec ... --` the words are the job's command: complete commands and files.
-  if [ "$cmd" = exec ]; then
+  # After `exec ... --` (or sweep's, budget's) the words are the job's command: complete commands and files.
+  if [ "$cmd" = exec ] || [ "$cmd" = sweep ] || [ "$cmd" = budget ]; then
     for ((i = 1; i < COMP_CWORD; i++)); do
       if [ "${COMP_WORDS[i]}" = -- ]; then
         COMPREPLY=($(compgen -c -f -- "$cur"))
@@ -32,17 +32,24 @@ _oomharness() {
     --threads-per-job) COMPREPLY=($(compgen -W "auto off" -- "$cur")); return 0 ;;
     --restart-on) COMPREPLY=($(compgen -W "oom nonzero signal any" -- "$cur")); return 0 ;;
     --expect) COMPREPLY=($(compgen -W "exit completes oom_visible batch_halving empty_cache_retry checkpoint_resume graceful_exit memory_stable peak_below no_hang zero_grad eval_no_grad effective_batch" -- "$cur")); return 0 ;;
+    --modes) COMPREPLY=($(compgen -W "transient persistent transient,persistent" -- "$cur")); return 0 ;;
     --fail-on) COMPREPLY=($(compgen -W "verdict removed peak: recovery: faults_visible:" -- "$cur")); return 0 ;;
-    -k|-j|--jobs|--gpus|--max-jobs|--maxfail|--cap|--fault|--timeout|--restart|--target-step|--name|--env) return 0 ;;
+    -k|-j|--jobs|--gpus|--max-jobs|--maxfail|--cap|--fault|--timeout|--restart|--target-step|--name|--env|--step|--transient-times|--low|--high|--tolerance|--batch-under|--max-batch) return 0 ;;
   esac
 
   local flags
   case $cmd in
-    "") COMPREPLY=($(compgen -W "run exec validate report explain compare demo --help --version" -- "$cur")); return 0 ;;
+    "") COMPREPLY=($(compgen -W "run exec sweep budget validate report explain compare demo --help --version" -- "$cur")); return 0 ;;
     run) flags="-k -x --exitfirst --maxfail --lf --last-failed -q --quiet -v --verbose -j --jobs --threads-per-job
                 --gpus $reports --summary -o --out --simulate --strict --device --max-jobs --backend --slurm-partition --slurm-gres --slurm-cpus --slurm-mem --slurm-arg --slurm-poll --slurm-agent --help" ;;
     exec) flags="--cap --cap-counts --fault --expect --timeout --restart --restart-on --clear-faults --target-step
                  --name --env $reports --summary -o --out --simulate --strict --device -q --quiet -v --verbose --help" ;;
+    sweep) flags="-k --step -j --jobs --threads-per-job --modes --transient-times --cap --cap-counts --expect --timeout
+                  --restart --restart-on --clear-faults --target-step --name --env $reports --summary -o --out --simulate
+                  --strict --device -q --quiet -v --verbose --help" ;;
+    budget) flags="--low --high --tolerance --batch-under --max-batch --cap --cap-counts --expect --timeout --restart
+                   --restart-on --clear-faults --target-step --name --env $reports --summary -o --out --simulate --strict
+                   --device -q --quiet -v --verbose --help" ;;
     validate) flags="--max-jobs --help" ;;
     report) flags="$reports --help" ;;
     explain) flags="-k --help" ;;

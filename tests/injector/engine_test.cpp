@@ -248,6 +248,58 @@ TEST(Engine, RuleFailureWritesAnInjectEvent) {
   EXPECT_EQ(block.get()->events_written.load(), 4u);
 }
 
+// Note [Recording a step's allocations]: the calls of the recorded step, numbered as a rule
+// `step=N,nth=K` counts them, and no other step's.
+TEST(Engine, RecordStepWritesOneAllocEventPerCallOfThatStepNumberedAsNth) {
+  Block block;
+  EventFile events;
+  EngineSetup s = setup(block.get(), events.fd());
+  s.record_from = s.record_to = 2;
+  Engine e(std::move(s));
+  block.get()->step.store(1);
+  EXPECT_TRUE(allocate(e, 0x1, MiB));
+  block.get()->step.store(2);
+  block.get()->phase.store(static_cast<uint32_t>(oomh::Phase::backward));
+  EXPECT_TRUE(allocate(e, 0x2, 2 * MiB));
+  EXPECT_TRUE(allocate(e, 0x3, 3 * MiB, 0, Entry::mem_create));
+  block.get()->step.store(3);
+  EXPECT_TRUE(allocate(e, 0x4, MiB));
+  auto recorded = events.read("alloc");
+  ASSERT_EQ(recorded.size(), 2u);
+  EXPECT_EQ(recorded[0]["fields"]["nth"], 1);
+  EXPECT_EQ(recorded[0]["fields"]["size"], 2 * MiB);
+  EXPECT_EQ(recorded[0]["fields"]["step"], 2);
+  EXPECT_EQ(recorded[0]["fields"]["phase"], "backward");
+  EXPECT_EQ(recorded[0]["fields"]["call"], 2);
+  EXPECT_EQ(recorded[1]["fields"]["nth"], 2);
+  EXPECT_EQ(recorded[1]["fields"]["size"], 3 * MiB);
+
+  // A range: each step's calls numbered from 1.
+  Block ranged;
+  EventFile both;
+  EngineSetup r = setup(ranged.get(), both.fd());
+  r.record_from = 2;
+  r.record_to = 3;
+  Engine two(std::move(r));
+  for (int64_t step : {2, 2, 3, 3, 3, 4}) {
+    ranged.get()->step.store(step);
+    EXPECT_TRUE(allocate(two, static_cast<uint64_t>(0x100 + step * 10 + both.read("alloc").size()), MiB));
+  }
+  auto per_step = both.read("alloc");
+  ASSERT_EQ(per_step.size(), 5u);
+  std::vector<std::pair<int64_t, int64_t>> seen;
+  for (const auto& a : per_step) seen.emplace_back(a["fields"]["step"], a["fields"]["nth"]);
+  EXPECT_EQ(seen, (std::vector<std::pair<int64_t, int64_t>>{{2, 1}, {2, 2}, {3, 1}, {3, 2}, {3, 3}}));
+
+  // Without OOMH_RECORD_STEP nothing is recorded.
+  Block other;
+  EventFile quiet;
+  Engine off(setup(other.get(), quiet.fd()));
+  other.get()->step.store(2);
+  EXPECT_TRUE(allocate(off, 0x1, MiB));
+  EXPECT_TRUE(quiet.read("alloc").empty());
+}
+
 TEST(Engine, PlanChangesThroughTheControlBlock) {
   Block block;
   EventFile events;

@@ -55,6 +55,23 @@ TEST(Options, BadValues) {
   EXPECT_FALSE(o.active());
 }
 
+TEST(Options, RecordStepIsAStepOrARange) {
+  EXPECT_EQ(read({"OOMH_EVENTS=/tmp/x"}).record_from, -1);
+  Options o = read({"OOMH_EVENTS=/tmp/x", "OOMH_RECORD_STEP=12"});
+  EXPECT_EQ(o.record_from, 12);
+  EXPECT_EQ(o.record_to, 12);
+  EXPECT_TRUE(o.problems.empty());
+  Options range = read({"OOMH_EVENTS=/tmp/x", "OOMH_RECORD_STEP=2..5"});
+  EXPECT_EQ(range.record_from, 2);
+  EXPECT_EQ(range.record_to, 5);
+  for (const char* bad : {"OOMH_RECORD_STEP=two", "OOMH_RECORD_STEP=5..2", "OOMH_RECORD_STEP=2..", "OOMH_RECORD_STEP=-1"}) {
+    Options b = read({"OOMH_EVENTS=/tmp/x", bad});
+    EXPECT_EQ(b.record_from, -1) << bad;
+    ASSERT_EQ(b.problems.size(), 1u) << bad;
+    EXPECT_NE(b.problems[0].find("is not a step or a range of steps (3, 2..5); no allocation is recorded"), std::string::npos);
+  }
+}
+
 TEST(Options, EveryTableEntryIsKnown) {
   for (const auto& spec : kOptionTable) EXPECT_EQ(closest_option(spec.name), spec.name);
 }

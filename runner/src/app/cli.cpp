@@ -45,12 +45,40 @@ void add_verbosity_flags(CLI::App* cmd, Verbosity& v) {
   cmd->add_flag("-v,--verbose", v.verbose, "More output: every verdict's sentence in the table")->excludes(q);
 }
 
+// The flags that describe one job (exec, sweep, budget). Sweep and budget make their own faults.
+void add_job_flags(CLI::App* cmd, app::ExecArgs& a, Verbosity& v, bool with_faults) {
+  cmd->add_option("--cap", a.cap, "Make every GPU look this big to the job: 8GiB, 512MiB");
+  cmd->add_option("--cap-counts", a.cap_counts,
+                  "What the cap counts: allocations (default) or footprint (the CUDA context and driver memory too)");
+  if (with_faults)
+    cmd->add_option("--fault", a.faults, "A fault rule: step=5,times=4 | every=10,min_size=64MiB | ... (repeatable)")
+        ->allow_extra_args(false);
+  cmd->add_option("--expect", a.expects, "A check: batch_halving:factor=0.5,min=8 | exit=0 | ... (repeatable)")
+      ->allow_extra_args(false);
+  cmd->add_option("--timeout", a.timeout, "Stop the job after this long: 30s, 10m (default 10m)");
+  cmd->add_option("--restart", a.restart, "Restart the job up to N times when it dies (default 0)");
+  cmd->add_option("--restart-on", a.restart_on, "What restarts it: oom, nonzero, signal, any (comma list; default oom)");
+  cmd->add_flag("--clear-faults", a.clear_faults, "Restarted attempts run without the faults");
+  cmd->add_option("--target-step", a.target_step, "The step training must reach");
+  cmd->add_option("--name", a.name, "The job's name in reports (default: the command's name)");
+  cmd->add_option("--env", a.env, "NAME=VALUE for the job's environment (repeatable)")->allow_extra_args(false);
+  add_report_flags(cmd, a.reports);
+  cmd->add_flag("--summary", a.summary, "Append the Markdown summary to $GITHUB_STEP_SUMMARY");
+  cmd->add_option("-o,--out", a.out_dir, "Output folder (default oomh-out)");
+  cmd->add_flag("--simulate", a.simulate, "Run on the CPU driver double instead of a GPU");
+  cmd->add_flag("--strict", a.strict, "An inconclusive job fails the run");
+  cmd->add_option("--device", a.device, "Where the job's CUDA work runs: auto (default), gpu or virtual");
+  add_verbosity_flags(cmd, v);
+}
+
 int parse_and_run(std::vector<std::string> args) {
   // `exec ... -- CMD ARGS`: everything after the first `--` is the job's command, untouched by CLI11
   // (its flags are the job's, not ours).
   std::vector<std::string> command;
   auto dashdash = std::find(args.begin(), args.end(), "--");
-  auto exec_word = std::find(args.begin() + (args.empty() ? 0 : 1), dashdash, "exec");
+  auto exec_word = std::find_if(args.begin() + (args.empty() ? 0 : 1), dashdash, [](const std::string& a) {
+    return a == "exec" || a == "sweep" || a == "budget";
+  });
   if (dashdash != args.end() && exec_word != dashdash) {
     command.assign(dashdash + 1, args.end());
     args.erase(dashdash, args.end());
@@ -108,34 +136,53 @@ int parse_and_run(std::vector<std::string> args) {
                   "Slurm: the oomharness the nodes run (default: this one, which must be on a shared path)");
   run->footer(kFooter);
 
+  // exec, sweep and budget share the flags that describe the job.
+  auto job_command_line = [&] {
+    std::vector<std::string> line = args;
+    line.push_back("--");
+    line.insert(line.end(), command.begin(), command.end());
+    return line;
+  };
   app::ExecArgs exec_args;
-  exec_args.command_line = args;
-  exec_args.command_line.push_back("--");
-  exec_args.command_line.insert(exec_args.command_line.end(), command.begin(), command.end());
+  exec_args.command_line = job_command_line();
   CLI::App* exec = app.add_subcommand("exec", "Stress one command: oomharness exec [flags] -- CMD ARGS...");
-  exec->add_option("--cap", exec_args.cap, "Make every GPU look this big to the job: 8GiB, 512MiB");
-  exec->add_option("--cap-counts", exec_args.cap_counts,
-                   "What the cap counts: allocations (default) or footprint (the CUDA context and driver memory too)");
-  exec->add_option("--fault", exec_args.faults, "A fault rule: step=5,times=4 | every=10,min_size=64MiB | ... (repeatable)")
-      ->allow_extra_args(false);
-  exec->add_option("--expect", exec_args.expects, "A check: batch_halving:factor=0.5,min=8 | exit=0 | ... (repeatable)")
-      ->allow_extra_args(false);
-  exec->add_option("--timeout", exec_args.timeout, "Stop the job after this long: 30s, 10m (default 10m)");
-  exec->add_option("--restart", exec_args.restart, "Restart the job up to N times when it dies (default 0)");
-  exec->add_option("--restart-on", exec_args.restart_on, "What restarts it: oom, nonzero, signal, any (comma list; default oom)");
-  exec->add_flag("--clear-faults", exec_args.clear_faults, "Restarted attempts run without the faults");
-  exec->add_option("--target-step", exec_args.target_step, "The step training must reach");
-  exec->add_option("--name", exec_args.name, "The job's name in reports (default: the command's name)");
-  exec->add_option("--env", exec_args.env, "NAME=VALUE for the job's environment (repeatable)")->allow_extra_args(false);
-  add_report_flags(exec, exec_args.reports);
-  exec->add_flag("--summary", exec_args.summary, "Append the Markdown summary to $GITHUB_STEP_SUMMARY");
-  exec->add_option("-o,--out", exec_args.out_dir, "Output folder (default oomh-out)");
-  exec->add_flag("--simulate", exec_args.simulate, "Run on the CPU driver double instead of a GPU");
-  exec->add_flag("--strict", exec_args.strict, "An inconclusive job fails the run");
-  exec->add_option("--device", exec_args.device, "Where the job's CUDA work runs: auto (default), gpu or virtual");
   Verbosity exec_verbosity;
-  add_verbosity_flags(exec, exec_verbosity);
+  add_job_flags(exec, exec_args, exec_verbosity, true);
   exec->footer(kFooter);
+
+  app::SweepArgs sweep_args;
+  sweep_args.exec.command_line = job_command_line();
+  CLI::App* sweep = app.add_subcommand(
+      "sweep", "Fail every allocation site of a step, transiently and persistently: oomharness sweep --step N [flags] -- CMD ARGS...");
+  Verbosity sweep_verbosity;
+  add_job_flags(sweep, sweep_args.exec, sweep_verbosity, false);
+  sweep->add_option("suite", sweep_args.suite, "A suite file whose job to sweep, instead of a command after --");
+  sweep->add_option("-k", sweep_args.filter, "With a suite: the job to sweep (substring or glob, as run's -k)")
+      ->allow_extra_args(false);
+  sweep->add_option("--step", sweep_args.steps, "The training step whose allocation sites are swept: 3, 2,5 or 2..4 (required)");
+  sweep->add_option("-j,--jobs", sweep_args.jobs, "How many faulted runs run at once (default 1)")
+      ->check(CLI::Range(1, 4096));
+  sweep->add_option("--threads-per-job", sweep_args.threads_per_job,
+                    "OMP_NUM_THREADS for each run when runs go at once: auto (the default), off, or N");
+  sweep->add_option("--transient-times", sweep_args.transient_times,
+                    "Failures in a row of a transient fault (default 2: past PyTorch's own retry)");
+  sweep->add_option("--modes", sweep_args.modes, "Which faults per site: transient, persistent (default both)");
+  sweep->footer(kFooter);
+
+  app::BudgetArgs budget_args;
+  budget_args.exec.command_line = job_command_line();
+  CLI::App* budget = app.add_subcommand(
+      "budget", "Find the smallest cap in which the job completes: oomharness budget [flags] -- CMD ARGS...");
+  Verbosity budget_verbosity;
+  add_job_flags(budget, budget_args.exec, budget_verbosity, false);
+  budget->add_option("--low", budget_args.low, "The smallest cap to consider (default 0)");
+  budget->add_option("--high", budget_args.high, "A cap the job completes in (default: its peak in an uncapped run)");
+  budget->add_option("--tolerance", budget_args.tolerance, "Stop when the bounds are this close (default 1MiB)");
+  budget->add_option("--batch-under", budget_args.batch_under,
+                     "Instead: the largest batch that completes under this cap; the command says where with {batch}");
+  budget->add_option("--max-batch", budget_args.max_batch, "With --batch-under: the largest batch tried (default 4096)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  budget->footer(kFooter);
 
   std::vector<std::string> validate_suites;
   CLI::App* validate = app.add_subcommand("validate", "Check suite files without running them");
@@ -185,8 +232,8 @@ int parse_and_run(std::vector<std::string> args) {
     int code = app.exit(e);  // prints help, the version, or the error with a hint
     return code == 0 ? 0 : to_int(ExitCode::usage_error);
   }
-  if (!command.empty() && !exec->parsed()) {
-    std::cerr << "oomharness: '--' and a command belong to `oomharness exec`\n";
+  if (!command.empty() && !exec->parsed() && !sweep->parsed() && !budget->parsed()) {
+    std::cerr << "oomharness: '--' and a command belong to `oomharness exec`, `sweep` or `budget`\n";
     return to_int(ExitCode::usage_error);
   }
 
@@ -221,6 +268,16 @@ int parse_and_run(std::vector<std::string> args) {
     exec_args.command = command;
     exec_args.verbosity = exec_verbosity.level();
     return to_int(app::command_exec(exec_args, out, err));
+  }
+  if (sweep->parsed()) {
+    sweep_args.exec.command = command;
+    sweep_args.exec.verbosity = sweep_verbosity.level();
+    return to_int(app::command_sweep(sweep_args, out, err));
+  }
+  if (budget->parsed()) {
+    budget_args.exec.command = command;
+    budget_args.exec.verbosity = budget_verbosity.level();
+    return to_int(app::command_budget(budget_args, out, err));
   }
   if (validate->parsed()) return to_int(app::command_validate(validate_suites, out, err, validate_limits));
   if (report->parsed()) return to_int(app::command_report(results_file, report_flags, out, err));

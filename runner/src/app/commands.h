@@ -9,7 +9,9 @@
 
 #include "exec/gpu_packing.h"
 #include "oomharness/runner/app.h"
+#include "oomharness/reports/result.h"
 #include "oomharness/runner/backend.h"
+#include "oomharness/runner/job_runner.h"
 #include "oomharness/runner/suite.h"
 
 namespace oomh::app {
@@ -17,6 +19,13 @@ namespace oomh::app {
 // --junit/--json/--html/--markdown/--perfetto.
 struct ReportFlags {
   std::string junit, json, html, markdown, perfetto;
+};
+
+// What run_suites hands back besides its exit code, for a command that plans more jobs from a run's
+// outcome (sweep, budget): the judged results and each job's trace, in the order the jobs were given.
+struct RunCapture {
+  RunResult run;
+  std::vector<JobOutcome> outcomes;
 };
 
 struct RunArgs {
@@ -42,6 +51,8 @@ struct RunArgs {
   // --backend; unset: the suites' `backend:` (they must agree), else local (Note [Backends]).
   std::optional<BackendKind> backend;
   SlurmOptions slurm;                 // --slurm-* (docs/slurm.md)
+  RunCapture* capture = nullptr;      // when set, run_suites fills it
+  bool quiet_reports = false;         // no summary table or report paths on `out` (a sweep's golden run)
 };
 
 struct ExecArgs {
@@ -67,6 +78,29 @@ struct ExecArgs {
   std::vector<std::string> command_line;
 };
 
+// `oomharness sweep`: exec's flags describe the job; these, the sweep (docs/sweep.md).
+struct SweepArgs {
+  ExecArgs exec;
+  std::string suite;                  // sweep a job of this suite instead of a command after --
+  std::string filter;                 // -k: which job of the suite (needed when it has several)
+  std::string steps;                  // --step: the steps whose allocation sites are swept: 3, 2,5 or 2..4 (required)
+  int jobs = 1;                       // -j: faulted runs at once
+  std::string threads_per_job = "auto";
+  int transient_times = -1;           // --transient-times: failures in a row of a transient fault; -1: the
+                                      // suite job's sweep: or 2
+  std::string modes;                  // --modes; "": the suite job's sweep: or transient,persistent
+};
+
+// `oomharness budget`: exec's flags describe the job; these, the search (docs/sweep.md).
+struct BudgetArgs {
+  ExecArgs exec;
+  std::string low = "0";              // --low: the smallest cap tried
+  std::string high;                   // --high: a cap the job fits in (default: the golden run's peak)
+  std::string tolerance = "1MiB";     // --tolerance
+  std::string batch_under;            // --batch-under CAP: the largest {batch} in the command that completes under CAP
+  int64_t max_batch = 4096;           // --max-batch: the largest batch considered
+};
+
 struct CompareArgs {
   std::string base, now;
   std::vector<std::string> fail_on;
@@ -82,11 +116,17 @@ ExitCode command_report(const std::string& results, const ReportFlags& flags, st
 // (docs/diagnosis.md). Exit 0, or usage_error for an unreadable file or a bad -k, or a -k matching nothing.
 ExitCode command_explain(const std::string& results, const std::vector<std::string>& filters, std::ostream& out,
                          std::ostream& err);
+ExitCode command_sweep(const SweepArgs& args, std::ostream& out, std::ostream& err);
+ExitCode command_budget(const BudgetArgs& args, std::ostream& out, std::ostream& err);
 ExitCode command_compare(const CompareArgs& args, std::ostream& out, std::ostream& err);
 // `oomharness agent PLAN`: what a Slurm job runs on its node (Note [Backends]).
 ExitCode command_agent(const std::string& plan_path, std::ostream& out, std::ostream& err);
 ExitCode command_demo(const std::string& out_dir, const std::vector<std::string>& command_line, std::ostream& out,
                       std::ostream& err);
+
+// The job `exec`'s flags describe (the command, --cap, --fault, --expect, ...), built as a suite's job is
+// (Note [Job fields]); `sweep` and `budget` start from it too. nullopt after printing why, naming `command`.
+std::optional<JobSpec> job_from_exec_args(const ExecArgs& args, const std::string& command, std::ostream& err);
 
 // Runs loaded suites (all jobs already chosen): the shared second half of run, exec and demo.
 ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream& out, std::ostream& err);

@@ -375,11 +375,14 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
         stream.write(job_stream_line(suite, *judged[i]));
       }
       // Note [Constant cost per job]: once judged, a job's trace is not kept until the run ends; its result
-      // holds what the reports show, each part bounded.
-      done.trace.attempts.clear();
-      done.trace.attempts.shrink_to_fit();
-      done.trace.reference.clear();
-      done.trace.reference.shrink_to_fit();
+      // holds what the reports show, each part bounded. A caller that captures the run (sweep's golden run
+      // reads its trace) keeps the outcomes whole.
+      if (!args.capture) {
+        done.trace.attempts.clear();
+        done.trace.attempts.shrink_to_fit();
+        done.trace.reference.clear();
+        done.trace.reference.shrink_to_fit();
+      }
       if (!done.not_started) view.on_job_done(i);
       if (args.maxfail > 0 && failed_or_erred(judged[i]->status) && ++failures == args.maxfail && running)
         running->stop_starting();
@@ -435,14 +438,20 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
 
   std::string html;
   bool written = write_reports(run, out_dir, args.reports, html, err);
-  out << "\n" << summary_table(run, style.color, args.verbosity);
-  if (const char* gha = std::getenv("GITHUB_ACTIONS"); gha && std::string(gha) == "true")
-    print_github_annotations(run, suites, out);
   if (args.summary) append_step_summary(run, out, err);
-  out << "Results: " << (fs::path(out_dir) / "results.json").string() << "\n";
-  out << "HTML report: " << html << "\n";
+  if (!args.quiet_reports) {
+    out << "\n" << summary_table(run, style.color, args.verbosity);
+    if (const char* gha = std::getenv("GITHUB_ACTIONS"); gha && std::string(gha) == "true")
+      print_github_annotations(run, suites, out);
+    out << "Results: " << (fs::path(out_dir) / "results.json").string() << "\n";
+    out << "HTML report: " << html << "\n";
+  }
   out.flush();
   ExitCode code = run_exit_code(run);
+  if (args.capture) {
+    args.capture->run = run;
+    args.capture->outcomes = std::move(outcomes);
+  }
   if (code == ExitCode::interrupted) return code;
   if (!written) return ExitCode::internal_error;
   return code;
@@ -504,10 +513,11 @@ ExitCode command_run(const RunArgs& args, std::ostream& out, std::ostream& err) 
   return run_suites(std::move(suites), args, out, err);
 }
 
-ExitCode command_exec(const ExecArgs& args, std::ostream& out, std::ostream& err) {
+std::optional<JobSpec> job_from_exec_args(const ExecArgs& args, const std::string& command, std::ostream& err) {
   if (args.command.empty()) {
-    err << "oomharness exec: no command given: write it after --, like oomharness exec --cap 8GiB -- python train.py\n";
-    return ExitCode::usage_error;
+    err << "oomharness " << command << ": no command given: write it after --, like oomharness " << command
+        << " --cap 8GiB -- python train.py\n";
+    return std::nullopt;
   }
   // The flags give fields; build_job makes the job, exactly as for a suite's job (Note [Job fields]).
   suite::JobFields fields;
@@ -516,24 +526,24 @@ ExitCode command_exec(const ExecArgs& args, std::ostream& out, std::ostream& err
   if (!args.cap.empty()) {
     ParseResult cap = parse_bytes(args.cap);
     if (!cap) {
-      err << "oomharness exec: bad --cap: " << cap.error << "\n";
-      return ExitCode::usage_error;
+      err << "oomharness " << command << ": bad --cap: " << cap.error << "\n";
+      return std::nullopt;
     }
     fields.memory.limit = static_cast<uint64_t>(*cap.value);
   }
   if (!args.cap_counts.empty()) {
     auto counting = suite::cap_counts_footprint(args.cap_counts);
     if (!counting) {
-      err << "oomharness exec: bad --cap-counts '" << args.cap_counts << "': allocations or footprint\n";
-      return ExitCode::usage_error;
+      err << "oomharness " << command << ": bad --cap-counts '" << args.cap_counts << "': allocations or footprint\n";
+      return std::nullopt;
     }
     fields.memory.counts_footprint = *counting;
   }
   if (!args.timeout.empty()) {
     ParseResult t = parse_duration(args.timeout);
     if (!t || *t.value <= 0) {
-      err << "oomharness exec: bad --timeout: " << (t ? "bad duration '" + args.timeout + "': it must be more than 0" : t.error) << "\n";
-      return ExitCode::usage_error;
+      err << "oomharness " << command << ": bad --timeout: " << (t ? "bad duration '" + args.timeout + "': it must be more than 0" : t.error) << "\n";
+      return std::nullopt;
     }
     fields.timeout = *t.value;
   }
@@ -541,8 +551,8 @@ ExitCode command_exec(const ExecArgs& args, std::ostream& out, std::ostream& err
   for (size_t i = 0; i < args.faults.size(); ++i) {
     auto f = parse_fault_spec(args.faults[i], "");
     if (!f) {
-      err << "oomharness exec: " << f.error << "\n";
-      return ExitCode::usage_error;
+      err << "oomharness " << command << ": " << f.error << "\n";
+      return std::nullopt;
     }
     FaultSpec fault = std::move(*f.value);
     // Two identical specs are two rules: their names must still tell them apart in reports.
@@ -555,15 +565,15 @@ ExitCode command_exec(const ExecArgs& args, std::ostream& out, std::ostream& err
   for (const auto& text : args.expects) {
     auto e = parse_expect_spec(text);
     if (!e) {
-      err << "oomharness exec: " << e.error << "\n";
-      return ExitCode::usage_error;
+      err << "oomharness " << command << ": " << e.error << "\n";
+      return std::nullopt;
     }
     if (!fields.expect) fields.expect.emplace();
     fields.expect->push_back(std::move(*e.value));
   }
   if (args.restart < 0 || args.restart > 1000) {
-    err << "oomharness exec: bad --restart " << args.restart << ": from 0 to 1000\n";
-    return ExitCode::usage_error;
+    err << "oomharness " << command << ": bad --restart " << args.restart << ": from 0 to 1000\n";
+    return std::nullopt;
   }
   fields.restart.max = args.restart;
   fields.restart.clear_faults = args.clear_faults;
@@ -572,9 +582,9 @@ ExitCode command_exec(const ExecArgs& args, std::ostream& out, std::ostream& err
     fields.restart.on.emplace();
     for (const auto& on : split_items(args.restart_on)) {
       if (on != "oom" && on != "nonzero" && on != "signal" && on != "any") {
-        err << "oomharness exec: bad --restart-on '" << args.restart_on << "': '" << on
+        err << "oomharness " << command << ": bad --restart-on '" << args.restart_on << "': '" << on
             << "' is not one of oom, nonzero, signal, any\n";
-        return ExitCode::usage_error;
+        return std::nullopt;
       }
       fields.restart.on->push_back(on);
     }
@@ -582,8 +592,8 @@ ExitCode command_exec(const ExecArgs& args, std::ostream& out, std::ostream& err
   for (const auto& kv : args.env) {
     size_t eq = kv.find('=');
     if (eq == std::string::npos || eq == 0) {
-      err << "oomharness exec: bad --env '" << kv << "': write NAME=VALUE\n";
-      return ExitCode::usage_error;
+      err << "oomharness " << command << ": bad --env '" << kv << "': write NAME=VALUE\n";
+      return std::nullopt;
     }
     fields.env[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
@@ -591,8 +601,8 @@ ExitCode command_exec(const ExecArgs& args, std::ostream& out, std::ostream& err
   if (!args.device.empty()) {
     fields.device = device_choice_from_name(args.device);
     if (!fields.device) {
-      err << "oomharness exec: bad --device '" << args.device << "': auto, gpu or virtual\n";
-      return ExitCode::usage_error;
+      err << "oomharness " << command << ": bad --device '" << args.device << "': auto, gpu or virtual\n";
+      return std::nullopt;
     }
   }
   std::error_code cwd_error;
@@ -600,15 +610,20 @@ ExitCode command_exec(const ExecArgs& args, std::ostream& out, std::ostream& err
   JobSpec job = suite::build_job(fields);
   job.where = SourceLocation{"<command line>", 0, 0};
   if (auto problem = suite::check_fault_plan(job.plan())) {
-    err << "oomharness exec: the fault plan is not one the shim accepts: " << *problem << "\n";
-    return ExitCode::usage_error;
+    err << "oomharness " << command << ": the fault plan is not one the shim accepts: " << *problem << "\n";
+    return std::nullopt;
   }
+  return job;
+}
 
+ExitCode command_exec(const ExecArgs& args, std::ostream& out, std::ostream& err) {
+  std::optional<JobSpec> job = job_from_exec_args(args, "exec", err);
+  if (!job) return ExitCode::usage_error;
   Suite suite;
   suite.name = "exec";
   suite.file = "<command line>";
-  suite.dir = *job.cwd;
-  suite.jobs.push_back(std::move(job));
+  suite.dir = *job->cwd;
+  suite.jobs.push_back(std::move(*job));
 
   RunArgs run;
   run.reports = args.reports;

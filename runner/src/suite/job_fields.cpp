@@ -44,6 +44,7 @@ JobFields merge(JobFields base, const JobFields& over) {
   take(base.expect, over.expect);
   take(base.target_step, over.target_step);
   take(base.ranks, over.ranks);
+  take(base.sweep, over.sweep);
   return base;
 }
 
@@ -76,6 +77,7 @@ JobSpec build_job(const JobFields& f) {
   // Note [Hang detection] in job_runner.cpp: the runner waits for a stalled rank as long as no_hang would.
   for (const auto& e : job.expect)
     if (e.policy == "no_hang" && e.args.contains("stall") && e.args["stall"].is_number()) job.hang_stall = e.args["stall"].get<double>();
+  job.sweep = f.sweep;
   if (!job.target_step) {
     // `completes` says how far the job must get; the trace needs the same number.
     for (const auto& e : job.expect)

@@ -44,6 +44,7 @@ struct JobFields {
   std::optional<std::vector<ExpectSpec>> expect;
   std::optional<int64_t> target_step;
   std::optional<int> ranks;
+  std::optional<SweepSpec> sweep;
 };
 
 // `over` laid over `base`.

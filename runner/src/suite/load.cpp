@@ -19,6 +19,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <set>
 #include <unordered_map>
 
@@ -48,13 +49,15 @@ using suite::Reader;
 const std::vector<std::string> top_keys = {"version", "name", "backend", "defaults", "matrix", "jobs"};
 const std::vector<std::string> job_keys = {"name", "run", "shell", "cwd", "env", "timeout", "grace", "probe", "device",
                                            "observe", "memory", "faults", "restart", "expect", "target_step",
-                                           "ranks"};
+                                           "ranks", "sweep"};
 const std::vector<std::string> memory_keys = {"limit", "counts", "schedule", "reserve", "leave", "reserve_chunk", "snapshot"};
 const std::vector<std::string> schedule_keys = {"at", "limit"};
 const std::vector<std::string> at_keys = {"step", "after"};
 const std::vector<std::string> restart_keys = {"max", "on", "clear_faults"};
 const std::vector<std::string> restart_reasons = {"oom", "nonzero", "signal", "any"};
 const std::vector<std::string> probe_modes = {"auto", "python", "none"};
+const std::vector<std::string> sweep_keys = {"step", "modes", "transient_times"};
+const std::vector<std::string> sweep_modes = {"transient", "persistent"};
 const std::vector<std::string> reserved_variables = {"suite_dir", "workdir", "attempt"};
 
 // A string that may name template variables, with where it came from.
@@ -128,6 +131,7 @@ class Loader {
   std::optional<std::vector<FaultSpec>> read_faults(const Entry& e, const Field& f);
   void report_rule_problem(suite::RuleProblem problem, const YAML::Node& item, const Field& f);
   void read_restart(Partial& p, const Entry& e, const Field& f);
+  void read_sweep(Partial& p, const Entry& e, const Field& f);
   std::optional<std::vector<ExpectSpec>> read_expect(const Entry& e, const Field& f);
   std::optional<ExpectSpec> read_expect_item(const YAML::Node& item, const Field& f);
   // templates
@@ -429,6 +433,8 @@ void Loader::read_field(Partial& p, const Entry& e, const Field& owner) {
       if (*n > suite::kMaxRanks) d_.error(e.value_at, f.str() + ": at most " + std::to_string(suite::kMaxRanks) + " ranks, got '" + e.value.Scalar() + "'");
       else p.fields.ranks = static_cast<int>(*n);
     }
+  } else if (k == "sweep") {
+    read_sweep(p, e, f);
   }
 }
 
@@ -650,6 +656,54 @@ void Loader::read_restart(Partial& p, const Entry& e, const Field& f) {
       if (ok) p.fields.restart.on = on;
     }
   }
+}
+
+// `sweep:` {step: 3 | "2,5" | "2..4", modes: [transient, persistent], transient_times: 2} (docs/sweep.md).
+void Loader::read_sweep(Partial& p, const Entry& e, const Field& f) {
+  auto entries = r_.map(e.value, e.value_at, f, sweep_keys);
+  if (!entries) return;
+  SweepSpec spec;
+  bool ok = true, has_step = false;
+  for (const auto& v : *entries) {
+    const Field vf = f / v.key;
+    if (v.key == "step") {
+      has_step = true;
+      std::string text = v.value.IsScalar() ? v.value.Scalar() : std::string();
+      // Steps from 1: "3", "2,5", "2..4", "2..4,7".
+      static const std::regex steps(R"(^ *[1-9][0-9]{0,11}( *\.\. *[1-9][0-9]{0,11})?( *, *[1-9][0-9]{0,11}( *\.\. *[1-9][0-9]{0,11})?)* *$)");
+      if (text.size() > 200 || !std::regex_match(text, steps)) {  // bounded: std::regex recurses per character
+        d_.error(v.value_at, vf.str() + ": expected a step from 1, or steps like 2,5 or 2..4, got '" + text + "'");
+        ok = false;
+      } else {
+        spec.steps = text;
+      }
+    } else if (v.key == "modes") {
+      std::vector<YAML::Node> items;
+      if (v.value.IsSequence()) for (const auto& n : v.value) items.push_back(n);
+      else items.push_back(v.value);
+      for (size_t i = 0; i < items.size(); ++i) {
+        const SourceLocation at = v.value.IsSequence() ? d_.at(items[i]) : v.value_at;
+        auto mode = r_.choice(items[i], at, v.value.IsSequence() ? vf[i] : vf, sweep_modes, "sweep mode");
+        if (mode) spec.modes.push_back(*mode);
+        else ok = false;
+      }
+    } else {
+      auto n = r_.integer(v, vf, 1);
+      if (n && *n > 1000) {
+        d_.error(v.value_at, vf.str() + ": at most 1000 failures in a row, got '" + v.value.Scalar() + "'");
+        ok = false;
+      } else if (n) {
+        spec.transient_times = static_cast<int>(*n);
+      } else {
+        ok = false;
+      }
+    }
+  }
+  if (!has_step) {
+    d_.error(e.value_at, f.str() + ": needs `step`, the training step whose allocation sites are swept");
+    ok = false;
+  }
+  if (ok) p.fields.sweep = spec;
 }
 
 // `expect:` items: `- policy`, `- policy: scalar` (when the policy takes one), `- policy: {arg: value}`.

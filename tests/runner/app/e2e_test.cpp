@@ -192,7 +192,7 @@ TEST_F(E2E, VersionHelpAndUsageErrors) {
   Result v = run({bin, "--version"}, dir_, dir_);
   EXPECT_EQ(v.code, 0) << v.err;
   EXPECT_NE(v.out.find("oomharness 0."), std::string::npos) << v.out;
-  for (const char* cmd : {"run", "exec", "validate", "report", "explain", "compare", "demo"}) {
+  for (const char* cmd : {"run", "exec", "sweep", "budget", "validate", "report", "explain", "compare", "demo"}) {
     Result h = run({bin, cmd, "--help"}, dir_, dir_);
     EXPECT_EQ(h.code, 0) << cmd << ": " << h.err;
     EXPECT_NE(h.out.find("Usage"), std::string::npos) << cmd;
@@ -848,6 +848,329 @@ TEST_F(E2E, HeartbeatWhileJobsRunInNonTerminalOutput) {
   // The default is 30 s: a short run prints none.
   Result quiet = run({bin, "run", suite, "-k", "bad1", "--simulate", "--out", (dir_ / "out2").string()}, dir_, dir_);
   EXPECT_EQ(quiet.out.find("] 0/1 done"), std::string::npos) << quiet.out;
+}
+
+
+// ---------------------------------------------------------------------------------------------------
+// `oomharness sweep` and `budget` (issue 16, docs/sweep.md).
+
+// Six steps: memory_stable, which every sweep run gets, needs five. The emulated trainer's step 2 (flushed: every call reaches the driver double) makes five calls in five
+// sites: forward and backward activations (512 KiB each), the optimizer's temporary (64 KiB) and its
+// leaked 4 KiB (--leak-per-step), and an eval pass (1 MiB, --eval-every 2).
+std::vector<std::string> sweep_trainer(const std::string& trainer, const std::vector<std::string>& recovery) {
+  std::vector<std::string> argv = {trainer, "--steps", "6", "--batch-size", "8", "--bytes-per-sample", "65536",
+                                   "--leak-per-step", "4096", "--eval-every", "2", "--like-pytorch"};
+  argv.insert(argv.end(), recovery.begin(), recovery.end());
+  return argv;
+}
+
+std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+TEST_F(E2E, SweepFindsEverySiteOfTheStepAndACorrectRetryRecoversFromEachTransientFault) {
+  NEED("APP_E2E_BIN", bin);
+  NEED("APP_E2E_TRAINER", trainer);
+  NEED("APP_E2E_INJECT", inject);
+  NEED("APP_E2E_DOUBLE", dbl);
+  fs::path out = dir_ / "out";
+  Result r = run(concat({bin, "sweep", "--simulate", "--step", "2", "--target-step", "6", "--jobs", "2", "--name",
+                         "good", "--timeout", "60s", "--modes", "transient", "--junit", (dir_ / "junit.xml").string(),
+                         "--out", out.string(), "--"},
+                        sweep_trainer(trainer, {"--recovery", "retry", "--max-retries", "3"})),
+                 dir_, dir_);
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  nlohmann::json sweep = load_json(out / "sweep.json");
+  ASSERT_FALSE(sweep.is_discarded());
+  // Every call of the step was found: the trainer's own count (Note [Emulated training step]).
+  EXPECT_EQ(sweep["calls_recorded"], 5) << sweep.dump(2);
+  ASSERT_EQ(sweep["sites"].size(), 5u) << sweep.dump(2);
+  std::vector<std::string> phases;
+  for (const auto& s : sweep["sites"]) {
+    phases.push_back(s["phase"]);
+    ASSERT_EQ(s["cases"].size(), 1u);
+    // Two failures in a row get past the allocator's own retry: the code sees each one and recovers.
+    EXPECT_EQ(s["cases"][0]["outcome"], "recovered") << s.dump();
+    EXPECT_EQ(s["cases"][0]["status"], "passed") << s.dump();
+    EXPECT_EQ(s["cases"][0]["fault"], "step=2,nth=" + std::to_string(s["nth"].get<int>()) + ",times=2");
+  }
+  for (int nth = 1; nth <= 5; ++nth) EXPECT_EQ(sweep["sites"][nth - 1]["nth"], nth);
+  EXPECT_EQ(phases, (std::vector<std::string>{"forward", "backward", "optimizer", "optimizer", "eval"}));
+  EXPECT_EQ(sweep["survived"], 5);
+  EXPECT_NE(r.out.find("5 sites in step 2; survived 5"), std::string::npos) << r.out;
+  // The faulted runs are ordinary jobs: results.json has the 5, JUnit one testcase each.
+  nlohmann::json results = load_json(out / "results.json");
+  EXPECT_EQ(jobs_by_name(results).size(), 5u);
+  std::string junit = read_file(dir_ / "junit.xml");
+  size_t testcases = 0;
+  for (size_t at = junit.find("<testcase"); at != std::string::npos; at = junit.find("<testcase", at + 1)) ++testcases;
+  EXPECT_EQ(testcases, 5u);
+  EXPECT_NE(junit.find("good-site03-transient"), std::string::npos);
+}
+
+TEST_F(E2E, SweepOfABrokenTrainerShowsTheSitesItDoesNotSurviveWithTheirFault) {
+  NEED("APP_E2E_BIN", bin);
+  NEED("APP_E2E_TRAINER", trainer);
+  NEED("APP_E2E_INJECT", inject);
+  NEED("APP_E2E_DOUBLE", dbl);
+  fs::path out = dir_ / "out";
+  // Broken retry: it keeps the failed attempt's blocks (--retry-without-freeing), so a persistent fault,
+  // which lasts until memory is freed, is never lifted at the backward site, where a correct retry frees
+  // the forward pass's activations: it gives up and dies of the OOM.
+  auto sweep_of = [&](const std::string& name, const std::vector<std::string>& recovery, const fs::path& where) {
+    return run(concat({bin, "sweep", "--simulate", "--step", "2", "--target-step", "6", "--jobs", "2", "--name", name,
+                       "--timeout", "60s", "--out", where.string(), "--"},
+                      sweep_trainer(trainer, recovery)),
+               dir_, dir_);
+  };
+  std::vector<std::string> broken = {"--recovery", "retry", "--retry-without-freeing"};
+  Result r = sweep_of("broken", broken, out);
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  nlohmann::json sweep = load_json(out / "sweep.json");
+  ASSERT_FALSE(sweep.is_discarded());
+  ASSERT_EQ(sweep["sites"].size(), 5u) << sweep.dump(2);
+  const nlohmann::json& backward = sweep["sites"][1];
+  EXPECT_EQ(backward["phase"], "backward");
+  ASSERT_EQ(backward["cases"].size(), 2u);
+  EXPECT_EQ(backward["cases"][1]["mode"], "persistent");
+  EXPECT_EQ(backward["cases"][1]["outcome"], "crash") << backward.dump(2);
+  EXPECT_EQ(backward["cases"][1]["status"], "failed");
+  const std::string lost_fault = backward["cases"][1]["fault"];
+  EXPECT_EQ(lost_fault, "step=2,nth=2,until_freed=1");
+  EXPECT_NE(r.out.find("--fault '" + lost_fault + "'"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("site 2 (backward, 512.00 KiB..1.00 MiB): persistent crash"), std::string::npos) << r.out;
+  EXPECT_LT(sweep["survived"].get<int>(), 4);
+  std::string html = read_file(out / "sweep.html");
+  EXPECT_NE(html.find("<code>--fault " + lost_fault + "</code>"), std::string::npos) << html.substr(0, 3000);
+
+  // The correct retry survives that site. Neither survives a persistent fault at the step's first call,
+  // where nothing is held that could be freed (docs/sweep.md): a GPU that is really full.
+  Result good = sweep_of("good", {"--recovery", "retry"}, dir_ / "good");
+  EXPECT_EQ(good.code, 1) << good.out << good.err;
+  nlohmann::json good_sweep = load_json(dir_ / "good" / "sweep.json");
+  ASSERT_EQ(good_sweep["sites"].size(), 5u) << good_sweep.dump(2);
+  EXPECT_EQ(good_sweep["sites"][1]["cases"][1]["outcome"], "recovered") << good_sweep.dump(2);
+  EXPECT_EQ(good_sweep["sites"][0]["cases"][1]["outcome"], "crash") << good_sweep.dump(2);
+  EXPECT_EQ(good_sweep["survived"], 4);
+
+  // The printed --fault reproduces the failure alone, through exec; the correct retry passes it.
+  auto exec_with = [&](const std::vector<std::string>& recovery, const std::string& where) {
+    return run(concat({bin, "exec", "--simulate", "--target-step", "6", "--expect", "completes", "--fault", lost_fault,
+                       "--out", (dir_ / where).string(), "--"},
+                      sweep_trainer(trainer, recovery)),
+               dir_, dir_);
+  };
+  Result again = exec_with(broken, "again");
+  EXPECT_EQ(again.code, 1) << again.out << again.err;
+  Result fixed = exec_with({"--recovery", "retry"}, "fixed");
+  EXPECT_EQ(fixed.code, 0) << fixed.out << fixed.err;
+}
+
+TEST_F(E2E, SweepOfTwoStepsNumbersEachStepsCallsFromOne) {
+  NEED("APP_E2E_BIN", bin);
+  NEED("APP_E2E_TRAINER", trainer);
+  NEED("APP_E2E_INJECT", inject);
+  NEED("APP_E2E_DOUBLE", dbl);
+  fs::path out = dir_ / "out";
+  Result r = run(concat({bin, "sweep", "--simulate", "--step", "2..3", "--target-step", "6", "--jobs", "2", "--modes",
+                         "transient", "--timeout", "60s", "--out", out.string(), "--"},
+                        sweep_trainer(trainer, {"--recovery", "retry"})),
+                 dir_, dir_);
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  nlohmann::json sweep = load_json(out / "sweep.json");
+  ASSERT_FALSE(sweep.is_discarded());
+  EXPECT_EQ(sweep["steps"], nlohmann::json::array({2, 3}));
+  // Step 2: forward, backward, optimizer, leak, eval; step 3 has no eval (--eval-every 2).
+  EXPECT_EQ(sweep["calls_recorded"], 9) << sweep.dump(2);
+  ASSERT_EQ(sweep["sites"].size(), 9u) << sweep.dump(2);
+  std::vector<std::string> faults;
+  for (const auto& s : sweep["sites"]) {
+    faults.push_back(s["cases"][0]["fault"]);
+    EXPECT_EQ(s["cases"][0]["outcome"], "recovered") << s.dump();
+  }
+  EXPECT_EQ(faults[5], "step=3,nth=1,times=2");
+  EXPECT_EQ(faults[8], "step=3,nth=4,times=2");
+  EXPECT_NE(r.out.find("9 sites in steps 2, 3; survived 9"), std::string::npos) << r.out;
+}
+
+TEST_F(E2E, SweepOfASuitesJobWithItsSweepBlock) {
+  NEED("APP_E2E_BIN", bin);
+  NEED("APP_E2E_TRAINER", trainer);
+  NEED("APP_E2E_INJECT", inject);
+  NEED("APP_E2E_DOUBLE", dbl);
+  std::string argv;
+  for (const auto& a : sweep_trainer(trainer, {"--recovery", "retry"})) argv += (argv.empty() ? "\"" : ", \"") + a + "\"";
+  // Its sweep: block says the step and the modes; the command line needs neither.
+  std::string suite = write_suite(dir_, "swept",
+                                  "  - name: retry\n    run: [" + argv + "]\n    target_step: 6\n    timeout: 60s\n" +
+                                      "    sweep: {step: 2, modes: [transient]}\n" + std::string(kFaultAtStep3) +
+                                      "  - name: other\n    run: [\"true\"]\n");
+  Result valid = run({bin, "validate", suite}, dir_, dir_);
+  EXPECT_EQ(valid.code, 0) << valid.err;
+  fs::path out = dir_ / "out";
+  Result r = run({bin, "sweep", suite, "-k", "retry", "--simulate", "--out", out.string()}, dir_, dir_);
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("the faults: of retry are left out"), std::string::npos) << r.err;
+  nlohmann::json sweep = load_json(out / "sweep.json");
+  ASSERT_FALSE(sweep.is_discarded());
+  EXPECT_EQ(sweep["job"], "retry");
+  EXPECT_EQ(sweep["steps"], nlohmann::json::array({2}));
+  ASSERT_EQ(sweep["sites"].size(), 5u) << sweep.dump(2);
+  EXPECT_EQ(sweep["sites"][0]["cases"].size(), 1u);  // transient only, as the block says
+  EXPECT_EQ(sweep["survived"], 5);
+  // Flags win over the block.
+  Result both = run({bin, "sweep", suite, "-k", "retry", "--simulate", "--step", "3", "--modes", "transient,persistent",
+                     "--out", (dir_ / "flags").string()},
+                    dir_, dir_);
+  nlohmann::json flagged = load_json(dir_ / "flags" / "sweep.json");
+  EXPECT_EQ(flagged["steps"], nlohmann::json::array({3})) << both.out << both.err;
+  ASSERT_FALSE(flagged["sites"].empty());
+  EXPECT_EQ(flagged["sites"][0]["cases"].size(), 2u);
+
+  Result two = run({bin, "sweep", suite, "--simulate", "--step", "2", "--out", out.string()}, dir_, dir_);
+  EXPECT_EQ(two.code, 4);
+  EXPECT_NE(two.err.find("2 jobs of " + suite + ": a sweep takes one job (retry, other); choose it with -k"),
+            std::string::npos) << two.err;
+  Result flags = run({bin, "sweep", suite, "-k", "retry", "--cap", "1GiB", "--simulate", "--step", "2"}, dir_, dir_);
+  EXPECT_EQ(flags.code, 4);
+  EXPECT_NE(flags.err.find("a suite's job says them in the suite"), std::string::npos) << flags.err;
+  Result none = run({bin, "sweep", suite, "-k", "nosuchjob", "--simulate", "--step", "2"}, dir_, dir_);
+  EXPECT_EQ(none.code, 5) << none.err;
+}
+
+TEST_F(E2E, SweepRejectsBadInputBeforeAnythingRuns) {
+  NEED("APP_E2E_BIN", bin);
+  fs::path out = dir_ / "out";
+  auto sweep = [&](std::vector<std::string> flags) {
+    std::vector<std::string> argv = {bin, "sweep", "--simulate", "--out", out.string()};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    argv.insert(argv.end(), {"--", "true"});
+    return run(argv, dir_, dir_);
+  };
+  Result no_step = sweep({"--target-step", "3"});
+  EXPECT_EQ(no_step.code, 4);
+  EXPECT_NE(no_step.err.find("--step is required"), std::string::npos) << no_step.err;
+  Result zero = sweep({"--step", "0", "--target-step", "3"});
+  EXPECT_EQ(zero.code, 4) << zero.err;
+  EXPECT_NE(zero.err.find("bad --step '0': '0' is not a step (from 1)"), std::string::npos) << zero.err;
+  Result backwards = sweep({"--step", "3..2", "--target-step", "3"});
+  EXPECT_EQ(backwards.code, 4);
+  EXPECT_NE(backwards.err.find("'3..2' goes backwards"), std::string::npos) << backwards.err;
+  Result modes = sweep({"--step", "2", "--target-step", "3", "--modes", "transient,sometimes"});
+  EXPECT_EQ(modes.code, 4);
+  EXPECT_NE(modes.err.find("'sometimes' is not transient or persistent"), std::string::npos) << modes.err;
+  Result fault = sweep({"--step", "2", "--target-step", "3", "--fault", "step=2"});
+  EXPECT_EQ(fault.code, 4) << fault.err;
+  Result no_goal = sweep({"--step", "2"});
+  EXPECT_EQ(no_goal.code, 4);
+  EXPECT_NE(no_goal.err.find("--target-step"), std::string::npos) << no_goal.err;
+  Result after = sweep({"--step", "5", "--target-step", "3"});
+  EXPECT_EQ(after.code, 4);
+  EXPECT_NE(after.err.find("after --target-step"), std::string::npos) << after.err;
+  Result times = sweep({"--step", "2", "--target-step", "3", "--transient-times", "0"});
+  EXPECT_EQ(times.code, 4) << times.err;
+  Result no_command = run({bin, "sweep", "--simulate", "--step", "2", "--target-step", "3"}, dir_, dir_);
+  EXPECT_EQ(no_command.code, 4);
+  EXPECT_NE(no_command.err.find("oomharness sweep: no command given"), std::string::npos) << no_command.err;
+  EXPECT_FALSE(fs::exists(out / "golden")) << "a run started despite bad input";
+  // A golden run that does not pass its checks leaves nothing to judge the sites by: said, exit 1.
+  Result failing = run({bin, "sweep", "--simulate", "--step", "1", "--target-step", "2", "--expect", "exit=3", "--out",
+                        out.string(), "--", "true"},
+                       dir_, dir_);
+  EXPECT_EQ(failing.code, 1) << failing.out << failing.err;
+  EXPECT_NE(failing.err.find("the golden run (no fault) "), std::string::npos) << failing.err;
+}
+
+TEST_F(E2E, BudgetBisectsTheCapWithinItsRunBound) {
+  NEED("APP_E2E_BIN", bin);
+  NEED("APP_E2E_TRAINER", trainer);
+  NEED("APP_E2E_INJECT", inject);
+  NEED("APP_E2E_DOUBLE", dbl);
+  fs::path out = dir_ / "out";
+  // No recovery: the job completes exactly when its peak fits. Its peak: parameters (64 KiB), the step's
+  // activations and gradients held together (2 x 512 KiB), the optimizer's temporary (64 KiB) beside the
+  // cached activations, and the leaked 4 KiB per step.
+  Result r = run({bin, "budget", "--simulate", "--target-step", "3", "--tolerance", "16KiB", "--name", "fixed",
+                  "--out", out.string(), "--", trainer, "--steps", "3", "--batch-size", "8", "--bytes-per-sample",
+                  "65536", "--leak-per-step", "4096", "--recovery", "none"},
+                 dir_, dir_);
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  nlohmann::json budget = load_json(out / "budget.json");
+  ASSERT_FALSE(budget.is_discarded());
+  ASSERT_TRUE(budget["need"].is_number()) << budget.dump(2);
+  const uint64_t need = budget["need"], low = budget["low"], peak = budget["runs"][0]["peak"];
+  EXPECT_GT(peak, 1u << 20) << budget.dump(2);
+  EXPECT_LE(need, peak);
+  EXPECT_LE(need - low, 16u << 10);
+  // The bound of issue 16: ceil(log2(range / tolerance)) + 2 runs.
+  EXPECT_LE(budget["runs"].size(), budget["run_bound"].get<size_t>());
+  EXPECT_EQ(budget["counting"], "allocations");
+  EXPECT_EQ(budget["modelled"], true);
+  // Its answer holds: the job completes at `need` and not at `low`.
+  for (const auto& run_ : budget["runs"])
+    if (run_["cap"].is_number()) {
+      if (run_["cap"].get<uint64_t>() >= need) {
+        EXPECT_TRUE(run_["completed"].get<bool>()) << run_.dump();
+      } else {
+        EXPECT_FALSE(run_["completed"].get<bool>()) << run_.dump();
+      }
+    }
+  EXPECT_EQ(budget["fits_on"].size(), 6u);
+  EXPECT_NE(r.out.find("Fits on"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("141 GiB  yes"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Counting allocations"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("CPU driver double"), std::string::npos) << r.out;
+
+  // {batch}: the largest batch that completes under a cap. Each sample holds 64 KiB twice (activations
+  // and gradients) beside 64 KiB of parameters and the optimizer's 64 KiB: batch 6 needs 896 KiB.
+  fs::path batch_out = dir_ / "batch";
+  Result batch = run({bin, "budget", "--simulate", "--target-step", "3", "--batch-under", "960KiB", "--max-batch", "64",
+                      "--out", batch_out.string(), "--", trainer, "--steps", "3", "--batch-size", "{batch}",
+                      "--bytes-per-sample", "65536", "--recovery", "none"},
+                     dir_, dir_);
+  EXPECT_EQ(batch.code, 0) << batch.out << batch.err;
+  nlohmann::json by_batch = load_json(batch_out / "budget.json");
+  ASSERT_FALSE(by_batch.is_discarded());
+  ASSERT_TRUE(by_batch["batch"].is_number()) << by_batch.dump(2);
+  const int64_t largest = by_batch["batch"];
+  EXPECT_EQ(largest, 6) << by_batch.dump(2);
+  EXPECT_LE(by_batch["runs"].size(), by_batch["run_bound"].get<size_t>());
+  bool saw_next = false;
+  for (const auto& run_ : by_batch["runs"]) {
+    EXPECT_EQ(run_["cap"], 960 << 10);
+    const int64_t b = run_["batch"];
+    EXPECT_EQ(run_["completed"].get<bool>(), b <= largest) << run_.dump();
+    saw_next = saw_next || b == largest + 1;
+  }
+  EXPECT_TRUE(saw_next) << "the answer is not bracketed: " << by_batch.dump(2);
+  EXPECT_NE(batch.out.find("largest batch under 960.00 KiB: 6 (batch 7 does not complete)"), std::string::npos)
+      << batch.out;
+  Result no_placeholder = run({bin, "budget", "--simulate", "--target-step", "3", "--batch-under", "1MiB", "--", trainer},
+                              dir_, dir_);
+  EXPECT_EQ(no_placeholder.code, 4);
+  EXPECT_NE(no_placeholder.err.find("needs {batch} in the command"), std::string::npos) << no_placeholder.err;
+  Result no_cap = run({bin, "budget", "--simulate", "--target-step", "3", "--", trainer, "--batch-size", "{batch}"},
+                      dir_, dir_);
+  EXPECT_EQ(no_cap.code, 4);
+  EXPECT_NE(no_cap.err.find("give --batch-under CAP"), std::string::npos) << no_cap.err;
+
+  Result bad = run({bin, "budget", "--simulate", "--target-step", "3", "--tolerance", "0", "--out", out.string(), "--",
+                    trainer},
+                   dir_, dir_);
+  EXPECT_EQ(bad.code, 4);
+  EXPECT_NE(bad.err.find("bad --tolerance"), std::string::npos) << bad.err;
+  Result capped = run({bin, "budget", "--simulate", "--cap", "1GiB", "--target-step", "3", "--", trainer}, dir_, dir_);
+  EXPECT_EQ(capped.code, 4);
+  EXPECT_NE(capped.err.find("--cap is not for budget"), std::string::npos) << capped.err;
+  Result junit = run({bin, "budget", "--simulate", "--junit", "j.xml", "--target-step", "3", "--", trainer}, dir_, dir_);
+  EXPECT_EQ(junit.code, 4);
+  EXPECT_NE(junit.err.find("the report flags are not for budget"), std::string::npos) << junit.err;
+  Result order = run({bin, "budget", "--simulate", "--low", "2MiB", "--high", "1MiB", "--target-step", "3", "--",
+                      trainer},
+                     dir_, dir_);
+  EXPECT_EQ(order.code, 4);
+  EXPECT_NE(order.err.find("is not above --low"), std::string::npos) << order.err;
 }
 
 }  // namespace

@@ -142,7 +142,7 @@ TEST(RuleSchema, EveryDocumentedFaultExampleIsAccepted) {
   const std::string root = OOMH_SOURCE_DIR;
   const std::regex example(R"(--fault ([a-z_]+=[^ `'"|\n]+))");
   int found = 0;
-  for (const char* file : {"README.md", "docs/cli.md", "docs/fault-plan.md", "docs/suite-format.md", "docs/policies.md"}) {
+  for (const char* file : {"README.md", "docs/cli.md", "docs/fault-plan.md", "docs/suite-format.md", "docs/policies.md", "docs/sweep.md"}) {
     std::ifstream in(root + "/" + file);
     std::stringstream text;
     text << in.rdbuf();

@@ -73,6 +73,14 @@ struct ExpectSpec {
   bool must_fail = false;       // `must_fail: true` beside the policy: the check is expected to fail
 };
 
+// A job's `sweep:` (docs/sweep.md): what `oomharness sweep SUITE -k JOB` sweeps when its flags do not say.
+// `run` runs the job as it is, without a sweep.
+struct SweepSpec {
+  std::string steps;                  // "3", "2,5" or "2..4"
+  std::vector<std::string> modes;     // "transient", "persistent"; empty: both
+  std::optional<int> transient_times;
+};
+
 enum class ProbeMode { auto_, python, none };
 // "auto", "python", "none", as suites write them; nullopt for anything else.
 std::optional<ProbeMode> probe_mode_from_name(const std::string& name);
@@ -109,6 +117,7 @@ struct JobSpec {
   int ranks = 1;                          // `ranks:` distributed processes per attempt (Note [Ranks] in trace.h)
   double hang_stall = 60;                 // with ranks > 1: no_hang's `stall` (its default otherwise), the
                                           // runner's limit for a rank that stops advancing after another ended
+  std::optional<SweepSpec> sweep;         // `sweep:`
   std::map<std::string, std::string> matrix;  // this job's matrix values (only the variables it uses)
   SourceLocation where;                   // the job's entry in the file
 

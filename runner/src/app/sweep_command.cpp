@@ -1,0 +1,312 @@
+// `oomharness sweep`: one job, failed at every allocation site of a step, once transiently and once
+// persistently (docs/sweep.md). A golden run records the step's calls (Note [Sweep sites]); each site and
+// mode is then an ordinary job with one fault rule, run by run_suites as `run` runs a suite's jobs, packed
+// with --jobs, judged by the job's expect list; the coverage is a view of those results.
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+#include "app/commands.h"
+#include "app/spec_text.h"
+#include "app/sweep_sites.h"
+#include "oomharness/reports/sweep.h"
+#include "oomharness/reports/writers.h"
+#include "oomharness/runner/cli_specs.h"
+#include "oomharness/runner/results_builder.h"
+#include "oomharness/runner/terminal.h"
+#include "suite/fault_rule.h"
+
+namespace fs = std::filesystem;
+
+namespace oomh::app {
+
+namespace {
+
+bool has_policy(const JobSpec& job, const std::string& policy) {
+  return std::any_of(job.expect.begin(), job.expect.end(), [&](const ExpectSpec& e) { return e.policy == policy; });
+}
+
+// The checks every faulted run of a sweep gets besides the job's own (issue 16: no hang, no leak).
+bool add_sweep_checks(JobSpec& job, std::ostream& err) {
+  for (const char* text : {"no_hang", "memory_stable"}) {
+    auto e = parse_expect_spec(text);
+    if (!e) {  // the registry lost a check: a harness bug
+      err << "oomharness sweep: " << e.error << "\n";
+      return false;
+    }
+    if (!has_policy(job, e.value->policy)) job.expect.push_back(std::move(*e.value));
+  }
+  return true;
+}
+
+// `oomharness sweep SUITE [-k JOB]`: the job as the suite writes it (its faults aside: the sweep makes its
+// own). exec's job flags describe a command's job, so they are refused beside a suite.
+std::optional<ExitCode> job_from_suite(const SweepArgs& args, std::optional<JobSpec>& job, std::string& dir,
+                                       std::ostream& err) {
+  const ExecArgs& e = args.exec;
+  if (!e.command.empty()) {
+    err << "oomharness sweep: a suite's job or a command after --, not both\n";
+    return ExitCode::usage_error;
+  }
+  if (!e.cap.empty() || !e.cap_counts.empty() || !e.expects.empty() || !e.timeout.empty() || e.restart != 0 ||
+      !e.restart_on.empty() || e.clear_faults || e.target_step || !e.name.empty() || !e.env.empty() ||
+      !e.device.empty()) {
+    err << "oomharness sweep: the job flags (--cap, --expect, --target-step, ...) describe a command's job; a "
+           "suite's job says them in the suite\n";
+    return ExitCode::usage_error;
+  }
+  SuiteLoad load = load_suite(args.suite);
+  for (const auto& problem : load.errors) err << problem.str() << "\n";
+  if (!load.errors.empty() || !load.suite) {
+    err << "oomharness sweep: no job was run: fix the suite errors above\n";
+    return ExitCode::usage_error;
+  }
+  std::vector<JobSpec> chosen;
+  if (args.filter.empty()) {
+    chosen = load.suite->jobs;
+  } else {
+    auto f = JobFilter::parse(args.filter);
+    if (!f) {
+      err << "oomharness sweep: " << f.error << "\n";
+      return ExitCode::usage_error;
+    }
+    for (const auto& j : load.suite->jobs)
+      if (f.value->matches(load.suite->name, j.name)) chosen.push_back(j);
+  }
+  if (chosen.size() != 1) {
+    err << "oomharness sweep: " << (chosen.empty() ? "no job" : std::to_string(chosen.size()) + " jobs") << " of "
+        << args.suite << (args.filter.empty() ? "" : " match -k '" + args.filter + "'") << ": a sweep takes one job (";
+    const auto& names = chosen.empty() ? load.suite->jobs : chosen;
+    for (size_t i = 0; i < names.size() && i < 8; ++i) err << (i ? ", " : "") << names[i].name;
+    err << (names.size() > 8 ? ", ...": "") << "); choose it with -k\n";
+    return chosen.empty() ? ExitCode::nothing_tested : ExitCode::usage_error;
+  }
+  job = std::move(chosen.front());
+  if (!job->faults.empty()) {
+    err << "oomharness sweep: note: the faults: of " << job->name << " are left out: the sweep makes one per site\n";
+    job->faults.clear();
+  }
+  dir = load.suite->dir;
+  return std::nullopt;
+}
+
+}  // namespace
+
+ExitCode command_sweep(const SweepArgs& given, std::ostream& out, std::ostream& err) {
+  SweepArgs args = given;
+  // A suite's job first: its `sweep:` gives what the flags leave unsaid.
+  std::optional<JobSpec> suite_job;
+  std::string suite_dir;
+  if (!args.suite.empty()) {
+    if (auto problem = job_from_suite(args, suite_job, suite_dir, err)) return *problem;
+    if (suite_job->sweep) {
+      const SweepSpec& spec = *suite_job->sweep;
+      if (args.steps.empty()) args.steps = spec.steps;
+      if (args.modes.empty()) args.modes = join(spec.modes, ",");
+      if (args.transient_times < 0 && spec.transient_times) args.transient_times = *spec.transient_times;
+    }
+  }
+  if (args.modes.empty()) args.modes = "transient,persistent";
+  if (args.transient_times < 0) args.transient_times = 2;
+  if (args.steps.empty()) {
+    err << "oomharness sweep: --step is required: the training step whose allocation sites are swept (from 1; "
+           "several: 2,5 or 2..4; a suite's job may say it in its sweep: block)\n";
+    return ExitCode::usage_error;
+  }
+  std::vector<int64_t> steps;
+  if (std::string problem = parse_sweep_steps(args.steps, steps); !problem.empty()) {
+    err << "oomharness sweep: bad --step '" << args.steps << "': " << problem << "\n";
+    return ExitCode::usage_error;
+  }
+  if (!args.exec.faults.empty()) {
+    err << "oomharness sweep: --fault is not for sweep: it makes one fault per site itself (use "
+           "oomharness exec --fault to run one)\n";
+    return ExitCode::usage_error;
+  }
+  if (args.transient_times < 1 || args.transient_times > 1000) {
+    err << "oomharness sweep: bad --transient-times " << args.transient_times << ": from 1 to 1000\n";
+    return ExitCode::usage_error;
+  }
+  if (args.jobs < 1) {
+    err << "oomharness sweep: bad --jobs " << args.jobs << ": at least 1\n";
+    return ExitCode::usage_error;
+  }
+  std::vector<SweepMode> modes;
+  for (const auto& name : split_items(args.modes)) {
+    auto m = sweep_mode_from_name(name);
+    if (!m) {
+      err << "oomharness sweep: bad --modes '" << args.modes << "': '" << name
+          << "' is not transient or persistent\n";
+      return ExitCode::usage_error;
+    }
+    if (std::find(modes.begin(), modes.end(), *m) == modes.end()) modes.push_back(*m);
+  }
+  if (modes.empty()) {
+    err << "oomharness sweep: bad --modes '': transient, persistent or both (transient,persistent)\n";
+    return ExitCode::usage_error;
+  }
+  std::optional<JobSpec> base;
+  if (suite_job) {
+    base = std::move(suite_job);
+  } else {
+    if (!args.filter.empty()) {
+      err << "oomharness sweep: -k chooses a job of a suite: give the suite file, or no -k\n";
+      return ExitCode::usage_error;
+    }
+    base = job_from_exec_args(args.exec, "sweep", err);
+    if (!base) return ExitCode::usage_error;
+    suite_dir = base->cwd.value_or(".");
+  }
+  if (base->expect.empty()) {
+    if (!base->target_step) {
+      err << "oomharness sweep: say what surviving means: --target-step N (the job must reach step N), or "
+             "--expect checks (in a suite: target_step: or expect:)\n";
+      return ExitCode::usage_error;
+    }
+    auto completes = parse_expect_spec("completes");
+    base->expect.push_back(std::move(*completes.value));
+  }
+  if (base->target_step && *base->target_step < steps.back()) {
+    err << "oomharness sweep: --step " << steps.back() << " is after --target-step " << *base->target_step
+        << ": the job never runs it\n";
+    return ExitCode::usage_error;
+  }
+  if (!add_sweep_checks(*base, err)) return ExitCode::internal_error;
+
+  RunArgs run;
+  run.simulate = args.exec.simulate;
+  run.strict = args.exec.strict;
+  run.command_line = args.exec.command_line;
+  run.verbosity = -1;
+  run.quiet_reports = true;
+
+  // 1. The golden run: no fault, the step's calls recorded, the step begun with the cache emptied (as a
+  // faulted step is: the same calls reach the driver in both).
+  JobSpec golden = *base;
+  golden.name = base->name + "-golden";
+  std::string steps_text;
+  for (int64_t s : steps) steps_text += (steps_text.empty() ? "" : ",") + std::to_string(s);
+  golden.env["OOMH_RECORD_STEP"] = std::to_string(steps.front()) + ".." + std::to_string(steps.back());
+  if (base->flush_steps().empty()) golden.env["OOMH_FLUSH_AT_STEPS"] = steps_text;
+  Suite golden_suite;
+  golden_suite.name = "sweep";
+  golden_suite.file = "<command line>";
+  golden_suite.dir = suite_dir;
+  golden_suite.jobs.push_back(golden);
+  RunCapture golden_capture;
+  RunArgs golden_run = run;
+  golden_run.out_dir = (fs::path(args.exec.out_dir) / "golden").string();
+  golden_run.capture = &golden_capture;
+  out << "Golden run (no fault; recording the allocations of step " << steps_text << "):\n";
+  ExitCode golden_code = run_suites({golden_suite}, golden_run, out, err);
+  if (golden_code == ExitCode::interrupted || golden_code == ExitCode::internal_error ||
+      golden_code == ExitCode::usage_error)
+    return golden_code;
+  if (golden_capture.outcomes.empty() || golden_capture.run.suites.empty() ||
+      golden_capture.run.suites[0].jobs.empty())
+    return ExitCode::internal_error;
+  const JobResult& golden_result = golden_capture.run.suites[0].jobs[0];
+  if (golden_result.status != JobStatus::passed) {
+    err << "oomharness sweep: the golden run (no fault) " << (golden_result.status == JobStatus::inconclusive ? "was inconclusive" : "did not pass")
+        << ", so no site can be judged: " << golden_result.message << " (" << golden_run.out_dir
+        << "/results.json). Every run of a sweep, the golden one too, is judged by the job's checks plus no_hang "
+           "and memory_stable (which needs at least 5 steps)\n";
+    return ExitCode::tests_failed;
+  }
+  std::vector<RecordedCall> calls;
+  for (int64_t s : steps) {
+    std::vector<RecordedCall> of_step = recorded_calls(golden_capture.outcomes[0].trace, s);
+    if (of_step.empty())
+      out << "Step " << s << ": no allocation call reached the driver in the golden run: nothing to sweep there\n";
+    calls.insert(calls.end(), of_step.begin(), of_step.end());
+  }
+  if (calls.empty()) {
+    err << "oomharness sweep: no allocation call reached the driver in step " << steps_text
+        << " of the golden run: the job never reported that step through the probe, or it allocated "
+           "nothing then (nothing was tested)\n";
+    return ExitCode::nothing_tested;
+  }
+  std::vector<SweepSite> sites = sweep_sites(calls);
+
+  // 2. One job per site and mode, each with one fault rule, built by the --fault parser.
+  Suite suite = golden_suite;
+  suite.jobs.clear();
+  struct Planned {
+    size_t site;
+    SweepMode mode;
+    std::string fault;
+  };
+  std::vector<Planned> planned;
+  for (size_t s = 0; s < sites.size(); ++s)
+    for (SweepMode mode : modes) {
+      std::string text = site_fault_text(sites[s], mode, args.transient_times);
+      auto f = parse_fault_spec(text, "");
+      if (!f) {
+        err << "oomharness sweep: internal error: " << f.error << "\n";
+        return ExitCode::internal_error;
+      }
+      JobSpec job = *base;
+      char name[64];
+      std::snprintf(name, sizeof name, "site%02zu-%s", s + 1, sweep_mode_name(mode));
+      job.name = base->name + "-" + name;
+      f.value->rule["name"] = f.value->name;
+      job.faults.push_back(std::move(*f.value));
+      if (auto problem = suite::check_fault_plan(job.plan())) {
+        err << "oomharness sweep: the fault plan is not one the shim accepts: " << *problem << "\n";
+        return ExitCode::usage_error;
+      }
+      suite.jobs.push_back(std::move(job));
+      planned.push_back({s, mode, text});
+    }
+  out << "\n" << calls.size() << " allocation calls in step " << steps_text << ", " << sites.size()
+      << (sites.size() == 1 ? " site" : " sites") << ": " << planned.size() << " faulted runs\n";
+
+  RunCapture capture;
+  RunArgs faulted = run;
+  faulted.out_dir = args.exec.out_dir;
+  faulted.jobs = args.jobs;
+  faulted.threads_per_job = args.threads_per_job;
+  faulted.reports = args.exec.reports;
+  faulted.summary = args.exec.summary;  // the faulted runs' Markdown summary; the golden run's is left out
+  faulted.capture = &capture;
+  ExitCode code = run_suites({suite}, faulted, out, err);
+  if (capture.run.suites.empty()) return code;
+
+  // 3. The coverage: the same results, grouped by site.
+  SweepResult sweep;
+  sweep.job = base->name;
+  sweep.command = base->argv;
+  sweep.steps = steps;
+  sweep.calls_recorded = calls.size();
+  sweep.golden_seconds = golden_result.duration;
+  sweep.sweep_seconds = capture.run.suites[0].duration;
+  sweep.jobs = args.jobs;
+  sweep.simulated = args.exec.simulate;
+  for (const auto& site : sites) sweep.sites.push_back({site, {}});
+  const auto& results = capture.run.suites[0].jobs;
+  for (size_t i = 0; i < planned.size() && i < results.size(); ++i) {
+    SweepCase c;
+    c.mode = sweep_mode_name(planned[i].mode);
+    c.fault = planned[i].fault;
+    c.job = results[i].name;
+    c.status = results[i].status;
+    c.outcome = sweep_outcome(results[i]);
+    c.message = results[i].message;
+    sweep.sites[planned[i].site].cases.push_back(std::move(c));
+  }
+  const std::string sweep_json = (fs::path(args.exec.out_dir) / "sweep.json").string();
+  const std::string sweep_html = (fs::path(args.exec.out_dir) / "sweep.html").string();
+  auto written = write_file_atomic(sweep_json, render_sweep_json(sweep));
+  if (!written) err << "oomharness: " << written.error() << "\n";
+  auto written_html = write_file_atomic(sweep_html, render_sweep_html(sweep));
+  if (!written_html) err << "oomharness: " << written_html.error() << "\n";
+  TerminalStyle style = detect_terminal_style();
+  out << "\n" << render_sweep_text(sweep, style.color);
+  out << "Sweep: " << sweep_json << " and " << sweep_html << "\nResults: " << (fs::path(args.exec.out_dir) / "results.json").string()
+      << "\nHTML report: " << (fs::path(args.exec.out_dir) / "report.html").string() << "\n";
+  if ((!written || !written_html) && code == ExitCode::ok) return ExitCode::internal_error;
+  return code;
+}
+
+}  // namespace oomh::app
