@@ -52,9 +52,9 @@ inject=$build/injector/liboomharness_inject.so
 summary=$work/summary.txt
 budget=${RUN_ALL_BUDGET:-575}
 all_phases="build pytests virtual ecosystem ctest injector libtorch probe fidelity-caps selftest demo armed reservation reservesuite fidelity-reserve
-            compat drivercalls shimbench runnerbench packing throughput scale virtualsuite"
+            compat drivercalls shimbench runnerbench packing throughput scale virtualsuite sweep budget explain"
 phases=${*:-${all_phases/pytests virtual ecosystem /}}
-[ $# -eq 0 ] && phases=${phases/ scale virtualsuite/}  # by name only
+[ $# -eq 0 ] && phases=${phases/ scale virtualsuite sweep budget explain/}  # by name only
 wave1="ctest injector libtorch probe fidelity-caps"
 wave2="selftest demo armed"
 timing="drivercalls shimbench runnerbench packing throughput scale"
@@ -63,7 +63,7 @@ timing="drivercalls shimbench runnerbench packing throughput scale"
 # little over; the budget check uses them.
 declare -A EST=([build]=80 [pytests]=200 [virtual]=240 [ecosystem]=200 [ctest]=60 [injector]=30 [libtorch]=30 [probe]=40 [fidelity-caps]=30
                 [selftest]=60 [demo]=60 [armed]=60 [reservation]=55 [reservesuite]=30 [fidelity-reserve]=20 [throughput]=145
-                [packing]=150 [drivercalls]=35 [shimbench]=30 [runnerbench]=10 [compat]=5 [scale]=200 [virtualsuite]=120)
+                [packing]=150 [drivercalls]=35 [shimbench]=30 [runnerbench]=10 [compat]=5 [scale]=200 [virtualsuite]=120 [sweep]=120 [budget]=120 [explain]=5)
 
 # RE2 (Debian's libre2-dev) is not on the GPU machine, where nothing can be installed: carry Debian's two
 # packages in .re2/ (`apt-get download libre2-9 libre2-dev`, name .re2 in the device call's carry) and they
@@ -163,6 +163,24 @@ run_phase() {  # run_phase NAME: the phase's command, its output to stdout
         "$build/bench/shim_bench" --benchmark_filter=Driver --benchmark_min_time=0.3 --benchmark_repetitions=3 \
         --benchmark_report_aggregates_only=true ;;
     runnerbench) "$build/bench/runner_bench" ;;
+    sweep)  # issue 19: a persistent and a transient sweep of step 3 under each of PyTorch's three allocators
+      local conf name rc=0
+      for conf in "" expandable_segments:True backend:cudaMallocAsync; do
+        name=${conf%%:*}; name=${name:-native}
+        local t0=$SECONDS
+        "$bin" sweep --step 3 --target-step 6 --jobs 8 --timeout 180s \
+          --env "PYTORCH_CUDA_ALLOC_CONF=$conf" --name "sweep-$name" --out "$work/sweep-$name" -- \
+          python3 "$root/examples/python/train.py" --model mlp --steps 6 --batch 4096 --recovery retry || rc=1
+        echo "sweep $name: $((SECONDS - t0)) s"
+        python3 -c "import json,sys; s=json.load(open(sys.argv[1])); print('RESULT sweep_$name', 'PASS' if s['sites'] else 'FAIL', len(s['sites']), 'sites,', s['calls_recorded'], 'calls,', s['survived'], 'survived')" \
+          "$work/sweep-$name/sweep.json" || rc=1
+      done
+      return $rc ;;
+    budget)  # issue 19: the largest batch under 8 GiB (footprint) against bench/gpu/fidelity.py's 22
+      "$bin" budget --batch-under 8GiB --cap-counts footprint --max-batch 64 --target-step 2 --timeout 180s \
+        --name fidelity-step --out "$work/budget" -- python3 "$root/bench/gpu/fidelity_step.py" --batch '{batch}'
+      local rc=$?; cat "$work/budget/budget.json" 2>/dev/null | head -c 3000; return $rc ;;
+    explain) "$bin" explain "$work/self-test/results.json" ;;  # issue 19: the findings of the GPU self-test
     scale) python3 "$root/bench/runner_scale.py" --bin "$bin" -n 10000 --nofile 256 ;;  # issue 12, a quiet machine
     compat) python3 "$root/tests/gpu/compatibility.py" "$work" "$work/compatibility.md" ;;
   esac
