@@ -15,6 +15,7 @@
 #include "oomharness/runner/cli_specs.h"
 #include "oomharness/runner/results_builder.h"
 #include "oomharness/runner/terminal.h"
+#include "oomharness/units.h"
 #include "suite/fault_rule.h"
 
 namespace fs = std::filesystem;
@@ -229,6 +230,15 @@ ExitCode command_sweep(const SweepArgs& given, std::ostream& out, std::ostream& 
   }
   std::vector<SweepSite> sites = sweep_sites(calls);
 
+  // Note [Packing a sweep's runs] in sweep_sites.h.
+  uint64_t golden_peak = 0;
+  for (const auto& [device, bytes] : golden_result.peak) golden_peak = std::max(golden_peak, bytes);
+  const std::optional<uint64_t> packing_cap = sweep_packing_cap(*base, golden_peak, args.jobs, args.exec.simulate);
+  if (packing_cap)
+    out << "Each faulted run is capped at " << format_bytes(*packing_cap)
+        << " (twice the golden run's peak, plus 256 MiB) so that runs can share a GPU; give --cap "
+        << (*packing_cap >> 20) << "MiB beside a site's --fault to reproduce it exactly\n";
+
   // 2. One job per site and mode, each with one fault rule, built by the --fault parser.
   Suite suite = golden_suite;
   suite.jobs.clear();
@@ -252,6 +262,7 @@ ExitCode command_sweep(const SweepArgs& given, std::ostream& out, std::ostream& 
       job.name = base->name + "-" + name;
       f.value->rule["name"] = f.value->name;
       job.faults.push_back(std::move(*f.value));
+      if (packing_cap) job.memory.limit = packing_cap;
       if (auto problem = suite::check_fault_plan(job.plan())) {
         err << "oomharness sweep: the fault plan is not one the shim accepts: " << *problem << "\n";
         return ExitCode::usage_error;

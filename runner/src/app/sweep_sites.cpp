@@ -112,4 +112,12 @@ std::string site_fault_text(const SweepSite& site, SweepMode mode, int transient
   return text + ",until_freed=1";
 }
 
+std::optional<uint64_t> sweep_packing_cap(const JobSpec& job, uint64_t golden_peak, int jobs, bool simulate) {
+  const bool on_a_gpu = !simulate && job.device != DeviceChoice::virtual_device;
+  const bool own_limit = job.memory.limit || job.memory.reserve > 0 || job.memory.leave || !job.memory.schedule.empty();
+  if (jobs <= 1 || !on_a_gpu || own_limit || golden_peak == 0) return std::nullopt;
+  constexpr uint64_t kMiB = uint64_t{1} << 20;
+  return (2 * golden_peak + 256 * kMiB + kMiB - 1) / kMiB * kMiB;
+}
+
 }  // namespace oomh::app

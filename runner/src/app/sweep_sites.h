@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "oomharness/policies/trace.h"
+#include "oomharness/runner/suite.h"
 #include "oomharness/reports/sweep.h"
 
 namespace oomh::app {
@@ -61,5 +62,17 @@ std::optional<SweepMode> sweep_mode_from_name(const std::string& name);
 
 // The --fault text that fails `site` in `mode`: "step=3,nth=2,times=2" or "step=3,nth=2,until_freed=1".
 std::string site_fault_text(const SweepSite& site, SweepMode mode, int transient_times);
+
+// Note [Packing a sweep's runs]
+// The runner gives a job without a cap a GPU to itself (Note [GPU packing]), so uncapped faulted runs
+// ran one after another on the H100 (42 runs in 376 s, ten times the sweep's time bound). With --jobs
+// above 1 on a GPU, each faulted run of a job that has no cap or reservation gets one of twice the golden
+// run's peak plus 256 MiB: room for any recovery that needs no more than the golden run held, and a need
+// the packer can place beside others. Not on the driver double or the virtual device (no GPU to share),
+// nor with a cap of the user's own; the terminal says when it is set.
+//
+// The cap each faulted run gets, or nullopt: jobs > 1, not simulated, no cap or reservation of the job's
+// own, and a golden peak known.
+std::optional<uint64_t> sweep_packing_cap(const JobSpec& job, uint64_t golden_peak, int jobs, bool simulate);
 
 }  // namespace oomh::app

@@ -47,6 +47,25 @@ TEST(SweepSites, CallsAlikeInPhaseEntryAndSizeClassAreOneSite) {
   EXPECT_EQ(sites[3].nth, 5u);
 }
 
+TEST(SweepSites, FaultedRunsOnAGpuGetACapSoThatTheyCanBePacked) {
+  JobSpec job;
+  const uint64_t mib = uint64_t{1} << 20;
+  EXPECT_EQ(sweep_packing_cap(job, 300 * mib, 8, false), std::optional<uint64_t>(856 * mib));
+  EXPECT_EQ(sweep_packing_cap(job, 300 * mib + 1, 8, false), std::optional<uint64_t>(857 * mib));  // whole MiB, up
+  EXPECT_EQ(sweep_packing_cap(job, 300 * mib, 1, false), std::nullopt);   // one at a time: nothing to pack
+  EXPECT_EQ(sweep_packing_cap(job, 300 * mib, 8, true), std::nullopt);    // driver double or virtual device
+  EXPECT_EQ(sweep_packing_cap(job, 0, 8, false), std::nullopt);           // no peak known
+  JobSpec capped = job;
+  capped.memory.limit = 64 * mib;                                          // the user's own cap stays
+  EXPECT_EQ(sweep_packing_cap(capped, 300 * mib, 8, false), std::nullopt);
+  JobSpec reserved = job;
+  reserved.memory.leave = 4096 * mib;
+  EXPECT_EQ(sweep_packing_cap(reserved, 300 * mib, 8, false), std::nullopt);
+  JobSpec virt = job;
+  virt.device = DeviceChoice::virtual_device;
+  EXPECT_EQ(sweep_packing_cap(virt, 300 * mib, 8, false), std::nullopt);
+}
+
 TEST(SweepSites, SizeClassesArePowersOfTwo) {
   EXPECT_EQ(size_class(0), "0 B");
   EXPECT_EQ(size_class(1), "1 B..2 B");
