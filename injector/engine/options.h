@@ -57,6 +57,20 @@ inline constexpr OptionSpec kOptionTable[] = {
     {"OOMH_BUILD_DIR", false, "scripts: the build directory"},
     {"OOMH_JOBS", false, "scripts: parallel build and test jobs"},
     {"OOMH_DEMO_OUT", false, "scripts: where the demo writes its reports"},
+    {"OOMH_SANITIZERS", false, "scripts/test.sh: 0 skips the sanitizer builds of the engine"},
+    {"OOMH_FUZZ", false, "scripts/test.sh: 0 skips the fuzz targets"},
+    {"OOMH_FUZZ_SECONDS", false, "scripts/fuzz.sh: seconds per fuzz target"},
+    {"OOMH_FUZZ_BUILD_DIR", false, "scripts/fuzz.sh: the fuzz build directory"},
+    {"OOMH_FUZZ_WORK", false, "scripts/fuzz.sh: where new inputs and crash files go"},
+    {"OOMH_FUZZ_CXX", false, "scripts/fuzz.sh: the clang++ to build with"},
+    // The tests' settings: CI runs every job of the test suite with these in its environment (a shim that
+    // warned about them on stderr put a line before a job's own first line: hostile.jobs.bigout failed in CI).
+    {"OOMH_REQUIRE_SLURM", false, "tests/slurm: 1 makes a Slurm that cannot start a failure, not a skip (scripts/test.sh sets it as root)"},
+    {"OOMH_SLURM_DIR", false, "scripts/slurm-local.sh, tests/slurm: the local cluster's folder"},
+    {"OOMH_SLURM_PORT", false, "scripts/slurm-local.sh: the local cluster's first port"},
+    {"OOMH_SOURCE_DIR", false, "tests: the source tree"},
+    {"OOMH_UPDATE_GOLDEN", false, "tests/reports: 1 rewrites the golden reports"},
+    {"OOMH_BENCH_DIR", false, "bench/slurm_overhead.py: its working folder"},
 };
 
 struct Options {

@@ -39,6 +39,17 @@ TEST(Options, OtherPartsVariablesAreAcceptedSilently) {
   EXPECT_EQ(o.shim_parent, "12");
 }
 
+// CI runs the tests with scripts/test.sh's variables set (OOMH_REQUIRE_SLURM as root): a job inherits them,
+// and a warning from its shim came before the job's own first line (hostile.jobs.bigout failed in CI).
+TEST(Options, TheScriptsAndTestsVariablesAreAcceptedSilently) {
+  Options o = read({"OOMH_REQUIRE_SLURM=1", "OOMH_SLURM_DIR=/tmp/s", "OOMH_SLURM_PORT=6817", "OOMH_BUILD_DIR=/b",
+                    "OOMH_JOBS=2", "OOMH_SOURCE_DIR=/s", "OOMH_SANITIZERS=0", "OOMH_FUZZ=0", "OOMH_FUZZ_SECONDS=30",
+                    "OOMH_FUZZ_BUILD_DIR=/f", "OOMH_FUZZ_WORK=/w", "OOMH_FUZZ_CXX=clang++", "OOMH_UPDATE_GOLDEN=1",
+                    "OOMH_BENCH_DIR=/x", "OOMH_HEARTBEAT=30", "OOMH_BINARY=/bin/oomharness"});
+  EXPECT_TRUE(o.problems.empty()) << o.problems.front();
+  EXPECT_FALSE(o.active());
+}
+
 TEST(Options, UnknownNamesGetASuggestion) {
   Options o = read({"OOMH_CAPP=8GiB", "OOMH_TOTALLY_DIFFERENT=1"});
   ASSERT_EQ(o.problems.size(), 2u);

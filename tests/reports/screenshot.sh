@@ -2,8 +2,13 @@
 # Renders a results file to HTML and takes a screenshot of it in headless Chromium: the page must load
 # from disk with no network and draw something substantial. Exit 125 (skipped) without Chromium.
 #   screenshot.sh RENDER_TOOL RESULTS.json OUT_DIR
+#   screenshot.sh --page PAGE.html OUT_DIR       a page already written (sweep.html)
 set -eu
-render=$1 results=$2 out=$3
+if [ "$1" = --page ]; then
+  page=$2 out=$3
+else
+  render=$1 results=$2 out=$3 page=
+fi
 browser=$(command -v chromium || command -v chromium-browser || command -v google-chrome || true)
 if [ -z "$browser" ]; then
   echo "chromium not found (apt-get install chromium): skipped"
@@ -11,7 +16,7 @@ if [ -z "$browser" ]; then
 fi
 rm -rf "$out"
 mkdir -p "$out"
-"$render" html "$results" "$out/report.html"
+if [ -n "$page" ]; then cp "$page" "$out/report.html"; else "$render" html "$results" "$out/report.html"; fi
 profile=$(mktemp -d)
 trap 'rm -rf "$profile"' EXIT
 # No network: the page must not need it (its CSP forbids loads anyway).
