@@ -7,6 +7,7 @@
 
 #include "oomharness/policies/findings.h"
 #include "oomharness/policies/registry.h"
+#include "check_policy.h"
 #include "trace_builder.h"
 
 namespace oomh {
@@ -14,18 +15,10 @@ namespace {
 
 using ::testing::HasSubstr;
 using testing::TraceBuilder;
+using testing::check;
 
 constexpr int64_t MiB = 1024 * 1024;
 
-Verdict check(const std::string& name, const Trace& trace, nlohmann::json args = nullptr) {
-  const PolicyInfo* p = find_policy(name);
-  if (!p) {
-    ADD_FAILURE() << "no policy " << name;
-    return {};
-  }
-  EXPECT_FALSE(normalise_args(*p, args).has_value());
-  return evaluate(*p, trace, args);
-}
 
 std::vector<std::string> rules(const Trace& trace) {
   std::vector<std::string> out;

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "oomharness/policies/registry.h"
+#include "check_policy.h"
 #include "trace_builder.h"
 
 namespace oomh {
@@ -14,22 +15,11 @@ namespace {
 
 using ::testing::HasSubstr;
 using testing::TraceBuilder;
+using testing::check;
 
 constexpr int64_t MiB = 1024 * 1024;
 constexpr int64_t GiB = 1024 * MiB;
 
-Verdict check(const std::string& name, const Trace& trace, nlohmann::json args = nullptr) {
-  const PolicyInfo* p = find_policy(name);
-  if (!p) {
-    ADD_FAILURE() << "no policy " << name;
-    return {};
-  }
-  auto err = normalise_args(*p, args);
-  EXPECT_FALSE(err.has_value()) << (err ? err->message : "");
-  Verdict v = evaluate(*p, trace, args);
-  EXPECT_EQ(v.policy, name);
-  return v;
-}
 
 #define EXPECT_VERDICT(v, want, phrase)                      \
   do {                                                       \

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "oomharness/policies/registry.h"
+#include "check_policy.h"
 #include "trace_builder.h"
 
 namespace oomh {
@@ -11,17 +12,8 @@ namespace {
 
 using ::testing::HasSubstr;
 using testing::TraceBuilder;
+using testing::check;
 
-Verdict check(const std::string& name, const Trace& trace, nlohmann::json args = nullptr) {
-  const PolicyInfo* p = find_policy(name);
-  if (!p) {
-    ADD_FAILURE() << "no policy " << name;
-    return {};
-  }
-  auto err = normalise_args(*p, args);
-  EXPECT_FALSE(err.has_value()) << (err ? err->message : "");
-  return evaluate(*p, trace, args);
-}
 
 // One trace whose only attempt is the ranks' attempts merged.
 Trace merged(std::vector<TraceBuilder> ranks, std::optional<int64_t> target = std::nullopt) {
