@@ -29,17 +29,6 @@ Expected<Written> failed(const std::string& path, const std::string& what, int e
   return Expected<Written>::failure("cannot write " + path + ": " + what + ": " + std::strerror(err));
 }
 
-bool write_all(int fd, const std::string& content) {
-  size_t done = 0;
-  while (done < content.size()) {
-    const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    done += static_cast<size_t>(n);
-  }
-  return true;
-}
-
 
 // The descriptor a path stands for when it names one of the runner's own (`-`, /dev/stdout, /dev/fd/3),
 // or -1.
@@ -147,5 +136,16 @@ Expected<Written> write_replacing(const std::string& path, const std::string& co
 }
 
 }  // namespace
+
+bool write_all(int fd, const std::string& content) {
+  size_t done = 0;
+  while (done < content.size()) {
+    const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
 
 }  // namespace oomh

@@ -108,15 +108,9 @@ class JobStream {
   JobStream(const JobStream&) = delete;
   JobStream& operator=(const JobStream&) = delete;
   void write(const std::string& line) {
-    for (size_t off = 0; fd_ >= 0 && off < line.size();) {
-      ssize_t n = ::write(fd_, line.data() + off, line.size() - off);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        fail(n < 0 ? errno : EIO);
-        return;
-      }
-      off += static_cast<size_t>(n);
-    }
+    if (fd_ < 0) return;
+    errno = 0;
+    if (!write_all(fd_, line)) fail(errno != 0 ? errno : EIO);
   }
 
  private:

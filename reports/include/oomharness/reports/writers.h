@@ -55,4 +55,8 @@ std::string render_perfetto(const RunResult& run);
 // and a symlink followed, never replaced (Note [Where a report goes] in write.cpp).
 Expected<Written> write_file_atomic(const std::string& path, const std::string& content);
 
+// Writes all of `content` to `fd`, again after EINTR and short writes. False on an error (errno says which,
+// unless the descriptor took nothing: then errno is as it was).
+bool write_all(int fd, const std::string& content);
+
 }  // namespace oomh
