@@ -13,6 +13,9 @@ namespace oomh::inject {
 
 namespace {
 
+// Note [The site of a recorded call] in engine.h.
+thread_local char t_site[160] __attribute__((tls_model("initial-exec"))) = {};
+
 bool valid_device(int d) { return d >= 0 && d < kMaxDevices; }
 
 uint64_t monotonic_ns() {
@@ -505,7 +508,21 @@ void Engine::report_alloc(const char* symbol, uint64_t size, int device, int64_t
       .add("phase", phase_name(phase))
       .add("call", call)
       .add("nth", nth);
+  if (t_site[0] != '\0') line.add("where", t_site);
   emit(line);
+}
+
+void Engine::note_site(const char* where) noexcept {
+  if (where == nullptr) {
+    t_site[0] = '\0';
+    return;
+  }
+  size_t n = 0;
+  while (n + 1 < sizeof t_site && where[n] != '\0') {
+    t_site[n] = where[n];
+    ++n;
+  }
+  t_site[n] = '\0';
 }
 
 void Engine::emit(events::EventLine& line) noexcept {

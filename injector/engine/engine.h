@@ -116,6 +116,14 @@ struct AllocDecision {
 
 class Engine {
  public:
+  // Note [The site of a recorded call]
+  // A caller that knows where in the user's code the next allocation comes from says so before making it:
+  // the virtual device's caching-allocator model (python/oomharness/caching_allocator.py) calls the shim's
+  // exported `oomh_note_site("train.py:77")` before each segment it asks the driver for, and `nullptr`
+  // after. While recording (Note [Recording a step's allocations]) the `alloc` events of that thread carry
+  // it as `where`, so a sweep's site names its Python line. Per thread (a static, initial-exec TLS buffer:
+  // nothing allocates), cut at 159 bytes; never read outside recording.
+  static void note_site(const char* where) noexcept;
   static constexpr uint64_t kInjectEventLimit = 10000;
   static constexpr uint64_t kRecordEventLimit = 10000;  // alloc events (OOMH_RECORD_STEP) per process
   static constexpr uint64_t kFootprintMaxAge = 100'000'000;  // ns (Note [Counting the footprint])

@@ -751,6 +751,10 @@ OOMH_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   return intercept_free(*e, Space::vmm_handle, handle, [&] { return real(handle); });
 }
 
+// Note [The site of a recorded call] in injector/engine/engine.h: the virtual device's allocator model names
+// the user's line of the segment it is about to ask for. Needs no engine (a thread-local copy).
+OOMH_EXPORT void oomh_note_site(const char* where) { oomh::inject::Engine::note_site(where); }
+
 OOMH_EXPORT CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
   auto real = real_fn<decltype(&cuMemGetInfo_v2)>("cuMemGetInfo_v2");
   if (!real) return missing();

@@ -23,6 +23,8 @@ cudaMallocAsync and CUDA graphs are not modelled.
 """
 
 import ctypes
+import os
+import sys
 
 MIN_BLOCK = 512
 SMALL_SIZE = 1 << 20
@@ -109,6 +111,17 @@ class DriverSegments:
         self._free.argtypes = [ctypes.c_uint64]
         self._info = self.lib.cuMemGetInfo_v2
         self._info.argtypes = [ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]
+        # Note [The site of a recorded call] (injector/engine/engine.h): while a sweep's golden run records
+        # a step's allocations, each segment's `alloc` event names the user's line that asked for it. Only
+        # then: finding the line walks the stack.
+        self._note_site = None
+        if os.environ.get("OOMH_RECORD_STEP"):
+            try:
+                self._note_site = ctypes.CDLL(None).oomh_note_site
+                self._note_site.argtypes = [ctypes.c_char_p]
+                self._note_site.restype = None
+            except (AttributeError, OSError):
+                self._note_site = None  # no shim preloaded: nothing records
 
     def _check(self, rc, what):
         if rc != self.CUDA_SUCCESS:
@@ -121,7 +134,17 @@ class DriverSegments:
     def alloc(self, size):
         self._current()
         ptr = ctypes.c_uint64(0)
-        rc = self._alloc(ctypes.byref(ptr), size)
+        if self._note_site is not None:
+            from oomharness import _breakdown
+
+            where = _breakdown.site_text(_breakdown.user_site(sys._getframe(1), 1))
+            self._note_site(where.encode("utf-8", "replace") if where else None)
+            try:
+                rc = self._alloc(ctypes.byref(ptr), size)
+            finally:
+                self._note_site(None)
+        else:
+            rc = self._alloc(ctypes.byref(ptr), size)
         if rc == self.CUDA_ERROR_OUT_OF_MEMORY:
             raise OutOfMemory()
         self._check(rc, "cuMemAlloc_v2")

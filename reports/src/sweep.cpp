@@ -25,7 +25,7 @@ std::string steps_words(const SweepResult& sweep) {
 }
 
 std::string site_words(const SweepSite& s) {
-  return "site " + std::to_string(s.index) + " (" + s.phase + ", " + s.size_class + ")";
+  return "site " + std::to_string(s.index) + " (" + s.phase + ", " + s.size_class + (s.where ? ", " + *s.where : "") + ")";
 }
 
 std::string pad(std::string s, size_t width) {
@@ -90,8 +90,10 @@ std::string render_sweep_text(const SweepResult& sweep, bool color) {
   std::ostringstream o;
   o << "Sweep of " << steps_words(sweep) << ": " << sweep.calls_recorded << " allocation calls in the golden run, "
     << sweep.sites.size() << " sites" << (sweep.simulated ? " (simulated device)" : "") << "\n";
+  const bool lines = std::any_of(sweep.sites.begin(), sweep.sites.end(), [](const SweepSiteResult& s) { return s.site.where.has_value(); });
   o << pad("site", 6) << pad("step", 6) << pad("phase", 11) << pad("entry", 16) << pad("size", 24) << pad("nth", 6) << pad("calls", 7);
   for (const auto& m : modes) o << pad(m, 13);
+  if (lines) o << "line";
   o << "\n";
   for (const auto& s : sweep.sites) {
     o << pad(std::to_string(s.site.index), 6) << pad(std::to_string(s.site.step), 6) << pad(s.site.phase, 11) << pad(s.site.entry, 16)
@@ -104,6 +106,7 @@ std::string render_sweep_text(const SweepResult& sweep, bool color) {
       }
       o << (survived(*c) ? green : red) << pad(c->outcome, 13) << reset;
     }
+    if (lines) o << s.site.where.value_or("-");
     o << "\n";
   }
   o << sweep_sentence(sweep) << "\n";
@@ -146,12 +149,15 @@ std::string render_sweep_html(const SweepResult& sweep, const std::string& repor
     << xml_escape(seconds(sweep.golden_seconds, 2)) << " s); the faulted runs took " << xml_escape(seconds(sweep.sweep_seconds, 2))
     << " s with --jobs " << sweep.jobs << (sweep.simulated ? ". Simulated device: no GPU ran these jobs." : ".")
     << "</p>\n<table>\n<tr><th>site</th><th>step</th><th>phase</th><th>entry</th><th>size</th><th>nth</th><th>calls</th>";
+  const bool lines = std::any_of(sweep.sites.begin(), sweep.sites.end(), [](const SweepSiteResult& s) { return s.site.where.has_value(); });
+  if (lines) o << "<th>line</th>";
   for (const auto& m : modes) o << "<th>" << xml_escape(m) << "</th>";
   o << "</tr>\n";
   for (const auto& s : sweep.sites) {
     o << "<tr><td class=\"n\">" << s.site.index << "</td><td class=\"n\">" << s.site.step << "</td><td>" << xml_escape(s.site.phase) << "</td><td>"
       << xml_escape(s.site.entry) << "</td><td>" << xml_escape(s.site.size_class) << "</td><td class=\"n\">"
       << s.site.nth << "</td><td class=\"n\">" << s.site.calls << "</td>";
+    if (lines) o << "<td><code>" << xml_escape(s.site.where.value_or("-")) << "</code></td>";
     for (const auto& m : modes) {
       auto c = std::find_if(s.cases.begin(), s.cases.end(), [&](const SweepCase& x) { return x.mode == m; });
       if (c == s.cases.end()) {
@@ -173,7 +179,7 @@ std::string render_sweep_html(const SweepResult& sweep, const std::string& repor
 void to_json(nlohmann::json& j, const SweepSite& v) {
   j = {{"index", v.index},   {"step", v.step}, {"phase", v.phase}, {"entry", v.entry},  {"size", v.size},
        {"size_class", v.size_class}, {"nth", v.nth}, {"calls", v.calls}};
-  j["line"] = v.line ? nlohmann::json(*v.line) : nlohmann::json(nullptr);
+  j["where"] = v.where ? nlohmann::json(*v.where) : nlohmann::json(nullptr);
 }
 
 void to_json(nlohmann::json& j, const SweepCase& v) {

@@ -300,6 +300,34 @@ TEST(Engine, RecordStepWritesOneAllocEventPerCallOfThatStepNumberedAsNth) {
   EXPECT_TRUE(quiet.read("alloc").empty());
 }
 
+// Note [The site of a recorded call]: a noted site rides on the recorded calls of its thread until it is
+// cleared; another thread's calls do not carry it; a site longer than the buffer is cut, not overrun.
+TEST(Engine, RecordedCallsCarryTheSiteTheirThreadNoted) {
+  Block block;
+  EventFile events;
+  EngineSetup s = setup(block.get(), events.fd());
+  s.record_from = s.record_to = 1;
+  Engine e(std::move(s));
+  block.get()->step.store(1);
+  EXPECT_TRUE(allocate(e, 0x1, MiB));
+  Engine::note_site("train.py:77");
+  EXPECT_TRUE(allocate(e, 0x2, MiB));
+  std::thread other([&] { EXPECT_TRUE(allocate(e, 0x3, MiB)); });
+  other.join();
+  Engine::note_site(nullptr);
+  EXPECT_TRUE(allocate(e, 0x4, MiB));
+  Engine::note_site(std::string(400, 'x').c_str());
+  EXPECT_TRUE(allocate(e, 0x5, MiB));
+  Engine::note_site(nullptr);
+  auto recorded = events.read("alloc");
+  ASSERT_EQ(recorded.size(), 5u);
+  EXPECT_FALSE(recorded[0]["fields"].contains("where"));
+  EXPECT_EQ(recorded[1]["fields"]["where"], "train.py:77");
+  EXPECT_FALSE(recorded[2]["fields"].contains("where"));  // the other thread noted nothing
+  EXPECT_FALSE(recorded[3]["fields"].contains("where"));
+  EXPECT_EQ(recorded[4]["fields"]["where"], std::string(159, 'x'));
+}
+
 TEST(Engine, PlanChangesThroughTheControlBlock) {
   Block block;
   EventFile events;

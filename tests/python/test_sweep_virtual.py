@@ -42,6 +42,11 @@ class SweepOnTheVirtualDevice(unittest.TestCase):
         self.assertGreater(good_sweep["calls_recorded"], 0, good.stdout)
         self.assertEqual([s["phase"] for s in good_sweep["sites"]], [s["phase"] for s in broken_sweep["sites"]])
         self.assertIn("forward", [s["phase"] for s in good_sweep["sites"]])
+        # Each site names the user's line that asked for its segment (Note [The site of a recorded call]):
+        # a line of train.py, the trainer's own file, never torch's or oomharness's.
+        for site in good_sweep["sites"]:
+            self.assertRegex(site["where"] or "", r"^train\.py:\d+$", site)
+        self.assertIn("train.py:", good.stdout)
         outcome = lambda sweep, i: sweep["sites"][i]["cases"][0]["outcome"]
         # The correct retry frees what the failed attempt held, which lifts a fault that lasts until memory
         # is freed; the broken one keeps it referenced (retry-holding) and dies of the OOM.

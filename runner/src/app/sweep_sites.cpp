@@ -26,7 +26,7 @@ std::vector<RecordedCall> recorded_calls(const Trace& trace, int64_t step) {
     c.step = step;
     c.phase = e.text("phase", "none");
     c.nth = static_cast<uint64_t>(std::max<int64_t>(0, e.integer("nth", 0)));
-    if (e.has("line")) c.line = static_cast<int>(e.integer("line"));
+    if (std::string where = e.text("where"); !where.empty()) c.where = std::move(where);
     out.push_back(std::move(c));
   }
   // Events are sorted by time; two calls in one microsecond keep the order of their numbers.
@@ -42,10 +42,10 @@ std::string size_class(uint64_t size) {
 
 std::vector<SweepSite> sweep_sites(const std::vector<RecordedCall>& calls) {
   std::vector<SweepSite> sites;
-  std::map<std::tuple<int64_t, std::string, std::string, std::string, int>, size_t> seen;  // key -> index in sites
+  std::map<std::tuple<int64_t, std::string, std::string, std::string, std::string>, size_t> seen;  // key -> index in sites
   for (const auto& c : calls) {
     std::string cls = size_class(c.size);
-    auto key = std::make_tuple(c.step, c.phase, c.entry, cls, c.line.value_or(-1));
+    auto key = std::make_tuple(c.step, c.phase, c.entry, cls, c.where.value_or(""));
     auto [it, fresh] = seen.emplace(key, sites.size());
     if (!fresh) {
       ++sites[it->second].calls;
@@ -60,7 +60,7 @@ std::vector<SweepSite> sweep_sites(const std::vector<RecordedCall>& calls) {
     s.size_class = cls;
     s.nth = c.nth;
     s.calls = 1;
-    s.line = c.line;
+    s.where = c.where;
     sites.push_back(std::move(s));
   }
   return sites;

@@ -7,7 +7,9 @@
 // step's calls in that process. Calls alike in (phase, entry, size class) are one site: a training that
 // survives an OOM at one forward activation of 1-2 MiB survives it at the next one too, and K sites, not
 // every call, is what a sweep can afford to run twice. The size class is the power of two below the size
-// (a site holds sizes from 2^k to 2^(k+1) - 1), the Python line joins the key when the recording has one.
+// (a site holds sizes from 2^k to 2^(k+1) - 1); the user's Python line joins the key when the recording has
+// one (the virtual device's allocator model names it: Note [The site of a recorded call] in
+// injector/engine/engine.h).
 // A site is failed at its first call: `step=S,nth=K` in the rule schema every front end shares, so the
 // `--fault` printed for a site is exactly the rule its job ran.
 //  - transient: `times=T`, T failures in a row (default 2: PyTorch's caching allocator frees its cache and
@@ -36,7 +38,7 @@ struct RecordedCall {
   int64_t step = 0;
   std::string phase;
   uint64_t nth = 0;
-  std::optional<int> line;
+  std::optional<std::string> where;  // the user's line (Note [The site of a recorded call])
 };
 
 // The `alloc` events of the trace's first attempt for `step`, in order, of the process that made the first.

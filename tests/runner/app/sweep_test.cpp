@@ -47,6 +47,47 @@ TEST(SweepSites, CallsAlikeInPhaseEntryAndSizeClassAreOneSite) {
   EXPECT_EQ(sites[3].nth, 5u);
 }
 
+// Note [The site of a recorded call]: the user's line, where the recording has it, splits a site and is
+// shown with it; calls without one stay one site as before.
+TEST(SweepSites, TheUsersLineJoinsTheKeyAndIsShown) {
+  Trace trace;
+  trace.attempts.emplace_back();
+  auto& ev = trace.attempts[0].events;
+  ev.push_back(alloc(7, 2, "forward", 600 << 10, 1));
+  ev.back().fields["where"] = "train.py:77";
+  ev.push_back(alloc(7, 2, "forward", 700 << 10, 2));
+  ev.back().fields["where"] = "train.py:80";  // same phase and class, another line: another site
+  ev.push_back(alloc(7, 2, "forward", 650 << 10, 3));
+  ev.back().fields["where"] = "train.py:77";  // the first site again
+  ev.push_back(alloc(7, 2, "forward", 600 << 10, 4));  // no line
+  ev.push_back(alloc(7, 2, "forward", 600 << 10, 5));
+  ev.back().fields["where"] = "";  // empty: as no line
+  std::vector<SweepSite> sites = sweep_sites(recorded_calls(trace, 2));
+  ASSERT_EQ(sites.size(), 3u);
+  EXPECT_EQ(sites[0].where, std::optional<std::string>("train.py:77"));
+  EXPECT_EQ(sites[0].calls, 2);
+  EXPECT_EQ(sites[1].where, std::optional<std::string>("train.py:80"));
+  EXPECT_EQ(sites[2].where, std::nullopt);
+  EXPECT_EQ(sites[2].calls, 2);
+
+  SweepResult r;
+  r.steps = {2};
+  sites[0].size_class = "512.00 KiB..1.00 MiB";
+  r.sites.push_back({sites[0], {{"persistent", "step=2,nth=1,until_freed=1", "j", JobStatus::failed, "crash", "m"}}});
+  r.sites.push_back({sites[2], {{"persistent", "step=2,nth=4,until_freed=1", "j", JobStatus::passed, "recovered", ""}}});
+  EXPECT_NE(sweep_sentence(r).find("site 1 (forward, 512.00 KiB..1.00 MiB, train.py:77): persistent crash"), std::string::npos)
+      << sweep_sentence(r);
+  std::string text = render_sweep_text(r);
+  EXPECT_NE(text.find("line\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("train.py:77\n"), std::string::npos) << text;
+  std::string html = render_sweep_html(r);
+  EXPECT_NE(html.find("<th>line</th>"), std::string::npos);
+  EXPECT_NE(html.find("<td><code>train.py:77</code></td>"), std::string::npos) << html;
+  nlohmann::json j = nlohmann::json::parse(render_sweep_json(r));
+  EXPECT_EQ(j["sites"][0]["where"], "train.py:77");
+  EXPECT_TRUE(j["sites"][1]["where"].is_null());
+}
+
 TEST(SweepSites, FaultedRunsOnAGpuGetACapSoThatTheyCanBePacked) {
   JobSpec job;
   const uint64_t mib = uint64_t{1} << 20;

@@ -28,7 +28,8 @@ struct SweepSite {
   std::string size_class;         // "1 MiB..2 MiB"
   uint64_t nth = 0;               // the call's number in the step (a rule's `nth` with `step`)
   int calls = 0;                  // golden calls of the step this site stands for
-  std::optional<int> line;        // the Python line, when the recording knows it
+  std::optional<std::string> where;  // the user's Python line, "train.py:77", when the recording knows it
+                                     // (the virtual device; Note [The site of a recorded call])
 };
 
 // How one faulted run of a site ended, in one word (sweep_outcome):
