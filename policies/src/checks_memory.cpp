@@ -96,15 +96,44 @@ Verdict memory_stable(const Trace& trace, const nlohmann::json& args) {
       }
     }
   }
+  // Note [The golden level]: against a run of the same job without faults (`oomharness sweep`'s golden
+  // run), the last step both completed must hold no more than the golden run did there. A one-off leak of
+  // the recovery (a failed step's tensors kept once) stays flat afterwards, so the slope and the
+  // return-to-the-pre-fault-level checks above, which allow growth_per_step, let one under 1 MiB pass.
+  std::string golden_words;
+  if (args.contains("golden") && args["golden"].is_object() && !args["golden"].empty() && !trace.attempts.empty()) {
+    const nlohmann::json& golden = args["golden"];
+    const int64_t tolerance = static_cast<int64_t>(args.value("golden_tolerance", uint64_t{64 * 1024}));
+    const Attempt& a = trace.attempts.back();
+    auto steps = view::steps_of(a);
+    for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+      auto g = golden.find(std::to_string(it->step));
+      if (g == golden.end() || !g->is_number_unsigned()) continue;
+      int64_t held = view::held_at(a, *it);
+      if (held < 0) continue;
+      const int64_t level = static_cast<int64_t>(g->get<uint64_t>());
+      ev.push_back({a.index, it->t, view::step_text(it->step) + ": " + format_bytes(static_cast<uint64_t>(held)) +
+                                         " held; the run without faults held " + format_bytes(static_cast<uint64_t>(level))});
+      if (held > level + tolerance)
+        return verdict(VerdictStatus::fail, "at " + view::step_text(it->step) + " the job held " +
+                                                format_bytes(static_cast<uint64_t>(held - level)) + " more than the same job "
+                                                "without faults (" + format_bytes(static_cast<uint64_t>(held)) + " against " +
+                                                format_bytes(static_cast<uint64_t>(level)) + ", tolerance " +
+                                                format_bytes(static_cast<uint64_t>(tolerance)) +
+                                                "): the recovery kept memory it should have freed", ev);
+      golden_words = "; back to the level of the run without faults by " + view::step_text(it->step);
+      break;
+    }
+  }
   if (!worst && recovered.empty())
     return verdict(VerdictStatus::inconclusive, "too few steps with memory figures: need at least " +
                                                     std::to_string(view::kGrowthMinSteps) +
                                                     " steps in an attempt with the probe's `allocated` or the shim's samples", ev);
-  if (!worst) return verdict(VerdictStatus::pass, "held memory" + recovered.substr(std::string(" and").size()), ev);
+  if (!worst) return verdict(VerdictStatus::pass, "held memory" + recovered.substr(std::string(" and").size()) + golden_words, ev);
   std::string trend = (worst->slope > 0 ? "held memory grew by " + mib(worst->slope) + " per step "
                                         : std::string("held memory did not grow ")) +
                       span(*worst) + " (limit " + mib(limit) + ")";
-  return verdict(VerdictStatus::pass, trend + recovered, ev);
+  return verdict(VerdictStatus::pass, trend + recovered + golden_words, ev);
 }
 
 }  // namespace oomh::checks

@@ -83,7 +83,12 @@ std::vector<PolicyInfo> make_policies() {
                false, false, recovery(checks::graceful_exit)});
   p.push_back({"memory_stable", "memory held at step boundaries does not grow, and returns to its level after recovery",
                {{"growth_per_step", ArgType::bytes, false, "the largest average growth per step", 1024 * 1024},
-                {"after_recovery", ArgType::boolean, false, "also check that memory returns after the last OOM", true}},
+                {"after_recovery", ArgType::boolean, false, "also check that memory returns after the last OOM", true},
+                {"golden", ArgType::object, false,
+                 "held bytes at the end of each step in a run without faults ({step: bytes}; `oomharness sweep` sets "
+                 "it): the last such step the job completed must hold no more than that plus golden_tolerance",
+                 nullptr},
+                {"golden_tolerance", ArgType::bytes, false, "how far above the golden level counts as the same", 64 * 1024}},
                false, false, checks::memory_stable});
   p.push_back({"peak_below", "peak memory held stayed at or under this budget",
                {{"bytes", ArgType::bytes, true, "the budget", nullptr}},
@@ -274,6 +279,20 @@ std::optional<ArgError> check_policy_args(const PolicyInfo& policy, nlohmann::js
                           " (" + e.what() + ")",
                       "message"};
     }
+  }
+  if (policy.name == "memory_stable" && args.contains("golden")) {
+    nlohmann::json normalised = nlohmann::json::object();
+    for (auto it = args["golden"].begin(); it != args["golden"].end(); ++it) {
+      const std::string& key = it.key();
+      if (key.empty() || key.size() > 12 || key.find_first_not_of("0123456789") != std::string::npos)
+        return ArgError{"memory_stable's 'golden' maps step numbers to bytes; '" + key + "' is not a step number",
+                        "golden." + key};
+      nlohmann::json value = it.value();
+      std::string error = normalise_value("memory_stable's golden step " + key, ArgType::bytes, value);
+      if (!error.empty()) return ArgError{error, "golden." + key};
+      normalised[std::to_string(std::stoll(key))] = value;
+    }
+    args["golden"] = std::move(normalised);
   }
   if (policy.name == "checkpoint_resume" && args.contains("reference"))
     return normalise_object("checkpoint_resume's reference", reference_specs(), args["reference"], "reference.");

@@ -345,3 +345,16 @@ std::vector<const Event*> breakdowns_of(const Attempt& attempt, const std::strin
 }
 
 }  // namespace oomh::view
+
+namespace oomh {
+
+std::map<int64_t, uint64_t> held_at_steps(const Attempt& attempt) {
+  std::map<int64_t, uint64_t> out;
+  for (const auto& s : view::steps_of(attempt)) {
+    int64_t held = view::held_at(attempt, s);
+    if (held >= 0) out[s.step] = static_cast<uint64_t>(held);  // a retried step: its last figure
+  }
+  return out;
+}
+
+}  // namespace oomh

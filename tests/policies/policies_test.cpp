@@ -591,6 +591,30 @@ TEST(MemoryStable, FailNotBackAfterRecovery) {
   EXPECT_VERDICT(check("memory_stable", b.build(), {{"growth_per_step", "200MiB"}, {"after_recovery", false}}), pass, "limit 200.00 MiB");
 }
 
+// Note [The golden level]: a one-off leak of the recovery, flat afterwards, passes the slope and the
+// return-to-level checks under their 1 MiB allowance; against a run without faults it fails.
+TEST(MemoryStable, GoldenLevel) {
+  TraceBuilder b;
+  b.attempt();
+  for (int64_t s = 1; s <= 5; ++s) b.step(s, 32, NAN, GiB);
+  b.inject().oom(6, 32);
+  for (int64_t s = 6; s <= 10; ++s) b.step(s, 32, NAN, GiB + 512 * 1024);
+  b.exit(0);
+  const Trace t = b.build();
+  EXPECT_VERDICT(check("memory_stable", t), pass, "returned to its pre-fault level");
+  nlohmann::json golden = {{"9", GiB}, {"10", GiB}, {"11", 1}};  // step 11 never ran: step 10 is compared
+  EXPECT_VERDICT(check("memory_stable", t, {{"golden", golden}}), fail,
+                 "at step 10 the job held 512.00 KiB more than the same job without faults (1.00 GiB against 1.00 GiB, "
+                 "tolerance 64.00 KiB): the recovery kept memory it should have freed");
+  EXPECT_VERDICT(check("memory_stable", t, {{"golden", golden}, {"golden_tolerance", "1MiB"}}), pass,
+                 "back to the level of the run without faults by step 10");
+  // Below the golden level (a halved batch holds less) is fine; no common step compares nothing.
+  EXPECT_VERDICT(check("memory_stable", t, {{"golden", {{"10", 2 * GiB}}}}), pass, "by step 10");
+  Verdict none = check("memory_stable", t, {{"golden", {{"40", 1}}}});
+  EXPECT_EQ(none.status, VerdictStatus::pass);
+  EXPECT_EQ(none.reason.find("without faults"), std::string::npos) << none.reason;
+}
+
 TEST(MemoryStable, PassBackAfterRecovery) {
   TraceBuilder b;
   b.attempt();

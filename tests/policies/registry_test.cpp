@@ -93,6 +93,18 @@ TEST(NormaliseArgs, UnknownArgumentSuggestsTheNearest) {
   EXPECT_THAT(error_of("oom_visible", {{"x", 1}}).message, HasSubstr("takes no arguments"));
 }
 
+TEST(NormaliseArgs, MemoryStablesGoldenMapsStepsToSizes) {
+  auto a = normalised("memory_stable", {{"golden", {{"007", "1MiB"}, {"8", 4096}}}});
+  EXPECT_EQ(a["golden"], (nlohmann::json{{"7", 1 << 20}, {"8", 4096}}));
+  EXPECT_EQ(a["golden_tolerance"], 64 * 1024);
+  auto e = error_of("memory_stable", {{"golden", {{"last", 5}}}});
+  EXPECT_EQ(e.arg, "golden.last");
+  EXPECT_THAT(e.message, HasSubstr("'last' is not a step number"));
+  EXPECT_THAT(error_of("memory_stable", {{"golden", {{"3", "lots"}}}}).message, HasSubstr("'lots'"));
+  EXPECT_THAT(error_of("memory_stable", {{"golden", {{"3", -1}}}}).message, HasSubstr("cannot be negative"));
+  EXPECT_THAT(error_of("memory_stable", {{"golden", 5}}).message, HasSubstr("golden"));
+}
+
 TEST(NormaliseArgs, WrongTypeQuotesTheValue) {
   auto e = error_of("batch_halving", {{"factor", "half"}});
   EXPECT_EQ(e.arg, "factor");

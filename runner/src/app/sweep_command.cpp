@@ -29,6 +29,10 @@ bool has_policy(const JobSpec& job, const std::string& policy) {
 }
 
 // The checks every faulted run of a sweep gets besides the job's own (issue 16: no hang, no leak).
+// The golden run gets them without a golden level; the faulted runs' memory_stable gets the golden run's
+// held bytes at its last kGoldenSteps steps (Note [The golden level] in policies/src/checks_memory.cpp).
+constexpr size_t kGoldenSteps = 64;
+
 bool add_sweep_checks(JobSpec& job, std::ostream& err) {
   for (const char* text : {"no_hang", "memory_stable"}) {
     auto e = parse_expect_spec(text);
@@ -39,6 +43,17 @@ bool add_sweep_checks(JobSpec& job, std::ostream& err) {
     if (!has_policy(job, e.value->policy)) job.expect.push_back(std::move(*e.value));
   }
   return true;
+}
+
+void set_golden_level(JobSpec& job, const std::map<int64_t, uint64_t>& held) {
+  nlohmann::json golden = nlohmann::json::object();
+  size_t skip = held.size() > kGoldenSteps ? held.size() - kGoldenSteps : 0;
+  for (const auto& [step, bytes] : held)
+    if (skip > 0) --skip;
+    else golden[std::to_string(step)] = bytes;
+  if (golden.empty()) return;
+  for (ExpectSpec& e : job.expect)
+    if (e.policy == "memory_stable") e.args["golden"] = golden;
 }
 
 // `oomharness sweep SUITE [-k JOB]`: the job as the suite writes it (its faults aside: the sweep makes its
@@ -229,6 +244,9 @@ ExitCode command_sweep(const SweepArgs& given, std::ostream& out, std::ostream& 
     return ExitCode::nothing_tested;
   }
   std::vector<SweepSite> sites = sweep_sites(calls);
+  const Trace& golden_trace = golden_capture.outcomes[0].trace;
+  const std::map<int64_t, uint64_t> golden_held =
+      golden_trace.attempts.empty() ? std::map<int64_t, uint64_t>{} : held_at_steps(golden_trace.attempts.back());
 
   // Note [Packing a sweep's runs] in sweep_sites.h.
   uint64_t golden_peak = 0;
@@ -263,6 +281,7 @@ ExitCode command_sweep(const SweepArgs& given, std::ostream& out, std::ostream& 
       f.value->rule["name"] = f.value->name;
       job.faults.push_back(std::move(*f.value));
       if (packing_cap) job.memory.limit = packing_cap;
+      set_golden_level(job, golden_held);
       if (auto problem = suite::check_fault_plan(job.plan())) {
         err << "oomharness sweep: the fault plan is not one the shim accepts: " << *problem << "\n";
         return ExitCode::usage_error;

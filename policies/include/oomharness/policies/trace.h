@@ -124,6 +124,12 @@ int64_t steps_all_ranks_completed(const Attempt& a);
 // "all_reduce (distributed_c10d.py:1536)"; empty when there is none.
 std::string innermost_frame(const std::string& stacks);
 
+// Held memory at the end of each completed step of the attempt, as memory_stable reads it (the probe's
+// `allocated` with the step, else the control-block sample nearest the step's end); steps without a
+// figure are left out. `oomharness sweep` gives a golden run's to its faulted runs (Note [The golden level]
+// in policies/src/checks_memory.cpp).
+std::map<int64_t, uint64_t> held_at_steps(const Attempt& attempt);
+
 struct Trace {
   std::string job;
   std::vector<Attempt> attempts;
