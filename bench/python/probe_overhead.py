@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
 """The Python probe's cost per training step: the same loop in fresh processes with and without the probe
-(alternating, median of the repetitions), on whatever device torch has (CPU here).
+(alternating, median of the repetitions), on the CPU or, with --device cuda, on the GPU.
 
     /usr/bin/python3 bench/python/probe_overhead.py [--steps 2000] [--reps 5]
+    python3 bench/python/probe_overhead.py --device cuda [--model mlp]   # a GPU machine (issue 19)
 
-The model is deliberately tiny, so that a step costs little and the probe's absolute cost per step (its
-module and optimizer hooks, the control-block writes, one event line) stands out. Prints the per-step times
-and their difference in microseconds.
+The tiny model makes a step cost little, so that the probe's absolute cost per step (its module and
+optimizer hooks, the control-block writes, one event line) stands out; `--model mlp` (4096 wide, batch 512)
+is a step of a size a GPU is used for. On a GPU the probe reads each step's loss with `.item()`, which waits
+for the step's kernels: the loop is also timed without the probe but with its own `.item()` per step (as
+most loops that log their loss do), so the cost of that wait and the rest of the probe's are told apart.
+Prints the per-step times and their differences in microseconds.
 """
 import argparse
 import os
@@ -23,31 +27,41 @@ WORKER = r'''
 import sys, time, torch
 torch.manual_seed(0)
 torch.set_num_threads(1)
-steps = int(sys.argv[1])
-model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+steps, device, model_name, item = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4] == "1"
+width, batch = (64, 16) if model_name == "tiny" else (4096, 512)
+model = torch.nn.Sequential(torch.nn.Linear(32 if model_name == "tiny" else width, width), torch.nn.ReLU(),
+                            torch.nn.Linear(width, 8)).to(device)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
-x, y = torch.randn(16, 32), torch.randint(0, 8, (16,))
+x = torch.randn(batch, 32 if model_name == "tiny" else width, device=device)
+y = torch.randint(0, 8, (batch,), device=device)
+def sync():
+    if device == "cuda":
+        torch.cuda.synchronize()
 def step():
     opt.zero_grad()
     loss = torch.nn.functional.cross_entropy(model(x), y)
     loss.backward()
     opt.step()
+    if item:
+        loss.item()
 for _ in range(50):
     step()
+sync()
 t0 = time.perf_counter()
 for _ in range(steps):
     step()
+sync()
 print((time.perf_counter() - t0) / steps)
 '''
 
 
-def run(steps, probe, tmp):
+def run(steps, probe, tmp, device="cpu", model="tiny", item=False):
     from harness import Job  # tests/python/harness.py: a real control block in /dev/shm and the probe's env
     job = Job()
     try:
         env = job.env(probe=probe)
-        out = subprocess.run([sys.executable, "-c", WORKER, str(steps)], env=env, capture_output=True, text=True,
-                             timeout=600, check=True)
+        out = subprocess.run([sys.executable, "-c", WORKER, str(steps), device, model, "1" if item else "0"],
+                             env=env, capture_output=True, text=True, timeout=600, check=True)
         return float(out.stdout.strip().splitlines()[-1])
     finally:
         job.close()
@@ -57,16 +71,29 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--model", choices=("tiny", "mlp"), default="tiny")
     a = ap.parse_args()
-    plain, probed = [], []
+    plain, synced, probed = [], [], []
+    gpu = a.device == "cuda"
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(a.reps):
-            plain.append(run(a.steps, False, tmp))
-            probed.append(run(a.steps, True, tmp))
+            plain.append(run(a.steps, False, tmp, a.device, a.model))
+            if gpu:
+                synced.append(run(a.steps, False, tmp, a.device, a.model, item=True))
+            probed.append(run(a.steps, True, tmp, a.device, a.model))
+    runs = lambda vs: ", ".join(f"{v * 1e6:.1f}" for v in vs)
     p, q = statistics.median(plain), statistics.median(probed)
-    print(f"without probe: {p * 1e6:.1f} us/step  (runs: {', '.join(f'{v * 1e6:.1f}' for v in plain)})")
-    print(f"with probe:    {q * 1e6:.1f} us/step  (runs: {', '.join(f'{v * 1e6:.1f}' for v in probed)})")
-    print(f"probe cost:    {(q - p) * 1e6:.1f} us/step")
+    print(f"device {a.device}, model {a.model}, {a.steps} steps, {a.reps} runs each")
+    print(f"without probe: {p * 1e6:.1f} us/step  (runs: {runs(plain)})")
+    if gpu:
+        s = statistics.median(synced)
+        print(f"without probe, loss.item() each step: {s * 1e6:.1f} us/step  (runs: {runs(synced)})")
+    print(f"with probe:    {q * 1e6:.1f} us/step  (runs: {runs(probed)})")
+    print(f"probe cost:    {(q - p) * 1e6:.1f} us/step ({(q - p) / p * 100:.2f}% of a step)")
+    if gpu:
+        print(f"  of which the wait for the step's kernels (.item()): {(s - p) * 1e6:.1f} us/step; "
+              f"the rest: {(q - s) * 1e6:.1f} us/step ({(q - s) / s * 100:.2f}% of a step that reads its loss)")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,10 @@
 #   ecosystem only when named: Accelerate's, Transformers' and Lightning's own OOM helpers under a cap and a
 #           step fault, judged (tests/gpu/ecosystem.yaml; findings in docs/ecosystem.md); its verdicts are
 #           findings, so the phase fails only when the run could not judge them (exit 3, 4 or 5)
+#   fragment only when named: the reservation sidecar's fragmentation mode (reserve_chunk) against a whole
+#           reservation of the same size, and what PyTorch can allocate at once beside each (issue 19)
+#   probecost only when named: the Python probe's cost per step on the GPU, its .item() wait told apart
+#           (bench/python/probe_overhead.py --device cuda)
 #   pytests only when named: the Python probe's and recovery code's unit tests with this machine's PyTorch,
 #           on the CPU, in the background until the timing phases (CI runs them on every change with
 #           Debian's PyTorch; here they took 177-279 s and held the timing phases back by 35-90 s)
@@ -52,9 +56,9 @@ inject=$build/injector/liboomharness_inject.so
 summary=$work/summary.txt
 budget=${RUN_ALL_BUDGET:-575}
 all_phases="build pytests virtual ecosystem ctest injector libtorch probe fidelity-caps selftest demo armed reservation reservesuite fidelity-reserve
-            compat drivercalls shimbench runnerbench packing throughput scale virtualsuite sweep budget explain"
+            compat drivercalls shimbench runnerbench packing throughput scale virtualsuite sweep budget explain fragment probecost"
 phases=${*:-${all_phases/pytests virtual ecosystem /}}
-[ $# -eq 0 ] && phases=${phases/ scale virtualsuite sweep budget explain/}  # by name only
+[ $# -eq 0 ] && phases=${phases/ scale virtualsuite sweep budget explain fragment probecost/}  # by name only
 wave1="ctest injector libtorch probe fidelity-caps"
 wave2="selftest demo armed"
 timing="drivercalls shimbench runnerbench packing throughput scale"
@@ -63,7 +67,7 @@ timing="drivercalls shimbench runnerbench packing throughput scale"
 # little over; the budget check uses them.
 declare -A EST=([build]=80 [pytests]=200 [virtual]=240 [ecosystem]=200 [ctest]=60 [injector]=30 [libtorch]=30 [probe]=40 [fidelity-caps]=30
                 [selftest]=60 [demo]=60 [armed]=60 [reservation]=55 [reservesuite]=30 [fidelity-reserve]=20 [throughput]=145
-                [packing]=150 [drivercalls]=35 [shimbench]=30 [runnerbench]=10 [compat]=5 [scale]=200 [virtualsuite]=120 [sweep]=120 [budget]=120 [explain]=5)
+                [packing]=150 [drivercalls]=35 [shimbench]=30 [runnerbench]=10 [compat]=5 [scale]=200 [virtualsuite]=120 [sweep]=120 [budget]=120 [explain]=5 [fragment]=60 [probecost]=90)
 
 # RE2 (Debian's libre2-dev) is not on the GPU machine, where nothing can be installed: carry Debian's two
 # packages in .re2/ (`apt-get download libre2-9 libre2-dev`, name .re2 in the device call's carry) and they
@@ -105,6 +109,31 @@ jobs:
       - completes: 8
 YAML
   "$bin" run "$suite" --out "$work/reservation-suite"
+}
+
+# Issue 19: the sidecar's fragmentation mode, measured: the same 24 GiB held whole and in 512 MiB pieces with
+# a hole after each (reserve_chunk), and what PyTorch can then allocate at once (tests/gpu/fragmentation_probe.py).
+fragment_suite() {
+  local suite=$work/fragment-suite.yaml
+  cat >"$suite" <<YAML
+version: 1
+name: fragment
+jobs:
+  - name: reserved-whole
+    run: python3 $root/tests/gpu/fragmentation_probe.py reserved-whole
+    timeout: 3m
+    memory: {reserve: 24GiB}
+    expect: [{exit: 0}]
+  - name: reserved-in-pieces
+    run: python3 $root/tests/gpu/fragmentation_probe.py reserved-in-pieces
+    timeout: 3m
+    memory: {reserve: 24GiB, reserve_chunk: 512MiB}
+    expect: [{exit: 0}]
+YAML
+  # No fault is injected, so the harness may call the jobs inconclusive: what counts is what they print.
+  "$bin" run "$suite" --out "$work/fragment" >"$work/fragment.run.log" 2>&1
+  find "$work/fragment/jobs" -name '*.log' -exec grep -h '^FRAGMENT \|: free ' {} + 2>/dev/null
+  [ "$(find "$work/fragment/jobs" -name '*.log' -exec grep -h '^FRAGMENT ' {} + 2>/dev/null | wc -l)" -eq 2 ]
 }
 
 # The Python probe, the recovery code and the example trainers against this machine's PyTorch on the GPU.
@@ -181,6 +210,10 @@ run_phase() {  # run_phase NAME: the phase's command, its output to stdout
         --name fidelity-step --out "$work/budget" -- python3 "$root/bench/gpu/fidelity_step.py" --batch '{batch}'
       local rc=$?; cat "$work/budget/budget.json" 2>/dev/null | head -c 3000; return $rc ;;
     explain) "$bin" explain "$work/self-test/results.json" ;;  # issue 19: the findings of the GPU self-test
+    fragment) fragment_suite ;;
+    probecost)  # issue 19: the probe's cost per step on the GPU, its .item() wait told apart
+      python3 "$root/bench/python/probe_overhead.py" --device cuda --model tiny --steps 2000 --reps 3 &&
+      python3 "$root/bench/python/probe_overhead.py" --device cuda --model mlp --steps 500 --reps 3 ;;
     scale) python3 "$root/bench/runner_scale.py" --bin "$bin" -n 10000 --nofile 256 ;;  # issue 12, a quiet machine
     compat) python3 "$root/tests/gpu/compatibility.py" "$work" "$work/compatibility.md" ;;
   esac
