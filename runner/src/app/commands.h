@@ -26,6 +26,7 @@ struct ReportFlags {
 struct RunCapture {
   RunResult run;
   std::vector<JobOutcome> outcomes;
+  bool keep_traces = true;  // false: the outcomes' traces are dropped once judged, as without a capture
 };
 
 struct RunArgs {

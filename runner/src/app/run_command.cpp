@@ -16,6 +16,7 @@
 #include <set>
 
 #include "app/commands.h"
+#include "app/sweep_plan.h"
 #include "app/interrupts.h"
 #include "app/paths.h"
 #include "app/spec_text.h"
@@ -371,7 +372,7 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
       // Note [Constant cost per job]: once judged, a job's trace is not kept until the run ends; its result
       // holds what the reports show, each part bounded. A caller that captures the run (sweep's golden run
       // reads its trace) keeps the outcomes whole.
-      if (!args.capture) {
+      if (!args.capture || !args.capture->keep_traces) {
         done.trace.attempts.clear();
         done.trace.attempts.shrink_to_fit();
         done.trace.reference.clear();
@@ -451,6 +452,87 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
   return code;
 }
 
+namespace {
+
+// Note [A suite's sweeps]
+// `run` sweeps each chosen job that has a `sweep:` block, as `oomharness sweep SUITE -k JOB` would
+// (docs/sweep.md): every such job is checked first (nothing runs when one is wrong), then each golden run
+// goes (OUT/sweeps/SUITE/JOB/golden), then the faulted runs take the job's place among the suite's jobs, so
+// they run beside the other jobs (packed by --jobs) and are in results.json, report.html and the JUnit
+// report (one test case per site and mode), and last each coverage is written (OUT/sweeps/SUITE/JOB/
+// sweep.json, sweep.html) and printed. A sweep that could not be planned (its golden run did not pass, no
+// call was recorded) leaves its job untested: said on stderr, and the run cannot exit 0.
+ExitCode run_with_sweeps(std::vector<Suite> suites, const RunArgs& given, std::ostream& out, std::ostream& err) {
+  struct Planned {
+    size_t suite = 0, job = 0;
+    std::string who, dir;
+    SweepSetup setup;
+    std::optional<PreparedSweep> prepared;
+  };
+  std::vector<Planned> sweeps;
+  for (size_t s = 0; s < suites.size(); ++s)
+    for (size_t j = 0; j < suites[s].jobs.size(); ++j) {
+      const JobSpec& job = suites[s].jobs[j];
+      if (!job.sweep) continue;
+      Planned p;
+      p.suite = s;
+      p.job = j;
+      p.who = "oomharness: " + suites[s].name + "::" + job.name + "'s sweep";
+      p.dir = (fs::path(given.out_dir) / "sweeps" / job_dir_name(suites[s].name) / job_dir_name(job.name)).string();
+      if (auto problem = setup_sweep(job, {}, suites[s].dir, p.who, p.setup, err)) {
+        err << "oomharness: no job was run\n";
+        return *problem;
+      }
+      sweeps.push_back(std::move(p));
+    }
+  if (sweeps.empty()) return run_suites(std::move(suites), given, out, err);
+
+  ExitCode unswept = ExitCode::ok;
+  for (auto& p : sweeps) {
+    PreparedSweep prepared;
+    auto problem = prepare_sweep(p.setup, given, (fs::path(p.dir) / "golden").string(), given.jobs, p.who, prepared, out, err);
+    if (problem && (*problem == ExitCode::interrupted || *problem == ExitCode::internal_error ||
+                    *problem == ExitCode::usage_error))
+      return *problem;
+    if (problem) {
+      err << p.who << ": its job is not run: nothing of it was tested\n";
+      if (unswept != ExitCode::tests_failed) unswept = *problem;
+      continue;
+    }
+    p.prepared = std::move(prepared);
+  }
+  out << "\n";
+  // The faulted runs in place of their job; a job whose sweep could not be planned is left out.
+  std::vector<std::vector<JobSpec>> jobs(suites.size());
+  for (size_t s = 0; s < suites.size(); ++s)
+    for (size_t j = 0; j < suites[s].jobs.size(); ++j) {
+      auto p = std::find_if(sweeps.begin(), sweeps.end(), [&](const Planned& x) { return x.suite == s && x.job == j; });
+      if (p == sweeps.end()) jobs[s].push_back(std::move(suites[s].jobs[j]));
+      else if (p->prepared) jobs[s].insert(jobs[s].end(), p->prepared->jobs.begin(), p->prepared->jobs.end());
+    }
+  for (size_t s = 0; s < suites.size(); ++s) suites[s].jobs = std::move(jobs[s]);
+
+  RunArgs args = given;
+  RunCapture capture;
+  capture.keep_traces = false;
+  if (!args.capture) args.capture = &capture;
+  ExitCode code = run_suites(std::move(suites), args, out, err);
+  const RunResult& run = args.capture->run;
+  bool written = true;
+  for (const auto& p : sweeps) {
+    if (!p.prepared || p.suite >= run.suites.size()) continue;
+    SweepResult sweep = sweep_coverage(*p.prepared, run.suites[p.suite].jobs, run.suites[p.suite].duration, args.jobs,
+                                       args.simulate);
+    written &= write_sweep(sweep, p.dir, "../../../report.html", out, err);
+  }
+  if (code == ExitCode::interrupted || code == ExitCode::internal_error || code == ExitCode::usage_error) return code;
+  if (!written) return ExitCode::internal_error;
+  if (unswept != ExitCode::ok && (code == ExitCode::ok || code == ExitCode::nothing_tested)) return unswept;
+  return code;
+}
+
+}  // namespace
+
 ExitCode command_run(const RunArgs& args, std::ostream& out, std::ostream& err) {
   std::vector<Suite> suites;
   bool bad = false;
@@ -504,7 +586,7 @@ ExitCode command_run(const RunArgs& args, std::ostream& out, std::ostream& err) 
   if (args.last_failed) {
     if (auto code = keep_last_failed(suites, args, out, err)) return *code;
   }
-  return run_suites(std::move(suites), args, out, err);
+  return run_with_sweeps(std::move(suites), args, out, err);
 }
 
 std::optional<JobSpec> job_from_exec_args(const ExecArgs& args, const std::string& command, std::ostream& err) {

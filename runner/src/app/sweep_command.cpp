@@ -9,6 +9,7 @@
 
 #include "app/commands.h"
 #include "app/spec_text.h"
+#include "app/sweep_plan.h"
 #include "app/sweep_sites.h"
 #include "oomharness/reports/sweep.h"
 #include "oomharness/reports/writers.h"
@@ -107,114 +108,103 @@ std::optional<ExitCode> job_from_suite(const SweepArgs& args, std::optional<JobS
   return std::nullopt;
 }
 
-}  // namespace
-
-ExitCode command_sweep(const SweepArgs& given, std::ostream& out, std::ostream& err) {
-  SweepArgs args = given;
-  // A suite's job first: its `sweep:` gives what the flags leave unsaid.
-  std::optional<JobSpec> suite_job;
-  std::string suite_dir;
-  if (!args.suite.empty()) {
-    if (auto problem = job_from_suite(args, suite_job, suite_dir, err)) return *problem;
-    if (suite_job->sweep) {
-      const SweepSpec& spec = *suite_job->sweep;
-      if (args.steps.empty()) args.steps = spec.steps;
-      if (args.modes.empty()) args.modes = join(spec.modes, ",");
-      if (args.transient_times < 0 && spec.transient_times) args.transient_times = *spec.transient_times;
-    }
-  }
-  if (args.modes.empty()) args.modes = "transient,persistent";
-  if (args.transient_times < 0) args.transient_times = 2;
-  if (args.steps.empty()) {
-    err << "oomharness sweep: --step is required: the training step whose allocation sites are swept (from 1; "
-           "several: 2,5 or 2..4; a suite's job may say it in its sweep: block)\n";
-    return ExitCode::usage_error;
-  }
-  std::vector<int64_t> steps;
-  if (std::string problem = parse_sweep_steps(args.steps, steps); !problem.empty()) {
-    err << "oomharness sweep: bad --step '" << args.steps << "': " << problem << "\n";
-    return ExitCode::usage_error;
-  }
-  if (!args.exec.faults.empty()) {
-    err << "oomharness sweep: --fault is not for sweep: it makes one fault per site itself (use "
-           "oomharness exec --fault to run one)\n";
-    return ExitCode::usage_error;
-  }
-  if (args.transient_times < 1 || args.transient_times > 1000) {
-    err << "oomharness sweep: bad --transient-times " << args.transient_times << ": from 1 to 1000\n";
-    return ExitCode::usage_error;
-  }
-  if (args.jobs < 1) {
-    err << "oomharness sweep: bad --jobs " << args.jobs << ": at least 1\n";
-    return ExitCode::usage_error;
-  }
-  std::vector<SweepMode> modes;
-  for (const auto& name : split_items(args.modes)) {
-    auto m = sweep_mode_from_name(name);
-    if (!m) {
-      err << "oomharness sweep: bad --modes '" << args.modes << "': '" << name
-          << "' is not transient or persistent\n";
-      return ExitCode::usage_error;
-    }
-    if (std::find(modes.begin(), modes.end(), *m) == modes.end()) modes.push_back(*m);
-  }
-  if (modes.empty()) {
-    err << "oomharness sweep: bad --modes '': transient, persistent or both (transient,persistent)\n";
-    return ExitCode::usage_error;
-  }
-  std::optional<JobSpec> base;
-  if (suite_job) {
-    base = std::move(suite_job);
-  } else {
-    if (!args.filter.empty()) {
-      err << "oomharness sweep: -k chooses a job of a suite: give the suite file, or no -k\n";
-      return ExitCode::usage_error;
-    }
-    base = job_from_exec_args(args.exec, "sweep", err);
-    if (!base) return ExitCode::usage_error;
-    suite_dir = base->cwd.value_or(".");
-  }
-  if (base->expect.empty()) {
-    if (!base->target_step) {
-      err << "oomharness sweep: say what surviving means: --target-step N (the job must reach step N), or "
+// The job's checks for a sweep: its own, `completes` when it has none (then --target-step is needed), and
+// no_hang and memory_stable.
+std::optional<ExitCode> complete_checks(JobSpec& job, const std::vector<int64_t>& steps, const std::string& who,
+                                        std::ostream& err) {
+  if (job.expect.empty()) {
+    if (!job.target_step) {
+      err << who << ": say what surviving means: --target-step N (the job must reach step N), or "
              "--expect checks (in a suite: target_step: or expect:)\n";
       return ExitCode::usage_error;
     }
     auto completes = parse_expect_spec("completes");
-    base->expect.push_back(std::move(*completes.value));
+    job.expect.push_back(std::move(*completes.value));
   }
-  if (base->target_step && *base->target_step < steps.back()) {
-    err << "oomharness sweep: --step " << steps.back() << " is after --target-step " << *base->target_step
+  if (job.target_step && *job.target_step < steps.back()) {
+    err << who << ": --step " << steps.back() << " is after --target-step " << *job.target_step
         << ": the job never runs it\n";
     return ExitCode::usage_error;
   }
-  if (!add_sweep_checks(*base, err)) return ExitCode::internal_error;
+  if (!add_sweep_checks(job, err)) return ExitCode::internal_error;
+  return std::nullopt;
+}
 
-  RunArgs run;
-  run.simulate = args.exec.simulate;
-  run.strict = args.exec.strict;
-  run.command_line = args.exec.command_line;
-  run.verbosity = -1;
-  run.quiet_reports = true;
+}  // namespace
 
+std::optional<ExitCode> setup_sweep(JobSpec base, SweepSettings settings, const std::string& suite_dir,
+                                    const std::string& who, SweepSetup& setup, std::ostream& err) {
+  if (base.sweep) {  // a suite's `sweep:` gives what the flags leave unsaid
+    const SweepSpec& spec = *base.sweep;
+    if (settings.steps.empty()) settings.steps = spec.steps;
+    if (settings.modes.empty()) settings.modes = join(spec.modes, ",");
+    if (settings.transient_times < 0 && spec.transient_times) settings.transient_times = *spec.transient_times;
+  }
+  if (settings.modes.empty()) settings.modes = "transient,persistent";
+  if (settings.transient_times < 0) settings.transient_times = 2;
+  if (settings.steps.empty()) {
+    err << who << ": --step is required: the training step whose allocation sites are swept (from 1; "
+           "several: 2,5 or 2..4; a suite's job may say it in its sweep: block)\n";
+    return ExitCode::usage_error;
+  }
+  if (std::string problem = parse_sweep_steps(settings.steps, setup.steps); !problem.empty()) {
+    err << who << ": bad --step '" << settings.steps << "': " << problem << "\n";
+    return ExitCode::usage_error;
+  }
+  if (settings.transient_times < 1 || settings.transient_times > 1000) {
+    err << who << ": bad --transient-times " << settings.transient_times << ": from 1 to 1000\n";
+    return ExitCode::usage_error;
+  }
+  setup.modes.clear();
+  for (const auto& name : split_items(settings.modes)) {
+    auto m = sweep_mode_from_name(name);
+    if (!m) {
+      err << who << ": bad --modes '" << settings.modes << "': '" << name << "' is not transient or persistent\n";
+      return ExitCode::usage_error;
+    }
+    if (std::find(setup.modes.begin(), setup.modes.end(), *m) == setup.modes.end()) setup.modes.push_back(*m);
+  }
+  if (setup.modes.empty()) {
+    err << who << ": bad --modes '': transient, persistent or both (transient,persistent)\n";
+    return ExitCode::usage_error;
+  }
+  if (auto problem = complete_checks(base, setup.steps, who, err)) return problem;
+  setup.steps_text.clear();
+  for (int64_t st : setup.steps) setup.steps_text += (setup.steps_text.empty() ? "" : ",") + std::to_string(st);
+  setup.transient_times = settings.transient_times;
+  setup.suite_dir = suite_dir;
+  base.faults.clear();
+  setup.base = std::move(base);
+  return std::nullopt;
+}
+
+std::optional<ExitCode> prepare_sweep(const SweepSetup& setup, const RunArgs& run, const std::string& golden_out,
+                                      int jobs, const std::string& who, PreparedSweep& prepared, std::ostream& out,
+                                      std::ostream& err) {
+  const JobSpec& base = setup.base;
   // 1. The golden run: no fault, the step's calls recorded, the step begun with the cache emptied (as a
   // faulted step is: the same calls reach the driver in both).
-  JobSpec golden = *base;
-  golden.name = base->name + "-golden";
-  std::string steps_text;
-  for (int64_t s : steps) steps_text += (steps_text.empty() ? "" : ",") + std::to_string(s);
-  golden.env["OOMH_RECORD_STEP"] = std::to_string(steps.front()) + ".." + std::to_string(steps.back());
-  if (base->flush_steps().empty()) golden.env["OOMH_FLUSH_AT_STEPS"] = steps_text;
+  JobSpec golden = base;
+  golden.name = base.name + "-golden";
+  golden.env["OOMH_RECORD_STEP"] = std::to_string(setup.steps.front()) + ".." + std::to_string(setup.steps.back());
+  if (base.flush_steps().empty()) golden.env["OOMH_FLUSH_AT_STEPS"] = setup.steps_text;
   Suite golden_suite;
   golden_suite.name = "sweep";
   golden_suite.file = "<command line>";
-  golden_suite.dir = suite_dir;
+  golden_suite.dir = setup.suite_dir;
   golden_suite.jobs.push_back(golden);
   RunCapture golden_capture;
-  RunArgs golden_run = run;
-  golden_run.out_dir = (fs::path(args.exec.out_dir) / "golden").string();
+  RunArgs golden_run;
+  golden_run.simulate = run.simulate;
+  golden_run.strict = run.strict;
+  golden_run.device = run.device;
+  golden_run.surveyed = run.surveyed;
+  golden_run.command_line = run.command_line;
+  golden_run.verbosity = -1;
+  golden_run.quiet_reports = true;
+  golden_run.out_dir = golden_out;
   golden_run.capture = &golden_capture;
-  out << "Golden run (no fault; recording the allocations of step " << steps_text << "):\n";
+  out << "Golden run of " << base.name << " (no fault; recording the allocations of step " << setup.steps_text << "):\n";
   ExitCode golden_code = run_suites({golden_suite}, golden_run, out, err);
   if (golden_code == ExitCode::interrupted || golden_code == ExitCode::internal_error ||
       golden_code == ExitCode::usage_error)
@@ -224,118 +214,183 @@ ExitCode command_sweep(const SweepArgs& given, std::ostream& out, std::ostream& 
     return ExitCode::internal_error;
   const JobResult& golden_result = golden_capture.run.suites[0].jobs[0];
   if (golden_result.status != JobStatus::passed) {
-    err << "oomharness sweep: the golden run (no fault) " << (golden_result.status == JobStatus::inconclusive ? "was inconclusive" : "did not pass")
-        << ", so no site can be judged: " << golden_result.message << " (" << golden_run.out_dir
+    err << who << ": the golden run (no fault) "
+        << (golden_result.status == JobStatus::inconclusive ? "was inconclusive" : "did not pass")
+        << ", so no site can be judged: " << golden_result.message << " (" << golden_out
         << "/results.json). Every run of a sweep, the golden one too, is judged by the job's checks plus no_hang "
            "and memory_stable (which needs at least 5 steps)\n";
     return ExitCode::tests_failed;
   }
+  const Trace& golden_trace = golden_capture.outcomes[0].trace;
   std::vector<RecordedCall> calls;
-  for (int64_t s : steps) {
-    std::vector<RecordedCall> of_step = recorded_calls(golden_capture.outcomes[0].trace, s);
+  for (int64_t st : setup.steps) {
+    std::vector<RecordedCall> of_step = recorded_calls(golden_trace, st);
     if (of_step.empty())
-      out << "Step " << s << ": no allocation call reached the driver in the golden run: nothing to sweep there\n";
+      out << "Step " << st << ": no allocation call reached the driver in the golden run: nothing to sweep there\n";
     calls.insert(calls.end(), of_step.begin(), of_step.end());
   }
   if (calls.empty()) {
-    err << "oomharness sweep: no allocation call reached the driver in step " << steps_text
+    err << who << ": no allocation call reached the driver in step " << setup.steps_text
         << " of the golden run: the job never reported that step through the probe, or it allocated "
            "nothing then (nothing was tested)\n";
     return ExitCode::nothing_tested;
   }
-  std::vector<SweepSite> sites = sweep_sites(calls);
-  const Trace& golden_trace = golden_capture.outcomes[0].trace;
+  prepared.setup = setup;
+  prepared.sites = sweep_sites(calls);
+  prepared.calls = calls.size();
+  prepared.golden_seconds = golden_result.duration;
   const std::map<int64_t, uint64_t> golden_held =
       golden_trace.attempts.empty() ? std::map<int64_t, uint64_t>{} : held_at_steps(golden_trace.attempts.back());
 
   // Note [Packing a sweep's runs] in sweep_sites.h.
   uint64_t golden_peak = 0;
   for (const auto& [device, bytes] : golden_result.peak) golden_peak = std::max(golden_peak, bytes);
-  const std::optional<uint64_t> packing_cap = sweep_packing_cap(*base, golden_peak, args.jobs, args.exec.simulate);
+  const std::optional<uint64_t> packing_cap = sweep_packing_cap(base, golden_peak, jobs, run.simulate);
   if (packing_cap)
     out << "Each faulted run is capped at " << format_bytes(*packing_cap)
         << " (twice the golden run's peak, plus 256 MiB) so that runs can share a GPU; give --cap "
         << (*packing_cap >> 20) << "MiB beside a site's --fault to reproduce it exactly\n";
 
   // 2. One job per site and mode, each with one fault rule, built by the --fault parser.
-  Suite suite = golden_suite;
-  suite.jobs.clear();
-  struct Planned {
-    size_t site;
-    SweepMode mode;
-    std::string fault;
-  };
-  std::vector<Planned> planned;
-  for (size_t s = 0; s < sites.size(); ++s)
-    for (SweepMode mode : modes) {
-      std::string text = site_fault_text(sites[s], mode, args.transient_times);
+  for (size_t si = 0; si < prepared.sites.size(); ++si)
+    for (SweepMode mode : setup.modes) {
+      std::string text = site_fault_text(prepared.sites[si], mode, setup.transient_times);
       auto f = parse_fault_spec(text, "");
       if (!f) {
-        err << "oomharness sweep: internal error: " << f.error << "\n";
+        err << who << ": internal error: " << f.error << "\n";
         return ExitCode::internal_error;
       }
-      JobSpec job = *base;
+      JobSpec job = base;
       char name[64];
-      std::snprintf(name, sizeof name, "site%02zu-%s", s + 1, sweep_mode_name(mode));
-      job.name = base->name + "-" + name;
+      std::snprintf(name, sizeof name, "site%02zu-%s", si + 1, sweep_mode_name(mode));
+      job.name = base.name + "-" + name;
+      job.sweep.reset();
       f.value->rule["name"] = f.value->name;
       job.faults.push_back(std::move(*f.value));
       if (packing_cap) job.memory.limit = packing_cap;
       set_golden_level(job, golden_held);
       if (auto problem = suite::check_fault_plan(job.plan())) {
-        err << "oomharness sweep: the fault plan is not one the shim accepts: " << *problem << "\n";
+        err << who << ": the fault plan is not one the shim accepts: " << *problem << "\n";
         return ExitCode::usage_error;
       }
-      suite.jobs.push_back(std::move(job));
-      planned.push_back({s, mode, text});
+      prepared.jobs.push_back(std::move(job));
+      prepared.planned.push_back({si, mode, text});
     }
-  out << "\n" << calls.size() << " allocation calls in step " << steps_text << ", " << sites.size()
-      << (sites.size() == 1 ? " site" : " sites") << ": " << planned.size() << " faulted runs\n";
+  out << prepared.calls << " allocation calls in step " << setup.steps_text << ", " << prepared.sites.size()
+      << (prepared.sites.size() == 1 ? " site" : " sites") << ": " << prepared.planned.size() << " faulted runs\n";
+  return std::nullopt;
+}
 
+SweepResult sweep_coverage(const PreparedSweep& prepared, const std::vector<JobResult>& results, double seconds,
+                           int jobs, bool simulated) {
+  SweepResult sweep;
+  sweep.job = prepared.setup.base.name;
+  sweep.command = prepared.setup.base.argv;
+  sweep.steps = prepared.setup.steps;
+  sweep.calls_recorded = prepared.calls;
+  sweep.golden_seconds = prepared.golden_seconds;
+  sweep.sweep_seconds = seconds;
+  sweep.jobs = jobs;
+  sweep.simulated = simulated;
+  for (const auto& site : prepared.sites) sweep.sites.push_back({site, {}});
+  for (size_t i = 0; i < prepared.planned.size(); ++i) {
+    const std::string& name = prepared.jobs[i].name;
+    auto r = std::find_if(results.begin(), results.end(), [&](const JobResult& j) { return j.name == name; });
+    if (r == results.end()) continue;  // not run (-x, interrupted): the coverage says only what ran
+    SweepCase c;
+    c.mode = sweep_mode_name(prepared.planned[i].mode);
+    c.fault = prepared.planned[i].fault;
+    c.job = r->name;
+    c.status = r->status;
+    c.outcome = sweep_outcome(*r);
+    c.message = r->message;
+    sweep.sites[prepared.planned[i].site].cases.push_back(std::move(c));
+  }
+  return sweep;
+}
+
+bool write_sweep(const SweepResult& sweep, const std::string& dir, const std::string& report, std::ostream& out,
+                 std::ostream& err) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  const std::string sweep_json = (fs::path(dir) / "sweep.json").string();
+  const std::string sweep_html = (fs::path(dir) / "sweep.html").string();
+  auto written = write_file_atomic(sweep_json, render_sweep_json(sweep));
+  if (!written) err << "oomharness: " << written.error() << "\n";
+  auto written_html = write_file_atomic(sweep_html, render_sweep_html(sweep, report));
+  if (!written_html) err << "oomharness: " << written_html.error() << "\n";
+  TerminalStyle style = detect_terminal_style();
+  out << "\n" << render_sweep_text(sweep, style.color);
+  out << "Sweep: " << sweep_json << " and " << sweep_html << "\n";
+  return written && written_html;
+}
+
+ExitCode command_sweep(const SweepArgs& given, std::ostream& out, std::ostream& err) {
+  const SweepArgs& args = given;
+  const std::string who = "oomharness sweep";
+  std::optional<JobSpec> base;
+  std::string suite_dir;
+  if (!args.suite.empty()) {
+    if (auto problem = job_from_suite(args, base, suite_dir, err)) return *problem;
+  }
+  if (!args.exec.faults.empty()) {
+    err << "oomharness sweep: --fault is not for sweep: it makes one fault per site itself (use "
+           "oomharness exec --fault to run one)\n";
+    return ExitCode::usage_error;
+  }
+  if (args.jobs < 1) {
+    err << "oomharness sweep: bad --jobs " << args.jobs << ": at least 1\n";
+    return ExitCode::usage_error;
+  }
+  if (!base) {
+    if (!args.filter.empty()) {
+      err << "oomharness sweep: -k chooses a job of a suite: give the suite file, or no -k\n";
+      return ExitCode::usage_error;
+    }
+    base = job_from_exec_args(args.exec, "sweep", err);
+    if (!base) return ExitCode::usage_error;
+    suite_dir = base->cwd.value_or(".");
+  }
+  SweepSetup setup;
+  SweepSettings settings{args.steps, args.modes, args.transient_times};
+  if (auto problem = setup_sweep(std::move(*base), settings, suite_dir, who, setup, err)) return *problem;
+
+  RunArgs run;
+  run.simulate = args.exec.simulate;
+  run.strict = args.exec.strict;
+  run.command_line = args.exec.command_line;
+  PreparedSweep prepared;
+  if (auto problem = prepare_sweep(setup, run, (fs::path(args.exec.out_dir) / "golden").string(), args.jobs, who,
+                                   prepared, out, err))
+    return *problem;
+  out << "\n";
+
+  Suite suite;
+  suite.name = "sweep";
+  suite.file = "<command line>";
+  suite.dir = setup.suite_dir;
+  suite.jobs = prepared.jobs;
   RunCapture capture;
   RunArgs faulted = run;
+  faulted.verbosity = -1;
+  faulted.quiet_reports = true;
   faulted.out_dir = args.exec.out_dir;
   faulted.jobs = args.jobs;
   faulted.threads_per_job = args.threads_per_job;
   faulted.reports = args.exec.reports;
   faulted.summary = args.exec.summary;  // the faulted runs' Markdown summary; the golden run's is left out
   faulted.capture = &capture;
+  capture.keep_traces = false;
   ExitCode code = run_suites({suite}, faulted, out, err);
   if (capture.run.suites.empty()) return code;
 
   // 3. The coverage: the same results, grouped by site.
-  SweepResult sweep;
-  sweep.job = base->name;
-  sweep.command = base->argv;
-  sweep.steps = steps;
-  sweep.calls_recorded = calls.size();
-  sweep.golden_seconds = golden_result.duration;
-  sweep.sweep_seconds = capture.run.suites[0].duration;
-  sweep.jobs = args.jobs;
-  sweep.simulated = args.exec.simulate;
-  for (const auto& site : sites) sweep.sites.push_back({site, {}});
-  const auto& results = capture.run.suites[0].jobs;
-  for (size_t i = 0; i < planned.size() && i < results.size(); ++i) {
-    SweepCase c;
-    c.mode = sweep_mode_name(planned[i].mode);
-    c.fault = planned[i].fault;
-    c.job = results[i].name;
-    c.status = results[i].status;
-    c.outcome = sweep_outcome(results[i]);
-    c.message = results[i].message;
-    sweep.sites[planned[i].site].cases.push_back(std::move(c));
-  }
-  const std::string sweep_json = (fs::path(args.exec.out_dir) / "sweep.json").string();
-  const std::string sweep_html = (fs::path(args.exec.out_dir) / "sweep.html").string();
-  auto written = write_file_atomic(sweep_json, render_sweep_json(sweep));
-  if (!written) err << "oomharness: " << written.error() << "\n";
-  auto written_html = write_file_atomic(sweep_html, render_sweep_html(sweep));
-  if (!written_html) err << "oomharness: " << written_html.error() << "\n";
-  TerminalStyle style = detect_terminal_style();
-  out << "\n" << render_sweep_text(sweep, style.color);
-  out << "Sweep: " << sweep_json << " and " << sweep_html << "\nResults: " << (fs::path(args.exec.out_dir) / "results.json").string()
+  SweepResult sweep = sweep_coverage(prepared, capture.run.suites[0].jobs, capture.run.suites[0].duration, args.jobs,
+                                     args.exec.simulate);
+  bool written = write_sweep(sweep, args.exec.out_dir, "report.html", out, err);
+  out << "Results: " << (fs::path(args.exec.out_dir) / "results.json").string()
       << "\nHTML report: " << (fs::path(args.exec.out_dir) / "report.html").string() << "\n";
-  if ((!written || !written_html) && code == ExitCode::ok) return ExitCode::internal_error;
+  if (!written && code == ExitCode::ok) return ExitCode::internal_error;
   return code;
 }
 

@@ -95,6 +95,13 @@ namespace bp = boost::process::v2;
 namespace fs = std::filesystem;
 using namespace exec;
 
+std::string job_dir_name(const std::string& job) {
+  std::string s;
+  for (char c : job) s += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' || c == '=') ? c : '_';
+  if (s.empty() || s == "." || s == "..") s = "job";
+  return s;
+}
+
 namespace {
 
 constexpr size_t kMaxSamples = 20000;           // per attempt; beyond, samples are thinned (every other kept)
@@ -109,14 +116,6 @@ double now() { return events::now_seconds(); }
 
 std::chrono::steady_clock::duration seconds(double s) {
   return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(std::max(0.0, s)));
-}
-
-// A job name as a directory name: path separators and odd characters become '_'.
-std::string dir_name(const std::string& job) {
-  std::string s;
-  for (char c : job) s += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' || c == '=') ? c : '_';
-  if (s.empty() || s == "." || s == "..") s = "job";
-  return s;
 }
 
 Event runner_event(const char* kind, double t, nlohmann::json fields) {
@@ -542,7 +541,7 @@ void JobRunner::Impl::start_job(JobState& j, const Placement& p) {
   j.placement = p;
   j.outcome->gpu = p.gpu;
   j.outcome->start = now();
-  j.dir = (fs::path(options.out_dir.empty() ? "." : options.out_dir) / dir_name(j.spec->name)).string();
+  j.dir = (fs::path(options.out_dir.empty() ? "." : options.out_dir) / job_dir_name(j.spec->name)).string();
   std::error_code fec;
   fs::create_directories(j.dir, fec);
   std::string work = (fs::path(j.dir) / "work").string();

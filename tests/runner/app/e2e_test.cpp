@@ -1045,6 +1045,68 @@ TEST_F(E2E, SweepOfASuitesJobWithItsSweepBlock) {
   EXPECT_EQ(none.code, 5) << none.err;
 }
 
+// Note [A suite's sweeps]: `run` sweeps each job with a sweep: block, its faulted runs among the suite's
+// other jobs in one results.json and JUnit report; a sweep that cannot be planned fails the run.
+TEST_F(E2E, RunSweepsTheJobsWithASweepBlock) {
+  NEED("APP_E2E_BIN", bin);
+  NEED("APP_E2E_TRAINER", trainer);
+  NEED("APP_E2E_INJECT", inject);
+  NEED("APP_E2E_DOUBLE", dbl);
+  auto quoted = [&](const std::vector<std::string>& recovery) {
+    std::string argv;
+    for (const auto& a : sweep_trainer(trainer, recovery)) argv += (argv.empty() ? "\"" : ", \"") + a + "\"";
+    return argv;
+  };
+  const std::string good = "  - name: retry\n    run: [" + quoted({"--recovery", "retry"}) +
+                           "]\n    target_step: 6\n    timeout: 60s\n    sweep: {step: 2, modes: [transient]}\n";
+  const std::string plain = "  - name: plain\n    run: [" + quoted({"--recovery", "retry"}) +
+                            "]\n    target_step: 6\n    timeout: 60s\n" + std::string(kFaultAtStep3);
+  std::string green = write_suite(dir_, "green", good + plain);
+  Result ok = run({bin, "run", green, "--simulate", "--jobs", "2", "--junit", (dir_ / "green.xml").string(), "--out",
+                   (dir_ / "green").string()},
+                  dir_, dir_);
+  EXPECT_EQ(ok.code, 0) << ok.out << ok.err;
+  nlohmann::json results = load_json(dir_ / "green" / "results.json");
+  std::vector<std::string> names;
+  for (const auto& j : results["suites"][0]["jobs"]) names.push_back(j["name"]);
+  EXPECT_EQ(names, (std::vector<std::string>{"retry-site01-transient", "retry-site02-transient", "retry-site03-transient",
+                                             "retry-site04-transient", "retry-site05-transient", "plain"}));
+  nlohmann::json sweep = load_json(dir_ / "green" / "sweeps" / "green" / "retry" / "sweep.json");
+  EXPECT_EQ(sweep["survived"], 5) << sweep.dump(2);
+  EXPECT_TRUE(fs::exists(dir_ / "green" / "sweeps" / "green" / "retry" / "golden" / "results.json"));
+  std::string html = read_file(dir_ / "green" / "sweeps" / "green" / "retry" / "sweep.html");
+  EXPECT_NE(html.find("href=\"../../../report.html\""), std::string::npos) << html.substr(0, 2000);
+  EXPECT_NE(ok.out.find("5 sites in step 2; survived 5"), std::string::npos) << ok.out;
+  std::string junit = read_file(dir_ / "green.xml");
+  EXPECT_NE(junit.find("name=\"retry-site05-transient\""), std::string::npos) << junit.substr(0, 2000);
+
+  // A broken retry leaks at the backward site (Note [The golden level]); a job whose golden run cannot pass
+  // (it never reaches its target step) is not run, and the run fails even where every job run passed.
+  const std::string broken = "  - name: broken\n    run: [" + quoted({"--recovery", "retry", "--retry-without-freeing"}) +
+                             "]\n    target_step: 6\n    timeout: 60s\n    sweep: {step: 2, modes: [transient]}\n";
+  const std::string unreachable = "  - name: unreachable\n    run: [" + quoted({"--recovery", "retry"}) +
+                                  "]\n    target_step: 9\n    timeout: 60s\n    sweep: {step: 2}\n";
+  std::string red = write_suite(dir_, "red", broken + plain);
+  Result bad = run({bin, "run", red, "--simulate", "--out", (dir_ / "red").string()}, dir_, dir_);
+  EXPECT_EQ(bad.code, 1) << bad.out << bad.err;
+  EXPECT_NE(bad.out.find("site 2 (backward, 512.00 KiB..1.00 MiB): transient leak"), std::string::npos) << bad.out;
+  std::string lost = write_suite(dir_, "lost", unreachable + plain);
+  Result untested = run({bin, "run", lost, "--simulate", "--out", (dir_ / "lost").string()}, dir_, dir_);
+  EXPECT_EQ(untested.code, 1) << untested.out << untested.err;
+  EXPECT_NE(untested.err.find("lost::unreachable's sweep: the golden run (no fault) did not pass"), std::string::npos)
+      << untested.err;
+  EXPECT_NE(untested.err.find("its job is not run: nothing of it was tested"), std::string::npos) << untested.err;
+  nlohmann::json lost_results = load_json(dir_ / "lost" / "results.json");
+  ASSERT_EQ(lost_results["suites"][0]["jobs"].size(), 1u);
+  EXPECT_EQ(lost_results["suites"][0]["jobs"][0]["status"], "passed");
+  // A sweep that cannot be set up stops the run before anything runs.
+  std::string wrong = write_suite(dir_, "wrong", "  - name: aimless\n    run: [\"true\"]\n    sweep: {step: 2}\n" + plain);
+  Result refused = run({bin, "run", wrong, "--simulate", "--out", (dir_ / "wrong").string()}, dir_, dir_);
+  EXPECT_EQ(refused.code, 4) << refused.out << refused.err;
+  EXPECT_NE(refused.err.find("wrong::aimless's sweep: say what surviving means"), std::string::npos) << refused.err;
+  EXPECT_FALSE(fs::exists(dir_ / "wrong" / "results.json"));
+}
+
 TEST_F(E2E, SweepRejectsBadInputBeforeAnythingRuns) {
   NEED("APP_E2E_BIN", bin);
   fs::path out = dir_ / "out";

@@ -125,4 +125,8 @@ class JobRunner {
   Impl* impl_;
 };
 
+// A job name as a directory name (OUT/jobs/NAME, OUT/sweeps/SUITE/JOB): path separators and odd characters
+// become '_'.
+std::string job_dir_name(const std::string& job);
+
 }  // namespace oomh

@@ -74,7 +74,7 @@ struct ExpectSpec {
 };
 
 // A job's `sweep:` (docs/sweep.md): what `oomharness sweep SUITE -k JOB` sweeps when its flags do not say.
-// `run` runs the job as it is, without a sweep.
+// `run` sweeps it too, its faulted runs among the suite's jobs (Note [A suite's sweeps] in run_command.cpp).
 struct SweepSpec {
   std::string steps;                  // "3", "2,5" or "2..4"
   std::vector<std::string> modes;     // "transient", "persistent"; empty: both
