@@ -15,7 +15,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <exception>
-#include <regex>
+#include <re2/re2.h>
 
 #include "checks.h"
 #include "oomharness/units.h"
@@ -272,13 +272,14 @@ std::optional<ArgError> check_policy_args(const PolicyInfo& policy, nlohmann::js
       return ArgError{"batch_halving's 'factor' must be above 0 and at most 1, got " + args["factor"].dump(), "factor"};
   }
   if (policy.name == "graceful_exit") {
-    try {
-      std::regex re(args["message"].get<std::string>(), std::regex::ECMAScript | std::regex::icase);
-    } catch (const std::regex_error& e) {
+    RE2::Options options;  // as checks_recovery.cpp matches it
+    options.set_log_errors(false);
+    options.set_case_sensitive(false);
+    const RE2 re(args["message"].get<std::string>(), options);
+    if (!re.ok())
       return ArgError{"graceful_exit's 'message' is not a valid regular expression: " + quoted(args["message"]) +
-                          " (" + e.what() + ")",
+                          " (" + re.error() + ")",
                       "message"};
-    }
   }
   if (policy.name == "memory_stable" && args.contains("golden")) {
     nlohmann::json normalised = nlohmann::json::object();

@@ -537,6 +537,18 @@ TEST(GracefulExit, CustomMessage) {
   EXPECT_VERDICT(check("graceful_exit", b.build(), {{"message", "GPU full"}}), pass, "exited with code 3");
 }
 
+// issue 12: the pattern is RE2's, matched in linear time: a backtracking pattern over a long output tail
+// answers at once (std::regex took exponential time here), and case does not matter.
+TEST(GracefulExit, BacktrackingPatternOverALongTailIsLinear) {
+  TraceBuilder b;
+  steps(b.attempt(), 1, 4, 64).inject().oom(5, 64, false).output(std::string(30000, 'x') + "\nCUDA OUT OF MEMORY\n").exit(1);
+  const Trace t = b.build();
+  EXPECT_VERDICT(check("graceful_exit", t, {{"message", "(x+x+)+y"}}), fail, "looked for /(x+x+)+y/");
+  EXPECT_VERDICT(check("graceful_exit", t), pass, "with an out-of-memory message");
+  EXPECT_VERDICT(check("graceful_exit", t, {{"message", std::string(20000, '(') + "memory" + std::string(20000, ')')}}), pass,
+                 "with an out-of-memory message");
+}
+
 TEST(GracefulExit, FailCrashed) {
   TraceBuilder b;
   steps(b.attempt(), 1, 4, 64).inject().oom(5, 64, false).killed(SIGSEGV);
