@@ -883,7 +883,8 @@ def _on_cuda_init(p, torch):
         record = torch.cuda.memory._record_memory_history
         for call in (lambda: record("all", stacks="python", max_entries=100000),
                      lambda: record(max_entries=100000),
-                     lambda: record(True, trace_alloc_max_entries=100000, trace_alloc_record_context=True)):
+                     lambda: record(True, trace_alloc_max_entries=100000, trace_alloc_record_context=True),
+                     lambda: record(True)):  # 1.13: the blocks' stacks, no trace
             try:
                 call()
                 p.history = True
