@@ -26,7 +26,8 @@
 // comes in the middle of a step, so that figure is a lower bound: when a peak breakdown of an earlier
 // completed step exists (within 1/16 of the true peak, Note [The peak breakdown] in probe.py) its
 // figures are used instead. The largest batch that fits is (total - fixed) / per-sample; from the lower bound
-// it is capped at half the failed batch, since the failed batch did not fit.
+// it is capped at half the failed batch, since the failed batch did not fit. When the earlier peak's figures
+// say that the failed batch itself fits, the batch is not what ran out (a leak grew since): no finding.
 
 #include "oomharness/policies/findings.h"
 
@@ -167,6 +168,9 @@ std::optional<Finding> batch_too_large(const Trace& trace) {
       int64_t fits = per_sample > 0 ? static_cast<int64_t>(std::floor((total - fixed) / per_sample)) : 0;
       if (!full) fits = std::min<int64_t>(fits, batch / 2);
       fits = std::max<int64_t>(fits, 0);
+      // A batch as large as the failed one fits by the earlier peak's figures: what grew since was not the
+      // batch (a leak: kept_with_graph says so).
+      if (fits >= batch) continue;
       std::string site;
       if (e->has("top") && e->fields["top"].is_array() && !e->fields["top"].empty() && e->fields["top"][0].is_object())
         site = e->fields["top"][0].value("site", std::string());
