@@ -35,6 +35,7 @@ The explicit API, for what hooks cannot see:
 import contextlib
 import os
 import sys
+import time
 import weakref
 
 from oomharness import _breakdown
@@ -293,6 +294,7 @@ class _Probe:
         arguments, counted apart; `frame`: where to look for the variables that keep tensors; `oom`: at an
         OOM (memory_summary() is added, and on a GPU the memory history is read when recorded)."""
         torch = self.torch
+        t0 = time.perf_counter()
         if self.device is not None:
             fields = _breakdown.virtual(self.device, list(self.models), list(self.optimizers), inputs, frame)
         elif torch is None or not torch.cuda.is_initialized():
@@ -303,6 +305,7 @@ class _Probe:
                 fields.update(_breakdown.gpu_history(torch))
         if torch is not None:
             fields.update(_breakdown.allocator_fields(torch, oom))
+        fields["gather_s"] = round(time.perf_counter() - t0, 6)  # what gathering it cost (issue 14's target: < 1 s)
         return fields
 
     def emit_breakdown(self, at, fields):

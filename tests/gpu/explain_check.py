@@ -123,9 +123,9 @@ def judge(jobs, simulate=False):
             stats = b.get("stats_allocated")
             hist = b.get("history_allocated")
             print("%-24s at=%-10s step=%-3s allocated=%10d parts=%10d stats_allocated=%s history_allocated=%s "
-                  "reserved=%d total=%d top=%d summary=%d chars" % (
+                  "reserved=%d total=%d top=%d summary=%d chars gathered in %s s" % (
                       name, b["at"], b.get("step"), b["allocated"], parts, stats, hist, b["reserved"], b["total"],
-                      len(b.get("top", [])), len(b.get("summary", ""))))
+                      len(b.get("top", [])), len(b.get("summary", "")), b.get("gather_s")))
             for t in b.get("top", [])[:3]:
                 print("    %s %s %d bytes, made at %s" % (t.get("shape"), t.get("dtype"), t["bytes"], t.get("site")))
             # The parts add up to allocated by construction (other is the remainder); the check is that the
