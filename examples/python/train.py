@@ -9,6 +9,7 @@ surviving CUDA out-of-memory errors. suites/self-test.yaml runs each of them und
     train.py --bug skip-batch | retry-holding | resume-from-zero | resume-no-optimizer | leak-outputs
     train.py --eval-every 4                                # evaluates under no_grad, in eval mode
     train.py --bug no-zero-grad | eval-grad                # never clears gradients / evaluates with a graph
+    train.py --bug keep-after-loop                         # the loop's last output stays alive after it
 
 Correct trainers are built on oomharness.recover. The broken ones are the mistakes the usual advice warns
 about, written the way people write them; each says which recovery check must catch it. Every trainer
@@ -32,7 +33,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from oomharness import recover  # noqa: E402
 
 BUGS = ("none", "skip-batch", "retry-holding", "resume-from-zero", "resume-no-optimizer", "leak-outputs",
-        "no-zero-grad", "eval-grad")
+        "no-zero-grad", "eval-grad", "keep-after-loop")
 
 
 def parse_args(argv=None):
@@ -280,6 +281,20 @@ def run_eval_grad(task, optimizer, a):
             print("eval %d loss=%.8g" % (step, float(loss)), flush=True)
 
 
+def run_keep_after_loop(task, optimizer, a):
+    """Trains in the function that then evaluates: the loop's `loss` and `out` are still bound after it, so
+    the last step's output (16 MiB for the transformer at batch 32) stays alive through the evaluation (the
+    kept_after_loop finding must say so; no check fails: it wastes memory without breaking anything)."""
+    for step in range(1, a.steps + 1):
+        x, y = task.batch(step - 1, a.batch)
+        optimizer.zero_grad(set_to_none=True)
+        loss, out = task.forward_loss(task.model, x, y)
+        loss.backward()
+        optimizer.step()
+        report(step, a.batch, float(loss.detach()))
+    evaluate(task, a, a.steps)
+
+
 def main(argv=None):
     a = parse_args(argv)
     torch.manual_seed(a.seed)
@@ -299,6 +314,8 @@ def main(argv=None):
         run_no_zero_grad(task, optimizer, a)
     elif a.bug == "eval-grad":
         run_eval_grad(task, optimizer, a)
+    elif a.bug == "keep-after-loop":
+        run_keep_after_loop(task, optimizer, a)
     elif a.recovery == "halve":
         run_halve(task, optimizer, a)
     elif a.recovery == "retry":

@@ -7,7 +7,18 @@
 // line whose tensors hold more at each step's end: the breakdowns the probe writes when held memory grew at
 // a step's end (`at: "step"`, Note [The growth breakdown] in probe.py) are compared, first and last, and
 // the line that grew the most is named. It is the line that MADE the kept tensors (a forward, a
-// loss), innermost first with its callers; the line that appends them to a list is not known to the probe.
+// loss), innermost first with its callers. Where the probe found the variable that keeps them (`kept_by`:
+// a list the loop appends to, with the line that appends; Note [Which variable keeps them] in
+// python/oomharness/_breakdown.py), that line is named too: the fix goes there.
+//
+// Note [Kept after the loop]
+// Rule 5: references kept after the loop. The probe writes a breakdown `at: "after_loop"` when an evaluation
+// starts after training steps (Note [After the loop] in probe.py), before the evaluation allocates
+// anything. There parameters, gradients and optimizer state are what a model needs; the evaluation's own
+// arguments are counted apart (`inputs`); every other live tensor (`other` - `inputs`) was left alive by the
+// code before it: the loop's last output or loss still bound, a list of the loop's tensors. More than
+// DiagnoseOptions::kept_after_loop of them is the finding, naming the line that made the most of them and
+// the variable that keeps them where the probe found it. The breakdown with the most such bytes is named.
 //
 // Note [The largest batch that fits]
 // At an OOM, the bytes that grow with the batch are the activations and other live tensors (`other`); the
@@ -15,7 +26,8 @@
 // comes in the middle of a step, so that figure is a lower bound: when a peak breakdown of an earlier
 // completed step exists (within 1/16 of the true peak, Note [The peak breakdown] in probe.py) its
 // figures are used instead. The largest batch that fits is (total - fixed) / per-sample; from the lower bound
-// it is capped at half the failed batch, since the failed batch did not fit.
+// it is capped at half the failed batch, since the failed batch did not fit. When the earlier peak's figures
+// say that the failed batch itself fits, the batch is not what ran out (a leak grew since): no finding.
 
 #include "oomharness/policies/findings.h"
 
@@ -61,7 +73,7 @@ std::optional<Finding> grads_not_cleared(const Trace& trace) {
                    who + " ran without the gradients being cleared since the previous step (" + std::to_string(uncleared) +
                        " of " + std::to_string(asked) + " steps, first " + view::step_text(first->integer("step")) +
                        "): each step adds its gradient to all earlier ones; call optimizer.zero_grad(set_to_none=True) once per optimizer step",
-                   site, a.index, first->t};
+                   site, a.index, first->t, {}};
   }
   return std::nullopt;
 }
@@ -75,6 +87,31 @@ std::map<std::string, double> site_bytes(const Event& e) {
   return out;
 }
 
+// The variable that keeps the tensors of `site` in breakdown `e` (Note [Which variable keeps them]), as
+// {name, how, line}; empty when the probe did not find one.
+struct Keeper {
+  std::string name, how, line;
+};
+
+Keeper keeper_of(const Event& e, const std::string& site) {
+  if (!e.has("sites") || !e.fields["sites"].is_array()) return {};
+  for (const auto& s : e.fields["sites"]) {
+    if (!s.is_object() || s.value("site", std::string()) != site || !s.contains("kept_by") || !s["kept_by"].is_object())
+      continue;
+    const auto& k = s["kept_by"];
+    return Keeper{k.value("name", std::string()), k.value("how", std::string()), k.value("site", std::string())};
+  }
+  return {};
+}
+
+// " and appended to `history` at train.py:254", " and kept in `out` (assigned at train.py:291)", or "".
+std::string keeper_words(const Keeper& k) {
+  if (k.name.empty()) return "";
+  if (k.how == "appends to" && !k.line.empty()) return " and appended to `" + k.name + "` at " + k.line;
+  if (k.how == "assigns" && !k.line.empty()) return " and kept in `" + k.name + "` (assigned at " + k.line + ")";
+  return " and kept in `" + k.name + "`";
+}
+
 std::optional<Finding> kept_with_graph(const Trace& trace, const DiagnoseOptions& options) {
   std::optional<Finding> best;
   double best_slope = 0;
@@ -84,12 +121,14 @@ std::optional<Finding> kept_with_graph(const Trace& trace, const DiagnoseOptions
     auto ends = view::breakdowns_of(a, "step");
     std::string site;
     double grew = 0, held = 0;
+    Keeper keeper;
     if (ends.size() >= 2) {  // Note [Which line keeps a leak]
       auto first = site_bytes(*ends.front()), last = site_bytes(*ends.back());
       for (const auto& [s, b] : last) {
         double d = b - (first.count(s) ? first[s] : 0.0);
         if (d > grew) { grew = d; site = s; held = b; }
       }
+      if (!site.empty()) keeper = keeper_of(*ends.back(), site);
     }
     std::string per_step = "+" + mib_text(growth->slope) + " per step over steps " + std::to_string(growth->from) + "-" +
                            std::to_string(growth->to);
@@ -98,10 +137,11 @@ std::optional<Finding> kept_with_graph(const Trace& trace, const DiagnoseOptions
                            ") and no line is known (no step-end breakdowns grew: the probe writes them on the virtual device): "
                            "look for losses or outputs kept without detach() (a list, a running total) and keep "
                            "loss.item() or loss.detach() instead"
-                     : "tensors made at " + site + " stay alive step after step (" + per_step + "; " + bytes_text(held) +
+                     : "tensors made at " + site + keeper_words(keeper) + " stay alive step after step (" + per_step + "; " +
+                           bytes_text(held) +
                            " of them at the last step's end): a loss or output kept with its autograd graph keeps every activation "
                            "of its step; keep loss.item() or out.detach() instead";
-    best = Finding{"kept_with_graph", sentence, innermost(site), a.index, growth->t};
+    best = Finding{"kept_with_graph", sentence, innermost(site), a.index, growth->t, keeper.line};
     best_slope = growth->slope;
   }
   return best;
@@ -128,6 +168,9 @@ std::optional<Finding> batch_too_large(const Trace& trace) {
       int64_t fits = per_sample > 0 ? static_cast<int64_t>(std::floor((total - fixed) / per_sample)) : 0;
       if (!full) fits = std::min<int64_t>(fits, batch / 2);
       fits = std::max<int64_t>(fits, 0);
+      // A batch as large as the failed one fits by the earlier peak's figures: what grew since was not the
+      // batch (a leak: kept_with_graph says so).
+      if (fits >= batch) continue;
       std::string site;
       if (e->has("top") && e->fields["top"].is_array() && !e->fields["top"].empty() && e->fields["top"][0].is_object())
         site = e->fields["top"][0].value("site", std::string());
@@ -142,7 +185,7 @@ std::optional<Finding> batch_too_large(const Trace& trace) {
                           " gradient-accumulation steps to keep the effective batch of " + std::to_string(batch)
                     : "not even one sample fits under the " + bytes_text(total) +
                           " of memory: use activation checkpointing or a smaller model");
-      return Finding{"batch_too_large", sentence, innermost(site), a.index, e->t};
+      return Finding{"batch_too_large", sentence, innermost(site), a.index, e->t, {}};
     }
   }
   return std::nullopt;
@@ -161,7 +204,7 @@ std::optional<Finding> eval_with_graph(const Trace& trace) {
                        where + " (" + view::step_text(e.integer("step")) +
                            ") ran with gradients enabled: every evaluation forward builds an autograd graph and keeps its "
                            "activations; run it under `with torch.no_grad():` (or torch.inference_mode()) after model.eval()",
-                       site, a.index, e.t};
+                       site, a.index, e.t, {}};
       if (e.flag("training", false) && !train_mode) { train_mode = &e; train_mode_attempt = a.index; }
     }
   if (train_mode) {
@@ -170,22 +213,60 @@ std::optional<Finding> eval_with_graph(const Trace& trace) {
                    (site.empty() ? std::string("the evaluation") : "the evaluation at " + site) +
                        " ran under no_grad but with the model in train mode: dropout and batch-norm updates stay on; call "
                        "model.eval() before it and model.train() after",
-                   site, train_mode_attempt, train_mode->t};
+                   site, train_mode_attempt, train_mode->t, {}};
   }
   return std::nullopt;
+}
+
+std::optional<Finding> kept_after_loop(const Trace& trace, const DiagnoseOptions& options) {
+  const Event* best = nullptr;
+  int best_attempt = 0;
+  double best_kept = 0;
+  for (const Attempt& a : trace.attempts)
+    for (const Event* e : view::breakdowns_of(a, "after_loop")) {  // Note [Kept after the loop]
+      double kept = e->number("other") - e->number("inputs");
+      if (kept > static_cast<double>(options.kept_after_loop) && kept > best_kept) {
+        best = e;
+        best_attempt = a.index;
+        best_kept = kept;
+      }
+    }
+  if (!best) return std::nullopt;
+  std::string site, eval_site = best->text("site");
+  double site_held = 0;
+  if (best->has("sites") && best->fields["sites"].is_array())
+    for (const auto& s : best->fields["sites"])
+      if (s.is_object() && s.contains("bytes") && s["bytes"].is_number() && !s.value("site", std::string()).empty() &&
+          s["bytes"].get<double>() > site_held) {
+        site_held = s["bytes"].get<double>();
+        site = s.value("site", std::string());
+      }
+  Keeper keeper = site.empty() ? Keeper{} : keeper_of(*best, site);
+  int64_t steps = best->integer("completed", best->integer("step") - 1);
+  std::string sentence =
+      "after " + std::to_string(steps) + " training step" + (steps == 1 ? "" : "s") + ", when the evaluation" +
+      (eval_site.empty() ? std::string() : " at " + eval_site) + " began, " + bytes_text(best_kept) +
+      " of tensors made before it were still alive beside its inputs" +
+      (site.empty() ? std::string()
+                    : ", " + bytes_text(site_held) + " of them made at " + site + keeper_words(keeper)) +
+      ": the loop's variables (its last output, loss or batch) and what it appended to stay bound after the loop and hold "
+      "their memory through what follows; `del` them after the loop (or run the loop in a function of its own) and "
+      "keep only loss.item() or detached copies";
+  return Finding{"kept_after_loop", sentence, innermost(site), best_attempt, best->t, keeper.line};
 }
 
 }  // namespace
 
 const std::vector<std::string>& finding_rules() {
   static const std::vector<std::string> rules = {"grads_not_cleared", "kept_with_graph", "batch_too_large",
-                                                 "eval_with_graph"};
+                                                 "eval_with_graph", "kept_after_loop"};
   return rules;
 }
 
 std::vector<Finding> diagnose(const Trace& trace, const DiagnoseOptions& options) {
   std::vector<Finding> out;
-  for (auto f : {grads_not_cleared(trace), kept_with_graph(trace, options), batch_too_large(trace), eval_with_graph(trace)})
+  for (auto f : {grads_not_cleared(trace), kept_with_graph(trace, options), batch_too_large(trace), eval_with_graph(trace),
+                 kept_after_loop(trace, options)})
     if (f) out.push_back(std::move(*f));
   return out;
 }
@@ -193,12 +274,14 @@ std::vector<Finding> diagnose(const Trace& trace, const DiagnoseOptions& options
 void to_json(nlohmann::json& j, const Finding& f) {
   j = nlohmann::json{{"rule", f.rule}, {"sentence", f.sentence}, {"attempt", f.attempt}, {"t", f.t}};
   if (!f.site.empty()) j["site"] = f.site;
+  if (!f.kept_at.empty()) j["kept_at"] = f.kept_at;
 }
 
 void from_json(const nlohmann::json& j, Finding& f) {
   f.rule = j.value("rule", std::string());
   f.sentence = j.value("sentence", std::string());
   f.site = j.value("site", std::string());
+  f.kept_at = j.value("kept_at", std::string());
   f.attempt = j.value("attempt", 0);
   f.t = j.value("t", 0.0);
 }

@@ -24,8 +24,11 @@ Gathering costs a walk over every booked storage and every parameter; it happens
 allocated first passes 17/16 of the last peak taken (Note [The peak breakdown] in probe.py), never per step.
 """
 
+import dis
 import heapq
+import linecache
 import os
+import re
 import sys
 
 TOP_TENSORS = 8
@@ -122,13 +125,21 @@ def _dtype(dtype):
     return str(dtype).replace("torch.", "") if dtype is not None else ""
 
 
-def virtual(dev, models, optimizers):
-    """The breakdown of the virtual device `dev` now (Note [A breakdown that adds up])."""
+def virtual(dev, models, optimizers, inputs=(), frame=None):
+    """The breakdown of the virtual device `dev` now (Note [A breakdown that adds up]). The storages of the
+    tensors `inputs` (a forward's arguments) are counted in `other` and as `inputs`, and left out of the
+    largest tensors and lines. With `frame`, each line of `sites` also says which local variable of the
+    user's frames from `frame` outwards keeps its tensors, where one does (Note [Which variable keeps them])."""
     dev.sweep()  # storages that died give their blocks back: what is left lives
     tracked = dev.tracked
     key = dev._key
     params, grads, state = _tensors_of(models, optimizers)
     claimed = set()
+    input_keys = set()
+    for t in _tensors_in(inputs, 2):
+        k = key(t)
+        if k is not None and k in tracked:
+            input_keys.add(k)
     bins = {}
     for name, tensors in (("parameters", params), ("gradients", grads), ("optimizer_state", state)):
         total = 0
@@ -146,7 +157,8 @@ def virtual(dev, models, optimizers):
     model = dev.model
     allocated = model.allocated
     other = allocated - bins["parameters"] - bins["gradients"] - bins["optimizer_state"] - workspace
-    rest = [e for k, e in tracked.items() if k not in claimed]
+    rest = [e for k, e in tracked.items() if k not in claimed and k not in input_keys]
+    input_bytes = sum(tracked[k].block.size for k in input_keys if k not in claimed)
     top = heapq.nlargest(TOP_TENSORS, rest, key=lambda e: e.block.size)
     sites = {}
     for e in rest:
@@ -161,19 +173,237 @@ def virtual(dev, models, optimizers):
         total = int(model.mem_info()[1])
     except Exception:  # noqa: BLE001 - the driver could not say
         total = 0
-    return {
+    site_list = [{"site": site_text(s), "bytes": v[0], "count": v[1]} for s, v in top_sites]
+    if frame is not None:
+        try:
+            _name_keepers(frame, key, [(entry, [e for e in rest if e.site == s])
+                                       for entry, (s, _) in zip(site_list, top_sites) if s])
+        except Exception:  # noqa: BLE001 - naming the keeper is a help, never a failure
+            pass
+    fields = {
         "allocated": allocated, "reserved": model.reserved, "total": total,
         "parameters": bins["parameters"], "gradients": bins["gradients"],
         "optimizer_state": bins["optimizer_state"], "workspace": workspace, "other": other,
         "cached_free": model.reserved - allocated, "exact": True,
         "top": [{"bytes": e.block.size, "shape": _shape(e.shape), "dtype": _dtype(e.dtype), "site": site_text(e.site)}
                 for e in top],
-        "sites": [{"site": site_text(s), "bytes": v[0], "count": v[1]} for s, v in top_sites],
+        "sites": site_list,
+    }
+    if input_keys:
+        fields["inputs"] = input_bytes
+    return fields
+
+
+def _tensors_in(value, depth, budget=None):
+    """The tensors in `value`: itself, or inside lists, tuples, sets and dicts up to `depth` levels deep (at
+    most `budget[0]` items looked at in all)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    Tensor = torch.Tensor
+    budget = budget if budget is not None else [4096]
+    stack = [(value, depth)]
+    while stack and budget[0] > 0:
+        v, d = stack.pop()
+        budget[0] -= 1
+        if isinstance(v, Tensor):
+            yield v
+        elif d > 0 and isinstance(v, (list, tuple, set, frozenset)):
+            stack.extend((w, d - 1) for w in v)
+        elif d > 0 and isinstance(v, dict):
+            stack.extend((w, d - 1) for w in v.values())
+
+
+# Note [Which variable keeps them]
+# A breakdown knows the line that MADE each large tensor (Note [Where a tensor was made]); the fix is usually
+# at the line that KEEPS it: `history.append((loss, out))`, or a loop's `loss, out = ...` still bound after
+# the loop. Where a breakdown is taken inside the user's code (at a step's end, in optimizer.step(); at the
+# start of an evaluation, in the model's forward), the user's frames from there outwards are looked at: each
+# local variable that is a tensor, or a list, tuple, set or dict holding tensors (KEEPER_DEPTH levels deep,
+# at most KEEPER_ITEMS items per frame), is matched against the storages of each line in `sites`; the
+# variable holding most of a line's bytes (at least half of them) is named with the line of its function
+# that keeps them: for a container, the first line that appends to it (`name.append(`, `.extend(`,
+# `.insert(`, `.add(`, `name[...] =`, `name +=`), else the last line that assigns the name. It is found
+# from the source text of the function (linecache), so it is a reading of the code, not a trace: a
+# container filled through another name is named without its line. Only at these breakdowns (at most
+# MAX_GROWTH_BREAKDOWNS and MAX_AFTER_LOOP in probe.py), never per step.
+KEEPER_FRAMES = 8
+KEEPER_DEPTH = 3
+KEEPER_ITEMS = 4096
+
+
+def _name_keepers(frame, key, wanted):
+    """Sets `kept_by` on each site entry of `wanted` [(entry, [tracked])] whose storages a local keeps."""
+    if not wanted:
+        return
+    torch = sys.modules.get("torch")
+    Tensor = torch.Tensor if torch is not None else ()
+    holders = []  # (code, name, is_container, set of storage keys)
+    seen = 0
+    while frame is not None and seen < KEEPER_FRAMES:
+        code = frame.f_code
+        if _is_user(code):
+            seen += 1
+            budget = [KEEPER_ITEMS]
+            for name, value in list(frame.f_locals.items()):
+                if name.startswith("__") or budget[0] <= 0:
+                    continue
+                keys = set()
+                for t in _tensors_in(value, KEEPER_DEPTH, budget):
+                    keys.add(key(t))
+                    if getattr(t, "grad_fn", None) is not None:
+                        keys.update(_saved_keys(t.grad_fn, key, budget))
+                keys.discard(None)
+                if keys:
+                    holders.append((code, name, not isinstance(value, Tensor), keys))
+        frame = frame.f_back
+    for entry, tracked in wanted:
+        total = sum(e.block.size for e in tracked)
+        best, best_bytes = None, 0
+        for h in holders:
+            held = sum(e.block.size for e in tracked if e.key in h[3])
+            if held > best_bytes:
+                best, best_bytes = h, held
+        if best is None or 2 * best_bytes < total:
+            continue
+        code, name, container, _ = best
+        line, how = _keeping_line(code, name, container)
+        entry["kept_by"] = {"name": name, "how": how, "bytes": best_bytes,
+                            "site": "%s:%d" % (os.path.basename(code.co_filename), line) if line else "",
+                            "function": code.co_name}
+
+
+def _saved_keys(root, key, budget):
+    """The storage keys of the tensors that the autograd graph from `root` saved for backward: what a kept
+    loss keeps with its graph. Nodes' `_saved_*` attributes (PyTorch 1.13 and 2.x); a graph whose backward
+    ran has freed them (reading one raises), and keeps nothing."""
+    Tensor = sys.modules["torch"].Tensor
+    keys, seen, stack = set(), set(), [root]
+    while stack and budget[0] > 0:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        budget[0] -= 1
+        for name in dir(node):
+            if not name.startswith("_saved_"):
+                continue
+            try:
+                v = getattr(node, name)
+            except Exception:  # noqa: BLE001 - freed by backward
+                continue
+            for t in (v if isinstance(v, (list, tuple)) else (v,)):
+                if isinstance(t, Tensor):
+                    keys.add(key(t))
+        try:
+            stack.extend(n for n, _ in node.next_functions)
+        except Exception:  # noqa: BLE001
+            pass
+    return keys
+
+
+_ASSIGN = re.compile(r"^\s*([^=#'\"(]*?)(?<![=!<>+\-*/%&|^@:])=(?!=)")
+
+
+def _keeping_line(code, name, container):
+    """(line, how) of the line in `code`'s function that keeps tensors in the variable `name` (Note [Which
+    variable keeps them]); (0, "holds") when none is found."""
+    try:
+        numbers = sorted({n for _, n in dis.findlinestarts(code) if n})
+    except Exception:  # noqa: BLE001
+        numbers = []
+    word = r"\b%s\b" % re.escape(name)
+    grows = re.compile(word + r"\s*(\.\s*(append|extend|insert|add|appendleft|update)\s*\(|\[[^\]]*\]\s*=(?!=)|\+=)")
+    assigned = 0
+    for n in numbers:
+        text = linecache.getline(code.co_filename, n)
+        if container and grows.search(text):
+            return n, "appends to"
+        m = _ASSIGN.match(text)
+        if m and re.search(word, m.group(1)):
+            assigned = n
+    return assigned, "assigns" if assigned else "holds"
+
+
+SUMMARY_MAX = 8192
+
+
+def allocator_fields(torch, oom):
+    """What PyTorch's own allocator says, beside a breakdown: memory_stats()'s allocated and reserved (so a
+    GPU run can check that the breakdown adds up) and, at an OOM, memory_summary() (at most SUMMARY_MAX
+    characters)."""
+    fields = {}
+    try:
+        stats = torch.cuda.memory_stats()
+        fields["stats_allocated"] = int(stats.get("allocated_bytes.all.current", 0))
+        fields["stats_reserved"] = int(stats.get("reserved_bytes.all.current", 0))
+    except Exception:  # noqa: BLE001
+        pass
+    if oom:
+        try:
+            text = torch.cuda.memory_summary(abbreviated=True)
+            if len(text) > SUMMARY_MAX:
+                text = text[:SUMMARY_MAX] + "\n[... %d more characters]" % (len(text) - SUMMARY_MAX)
+            fields["summary"] = text
+        except Exception:  # noqa: BLE001
+            pass
+    return fields
+
+
+# Note [Reading the memory history]
+# On a GPU no tensor is booked with its line, but PyTorch's memory history (recorded with OOMH_SNAPSHOT,
+# probe.py) keeps the Python frames that allocated each block. At an OOM the probe reads the snapshot
+# (torch.cuda.memory._snapshot()) and names the largest blocks in use and the lines holding the most, as the
+# virtual device does: the user's frames only (torch's and oomharness's left out), innermost first. The
+# snapshot's format moved between versions: 1.13 keeps the frames in a block's `history` (the last entry),
+# 2.x in the block's `frames`; both are read. `history_allocated` is the sum of the blocks in use, which a
+# GPU run compares with memory_stats() (tests/gpu/explain_check.py).
+def from_history(snapshot, top=TOP_TENSORS, top_sites=TOP_SITES):
+    """`top`, `sites` and `history_allocated` from a memory snapshot (a dict, as _snapshot() returns)."""
+    blocks = []
+    for seg in (snapshot or {}).get("segments", ()):
+        for b in seg.get("blocks", ()):
+            if b.get("state") != "active_allocated":
+                continue
+            frames = b.get("frames")
+            if frames is None:
+                history = b.get("history") or [{}]
+                frames = history[-1].get("frames") or []
+            size = int(b.get("requested_size") or b.get("size") or 0)
+            blocks.append((int(b.get("size") or 0), size, _frames_text(frames)))
+    sites = {}
+    for size, _, site in blocks:
+        s = sites.setdefault(site, [0, 0])
+        s[0] += size
+        s[1] += 1
+    return {
+        "history_allocated": sum(b[0] for b in blocks),
+        "top": [{"bytes": b[0], "shape": "", "dtype": "", "site": b[2]}
+                for b in heapq.nlargest(top, blocks, key=lambda b: b[0])],
+        "sites": [{"site": s, "bytes": v[0], "count": v[1]}
+                  for s, v in heapq.nlargest(top_sites, sites.items(), key=lambda kv: kv[1][0]) if s],
     }
 
 
-def gpu(torch, models, optimizers):
-    """What can be gathered on a GPU without the memory history (Note [A breakdown that adds up])."""
+def _frames_text(frames, keep=SITE_FRAMES):
+    out = []
+    torch = sys.modules.get("torch")
+    torch_dir = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep if torch is not None else None
+    skip = tuple(d for d in (_OWN_DIR, torch_dir) if d)
+    for f in frames or ():
+        name = f.get("filename", "") if isinstance(f, dict) else ""
+        if not name or name.startswith("<") or name.startswith("??") or not name.endswith(".py") \
+                or os.path.abspath(name).startswith(skip):
+            continue
+        out.append("%s:%d" % (os.path.basename(name), int(f.get("line", 0))))
+        if len(out) >= keep:
+            break
+    return " < ".join(out)
+
+
+def gpu(torch, models, optimizers, inputs=()):
+    """What can be gathered on a GPU without the memory history (Note [A breakdown that adds up]); the
+    storages of `inputs` (a forward's arguments) are counted in `other` and as `inputs`."""
     stats = torch.cuda.memory_stats()
     allocated = int(stats.get("allocated_bytes.all.current", 0))
     reserved = int(stats.get("reserved_bytes.all.current", 0))
@@ -196,13 +426,38 @@ def gpu(torch, models, optimizers):
                 continue
         bins[name] = total
     known = bins["parameters"] + bins["gradients"] + bins["optimizer_state"]
+    input_bytes = 0
+    for t in _tensors_in(inputs, 2):
+        try:
+            if not t.is_cuda:
+                continue
+            s = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
+            if s.data_ptr() not in seen:
+                seen.add(s.data_ptr())
+                input_bytes += _rounded(int(s.nbytes()))
+        except Exception:
+            continue
     try:
         total = int(torch.cuda.mem_get_info()[1])
     except Exception:
         total = 0
-    return {
+    fields = {
         "allocated": allocated, "reserved": reserved, "total": total,
         "parameters": bins["parameters"], "gradients": bins["gradients"],
         "optimizer_state": bins["optimizer_state"], "workspace": 0, "other": max(0, allocated - known),
         "cached_free": max(0, reserved - allocated), "exact": False, "top": [], "sites": [],
     }
+    if input_bytes:
+        fields["inputs"] = input_bytes
+    return fields
+
+
+def gpu_history(torch):
+    """from_history() of the memory history now, or {} when none is recorded."""
+    try:
+        memory = torch.cuda.memory
+        snap = memory._snapshot()
+    except Exception:  # noqa: BLE001 - no history recorded, or an older PyTorch
+        return {}
+    fields = from_history(snap)
+    return fields if fields["top"] else {}

@@ -11,9 +11,10 @@ job to import torch and calls install() (docs/probe.md). From then on the probe
   - reports every out-of-memory error the code saw (the caching allocator's OOM observer, and OOM exceptions
     passing the places the probe wraps), and whether the code caught it (Note [Caught or not]);
   - records torch.cuda.empty_cache(), torch.save and torch.load, and memory at each step;
-  - with OOMH_SNAPSHOT=<dir>, dumps a PyTorch memory snapshot at the first OOM;
-  - writes what held the memory (`memory_breakdown`) at each OOM the code saw and at the attempt's peak
-    (_breakdown.py), whether each optimizer step came after the gradients were cleared (Note [Cleared
+  - with OOMH_SNAPSHOT=<dir>, records PyTorch's memory history (with Python stacks), reads the largest blocks
+    and their lines from it at each OOM, and dumps a memory snapshot at the first OOM;
+  - writes what held the memory (`memory_breakdown`) at each OOM the code saw (with memory_summary()), at
+    the attempt's peak, and when an evaluation starts after training steps (Note [After the loop]) (_breakdown.py), whether each optimizer step came after the gradients were cleared (Note [Cleared
     gradients]), and when an evaluation forward starts, with or without a graph (`eval_forward`).
 
 Everything here is a guest in someone else's training job: it never changes what the job computes or
@@ -34,6 +35,7 @@ The explicit API, for what hooks cannot see:
 import contextlib
 import os
 import sys
+import time
 import weakref
 
 from oomharness import _breakdown
@@ -81,9 +83,23 @@ from oomharness._events import EventLog
 # during its first steps (the optimizer's state appears); a leaking one at every step, up to
 # MAX_GROWTH_BREAKDOWNS. The kept_with_graph finding compares the first and the last of them.
 
+#
+# Note [After the loop]
+# Rule 5 of the usual diagnosis: references kept after the loop. A training loop's variables (`loss`,
+# `out`, the batch) stay bound after it in Python, and a list filled in it stays alive with the function, so
+# what the last step made can hold memory through what comes next: an evaluation, a checkpoint, the next
+# epoch. The probe sees the loop left when a model's forward runs for evaluation (eval mode or gradients off)
+# after at least one training step since the last such look: there it writes a breakdown `at: "after_loop"`
+# (the first forward of that evaluation, before it allocates anything), with the storages of the forward's
+# own arguments counted apart (`inputs`), and the variables of the user's frames that keep the largest
+# lines' tensors (Note [Which variable keeps them] in _breakdown.py). What other live tensors hold there
+# beyond the inputs was left by the code before: the kept_after_loop finding weighs it. At most
+# MAX_AFTER_LOOP per process; an evaluation every step costs a breakdown every step up to that.
+
 _probe = None
 GROWTH = 1 << 20              # Note [The growth breakdown]
 MAX_GROWTH_BREAKDOWNS = 64
+MAX_AFTER_LOOP = 16           # Note [After the loop]
 
 
 def _oom_types(torch):
@@ -166,6 +182,7 @@ class _Probe:
         self.active = self.log.fd >= 0 or self.cb is not None
         self.phase_events = os.environ.get("OOMH_PHASE_EVENTS") == "1"
         self.snapshot_dir = os.environ.get("OOMH_SNAPSHOT") or None
+        self.history = False        # PyTorch's memory history is being recorded (with OOMH_SNAPSHOT)
         self.snapshot_done = False
         self.torch = None
         self.installed = False
@@ -198,6 +215,8 @@ class _Probe:
         self.last_optimizer = None           # id() of the optimizer of the last step
         self.last_held = None                # allocated at the last step's end (virtual device)
         self.growth_written = 0              # breakdowns written because it grew
+        self.after_loop_written = 0          # Note [After the loop]
+        self.trained_since_look = False      # a training step completed since the last after-loop look
 
     # ---- output --------------------------------------------------------------------------------------
     def emit(self, kind, **fields):
@@ -270,14 +289,24 @@ class _Probe:
         return fields
 
     # ---- what held the memory ----------------------------------------------------------------------
-    def breakdown(self):
-        """The breakdown now (_breakdown.py), or None when no device memory is in use."""
-        if self.device is not None:
-            return _breakdown.virtual(self.device, list(self.models), list(self.optimizers))
+    def breakdown(self, inputs=(), frame=None, oom=False):
+        """The breakdown now (_breakdown.py), or None when no device memory is in use. `inputs`: a forward's
+        arguments, counted apart; `frame`: where to look for the variables that keep tensors; `oom`: at an
+        OOM (memory_summary() is added, and on a GPU the memory history is read when recorded)."""
         torch = self.torch
-        if torch is None or not torch.cuda.is_initialized():
+        t0 = time.perf_counter()
+        if self.device is not None:
+            fields = _breakdown.virtual(self.device, list(self.models), list(self.optimizers), inputs, frame)
+        elif torch is None or not torch.cuda.is_initialized():
             return None
-        return _breakdown.gpu(torch, list(self.models), list(self.optimizers))
+        else:
+            fields = _breakdown.gpu(torch, list(self.models), list(self.optimizers), inputs)
+            if oom and self.history:
+                fields.update(_breakdown.gpu_history(torch))
+        if torch is not None:
+            fields.update(_breakdown.allocator_fields(torch, oom))
+        fields["gather_s"] = round(time.perf_counter() - t0, 6)  # what gathering it cost (issue 14's target: < 1 s)
+        return fields
 
     def emit_breakdown(self, at, fields):
         fields = dict(fields, at=at, step=self.current_step(), phase=self.phase_name, batch_size=self.current_batch)
@@ -297,9 +326,19 @@ class _Probe:
         if last is None or held - last <= GROWTH or self.growth_written >= MAX_GROWTH_BREAKDOWNS:
             return
         self.growth_written += 1
-        fields = self.breakdown()
+        fields = self.breakdown(frame=sys._getframe())
         if fields is not None:
             self.emit_breakdown("step", fields)
+
+    def after_loop(self, args, kwargs, site=""):
+        """Note [After the loop]: an evaluation starts after training steps."""
+        if not self.trained_since_look or self.after_loop_written >= MAX_AFTER_LOOP:
+            return
+        self.trained_since_look = False
+        self.after_loop_written += 1
+        fields = self.breakdown(inputs=(args, kwargs or {}), frame=sys._getframe())
+        if fields is not None:
+            self.emit_breakdown("after_loop", dict(fields, completed=self.completed, site=site))
 
     def flush_peak(self):
         if self.peak is not None:
@@ -334,6 +373,7 @@ class _Probe:
             self.grads_cleared = None
         fields.update(self.memory_fields())
         self.emit("step", **fields)
+        self.trained_since_look = True
         if self.peak is not None:
             self.flush_peak()
         if self.device is not None and "allocated" in fields:
@@ -430,9 +470,10 @@ class _Probe:
         else:
             if self.phase_name != "eval":
                 # Once per evaluation, not per forward: does it build a graph (eval_no_grad)?
+                site = _breakdown.site_text(_breakdown.user_site(sys._getframe(1)))
                 self.emit("eval_forward", step=self.current_step(), grad=bool(self.torch.is_grad_enabled()),
-                          training=bool(module.training), batch_size=self.current_batch,
-                          site=_breakdown.site_text(_breakdown.user_site(sys._getframe(1))))
+                          training=bool(module.training), batch_size=self.current_batch, site=site)
+                _safely(self.after_loop, args, kwargs, site)
             self.set_phase("eval")
 
     def forward_post(self, module, args, *rest):
@@ -469,7 +510,7 @@ class _Probe:
         if caught is not None:
             fields["caught"] = bool(caught)
         self.emit("oom", **fields)
-        bd = _safely(self.breakdown)
+        bd = _safely(self.breakdown, oom=True)
         if bd is not None:
             _safely(self.emit_breakdown, "oom", bd)
         if self.cb is not None:
@@ -840,11 +881,21 @@ def _on_cuda_init(p, torch):
     if attach is not None:
         _safely(attach, lambda device, size, allocated, free: _safely(p.observed, device, size, allocated, free))
     if p.snapshot_dir:
+        # Python stacks only: C++ stacks ("all", 2.x's default) cost far more per allocation and name no line
+        # of the user's (tests/gpu/explain_check.py measures the per-step cost with and without).
         record = torch.cuda.memory._record_memory_history
-        try:
-            record(max_entries=100000)
-        except TypeError:
-            _safely(record, True, trace_alloc_max_entries=100000)
+        for call in (lambda: record("all", stacks="python", max_entries=100000),
+                     lambda: record(max_entries=100000),
+                     lambda: record(True, trace_alloc_max_entries=100000, trace_alloc_record_context=True),
+                     lambda: record(True)):  # 1.13: the blocks' stacks, no trace
+            try:
+                call()
+                p.history = True
+                break
+            except TypeError:
+                continue
+            except Exception:
+                break
 
 
 def install(torch):

@@ -33,7 +33,11 @@ std::vector<std::string> finding_lines(const JobResult& job) {
 }
 
 std::string breakdown_sentence(const nlohmann::json& b) {
-  std::string at = text_of(b, "at") == "oom" ? "at the OOM" : "at the peak";
+  const std::string kind = text_of(b, "at");
+  std::string at = kind == "oom"          ? "at the OOM"
+                   : kind == "after_loop" ? "after the loop, as an evaluation began"
+                   : kind == "step"       ? "at the end of a step"
+                                          : "at the peak";
   int64_t step = int_of(b, "step"), batch = int_of(b, "batch_size");
   std::string where = at + (step >= 0 ? " in step " + std::to_string(step) : std::string()) + " (" +
                       (text_of(b, "phase").empty() ? std::string("unknown phase") : text_of(b, "phase")) +
@@ -45,7 +49,12 @@ std::string breakdown_sentence(const nlohmann::json& b) {
          " + optimizer state " + format_bytes(bytes_of(b, "optimizer_state")) + " + workspaces " +
          format_bytes(bytes_of(b, "workspace")) + " + other live tensors " + format_bytes(bytes_of(b, "other")) +
          "; cached but free " + format_bytes(bytes_of(b, "cached_free")) +
-         (bytes_of(b, "total") ? " (of " + format_bytes(bytes_of(b, "total")) + ")" : std::string());
+         (bytes_of(b, "total") ? " (of " + format_bytes(bytes_of(b, "total")) + ")" : std::string()) +
+         (bytes_of(b, "inputs") ? "; its inputs " + format_bytes(bytes_of(b, "inputs")) + " of the other live tensors"
+                                : std::string()) +
+         (b.is_object() && b.contains("stats_allocated") && b["stats_allocated"].is_number() && !exact
+              ? "; torch.cuda.memory_stats() said " + format_bytes(bytes_of(b, "stats_allocated")) + " allocated"
+              : std::string());
 }
 
 std::vector<std::string> largest_tensor_lines(const nlohmann::json& b, size_t max) {
@@ -54,7 +63,9 @@ std::vector<std::string> largest_tensor_lines(const nlohmann::json& b, size_t ma
   for (const auto& t : b["top"]) {
     if (out.size() >= max) break;
     std::string site = text_of(t, "site");
-    out.push_back(text_of(t, "shape") + " " + text_of(t, "dtype") + ", " + format_bytes(bytes_of(t, "bytes")) +
+    // On a GPU the memory history names blocks, not tensors: no shape or dtype.
+    std::string what = text_of(t, "shape").empty() ? std::string("a block") : text_of(t, "shape") + " " + text_of(t, "dtype");
+    out.push_back(what + ", " + format_bytes(bytes_of(t, "bytes")) +
                   (site.empty() ? std::string() : ", made at " + site));
   }
   return out;

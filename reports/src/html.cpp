@@ -453,6 +453,10 @@ void breakdowns(std::ostream& out, const JobResult& job) {
       for (const std::string& t : tensors) out << "<li><code>" << xml_escape(t) << "</code></li>";
       out << "</ul></details>\n";
     }
+    // PyTorch's own account at an OOM (the probe keeps at most 8 KiB of it).
+    if (b.contains("summary") && b["summary"].is_string() && !b["summary"].get<std::string>().empty())
+      out << "<details><summary>torch.cuda.memory_summary()</summary><pre>" << xml_escape(b["summary"].get<std::string>())
+          << "</pre></details>\n";
   }
   out << "<p class=\"muted\">bars: parameters (blue), gradients (purple), optimizer state (amber), workspaces (grey), "
       << "other live tensors (red), cached but free (light), to scale of the device's memory</p></div>\n";

@@ -26,6 +26,10 @@
 #           Debian's PyTorch; here they took 177-279 s and held the timing phases back by 35-90 s)
 #
 #   tests/gpu/run_all.sh [PHASE...]
+#   explaingpu only when named (issue 14): tests/gpu/explain_check.py: breakdowns beside memory_stats(),
+#           memory_summary() and the memory history at OOMs of a leaky and an oversized trainer, with the
+#           history on and off, and the history's per-step cost; its log also lands in $OUT/explaingpu.log
+#
 #   PHASE: build pytests virtual ecosystem ctest injector libtorch probe fidelity-caps selftest demo armed reservation reservesuite
 #          fidelity-reserve compat drivercalls shimbench runnerbench packing throughput
 #   (no PHASE: all but pytests, in that order; named phases of one wave still run at once)
@@ -56,9 +60,9 @@ inject=$build/injector/liboomharness_inject.so
 summary=$work/summary.txt
 budget=${RUN_ALL_BUDGET:-575}
 all_phases="build pytests virtual ecosystem ctest injector libtorch probe fidelity-caps selftest demo armed reservation reservesuite fidelity-reserve
-            compat drivercalls shimbench runnerbench packing throughput scale virtualsuite sweep budget explain fragment probecost"
+            compat drivercalls shimbench runnerbench packing throughput scale virtualsuite sweep budget explain fragment probecost explaingpu"
 phases=${*:-${all_phases/pytests virtual ecosystem /}}
-[ $# -eq 0 ] && phases=${phases/ scale virtualsuite sweep budget explain fragment probecost/}  # by name only
+[ $# -eq 0 ] && phases=${phases/ scale virtualsuite sweep budget explain fragment probecost explaingpu/}  # by name only
 wave1="ctest injector libtorch probe fidelity-caps"
 wave2="selftest demo armed"
 timing="drivercalls shimbench runnerbench packing throughput scale"
@@ -67,7 +71,7 @@ timing="drivercalls shimbench runnerbench packing throughput scale"
 # little over; the budget check uses them.
 declare -A EST=([build]=80 [pytests]=200 [virtual]=240 [ecosystem]=200 [ctest]=60 [injector]=30 [libtorch]=30 [probe]=40 [fidelity-caps]=30
                 [selftest]=60 [demo]=60 [armed]=60 [reservation]=55 [reservesuite]=30 [fidelity-reserve]=20 [throughput]=145
-                [packing]=150 [drivercalls]=35 [shimbench]=30 [runnerbench]=10 [compat]=5 [scale]=200 [virtualsuite]=120 [sweep]=120 [budget]=120 [explain]=5 [fragment]=60 [probecost]=90)
+                [packing]=150 [drivercalls]=35 [shimbench]=30 [runnerbench]=10 [compat]=5 [scale]=200 [virtualsuite]=120 [sweep]=120 [budget]=120 [explain]=5 [fragment]=60 [probecost]=90 [explaingpu]=150)
 
 # RE2 (Debian's libre2-dev) is not on the GPU machine, where nothing can be installed: carry Debian's two
 # packages in .re2/ (`apt-get download libre2-9 libre2-dev`, name .re2 in the device call's carry) and they
@@ -214,6 +218,8 @@ run_phase() {  # run_phase NAME: the phase's command, its output to stdout
     probecost)  # issue 19: the probe's cost per step on the GPU, its .item() wait told apart
       python3 "$root/bench/python/probe_overhead.py" --device cuda --model tiny --steps 2000 --reps 3 &&
       python3 "$root/bench/python/probe_overhead.py" --device cuda --model mlp --steps 500 --reps 3 ;;
+    explaingpu)  # issue 14: breakdown vs memory_stats, memory_summary, the memory history and its per-step cost
+      python3 "$root/tests/gpu/explain_check.py" "$build" "$work/explaingpu" ;;
     scale) python3 "$root/bench/runner_scale.py" --bin "$bin" -n 10000 --nofile 256 ;;  # issue 12, a quiet machine
     compat) python3 "$root/tests/gpu/compatibility.py" "$work" "$work/compatibility.md" ;;
   esac
@@ -269,6 +275,7 @@ echo "total ${SECONDS}s" | tee -a "$summary"
 cp "$summary" "$out/summary.txt" 2>/dev/null
 [ -f "$work/compatibility.md" ] && cp "$work/compatibility.md" "$out/compatibility.md"
 [ -f "$work/demo/report.html" ] && cp "$work/demo/report.html" "$out/demo-report.html"
+[ -f "$work/explaingpu.log" ] && cp "$work/explaingpu.log" "$out/explaingpu.log"
 tar -C "$out" -czf "$out/gpu-run.tar.gz" --exclude='*.pt' --exclude='*.bin' --exclude='*.pickle' run 2>/dev/null
 rm -rf "$work"
 cat "$out/summary.txt"

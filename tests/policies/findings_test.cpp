@@ -117,6 +117,84 @@ TEST(Findings, KeptWithGraphNamesTheLineThatGrew) {
   EXPECT_TRUE(diagnose(b.build(), {32 * MiB}).empty());
 }
 
+// Issue 14 (B): where the probe found the variable that keeps the growing line's tensors, the finding names
+// the line that appends them beside the line that made them.
+TEST(Findings, KeptWithGraphNamesTheLineThatAppends) {
+  TraceBuilder b;
+  b.attempt();
+  for (int64_t s = 1; s <= 6; ++s) {
+    step(b, s, 100 * MiB + s * 16 * MiB);
+    nlohmann::json site = {{"site", "train.py:79 < train.py:251"}, {"bytes", s * 16 * MiB}, {"count", s}};
+    site["kept_by"] = {{"name", "history"}, {"how", "appends to"}, {"site", "train.py:254"}, {"bytes", (s - 1) * 16 * MiB},
+                       {"function", "run_leak"}};
+    if (s >= 2)
+      b.event("probe", "memory_breakdown",
+              breakdown("step", s, 32, 100 * MiB + s * 16 * MiB, s * 16 * MiB, 1024 * MiB, 4096 * MiB, {site}));
+  }
+  b.exit(0);
+  auto all = diagnose(b.build());
+  const Finding* f = find(all, "kept_with_graph");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->site, "train.py:79");  // the line that made them
+  EXPECT_EQ(f->kept_at, "train.py:254");  // the line that keeps them
+  EXPECT_THAT(f->sentence, HasSubstr("tensors made at train.py:79 < train.py:251 and appended to `history` at "
+                                     "train.py:254 stay alive step after step (+16.00 MiB per step"));
+}
+
+nlohmann::json after_loop(int64_t completed, int64_t other, int64_t inputs, nlohmann::json sites) {
+  nlohmann::json b = breakdown("after_loop", completed + 1, 32, 100 * MiB + other, other, 1024 * MiB, 4096 * MiB, sites);
+  b["inputs"] = inputs;
+  b["completed"] = completed;
+  b["site"] = "train.py:120 < train.py:142";
+  return b;
+}
+
+// Rule 5 (Note [Kept after the loop]): what was still alive, beside the evaluation's inputs, when an
+// evaluation began after training.
+TEST(Findings, KeptAfterLoopNamesTheLineAndTheVariable) {
+  TraceBuilder b;
+  b.attempt();
+  for (int64_t s = 1; s <= 4; ++s) step(b, s, 100 * MiB);
+  nlohmann::json site = {{"site", "train.py:80 < train.py:291"}, {"bytes", 16 * MiB}, {"count", 1}};
+  site["kept_by"] = {{"name", "out"}, {"how", "assigns"}, {"site", "train.py:291"}, {"bytes", 16 * MiB}};
+  b.event("probe", "memory_breakdown", after_loop(4, 17 * MiB, MiB / 2, {site}));
+  b.exit(0);
+  auto all = diagnose(b.build());
+  const Finding* f = find(all, "kept_after_loop");
+  ASSERT_NE(f, nullptr) << ::testing::PrintToString(rules(b.build()));
+  EXPECT_EQ(f->site, "train.py:80");
+  EXPECT_EQ(f->kept_at, "train.py:291");
+  EXPECT_THAT(f->sentence, HasSubstr("after 4 training steps, when the evaluation at train.py:120 < train.py:142 began, "
+                                     "16.50 MiB of tensors made before it were still alive beside its inputs, 16.00 MiB of "
+                                     "them made at train.py:80 < train.py:291 and kept in `out` (assigned at train.py:291)"));
+  EXPECT_THAT(f->sentence, HasSubstr("`del` them after the loop"));
+  // The finding comes last, in the diagnosis' order.
+  EXPECT_EQ(finding_rules().back(), "kept_after_loop");
+}
+
+TEST(Findings, KeptAfterLoopNotForTheEvaluationsOwnInputs) {
+  TraceBuilder b;
+  b.attempt();
+  for (int64_t s = 1; s <= 4; ++s) step(b, s, 100 * MiB);
+  // 40 MiB of other live tensors, 39.5 of them the evaluation's own batch: nothing was left behind.
+  b.event("probe", "memory_breakdown", after_loop(4, 40 * MiB, 79 * MiB / 2, nlohmann::json::array()));
+  b.exit(0);
+  EXPECT_TRUE(diagnose(b.build()).empty()) << ::testing::PrintToString(rules(b.build()));
+  // Above the limit, without a line: the sentence says the bytes only.
+  TraceBuilder c;
+  c.attempt();
+  step(c, 1, 100 * MiB);
+  c.event("probe", "memory_breakdown", after_loop(1, 8 * MiB, 0, nlohmann::json::array()));
+  c.exit(0);
+  auto all = diagnose(c.build());
+  const Finding* f = find(all, "kept_after_loop");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->site, "");
+  EXPECT_THAT(f->sentence, HasSubstr("after 1 training step, when the evaluation at train.py:120 < train.py:142 began, "
+                                     "8.00 MiB of tensors made before it were still alive beside its inputs: "));
+  EXPECT_TRUE(diagnose(c.build(), {1024 * 1024, 16 * MiB}).empty());
+}
+
 TEST(Findings, BatchTooLargeGivesTheBatchThatFits) {
   TraceBuilder b;
   b.attempt();
@@ -147,6 +225,20 @@ TEST(Findings, BatchTooLargeUsesAnEarlierPeak) {
   ASSERT_NE(f, nullptr);
   EXPECT_THAT(f->sentence, HasSubstr(": 10.00 MiB per sample"));
   EXPECT_THAT(f->sentence, HasSubstr("a batch of 36 fits"));  // (400 - 40) / 10
+}
+
+// A leak that runs out of memory: by the earlier peak's figures the failed batch itself fits, so the batch
+// is not the cause (kept_with_graph explains it).
+TEST(Findings, BatchTooLargeNotWhenTheFailedBatchFitsByAnEarlierPeak) {
+  TraceBuilder b;
+  b.attempt();
+  step(b, 1, 100 * MiB);
+  // step 1's peak: 100 MiB of activations for 32 samples, 60 fixed: (700 - 60) / 3.125 = 204 samples fit
+  b.event("probe", "memory_breakdown", breakdown("peak", 1, 32, 160 * MiB, 100 * MiB, 180 * MiB, 700 * MiB));
+  b.oom(14, 32, false);
+  b.event("probe", "memory_breakdown", breakdown("oom", 14, 32, 650 * MiB, 590 * MiB, 690 * MiB, 700 * MiB));
+  b.exit(1, true);
+  EXPECT_EQ(find(diagnose(b.build()), "batch_too_large") == nullptr, true) << ::testing::PrintToString(rules(b.build()));
 }
 
 TEST(Findings, BatchTooLargeNotForAFaultWithRoomToSpare) {
@@ -222,13 +314,16 @@ TEST(EffectiveBatch, InconclusiveWithoutAnOom) {
 }
 
 TEST(Findings, Json) {
-  Finding f{"kept_with_graph", "a sentence", "train.py:79", 1, 2.5};
+  Finding f{"kept_with_graph", "a sentence", "train.py:79", 1, 2.5, {}};
   nlohmann::json j = f;
   EXPECT_EQ(j["site"], "train.py:79");
   Finding g = j.get<Finding>();
   EXPECT_EQ(g.rule, f.rule);
   EXPECT_EQ(g.sentence, f.sentence);
   EXPECT_EQ(g.attempt, 1);
+  EXPECT_FALSE(j.contains("kept_at"));
+  f.kept_at = "train.py:254";
+  EXPECT_EQ(nlohmann::json(f).get<Finding>().kept_at, "train.py:254");
 }
 
 }  // namespace

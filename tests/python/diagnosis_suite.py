@@ -35,6 +35,7 @@ WANT = {
     "broken-skip-batch-effective": (set(), {"effective_batch": "fail"}),
     "broken-leak-outputs": ({"kept_with_graph"}, {"memory_stable": "fail"}),
     "broken-oversized-batch": ({"batch_too_large"}, {"exit": "fail"}),
+    "keep-after-loop": ({"kept_after_loop"}, {"exit": "pass", "memory_stable": "pass"}),
 }
 expr = " or ".join(WANT)
 argv = [binary, "run", os.path.join(source, "suites", "self-test.yaml"), "--simulate", "-k", expr, "-j", "2",
@@ -88,6 +89,15 @@ if not any("task.loss(task.model, ex, ey)" in line_of(s) for s in finding("broke
 leak = finding("broken-leak-outputs", "kept_with_graph")
 if "self.head" not in line_of(leak["site"]) or "per step" not in leak["sentence"]:
     problems.append("kept_with_graph does not name the line that made the kept outputs: %s" % leak)
+# ... and the line that keeps them (issue 14, B): the append, named in the sentence and as kept_at.
+if "history.append((loss, out))" not in line_of(leak.get("kept_at")) or \
+        "appended to `history` at %s" % leak.get("kept_at") not in leak["sentence"]:
+    problems.append("kept_with_graph does not name the line that appends the kept outputs: %s" % leak)
+after = finding("keep-after-loop", "kept_after_loop")
+if "self.head" not in line_of(after["site"]) or "loss, out = task.forward_loss" not in line_of(after.get("kept_at")) \
+        or "kept in `out`" not in after["sentence"] or "when the evaluation at train.py:" not in after["sentence"]:
+    problems.append("kept_after_loop does not name the line that made `out`, the line that keeps it and the "
+                    "evaluation: %s" % after)
 big = finding("broken-oversized-batch", "batch_too_large")
 m = re.search(r"a batch of (\d+) fits", big["sentence"])
 if not m or not 1 <= int(m.group(1)) <= 32:
@@ -96,12 +106,17 @@ stable = {v["policy"]: v for v in jobs.get("broken-leak-outputs", {}).get("verdi
 if leak["sentence"] and leak["sentence"] not in stable.get("reason", ""):
     problems.append("memory_stable's failure does not carry the finding: %s" % stable.get("reason"))
 
-# The breakdowns: at the OOM and at the peak, adding up exactly.
-for name in ("broken-oversized-batch", "broken-leak-outputs"):
+# The breakdowns: at the OOM, at the peak and after the loop, adding up exactly; at an OOM with PyTorch's
+# memory_stats() figures and memory_summary() beside them.
+for name in ("broken-oversized-batch", "broken-leak-outputs", "keep-after-loop"):
     bds = jobs.get(name, {}).get("breakdowns", [])
     ats = {b["at"] for b in bds}
-    if not ({"peak"} <= ats and (name != "broken-oversized-batch" or "oom" in ats)):
+    if not ({"peak"} <= ats and (name != "broken-oversized-batch" or "oom" in ats)
+            and (name != "keep-after-loop" or "after_loop" in ats)):
         problems.append("%s: breakdowns at %s" % (name, sorted(ats)))
+    for b in bds:
+        if b["at"] == "oom" and (not b.get("summary") or "stats_allocated" not in b):
+            problems.append("%s: the OOM's breakdown has no memory_summary() or memory_stats(): %s" % (name, sorted(b)))
     for b in bds:
         parts = b["parameters"] + b["gradients"] + b["optimizer_state"] + b["workspace"] + b["other"]
         if parts != b["allocated"] or not b["exact"]:
@@ -116,6 +131,8 @@ if "finding (grads_not_cleared)" not in junit:
 html = open(os.path.join(out, "report.html")).read()
 if 'class="breakdown"' not in html or "What held the memory" not in html:
     problems.append("report.html has no breakdown chart")
+if "<summary>torch.cuda.memory_summary()</summary><pre>" not in html:
+    problems.append("report.html does not show memory_summary() at the OOM")
 ex = subprocess.run([binary, "explain", os.path.join(out, "results.json"), "-k", "oversized"], stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT, text=True)
 print(ex.stdout)
@@ -139,7 +156,7 @@ with open(os.path.join(out, "failed.json"), "w") as f:
 rep = subprocess.run([binary, "report", os.path.join(out, "failed.json"), "--markdown", os.path.join(out, "failed.md")],
                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 md = open(os.path.join(out, "failed.md")).read() if rep.returncode == 0 else rep.stdout
-if "finding (kept\\_with\\_graph): tensors made at train.py:79" not in md:  # Markdown escapes _
+if "finding (kept\\_with\\_graph): tensors made at train.py:" not in md:  # Markdown escapes _
     problems.append("the Markdown of a failed job does not show its finding:\n" + md[-2000:])
 for p in problems:
     print("FAILED: " + p)

@@ -131,6 +131,38 @@ print(b["other"] == rest, b["allocated"] == torch.cuda.memory_allocated(), b["ca
         grew = max(last, key=lambda s: last[s] - first.get(s, 0))
         self.assertIn("kept.append", lines[int(grew.split()[0].split(":")[1]) - 1])
 
+    def test_the_step_end_sites_name_the_list_that_keeps_them(self):
+        # Issue 14 (B): the line that made the kept tensors and the line that keeps them (the append).
+        _, events, lines = run(TRAIN.replace("KEEP", "kept.append(model(x).sum())  # a graph kept, step after step"))
+        last = breakdowns(events, "step")[-1]
+        grew = max(last["sites"], key=lambda s: s["bytes"])
+        keeper = grew.get("kept_by")
+        self.assertIsNotNone(keeper, last["sites"])
+        self.assertEqual((keeper["name"], keeper["how"]), ("kept", "appends to"))
+        self.assertIn("kept.append(", lines[int(keeper["site"].split(":")[1]) - 1])
+        # The same with the outputs themselves kept (no graph: the storages are in the list).
+        _, events, lines = run(TRAIN.replace("Linear(1024, 16)", "Linear(1024, 1024)")
+                               .replace("y = torch.randint(0, 16", "y = torch.randint(0, 1024")
+                               .replace("KEEP", "history[step] = out.detach()").replace("kept = []", "history = {}"))
+        keeper = max(breakdowns(events, "step")[-1]["sites"], key=lambda s: s["bytes"]).get("kept_by")
+        self.assertEqual((keeper or {}).get("name"), "history")
+        self.assertIn("history[step] = out", lines[int(keeper["site"].split(":")[1]) - 1])
+
+    def test_at_an_oom_memory_stats_and_memory_summary_are_kept(self):
+        _, events, _ = run(TRAIN.replace("KEEP", "pass") + """
+try:
+    big = torch.empty(64 << 20, device="cuda")   # 256 MiB: over the budget
+except torch.cuda.OutOfMemoryError:
+    pass
+""")
+        b = breakdowns(events, "oom")[0]
+        self.assertEqual(b["stats_allocated"], b["allocated"])
+        self.assertEqual(b["stats_reserved"], b["reserved"])
+        self.assertIn("memory summary", b["summary"])
+        self.assertLessEqual(len(b["summary"]), _summary_max() + 64)
+        # Peaks carry the figures, not the summary (only OOMs do).
+        self.assertTrue(all("summary" not in p and "stats_allocated" in p for p in breakdowns(events, "peak")))
+
     def test_without_an_oom_or_device_no_breakdown_is_written(self):
         _, events, _ = run(TRAIN.replace(".cuda()", "").replace("KEEP", "pass"), device=False)
         self.assertEqual([e for e in events if e["kind"] == "memory_breakdown"], [])
@@ -139,6 +171,93 @@ print(b["other"] == rest, b["allocated"] == torch.cuda.memory_allocated(), b["ca
     def test_a_healthy_loop_writes_no_step_end_breakdown_after_warm_up(self):
         _, events, _ = run(TRAIN.replace("KEEP", "pass"))
         self.assertLessEqual(len(breakdowns(events, "step")), 1)  # step 2: Adam's state appeared
+
+
+AFTER_LOOP = """
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024)).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+for step in range(3):
+    x = torch.randn(512, 256).cuda()
+    out = model(x)
+    loss = out.square().mean()
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+LEAVE
+model.eval()
+with torch.no_grad():
+    model(torch.randn(1024, 256).cuda())
+model.train()
+"""
+
+
+class AfterTheLoop(unittest.TestCase):
+    """Note [After the loop] in probe.py: a breakdown as an evaluation starts after training steps."""
+
+    def test_the_loops_output_still_bound_is_named_with_its_line(self):
+        _, events, lines = run(AFTER_LOOP.replace("LEAVE", "pass"))
+        ends = breakdowns(events, "after_loop")
+        self.assertEqual(len(ends), 1, events)
+        b = ends[0]
+        self.assertTrue(adds_up(b), b)
+        self.assertEqual(b["completed"], 3)
+        self.assertEqual(b["inputs"], 1 << 20)  # the evaluation's own batch, counted apart
+        self.assertIn("model(torch.randn(1024", lines[int(b["site"].split(":")[1]) - 1])
+        # out (512x1024 float32, 2 MiB) and x (512 KiB) were left bound by the loop
+        self.assertGreaterEqual(b["other"] - b["inputs"], (2 << 20) + (512 << 10))
+        site = max(b["sites"], key=lambda s: s["bytes"])
+        self.assertEqual(site["bytes"], 2 << 20)
+        self.assertEqual((site["kept_by"]["name"], site["kept_by"]["how"]), ("out", "assigns"))
+        self.assertIn("out = model(x)", lines[int(site["kept_by"]["site"].split(":")[1]) - 1])
+
+    def test_nothing_is_left_when_the_loop_deletes_its_variables(self):
+        _, events, _ = run(AFTER_LOOP.replace("LEAVE", "del x, out, loss"))
+        b = breakdowns(events, "after_loop")[0]
+        self.assertLess(b["other"] - b["inputs"], 64 << 10)
+
+    def test_once_per_evaluation_after_training(self):
+        _, events, _ = run(AFTER_LOOP.replace("LEAVE", "pass") + AFTER_LOOP.split("LEAVE")[1])
+        self.assertEqual(len(breakdowns(events, "after_loop")), 1)  # no training step between the two
+
+
+class MemoryHistory(unittest.TestCase):
+    """Note [Reading the memory history] in _breakdown.py, on snapshots as PyTorch 1.13 and 2.x write them."""
+
+    def snapshot(self, old):
+        def block(size, state, frames):
+            b = {"size": size, "state": state}
+            if old:
+                b["history"] = [{"addr": 0, "real_size": size, "frames": frames}]
+            else:
+                b["frames"] = frames
+                b["requested_size"] = size
+            return b
+        here = os.path.abspath(__file__)
+        user = [{"filename": "/home/u/train.py", "line": 79, "name": "forward"},
+                {"filename": "/home/u/train.py", "line": 251, "name": "run"}]
+        torchy = [{"filename": os.path.join(os.path.dirname(PY), "python", "oomharness", "probe.py"), "line": 1,
+                   "name": "x"}]
+        return {"segments": [{"blocks": [block(16 << 20, "active_allocated", torchy + user),
+                                         block(16 << 20, "active_allocated", user),
+                                         block(4 << 20, "inactive", user),
+                                         block(2 << 20, "active_allocated", [{"filename": here, "line": 5, "name": "t"}])]}]}
+
+    def test_both_formats(self):
+        sys.path.insert(0, PY)
+        from oomharness import _breakdown
+        for old in (True, False):
+            got = _breakdown.from_history(self.snapshot(old))
+            self.assertEqual(got["history_allocated"], (34 << 20))
+            self.assertEqual(got["top"][0], {"bytes": 16 << 20, "shape": "", "dtype": "", "site": "train.py:79 < train.py:251"})
+            self.assertEqual(got["sites"][0], {"site": "train.py:79 < train.py:251", "bytes": 32 << 20, "count": 2})
+            self.assertEqual(got["sites"][1]["site"], "test_diagnosis.py:5")
+
+
+def _summary_max():
+    sys.path.insert(0, PY)
+    from oomharness import _breakdown
+    return _breakdown.SUMMARY_MAX
 
 
 def virtual_workspace():

@@ -25,7 +25,8 @@ class ExamplesTest(unittest.TestCase):
 
     def test_every_mode_trains(self):
         modes = [["--recovery", "none"], ["--recovery", "halve"], ["--recovery", "retry"],
-                 ["--bug", "skip-batch"], ["--bug", "retry-holding"], ["--bug", "leak-outputs"]]
+                 ["--bug", "skip-batch"], ["--bug", "retry-holding"], ["--bug", "leak-outputs"],
+                 ["--bug", "keep-after-loop"]]
         for model, args in [("transformer", m) for m in modes] + [("mlp", modes[1]), ("mlp", modes[2])]:
             with self.subTest(model=model, args=args):
                 steps = self.steps(["--model", model] + args, probe=False)

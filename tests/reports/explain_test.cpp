@@ -28,7 +28,7 @@ RunResult with_findings() {
   for (SuiteResult& suite : run.suites)
     for (JobResult& job : suite.jobs)
       if (job.status == JobStatus::failed && !job.unexpected_pass()) {
-        job.findings.push_back({"kept_with_graph", "tensors made at train.py:79 stay alive <script>", "train.py:79", 0, 2.0});
+        job.findings.push_back({"kept_with_graph", "tensors made at train.py:79 stay alive <script>", "train.py:79", 0, 2.0, {}});
         job.breakdowns = nlohmann::json::array({a_breakdown()});
         return run;
       }
@@ -53,6 +53,30 @@ TEST(Explain, BreakdownSentenceAddsThePartsUp) {
   gpu["exact"] = false;
   EXPECT_NE(breakdown_sentence(gpu).find("allocated ~ parameters"), std::string::npos);
   EXPECT_EQ(largest_tensor_lines(a_breakdown()), std::vector<std::string>{"64x128x1024 float32, 32.00 MiB, made at train.py:79 <b>"});
+}
+
+// Issue 14: the breakdown after the loop, a GPU's (memory_stats() beside it, blocks from the memory
+// history without shape), and memory_summary() folded under the OOM's bar in the HTML, escaped.
+TEST(Explain, AfterTheLoopAndOnAGpu) {
+  nlohmann::json after = a_breakdown();
+  after["at"] = "after_loop";
+  after["inputs"] = 4 * MiB;
+  EXPECT_EQ(breakdown_sentence(after).rfind("after the loop, as an evaluation began in step 1 (forward, batch 64), attempt 1: ", 0), 0u)
+      << breakdown_sentence(after);
+  EXPECT_NE(breakdown_sentence(after).find("; its inputs 4.00 MiB of the other live tensors"), std::string::npos);
+  nlohmann::json gpu = a_breakdown();
+  gpu["exact"] = false;
+  gpu["stats_allocated"] = 100 * MiB;
+  gpu["top"] = {{{"bytes", 32 * MiB}, {"shape", ""}, {"dtype", ""}, {"site", "train.py:79"}}};
+  EXPECT_NE(breakdown_sentence(gpu).find("; torch.cuda.memory_stats() said 100.00 MiB allocated"), std::string::npos);
+  EXPECT_EQ(largest_tensor_lines(gpu), std::vector<std::string>{"a block, 32.00 MiB, made at train.py:79"});
+  RunResult run = with_findings();
+  for (SuiteResult& suite : run.suites)
+    for (JobResult& job : suite.jobs)
+      if (!job.findings.empty()) job.breakdowns[0]["summary"] = "|  Allocated memory <i>  |";
+  std::string html = render_html(run);
+  EXPECT_NE(html.find("<details><summary>torch.cuda.memory_summary()</summary><pre>|  Allocated memory &lt;i&gt;  |</pre></details>"),
+            std::string::npos);
 }
 
 TEST(Explain, EveryReportSaysTheFinding) {

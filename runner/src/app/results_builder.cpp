@@ -228,7 +228,8 @@ std::string failure_sentence(const JobOutcome& outcome, const std::vector<Verdic
 // one) to the next completed step after it, possibly in a later attempt (checkpoint resume): how long
 // training stood still because of the fault. Absent when no OOM was seen or training never went on.
 // The breakdowns a report shows (Finding and breakdown fields: docs/diagnosis.md): every OOM's, up to
-// kMaxBreakdowns in all, and the last peak of each attempt.
+// kMaxBreakdowns in all, the last peak of each attempt, and its after-the-loop breakdown that left the most
+// other tensors alive (Note [Kept after the loop] in policies/src/findings.cpp).
 constexpr size_t kMaxBreakdowns = 16;
 
 nlohmann::json breakdowns(const Trace& trace, double job_start) {
@@ -242,12 +243,18 @@ nlohmann::json breakdowns(const Trace& trace, double job_start) {
   };
   for (const Attempt& a : trace.attempts) {
     const Event* peak = nullptr;
+    const Event* after_loop = nullptr;
     for (const Event& e : a.events) {
       if (!is_probe(e, events::kMemoryBreakdown)) continue;
       if (e.text("at") == "oom") add(a, e);
       else if (e.text("at") == "peak") peak = &e;
+      else if (e.text("at") == "after_loop" &&
+               (!after_loop || e.number("other") - e.number("inputs") >
+                                   after_loop->number("other") - after_loop->number("inputs")))
+        after_loop = &e;
     }
     if (peak) add(a, *peak);
+    if (after_loop) add(a, *after_loop);
   }
   return out;
 }

@@ -7,7 +7,7 @@
 //   2. kept_with_graph     tensors kept with their autograd graph, step after step
 //   3. batch_too_large     activations dominate at the OOM: per-sample cost and the largest batch that fits
 //   4. eval_with_graph     evaluation building a graph (grad enabled), or run in train mode
-// (5, references kept after the loop, is not diagnosed yet.)
+//   5. kept_after_loop     tensors the loop left bound still alive when an evaluation starts after it
 
 #include <cstdint>
 #include <string>
@@ -22,13 +22,15 @@ namespace oomh {
 struct Finding {
   std::string rule;      // "kept_with_graph"
   std::string sentence;  // "train.py:216 keeps ... +16.00 MiB per step ...: keep loss.detach() instead"
-  std::string site;      // "train.py:216", empty when unknown
+  std::string site;      // "train.py:216", the line that made the tensors; empty when unknown
   int attempt = 0;
   double t = 0;          // wall-clock seconds in a trace; seconds since the job started in a result
+  std::string kept_at;   // "train.py:254", the line that keeps them (appends, assigns); empty when unknown
 };
 
 struct DiagnoseOptions {
   uint64_t growth_per_step = 1024 * 1024;  // kept_with_graph: the least growth per step that counts
+  uint64_t kept_after_loop = 1024 * 1024;  // kept_after_loop: the least bytes left alive that count
 };
 
 // The rules' names, in priority order.
