@@ -338,6 +338,7 @@ void to_json(json& j, const JobResult& v) {
   j = json{{"name", v.name}, {"status", to_string(v.status)}, {"message", v.message}, {"start", v.start},
            {"duration", v.duration}, {"command", v.command}};
   put(j, "gpu", v.gpu);
+  if (!v.gpus.empty()) j["gpus"] = v.gpus;
   j["attempts"] = v.attempts;
   j["verdicts"] = v.verdicts;
   j["faults"] = v.faults;
@@ -371,7 +372,7 @@ void from_json(const json& j, JobResult& v) {
     v.status = *st;
   });
   get(j, "message", v.message); get(j, "start", v.start); get(j, "duration", v.duration);
-  get_list(j, "command", v.command); get(j, "gpu", v.gpu);
+  get_list(j, "command", v.command); get(j, "gpu", v.gpu); get_list(j, "gpus", v.gpus);
   get_list(j, "attempts", v.attempts); get_list(j, "verdicts", v.verdicts); get_list(j, "faults", v.faults);
   v.timeline.clear();
   if (const json* t = member(j, "timeline")) {

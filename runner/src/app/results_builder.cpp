@@ -281,6 +281,7 @@ JobResult build_job_result(const std::string& display_name, const JobOutcome& ou
   r.duration = outcome.end > job_start ? outcome.end - job_start : 0;
   r.command = outcome.argv;
   r.gpu = outcome.gpu;
+  r.gpus = outcome.gpus;
   // Warnings in a job's results, the terminal and every report: a cut log or skipped event lines must not
   // be findable only in the trace. The same warning from many processes is said once.
   size_t more_warnings = 0;

@@ -86,6 +86,7 @@ struct JobResult {
   double duration = 0;
   std::vector<std::string> command;
   std::optional<int> gpu;     // the GPU it ran on
+  std::vector<int> gpus;      // a job with ranks on GPUs: each rank's GPU, in rank order (empty otherwise)
   std::vector<AttemptResult> attempts;
   std::vector<Verdict> verdicts;
   std::vector<FaultRecord> faults;
