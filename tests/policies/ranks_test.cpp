@@ -71,6 +71,57 @@ TEST(MergeRanks, AFailureOutranksAStopByTheRunner) {
   EXPECT_EQ(a.exit_code, 7);
 }
 
+// Note [Ranks seen in events]: a job that starts torchrun itself is one process to the runner; its ranks'
+// probes tag their events with RANK, and the attempt is folded as if the runner had run the ranks.
+TEST(SplitRanksFromEvents, ATorchrunJobIsJudgedRankByRank) {
+  auto ev = [](double t, int pid, const std::string& src, const std::string& kind, nlohmann::json f) {
+    Event e;
+    e.t = t;
+    e.pid = pid;
+    e.src = src;
+    e.kind = kind;
+    e.fields = std::move(f);
+    return e;
+  };
+  Attempt a;
+  a.start = 0;
+  a.end = 20;
+  a.end_kind = AttemptEnd::exited;
+  a.exit_code = 1;  // torchrun's: a child failed
+  a.log_path = "/o/attempt-0.log";
+  a.events = {ev(0, 10, "runner", "attempt_start", {{"attempt", 0}}),
+              ev(1, 10, "shim", "shim_start", nlohmann::json::object()),  // torchrun itself: no rank
+              ev(2, 11, "probe", "step", {{"step", 1}, {"batch_size", 64}, {"rank", 0}}),
+              ev(2, 12, "probe", "step", {{"step", 1}, {"batch_size", 64}, {"rank", 1}}),
+              ev(3, 11, "probe", "step", {{"step", 2}, {"batch_size", 64}, {"rank", 0}}),
+              ev(3, 12, "shim", "inject", {{"entry", "cuMemAlloc_v2"}, {"size", 1 << 20}}),
+              ev(4, 12, "probe", "oom", {{"step", 2}, {"batch_size", 64}, {"phase", "forward"}, {"caught", false}, {"rank", 1}}),
+              ev(5, 11, "probe", "step", {{"step", 3}, {"batch_size", 64}, {"rank", 0}}),
+              ev(20, 10, "runner", "attempt_exit", {{"code", 1}})};
+  Attempt untouched = a;
+  std::erase_if(untouched.events, [](const Event& e) { return rank_of(e) == 1; });  // one rank seen: nothing to split
+  EXPECT_FALSE(split_ranks_from_events(untouched));
+  EXPECT_TRUE(untouched.ranks.empty());
+
+  ASSERT_TRUE(split_ranks_from_events(a));
+  ASSERT_EQ(a.ranks.size(), 2u);
+  EXPECT_EQ(rank_of(a.events[5]), 1) << "the shim's inject in rank 1's process";
+  EXPECT_EQ(rank_of(a.events[1]), -1) << "torchrun's own process is no rank";
+  EXPECT_EQ(rank_of(a.events[0]), -1);
+  EXPECT_EQ(a.ranks[0].last_step, 3);
+  EXPECT_EQ(a.ranks[1].last_step, 1);
+  EXPECT_FALSE(a.ranks[0].ended_by_oom);
+  EXPECT_TRUE(a.ranks[1].ended_by_oom);
+  EXPECT_EQ(a.ranks[1].log_path, "/o/attempt-0.log");
+  EXPECT_FALSE(split_ranks_from_events(a)) << "twice is once";
+  Trace t;
+  t.attempts.push_back(a);
+  t.target_step = 3;
+  Verdict completes = check("completes", t, 3);
+  EXPECT_EQ(completes.status, VerdictStatus::fail) << completes.reason;
+  EXPECT_THAT(completes.reason, HasSubstr("rank 1 stopped at step 1 of 3"));
+}
+
 constexpr const char* kStacks =
     "Thread 0x00007f5e9affd6c0 (most recent call first):\n"
     "  File \"/x/ddp_train.py\", line 75 in heartbeat\n"

@@ -1124,6 +1124,7 @@ void JobRunner::Impl::finish_attempt(AttemptRun& r) {
     for (RankEnd& re : merged.ranks) re.stacks = j.stacks[static_cast<size_t>(re.rank)];
     into.push_back(std::move(merged));
   } else {
+    split_ranks_from_events(a);  // a job that starts torchrun itself (Note [Ranks seen in events])
     into.push_back(std::move(a));
   }
   after_attempt(j, into.back(), reference);
