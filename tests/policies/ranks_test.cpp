@@ -71,6 +71,41 @@ TEST(MergeRanks, AFailureOutranksAStopByTheRunner) {
   EXPECT_EQ(a.exit_code, 7);
 }
 
+// Note [Checkpoints per rank]: after the attempt dies of rank 1's OOM, every rank must resume from the
+// checkpoint (rank 0 saved it; both load it); a rank that starts from scratch fails the job, named.
+TEST(CheckpointResume, EveryRankMustResume) {
+  auto attempt = [](std::vector<TraceBuilder> ranks, int index) {
+    std::vector<Attempt> per_rank;
+    for (auto& b : ranks) per_rank.push_back(b.build().attempts.at(0));
+    Attempt a = merge_ranks(std::move(per_rank));
+    a.index = index;
+    return a;
+  };
+  TraceBuilder saver, dies;
+  saver.attempt().step(1).step(2).save("ckpt.pt", 2).step(3).exit(1);  // its peer closed the connection
+  dies.attempt().step(1).step(2).step(3).oom(4, 64, /*caught=*/false).exit(1);
+  auto resumes = [] {
+    TraceBuilder b;
+    b.attempt().load("ckpt.pt", 2).step(3).step(4).step(5).exit(0);
+    return b;
+  };
+  TraceBuilder scratch;
+  scratch.attempt().step(1).step(2).step(3).step(4).step(5).exit(0);
+
+  Trace good;
+  good.attempts = {attempt({saver, dies}, 0), attempt({resumes(), resumes()}, 1)};
+  good.target_step = 5;
+  Verdict v = check("checkpoint_resume", good);
+  EXPECT_EQ(v.status, VerdictStatus::pass) << v.reason;
+  EXPECT_THAT(v.reason, HasSubstr("every rank resumed"));
+
+  Trace bad = good;
+  bad.attempts[1] = attempt({resumes(), scratch}, 1);
+  v = check("checkpoint_resume", bad);
+  EXPECT_EQ(v.status, VerdictStatus::fail) << v.reason;
+  EXPECT_THAT(v.reason, HasSubstr("rank 1: attempt 2 started from scratch"));
+}
+
 // Note [Ranks seen in events]: a job that starts torchrun itself is one process to the runner; its ranks'
 // probes tag their events with RANK, and the attempt is folded as if the runner had run the ranks.
 TEST(SplitRanksFromEvents, ATorchrunJobIsJudgedRankByRank) {
