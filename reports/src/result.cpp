@@ -346,6 +346,11 @@ void to_json(json& j, const JobResult& v) {
   // The schema bounds a timeline; a caller that forgot to downsample still writes a bounded file.
   for (const auto& [device, points] : v.timeline) timeline[std::to_string(device)] = downsample_timeline(points);
   j["timeline"] = std::move(timeline);
+  if (!v.rank_timeline.empty()) {
+    json lanes = json::object();
+    for (const auto& [rank, points] : v.rank_timeline) lanes[std::to_string(rank)] = downsample_timeline(points);
+    j["rank_timeline"] = std::move(lanes);
+  }
   json peak = json::object();
   for (const auto& [device, bytes] : v.peak) peak[std::to_string(device)] = bytes;
   j["peak"] = std::move(peak);
@@ -384,6 +389,22 @@ void from_json(const json& j, JobResult& v) {
         const json& points = item.value();
         within(key, [&] {
           auto& out = v.timeline[device_key(key)];
+          if (!points.is_array()) throw FieldError("", "expected an array of points");
+          for (size_t i = 0; i < points.size(); ++i)
+            within("[" + std::to_string(i) + "]", [&] { out.push_back(points[i].get<TimelinePoint>()); });
+        });
+      }
+    });
+  }
+  v.rank_timeline.clear();
+  if (const json* t = member(j, "rank_timeline")) {
+    within("rank_timeline", [&] {
+      if (!t->is_object()) throw FieldError("", "expected an object keyed by rank");
+      for (const auto& item : t->items()) {
+        const std::string key = item.key();
+        const json& points = item.value();
+        within(key, [&] {
+          auto& out = v.rank_timeline[device_key(key)];
           if (!points.is_array()) throw FieldError("", "expected an array of points");
           for (size_t i = 0; i < points.size(); ++i)
             within("[" + std::to_string(i) + "]", [&] { out.push_back(points[i].get<TimelinePoint>()); });

@@ -1196,6 +1196,7 @@ void JobRunner::Impl::sample(AttemptRun& r, bool last) {
     s.peak = c.peak.load(std::memory_order_relaxed);
     s.cap = c.cap.load(std::memory_order_relaxed);
     s.step = step;
+    s.rank = r.rank;
     if (s.peak == 0 && s.cap == 0 && c.alloc_calls.load(std::memory_order_relaxed) == 0) continue;
     out.push_back(s);
   }

@@ -37,6 +37,7 @@ struct MemorySample {
   uint64_t peak = 0;
   uint64_t cap = 0;       // 0: none
   int64_t step = -1;
+  int rank = -1;          // a job with ranks: the rank whose control block it was read from
 };
 
 enum class AttemptEnd {

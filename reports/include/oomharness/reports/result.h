@@ -91,6 +91,9 @@ struct JobResult {
   std::vector<Verdict> verdicts;
   std::vector<FaultRecord> faults;
   std::map<int, std::vector<TimelinePoint>> timeline;  // per device, downsampled (at most kTimelinePoints)
+  // A job with ranks: each rank's memory (its devices' held bytes summed, its cap), downsampled; the HTML
+  // chart draws one line per rank from it instead of `timeline`, where the ranks' figures mix.
+  std::map<int, std::vector<TimelinePoint>> rank_timeline;
   std::map<int, uint64_t> peak;                        // per device
   std::vector<Marker> markers;
   std::optional<std::string> snapshot;                 // a PyTorch memory snapshot saved at the OOM
