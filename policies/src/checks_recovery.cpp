@@ -322,7 +322,56 @@ std::map<int64_t, double> metric_by_step(const std::vector<Attempt>& attempts, c
 
 }  // namespace
 
+namespace {
+Verdict checkpoint_resume_one(const Trace& trace, const nlohmann::json& args);
+
+// Rank k's view of a distributed job's trace (Note [Checkpoints per rank]).
+Trace rank_view(const Trace& trace, int k) {
+  Trace out = trace;
+  for (std::vector<Attempt>* list : {&out.attempts, &out.reference})
+    for (Attempt& a : *list) {
+      if (a.ranks.empty()) continue;
+      bool died = a.ended_by_oom();
+      bool own_saves = false;
+      for (const Event& e : a.events) own_saves = own_saves || (rank_of(e) == k && e.src == events::kSrcProbe && e.kind == events::kSave);
+      std::vector<Event> kept;
+      for (Event& e : a.events)
+        if (rank_of(e) == k || (!own_saves && e.src == events::kSrcProbe && e.kind == events::kSave)) kept.push_back(std::move(e));
+      a.events = std::move(kept);
+      a.ranks.clear();
+      a.oom_message = died;  // the attempt died of an OOM on some rank: so did every rank's view of it
+    }
+  return out;
+}
+}  // namespace
+
+// Note [Checkpoints per rank]
+// After a distributed job's attempt dies of an OOM, `restart` starts every rank again, and each rank must
+// resume: load the newest checkpoint and go on at the step after it. So checkpoint_resume judges each
+// rank on its own view of the trace: its own events, the attempt's death (any rank's OOM ends the attempt
+// for all), and the checkpoints it saved itself, or, when it saved none (DDP code usually saves on rank 0
+// only and every rank loads that file), those every rank saved. The job passes when every rank passes; the
+// first rank that fails (or, short of that, is inconclusive) gives the verdict, named.
 Verdict checkpoint_resume(const Trace& trace, const nlohmann::json& args) {
+  int ranks = 0;
+  for (const Attempt& a : trace.attempts) ranks = std::max(ranks, static_cast<int>(a.ranks.size()));
+  if (ranks < 2) return checkpoint_resume_one(trace, args);
+  std::optional<Verdict> first_inconclusive;
+  Verdict rank0;
+  for (int k = 0; k < ranks; ++k) {
+    Verdict v = checkpoint_resume_one(rank_view(trace, k), args);
+    v.reason = "rank " + std::to_string(k) + ": " + v.reason;
+    if (v.status == VerdictStatus::fail) return v;
+    if (v.status != VerdictStatus::pass && !first_inconclusive) first_inconclusive = v;
+    if (k == 0) rank0 = v;
+  }
+  if (first_inconclusive) return *first_inconclusive;
+  rank0.reason = "every rank resumed; " + rank0.reason;
+  return rank0;
+}
+
+namespace {
+Verdict checkpoint_resume_one(const Trace& trace, const nlohmann::json& args) {
   std::optional<int64_t> max_lost;
   if (args.contains("max_lost_steps") && args["max_lost_steps"].is_number()) max_lost = args["max_lost_steps"].get<int64_t>();
   std::vector<Evidence> ev;
@@ -422,6 +471,7 @@ Verdict checkpoint_resume(const Trace& trace, const nlohmann::json& args) {
   }
   return verdict(VerdictStatus::pass, reason, ev);
 }
+}  // namespace
 
 Verdict graceful_exit(const Trace& trace, const nlohmann::json& args) {
   std::optional<double> within;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <csignal>
 #include <limits>
+#include <map>
 #include <set>
 
 #include "oomharness/events.h"
@@ -366,6 +367,45 @@ Attempt merge_ranks(std::vector<Attempt> ranks) {
   std::stable_sort(out.events.begin(), out.events.end(), [](const Event& x, const Event& y) { return x.t < y.t; });
   std::stable_sort(out.samples.begin(), out.samples.end(), [](const MemorySample& x, const MemorySample& y) { return x.t < y.t; });
   return out;
+}
+
+bool split_ranks_from_events(Attempt& a) {
+  if (!a.ranks.empty()) return false;
+  std::map<int, int> rank_of_pid;
+  std::set<int> seen;
+  for (const Event& e : a.events)
+    if (e.src == events::kSrcProbe)
+      if (int r = rank_of(e); r >= 0) {
+        rank_of_pid[e.pid] = r;
+        seen.insert(r);
+      }
+  if (seen.size() < 2) return false;
+  for (Event& e : a.events) {
+    if (e.src == events::kSrcRunner || rank_of(e) >= 0 || !e.fields.is_object()) continue;
+    if (auto it = rank_of_pid.find(e.pid); it != rank_of_pid.end()) e.fields["rank"] = it->second;
+  }
+  for (int k = 0; k <= *seen.rbegin(); ++k) {
+    // The rank's view: the launcher's end, the rank's own events (its OOM message, if any, is in the
+    // shared output, which cannot say whose it was).
+    Attempt own;
+    own.end_kind = a.end_kind;
+    own.exit_code = a.exit_code;
+    own.signal = a.signal;
+    for (const Event& e : a.events)
+      if (rank_of(e) == k) own.events.push_back(e);
+    RankEnd re;
+    re.rank = k;
+    re.start = a.start;
+    re.end = a.end;
+    re.end_kind = a.end_kind;
+    re.exit_code = a.exit_code;
+    re.signal = a.signal;
+    re.ended_by_oom = own.ended_by_oom();
+    re.last_step = own.last_completed_step();
+    re.log_path = a.log_path;
+    a.ranks.push_back(std::move(re));
+  }
+  return true;
 }
 
 int64_t steps_all_ranks_completed(const Attempt& a) {

@@ -175,6 +175,24 @@ def _path_of(f):
     return name if isinstance(name, str) else "<stream>"
 
 
+def _rank_from_env():
+    """RANK when WORLD_SIZE says the process is one of several (torchrun, or the runner's `ranks: N`), else None.
+
+    Note [Ranks seen in events]
+    A job that starts torchrun itself is one process to the runner, and its ranks share the job's event log
+    and control block. So that the runner can still tell them apart, each rank's probe puts its RANK on every
+    event it writes; the runner gives a shim event the rank of the probe events of the same pid, and folds
+    an attempt whose events name several ranks as if it had run them itself (split_ranks_from_events in
+    policies/src/trace.cpp). For the runner's own ranks the field only repeats what merge_ranks adds."""
+    try:
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            rank = int(os.environ["RANK"])
+            return rank if rank >= 0 else None
+    except (KeyError, ValueError):
+        pass
+    return None
+
+
 class _Probe:
     def __init__(self):
         self.log = EventLog(os.environ.get("OOMH_EVENTS"))
@@ -217,9 +235,12 @@ class _Probe:
         self.growth_written = 0              # breakdowns written because it grew
         self.after_loop_written = 0          # Note [After the loop]
         self.trained_since_look = False      # a training step completed since the last after-loop look
+        self.rank = _rank_from_env()         # a distributed rank: every event carries it (Note [Ranks seen in events])
 
     # ---- output --------------------------------------------------------------------------------------
     def emit(self, kind, **fields):
+        if self.rank is not None:
+            fields.setdefault("rank", self.rank)
         if self.log.write(kind, fields) and self.cb is not None:
             self.cb.count_event()
 

@@ -123,11 +123,26 @@ struct Chart {
   double bottom() const { return kHeight - kBottom; }
 };
 
+// The chart's lines: one per rank for a job with ranks (their figures would mix in the per-device
+// timeline), else one per device.
+struct Lane {
+  std::string name;  // "GPU 0", "rank 1"
+  const std::vector<TimelinePoint>* points;
+};
+std::vector<Lane> lanes(const JobResult& job) {
+  std::vector<Lane> out;
+  if (!job.rank_timeline.empty())
+    for (const auto& [rank, points] : job.rank_timeline) out.push_back({"rank " + std::to_string(rank), &points});
+  else
+    for (const auto& [device, points] : job.timeline) out.push_back({"GPU " + std::to_string(device), &points});
+  return out;
+}
+
 Chart chart_scale(const JobResult& job) {
   Chart c;
   double t_max = job.duration, y_max = 0;
-  for (const auto& [device, points] : job.timeline) {
-    for (const TimelinePoint& p : points) {
+  for (const Lane& lane : lanes(job)) {
+    for (const TimelinePoint& p : *lane.points) {
       t_max = std::max(t_max, p.t);
       y_max = std::max({y_max, static_cast<double>(p.held), static_cast<double>(p.cap)});
     }
@@ -165,7 +180,8 @@ void axes(std::ostream& svg, const Chart& c) {
 // Held bytes as a line; the cap as a dashed step line (it may change mid-run).
 void series(std::ostream& svg, const Chart& c, const JobResult& job) {
   size_t colour = 0;
-  for (const auto& [device, points] : job.timeline) {
+  for (const Lane& lane : lanes(job)) {
+    const std::vector<TimelinePoint>& points = *lane.points;
     std::string cap_path, held_path;
     for (size_t i = 0; i < points.size(); ++i) {
       const TimelinePoint& p = points[i];
@@ -181,10 +197,10 @@ void series(std::ostream& svg, const Chart& c, const JobResult& job) {
       svg << "<text x=\"" << num(Chart::kWidth - Chart::kRight - 2) << "\" y=\"" << num(c.y(static_cast<double>(last_cap)) - 5)
           << "\" text-anchor=\"end\">cap " << xml_escape(format_bytes(last_cap)) << "</text>";
       svg << "<path d=\"" << cap_path << "\" fill=\"none\" stroke=\"#cf222e\" stroke-width=\"1.5\" "
-          << "stroke-dasharray=\"6 4\"><title>cap, GPU " << device << "</title></path>\n";
+          << "stroke-dasharray=\"6 4\"><title>cap, " << lane.name << "</title></path>\n";
     }
     svg << "<path d=\"" << held_path << "\" fill=\"none\" stroke=\"" << kDeviceColours[colour % 6]
-        << "\" stroke-width=\"1.8\" stroke-linejoin=\"round\"><title>held, GPU " << device << "</title></path>\n";
+        << "\" stroke-width=\"1.8\" stroke-linejoin=\"round\"><title>held, " << lane.name << "</title></path>\n";
     ++colour;
   }
 }
@@ -270,7 +286,7 @@ void events(std::ostream& svg, const Chart& c, const JobResult& job) {
 std::string timeline_chart(const JobResult& job) {
   std::ostringstream svg;
   bool any_points = false;
-  for (const auto& [device, points] : job.timeline) any_points = any_points || !points.empty();
+  for (const Lane& lane : lanes(job)) any_points = any_points || !lane.points->empty();
   if (!any_points) return "<p class=\"muted\">No memory samples were recorded for this job.</p>\n";
   const Chart c = chart_scale(job);
   svg << "<svg class=\"chart\" xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 " << num(Chart::kWidth, 0) << " "
@@ -283,9 +299,9 @@ std::string timeline_chart(const JobResult& job) {
   svg << "</svg>\n";
   std::string legend = "<div class=\"legend\">";
   size_t colour = 0;
-  for (const auto& [device, points] : job.timeline)
-    legend += std::string("<span><i class=\"sw\" data-c=\"") + std::to_string(colour % 6) + "\"></i>held, GPU " +
-              std::to_string(device) + "</span>", ++colour;
+  for (const Lane& lane : lanes(job))
+    legend += std::string("<span><i class=\"sw\" data-c=\"") + std::to_string(colour % 6) + "\"></i>held, " + lane.name +
+              "</span>", ++colour;
   legend +=
       "<span><i class=\"sw\" data-c=\"cap\"></i>cap</span><span>&#9661; fault injected, absorbed</span>"
       "<span>&#9660; fault injected, visible</span><span>&#9679; OOM seen by the training code</span>"

@@ -3,7 +3,9 @@
 // Note [Trace layout]
 // One process per job (pid = its position in the run, from 1), placed on the run's time axis by the job's
 // start, so that parallel jobs line up. In each process:
-//   counters "GPU d memory" (ph C)   held and cap bytes, from the downsampled timeline
+//   counters "GPU d memory" (ph C)   held and cap bytes, from the downsampled timeline; for a distributed
+//                                    job "rank r memory", from the per-rank timeline (the ranks' figures
+//                                    would mix per device)
 //   thread 1 "attempts"   (ph X)     one slice per attempt, named with its outcome
 //   thread 2 "steps"      (ph X)     one slice per training step, from step markers to the next step
 //   thread 3 "events"     (ph i)     injected faults (visible or absorbed), OOMs, empty_cache, checkpoints
@@ -57,8 +59,9 @@ void add_process(std::vector<json>& events, int pid, const SuiteResult& suite, c
 }
 
 void add_counters(std::vector<json>& events, int pid, double offset, const JobResult& job) {
-  for (const auto& [device, points] : job.timeline) {
-    const std::string name = "GPU " + std::to_string(device) + " memory";
+  const bool per_rank = !job.rank_timeline.empty();
+  for (const auto& [key, points] : per_rank ? job.rank_timeline : job.timeline) {
+    const std::string name = (per_rank ? "rank " : "GPU ") + std::to_string(key) + " memory";
     for (const TimelinePoint& p : points) {
       json args = {{"held", p.held}};
       if (p.cap) args["cap"] = p.cap;

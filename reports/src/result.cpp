@@ -338,6 +338,7 @@ void to_json(json& j, const JobResult& v) {
   j = json{{"name", v.name}, {"status", to_string(v.status)}, {"message", v.message}, {"start", v.start},
            {"duration", v.duration}, {"command", v.command}};
   put(j, "gpu", v.gpu);
+  if (!v.gpus.empty()) j["gpus"] = v.gpus;
   j["attempts"] = v.attempts;
   j["verdicts"] = v.verdicts;
   j["faults"] = v.faults;
@@ -345,6 +346,11 @@ void to_json(json& j, const JobResult& v) {
   // The schema bounds a timeline; a caller that forgot to downsample still writes a bounded file.
   for (const auto& [device, points] : v.timeline) timeline[std::to_string(device)] = downsample_timeline(points);
   j["timeline"] = std::move(timeline);
+  if (!v.rank_timeline.empty()) {
+    json lanes = json::object();
+    for (const auto& [rank, points] : v.rank_timeline) lanes[std::to_string(rank)] = downsample_timeline(points);
+    j["rank_timeline"] = std::move(lanes);
+  }
   json peak = json::object();
   for (const auto& [device, bytes] : v.peak) peak[std::to_string(device)] = bytes;
   j["peak"] = std::move(peak);
@@ -371,7 +377,7 @@ void from_json(const json& j, JobResult& v) {
     v.status = *st;
   });
   get(j, "message", v.message); get(j, "start", v.start); get(j, "duration", v.duration);
-  get_list(j, "command", v.command); get(j, "gpu", v.gpu);
+  get_list(j, "command", v.command); get(j, "gpu", v.gpu); get_list(j, "gpus", v.gpus);
   get_list(j, "attempts", v.attempts); get_list(j, "verdicts", v.verdicts); get_list(j, "faults", v.faults);
   v.timeline.clear();
   if (const json* t = member(j, "timeline")) {
@@ -383,6 +389,22 @@ void from_json(const json& j, JobResult& v) {
         const json& points = item.value();
         within(key, [&] {
           auto& out = v.timeline[device_key(key)];
+          if (!points.is_array()) throw FieldError("", "expected an array of points");
+          for (size_t i = 0; i < points.size(); ++i)
+            within("[" + std::to_string(i) + "]", [&] { out.push_back(points[i].get<TimelinePoint>()); });
+        });
+      }
+    });
+  }
+  v.rank_timeline.clear();
+  if (const json* t = member(j, "rank_timeline")) {
+    within("rank_timeline", [&] {
+      if (!t->is_object()) throw FieldError("", "expected an object keyed by rank");
+      for (const auto& item : t->items()) {
+        const std::string key = item.key();
+        const json& points = item.value();
+        within(key, [&] {
+          auto& out = v.rank_timeline[device_key(key)];
           if (!points.is_array()) throw FieldError("", "expected an array of points");
           for (size_t i = 0; i < points.size(); ++i)
             within("[" + std::to_string(i) + "]", [&] { out.push_back(points[i].get<TimelinePoint>()); });

@@ -21,6 +21,8 @@
 #           reservation of the same size, and what PyTorch can allocate at once beside each (issue 19)
 #   probecost only when named: the Python probe's cost per step on the GPU, its .item() wait told apart
 #           (bench/python/probe_overhead.py --device cuda)
+#   ranks2gpu only when named, on a machine with 2 GPUs or more: tests/gpu/ranks2gpu.yaml with --gpus 0,1 (one
+#           GPU per rank, NCCL, a real hang), judged by tests/gpu/ranks2gpu.py (docs/distributed.md)
 #   pytests only when named: the Python probe's and recovery code's unit tests with this machine's PyTorch,
 #           on the CPU, in the background until the timing phases (CI runs them on every change with
 #           Debian's PyTorch; here they took 177-279 s and held the timing phases back by 35-90 s)
@@ -31,7 +33,7 @@
 #           history on and off, and the history's per-step cost; its log also lands in $OUT/explaingpu.log
 #
 #   PHASE: build pytests virtual ecosystem ctest injector libtorch probe fidelity-caps selftest demo armed reservation reservesuite
-#          fidelity-reserve compat drivercalls shimbench runnerbench packing throughput
+#          fidelity-reserve compat drivercalls shimbench runnerbench packing throughput ranks2gpu
 #   (no PHASE: all but pytests, in that order; named phases of one wave still run at once)
 #
 # Measured on the H100 (2026-11-22): the whole run took 523 s in one call (build 58 s, waves 26 s and 47 s,
@@ -60,9 +62,9 @@ inject=$build/injector/liboomharness_inject.so
 summary=$work/summary.txt
 budget=${RUN_ALL_BUDGET:-575}
 all_phases="build pytests virtual ecosystem ctest injector libtorch probe fidelity-caps selftest demo armed reservation reservesuite fidelity-reserve
-            compat drivercalls shimbench runnerbench packing throughput scale virtualsuite sweep budget explain fragment probecost explaingpu"
+            compat drivercalls shimbench runnerbench packing throughput scale virtualsuite sweep budget explain fragment probecost explaingpu ranks2gpu"
 phases=${*:-${all_phases/pytests virtual ecosystem /}}
-[ $# -eq 0 ] && phases=${phases/ scale virtualsuite sweep budget explain fragment probecost explaingpu/}  # by name only
+[ $# -eq 0 ] && phases=${phases/ scale virtualsuite sweep budget explain fragment probecost explaingpu ranks2gpu/}  # by name only
 wave1="ctest injector libtorch probe fidelity-caps"
 wave2="selftest demo armed"
 timing="drivercalls shimbench runnerbench packing throughput scale"
@@ -71,7 +73,7 @@ timing="drivercalls shimbench runnerbench packing throughput scale"
 # little over; the budget check uses them.
 declare -A EST=([build]=80 [pytests]=200 [virtual]=240 [ecosystem]=200 [ctest]=60 [injector]=30 [libtorch]=30 [probe]=40 [fidelity-caps]=30
                 [selftest]=60 [demo]=60 [armed]=60 [reservation]=55 [reservesuite]=30 [fidelity-reserve]=20 [throughput]=145
-                [packing]=150 [drivercalls]=35 [shimbench]=30 [runnerbench]=10 [compat]=5 [scale]=200 [virtualsuite]=120 [sweep]=120 [budget]=120 [explain]=5 [fragment]=60 [probecost]=90 [explaingpu]=150)
+                [packing]=150 [drivercalls]=35 [shimbench]=30 [runnerbench]=10 [compat]=5 [scale]=200 [virtualsuite]=120 [sweep]=120 [budget]=120 [explain]=5 [fragment]=60 [probecost]=90 [explaingpu]=150 [ranks2gpu]=120)
 
 # RE2 (Debian's libre2-dev) is not on the GPU machine, where nothing can be installed: carry Debian's two
 # packages in .re2/ (`apt-get download libre2-9 libre2-dev`, name .re2 in the device call's carry) and they
@@ -213,6 +215,11 @@ run_phase() {  # run_phase NAME: the phase's command, its output to stdout
       "$bin" budget --batch-under 8GiB --cap-counts footprint --max-batch 64 --target-step 2 --timeout 180s \
         --name fidelity-step --out "$work/budget" -- python3 "$root/bench/gpu/fidelity_step.py" --batch '{batch}'
       local rc=$?; cat "$work/budget/budget.json" 2>/dev/null | head -c 3000; return $rc ;;
+    ranks2gpu)  # issue 15: one GPU per rank; exit 1 from the run is expected (too-many-ranks is an error)
+      "$bin" run "$root/tests/gpu/ranks2gpu.yaml" --gpus 0,1 --out "$work/ranks2gpu"
+      echo "oomharness run exited $?"
+      cp "$work/ranks2gpu/results.json" "$out/ranks2gpu-results.json" 2>/dev/null
+      python3 "$root/tests/gpu/ranks2gpu.py" "$work/ranks2gpu/results.json" ;;
     explain) "$bin" explain "$work/self-test/results.json" ;;  # issue 19: the findings of the GPU self-test
     fragment) fragment_suite ;;
     probecost)  # issue 19: the probe's cost per step on the GPU, its .item() wait told apart

@@ -71,6 +71,92 @@ TEST(MergeRanks, AFailureOutranksAStopByTheRunner) {
   EXPECT_EQ(a.exit_code, 7);
 }
 
+// Note [Checkpoints per rank]: after the attempt dies of rank 1's OOM, every rank must resume from the
+// checkpoint (rank 0 saved it; both load it); a rank that starts from scratch fails the job, named.
+TEST(CheckpointResume, EveryRankMustResume) {
+  auto attempt = [](std::vector<TraceBuilder> ranks, int index) {
+    std::vector<Attempt> per_rank;
+    for (auto& b : ranks) per_rank.push_back(b.build().attempts.at(0));
+    Attempt a = merge_ranks(std::move(per_rank));
+    a.index = index;
+    return a;
+  };
+  TraceBuilder saver, dies;
+  saver.attempt().step(1).step(2).save("ckpt.pt", 2).step(3).exit(1);  // its peer closed the connection
+  dies.attempt().step(1).step(2).step(3).oom(4, 64, /*caught=*/false).exit(1);
+  auto resumes = [] {
+    TraceBuilder b;
+    b.attempt().load("ckpt.pt", 2).step(3).step(4).step(5).exit(0);
+    return b;
+  };
+  TraceBuilder scratch;
+  scratch.attempt().step(1).step(2).step(3).step(4).step(5).exit(0);
+
+  Trace good;
+  good.attempts = {attempt({saver, dies}, 0), attempt({resumes(), resumes()}, 1)};
+  good.target_step = 5;
+  Verdict v = check("checkpoint_resume", good);
+  EXPECT_EQ(v.status, VerdictStatus::pass) << v.reason;
+  EXPECT_THAT(v.reason, HasSubstr("every rank resumed"));
+
+  Trace bad = good;
+  bad.attempts[1] = attempt({resumes(), scratch}, 1);
+  v = check("checkpoint_resume", bad);
+  EXPECT_EQ(v.status, VerdictStatus::fail) << v.reason;
+  EXPECT_THAT(v.reason, HasSubstr("rank 1: attempt 2 started from scratch"));
+}
+
+// Note [Ranks seen in events]: a job that starts torchrun itself is one process to the runner; its ranks'
+// probes tag their events with RANK, and the attempt is folded as if the runner had run the ranks.
+TEST(SplitRanksFromEvents, ATorchrunJobIsJudgedRankByRank) {
+  auto ev = [](double t, int pid, const std::string& src, const std::string& kind, nlohmann::json f) {
+    Event e;
+    e.t = t;
+    e.pid = pid;
+    e.src = src;
+    e.kind = kind;
+    e.fields = std::move(f);
+    return e;
+  };
+  Attempt a;
+  a.start = 0;
+  a.end = 20;
+  a.end_kind = AttemptEnd::exited;
+  a.exit_code = 1;  // torchrun's: a child failed
+  a.log_path = "/o/attempt-0.log";
+  a.events = {ev(0, 10, "runner", "attempt_start", {{"attempt", 0}}),
+              ev(1, 10, "shim", "shim_start", nlohmann::json::object()),  // torchrun itself: no rank
+              ev(2, 11, "probe", "step", {{"step", 1}, {"batch_size", 64}, {"rank", 0}}),
+              ev(2, 12, "probe", "step", {{"step", 1}, {"batch_size", 64}, {"rank", 1}}),
+              ev(3, 11, "probe", "step", {{"step", 2}, {"batch_size", 64}, {"rank", 0}}),
+              ev(3, 12, "shim", "inject", {{"entry", "cuMemAlloc_v2"}, {"size", 1 << 20}}),
+              ev(4, 12, "probe", "oom", {{"step", 2}, {"batch_size", 64}, {"phase", "forward"}, {"caught", false}, {"rank", 1}}),
+              ev(5, 11, "probe", "step", {{"step", 3}, {"batch_size", 64}, {"rank", 0}}),
+              ev(20, 10, "runner", "attempt_exit", {{"code", 1}})};
+  Attempt untouched = a;
+  std::erase_if(untouched.events, [](const Event& e) { return rank_of(e) == 1; });  // one rank seen: nothing to split
+  EXPECT_FALSE(split_ranks_from_events(untouched));
+  EXPECT_TRUE(untouched.ranks.empty());
+
+  ASSERT_TRUE(split_ranks_from_events(a));
+  ASSERT_EQ(a.ranks.size(), 2u);
+  EXPECT_EQ(rank_of(a.events[5]), 1) << "the shim's inject in rank 1's process";
+  EXPECT_EQ(rank_of(a.events[1]), -1) << "torchrun's own process is no rank";
+  EXPECT_EQ(rank_of(a.events[0]), -1);
+  EXPECT_EQ(a.ranks[0].last_step, 3);
+  EXPECT_EQ(a.ranks[1].last_step, 1);
+  EXPECT_FALSE(a.ranks[0].ended_by_oom);
+  EXPECT_TRUE(a.ranks[1].ended_by_oom);
+  EXPECT_EQ(a.ranks[1].log_path, "/o/attempt-0.log");
+  EXPECT_FALSE(split_ranks_from_events(a)) << "twice is once";
+  Trace t;
+  t.attempts.push_back(a);
+  t.target_step = 3;
+  Verdict completes = check("completes", t, 3);
+  EXPECT_EQ(completes.status, VerdictStatus::fail) << completes.reason;
+  EXPECT_THAT(completes.reason, HasSubstr("rank 1 stopped at step 1 of 3"));
+}
+
 constexpr const char* kStacks =
     "Thread 0x00007f5e9affd6c0 (most recent call first):\n"
     "  File \"/x/ddp_train.py\", line 75 in heartbeat\n"

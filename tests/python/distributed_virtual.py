@@ -1,6 +1,8 @@
 """Distributed jobs (issue 15, docs/distributed.md), end to end through `oomharness run`:
 
-1. tests/python/distributed_ranks.yaml (plain shell ranks, no torch): each rank gets RANK, LOCAL_RANK,
+1. tests/python/distributed_ranks.yaml (plain shell ranks, no torch), then one GPU per rank through the CLI
+   with a fake nvidia-smi listing three GPUs (`--gpus 2,0`: each rank sees "2,0" and its LOCAL_RANK; a
+   3-rank job is an error). tests/python/distributed_ranks.yaml: each rank gets RANK, LOCAL_RANK,
    WORLD_SIZE, MASTER_ADDR and one shared free MASTER_PORT; a job whose rank 1 died of an OOM fails `exit`
    and `completes` although rank 0 finished; a rank that ignores SIGTERM and SIGUSR1 and never exits is
    found hung and killed within the stall limit plus 2 s.
@@ -100,6 +102,39 @@ if j:
            "restart: every rank of each attempt %s" % [a.get("ranks") for a in attempts])
     expect(all(os.path.exists(os.path.join(os.path.dirname(attempts[0]["ranks"][0]["log_path"]), "attempt-1.rank%d.log" % k))
                for k in (0, 1)) if attempts and attempts[0].get("ranks") else False, "restart: attempt 2 did not start both ranks")
+
+# ---- 1b. one GPU per rank, through the CLI, on a made-up machine of three GPUs ---------------------------
+# A fake nvidia-smi on PATH lists GPUs 0, 1 and 2 (Note [One GPU per rank]); no job here touches CUDA.
+fake_bin = os.path.join(out, "fake-smi")
+os.makedirs(fake_bin, exist_ok=True)
+with open(os.path.join(fake_bin, "nvidia-smi"), "w") as f:
+    f.write("#!/bin/sh\ncase \"$*\" in\n"
+            "  *--query-gpu*) printf '0, 81559, 0, Fake GPU, 1.0\\n1, 81559, 0, Fake GPU, 1.0\\n2, 81559, 0, Fake GPU, 1.0\\n' ;;\n"
+            "  *) echo '| NVIDIA-SMI 1.0   Driver Version: 1.0   CUDA Version: 13.0 |' ;;\nesac\n")
+os.chmod(os.path.join(fake_bin, "nvidia-smi"), 0o755)
+gpu_suite = os.path.join(out, "gpu-per-rank.yaml")
+with open(gpu_suite, "w") as f:
+    f.write("version: 1\nname: gpu-per-rank\ndefaults: {probe: none, shell: true, timeout: 30s}\njobs:\n"
+            "  - name: two\n    ranks: 2\n"
+            "    run: echo \"rank $RANK local $LOCAL_RANK cvd $CUDA_VISIBLE_DEVICES nvls $NCCL_NVLS_ENABLE\"\n"
+            "    expect: [exit: 0]\n"
+            "  - name: three\n    ranks: 3\n    run: \"true\"\n    expect: [exit: 0]\n")
+saved_path = env["PATH"]
+env["PATH"] = fake_bin + os.pathsep + saved_path
+proc, jobs = run(gpu_suite, os.path.join(out, "gpu-per-rank"), ["--gpus", "2,0"])
+env["PATH"] = saved_path
+j = jobs.get("two", {})
+expect(j.get("status") == "passed" and j.get("gpu") == 2 and j.get("gpus") == [2, 0],
+       "gpu-per-rank two: %s gpu=%s gpus=%s" % (j.get("status"), j.get("gpu"), j.get("gpus")))
+for r in (j.get("attempts") or [{}])[0].get("ranks", []):
+    with open(r["log_path"]) as f:
+        line = f.read().strip()
+    want_line = "rank %d local %d cvd 2,0 nvls 0" % (r["rank"], r["rank"])
+    expect(line == want_line, "gpu-per-rank two: rank %d printed %r, not %r" % (r["rank"], line, want_line))
+j = jobs.get("three", {})
+expect(j.get("status") == "error" and j.get("message") == "ranks: 3 needs one GPU per rank, and this run has 2 GPUs "
+       "(choose them with --gpus, or give the job fewer ranks)" and not j.get("attempts"),
+       "gpu-per-rank three: %s %r" % (j.get("status"), j.get("message")))
 
 # ---- 2. DDP on the virtual device -----------------------------------------------------------------------
 try:

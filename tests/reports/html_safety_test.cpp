@@ -157,5 +157,32 @@ TEST(Html, HeadlineSaysNothingWasTestedAndIsNeverGreenThen) {
   EXPECT_NE(render_html(test::load_fixture("run.json")).find("<p class=\"headline h-fail\">"), std::string::npos);
 }
 
+// Issue 15: a job with ranks gets one memory line per rank (rank_timeline), not the per-device timeline in
+// which the ranks' figures mix; results.json keeps both, and reads rank_timeline back.
+TEST(Html, OneMemoryLinePerRank) {
+  RunResult run;
+  run.suites.push_back({"s", "s.yaml", 0, 1, {}});
+  JobResult job;
+  job.name = "ddp";
+  job.status = JobStatus::passed;
+  job.duration = 3;
+  job.timeline[0] = {{0.5, 100, 0, 1}, {1.0, 300, 0, 1}, {1.5, 120, 0, 2}};  // ranks 0 and 1 interleaved
+  job.rank_timeline[0] = {{0.5, 100, 1000, 1}, {1.5, 120, 1000, 2}};
+  job.rank_timeline[1] = {{1.0, 300, 1000, 1}, {2.0, 320, 1000, 2}};
+  run.suites[0].jobs = {job};
+  const std::string html = render_html(run);
+  EXPECT_NE(html.find("<title>held, rank 0</title>"), std::string::npos);
+  EXPECT_NE(html.find("<title>held, rank 1</title>"), std::string::npos);
+  EXPECT_NE(html.find("<title>cap, rank 1</title>"), std::string::npos);
+  EXPECT_NE(html.find("</i>held, rank 1</span>"), std::string::npos);
+  EXPECT_EQ(html.find("held, GPU"), std::string::npos) << "the mixed per-device line must not be drawn";
+  auto back = parse_results(render_json(run), "results.json");
+  ASSERT_TRUE(back) << back.error();
+  ASSERT_EQ(back.value().suites.at(0).jobs.at(0).rank_timeline.size(), 2u);
+  EXPECT_EQ(back.value().suites[0].jobs[0].rank_timeline.at(1).at(1).held, 320u);
+  run.suites[0].jobs[0].rank_timeline.clear();  // a job without ranks: per device, as before
+  EXPECT_NE(render_html(run).find("<title>held, GPU 0</title>"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace oomh

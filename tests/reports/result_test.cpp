@@ -268,6 +268,9 @@ TEST(Results, RanksOfMarkersRoundTripAndGetPerfettoLanes) {
   job.attempts.push_back(a);
   job.markers = {{1, 0, "step", "step 1", 0}, {1.1, 0, "step", "step 1", 1}, {2, 0, "step", "step 2", 0},
                  {2.5, 0, "oom", "OOM at step 2", 1}, {3, 0, "restart", "x", std::nullopt}};
+  job.timeline[0] = {{1, 100, 0, 1}, {1.1, 300, 0, 1}};  // the ranks' samples, mixed
+  job.rank_timeline[0] = {{1, 100, 0, 1}};
+  job.rank_timeline[1] = {{1.1, 300, 0, 1}};
   suite.jobs.push_back(job);
   run.suites.push_back(suite);
 
@@ -284,7 +287,9 @@ TEST(Results, RanksOfMarkersRoundTripAndGetPerfettoLanes) {
   json trace = json::parse(render_perfetto(run));
   std::map<int, std::string> lanes;
   std::map<int, int> slices;  // tid -> step slices
+  std::map<std::string, int> counters;  // name -> points
   for (const json& e : trace["traceEvents"]) {
+    if (e["ph"] == "C") ++counters[e["name"].get<std::string>()];
     if (e["ph"] == "M" && e["name"] == "thread_name") lanes[e["tid"].get<int>()] = e["args"]["name"];
     if (e["ph"] == "X" && e["cat"] == "step") ++slices[e["tid"].get<int>()];
     if (e["ph"] == "i" && e["cat"] == "oom") EXPECT_EQ(lanes.at(e["tid"].get<int>()), "rank 1 events");
@@ -294,6 +299,8 @@ TEST(Results, RanksOfMarkersRoundTripAndGetPerfettoLanes) {
   EXPECT_EQ(slices[10], 2);  // rank 0's steps 1 and 2
   EXPECT_EQ(slices[12], 1);  // rank 1's step 1
   EXPECT_EQ(slices[2], 0);   // nothing on the job-wide steps lane
+  // One memory counter per rank, not the per-device one that mixes them.
+  EXPECT_EQ(counters, (std::map<std::string, int>{{"rank 0 memory", 1}, {"rank 1 memory", 1}}));
 }
 
 }  // namespace

@@ -92,6 +92,28 @@ std::vector<FaultRecord> fault_records(const Trace& trace, double job_start) {
   return out;
 }
 
+std::map<int, std::vector<TimelinePoint>> rank_timeline(const Trace& trace, double job_start, size_t max_points) {
+  // One sample tick of a rank reads all its devices at one t: those are summed into one point.
+  std::map<int, std::map<double, TimelinePoint>> per_rank;
+  for (const Attempt& a : trace.attempts)
+    for (const MemorySample& s : a.samples) {
+      if (s.rank < 0) continue;
+      TimelinePoint& p = per_rank[s.rank][s.t];
+      p.t = s.t - job_start;
+      p.held += s.held;
+      p.cap = std::max(p.cap, s.cap);
+      p.step = s.step;
+    }
+  std::map<int, std::vector<TimelinePoint>> out;
+  if (max_points == 0) return out;
+  for (auto& [rank, by_t] : per_rank) {
+    std::vector<TimelinePoint> points;
+    for (auto& [t, p] : by_t) points.push_back(p);
+    out[rank] = downsample_timeline(points, max_points);
+  }
+  return out;
+}
+
 std::map<int, std::vector<TimelinePoint>> memory_timeline(const Trace& trace, double job_start, size_t max_points) {
   std::map<int, std::vector<const MemorySample*>> per_device;
   for (const Attempt& a : trace.attempts)
@@ -288,6 +310,7 @@ JobResult build_job_result(const std::string& display_name, const JobOutcome& ou
   r.duration = outcome.end > job_start ? outcome.end - job_start : 0;
   r.command = outcome.argv;
   r.gpu = outcome.gpu;
+  r.gpus = outcome.gpus;
   // Warnings in a job's results, the terminal and every report: a cut log or skipped event lines must not
   // be findable only in the trace. The same warning from many processes is said once.
   size_t more_warnings = 0;
@@ -332,6 +355,7 @@ JobResult build_job_result(const std::string& display_name, const JobOutcome& ou
       if (job_start > 0 && e.t >= job_start) e.t -= job_start;
   r.faults = fault_records(trace, job_start);
   r.timeline = memory_timeline(trace, job_start);
+  r.rank_timeline = rank_timeline(trace, job_start);
   r.peak = peaks(trace);
   r.markers = markers(trace, job_start);
   r.recovery_seconds = recovery_seconds(trace);

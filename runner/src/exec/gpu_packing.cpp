@@ -29,11 +29,12 @@ GpuPacker::GpuPacker(std::vector<GpuInfo> gpus, uint64_t margin) {
   }
 }
 
-std::optional<Placement> GpuPacker::place(const GpuNeed& need) {
+std::optional<Placement> GpuPacker::place(const GpuNeed& need, const std::vector<int>& taken) {
   if (slots_.empty()) return Placement{};
   bool fits_somewhere = std::any_of(slots_.begin(), slots_.end(), [&](const Slot& s) { return need.bytes <= s.capacity; });
   bool exclusive = need.exclusive || !fits_somewhere;
   for (Slot& s : slots_) {
+    if (std::find(taken.begin(), taken.end(), s.info.index) != taken.end()) continue;
     if (exclusive) {
       if (s.jobs != 0) continue;
       s.jobs = 1;
@@ -46,6 +47,27 @@ std::optional<Placement> GpuPacker::place(const GpuNeed& need) {
     return Placement{s.info.index, need.bytes, false};
   }
   return std::nullopt;
+}
+
+std::optional<std::vector<Placement>> GpuPacker::place_each(const GpuNeed& need, size_t count) {
+  if (slots_.empty() || count <= 1) {
+    auto p = place(need);
+    if (!p) return std::nullopt;
+    return std::vector<Placement>{*p};
+  }
+  if (count > slots_.size()) return std::nullopt;
+  std::vector<Placement> out;
+  std::vector<int> taken;
+  for (size_t k = 0; k < count; ++k) {
+    std::optional<Placement> p = place(need, taken);
+    if (!p) {
+      for (const Placement& q : out) release(q);
+      return std::nullopt;
+    }
+    taken.push_back(*p->gpu);
+    out.push_back(*p);
+  }
+  return out;
 }
 
 void GpuPacker::release(const Placement& p) {

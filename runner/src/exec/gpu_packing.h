@@ -13,6 +13,16 @@
 // need does not fit any GPU even when empty (otherwise it would wait forever). Jobs are placed in suite
 // order (first come, first served): a job that does not fit waits until running jobs give their memory
 // back, and no later job overtakes it, so a big job is never starved by a stream of small ones. Without GPUs every job runs without CUDA_VISIBLE_DEVICES.
+//
+// Note [One GPU per rank]
+// A job with `ranks: N` on GPUs gets N distinct GPUs, placed together or not at all (it waits until N fit),
+// each with the job's need: a cap is per rank (each rank's shim counts its own bytes), so rank k's GPU must
+// hold one rank's cap, not the job's. Every rank sees all N (CUDA_VISIBLE_DEVICES=a,b in rank order) and
+// LOCAL_RANK=k, as under torchrun, where scripts call torch.cuda.set_device(LOCAL_RANK): rank k's device k
+// is the k-th GPU placed. (A CUDA_VISIBLE_DEVICES of one GPU per rank would break those scripts: device 1
+// would not exist for rank 1.) A script that leaves every rank on cuda:0 puts N caps on the first GPU, which
+// the packer did not count: docs/distributed.md says so. A job with more ranks than the run has GPUs is an
+// error (NCCL refuses two ranks on one GPU), not a wait. Jobs on the virtual device need no GPU per rank.
 
 #include <cstdint>
 #include <optional>
@@ -43,8 +53,12 @@ class GpuPacker {
  public:
   GpuPacker(std::vector<GpuInfo> gpus, uint64_t margin);
   bool has_gpus() const { return !slots_.empty(); }
-  // A place for `need` now, or nullopt when it has to wait.
-  std::optional<Placement> place(const GpuNeed& need);
+  size_t gpu_count() const { return slots_.size(); }
+  // A place for `need` now, on none of the GPUs `taken`, or nullopt when it has to wait.
+  std::optional<Placement> place(const GpuNeed& need, const std::vector<int>& taken = {});
+  // `count` places on distinct GPUs, all now or none (Note [One GPU per rank]); without GPUs one place
+  // without a GPU. nullopt when they have to wait, and always when count exceeds gpu_count().
+  std::optional<std::vector<Placement>> place_each(const GpuNeed& need, size_t count);
   void release(const Placement& p);
 
  private:

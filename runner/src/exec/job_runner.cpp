@@ -320,7 +320,7 @@ struct JobState {
   const JobSpec* spec = nullptr;
   JobOutcome* outcome = nullptr;
   std::unique_ptr<LineObserver> observer;
-  Placement placement;
+  std::vector<Placement> placements;  // one, or one per rank (Note [One GPU per rank] in gpu_packing.h)
   std::string dir;            // <out>/<job>
   std::string cwd;
   int restarts = 0;
@@ -376,7 +376,7 @@ struct JobRunner::Impl {
 
   // Scheduling.
   void schedule();
-  void start_job(JobState& j, const Placement& p);
+  void start_job(JobState& j, std::vector<Placement> p);
   void finish_job(JobState& j);
   void complete_job(JobState& j);
   void progress(JobState& j, JobProgress::State state, const AttemptRun* r = nullptr);
@@ -519,7 +519,17 @@ void JobRunner::Impl::schedule() {
   }
   while (!stopping && !pending.empty() && running < std::max(1, options.jobs)) {
     JobState& j = *jobs[pending.front()];
-    std::optional<Placement> p = packer->place(gpu_need(*j.spec));
+    // Note [One GPU per rank] in gpu_packing.h.
+    size_t gpus_wanted = j.spec->ranks > 1 && j.spec->device != DeviceChoice::virtual_device ? static_cast<size_t>(j.spec->ranks) : 1;
+    if (packer->has_gpus() && gpus_wanted > packer->gpu_count()) {
+      pending.pop_front();
+      j.outcome->error = "ranks: " + std::to_string(j.spec->ranks) + " needs one GPU per rank, and this run has " +
+                         std::to_string(packer->gpu_count()) + (packer->gpu_count() == 1 ? " GPU" : " GPUs") +
+                         " (choose them with --gpus, or give the job fewer ranks)";
+      complete_job(j);
+      continue;
+    }
+    std::optional<std::vector<Placement>> p = packer->place_each(gpu_need(*j.spec), gpus_wanted);
     if (!p) {
       if (!j.waiting_reported) {
         j.waiting_reported = true;
@@ -528,7 +538,7 @@ void JobRunner::Impl::schedule() {
       break;
     }
     pending.pop_front();
-    start_job(j, *p);
+    start_job(j, std::move(*p));
   }
   if (finished_count == jobs.size()) {
     sample_timer->cancel();
@@ -536,10 +546,12 @@ void JobRunner::Impl::schedule() {
   }
 }
 
-void JobRunner::Impl::start_job(JobState& j, const Placement& p) {
+void JobRunner::Impl::start_job(JobState& j, std::vector<Placement> p) {
   ++running;
-  j.placement = p;
-  j.outcome->gpu = p.gpu;
+  j.placements = std::move(p);
+  j.outcome->gpu = j.placements.front().gpu;
+  if (j.placements.size() > 1)
+    for (const Placement& q : j.placements) j.outcome->gpus.push_back(*q.gpu);
   j.outcome->start = now();
   j.dir = (fs::path(options.out_dir.empty() ? "." : options.out_dir) / job_dir_name(j.spec->name)).string();
   std::error_code fec;
@@ -564,6 +576,13 @@ void JobRunner::Impl::start_job(JobState& j, const Placement& p) {
   }
   for (const ExpectSpec& e : j.spec->expect)
     if (const PolicyInfo* policy = find_policy(e.policy); policy && wants_reference(*policy, e.args)) j.want_reference = true;
+  if ((j.spec->memory.reserve > 0 || j.spec->memory.leave) && j.placements.size() > 1) {
+    // The sidecar holds memory on one GPU; the ranks have one each (Note [One GPU per rank]).
+    j.outcome->error = "memory.reserve and memory.leave hold memory on one GPU, and this job's " + std::to_string(j.spec->ranks) +
+                       " ranks have one GPU each: not supported yet";
+    finish_job(j);
+    return;
+  }
   if (j.spec->memory.reserve > 0 || j.spec->memory.leave) start_sidecar(j);
   else start_attempt(j, false);
 }
@@ -586,7 +605,7 @@ void JobRunner::Impl::complete_job(JobState& j) {
   j.observer.reset();
   bool was_started = j.outcome->start != 0;
   if (was_started) {
-    packer->release(j.placement);
+    for (const Placement& q : j.placements) packer->release(q);
     --running;
     j.outcome->end = now();
   }
@@ -713,7 +732,8 @@ void JobRunner::Impl::launch_rank(JobState& j, bool reference, int n, int rank, 
   actx.plan_json = j.spec->plan(r.attempt.faults_enabled).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   actx.flush_steps = j.spec->flush_steps(r.attempt.faults_enabled);
   actx.workdir = work;
-  actx.gpu = j.placement.gpu;
+  for (const Placement& q : j.placements)
+    if (q.gpu) actx.gpus.push_back(*q.gpu);
   actx.threads = threads_each;
   if (rank >= 0) {
     actx.rank = rank;
@@ -1103,6 +1123,7 @@ void JobRunner::Impl::finish_attempt(AttemptRun& r) {
     for (RankEnd& re : merged.ranks) re.stacks = j.stacks[static_cast<size_t>(re.rank)];
     into.push_back(std::move(merged));
   } else {
+    split_ranks_from_events(a);  // a job that starts torchrun itself (Note [Ranks seen in events])
     into.push_back(std::move(a));
   }
   after_attempt(j, into.back(), reference);
@@ -1174,6 +1195,7 @@ void JobRunner::Impl::sample(AttemptRun& r, bool last) {
     s.peak = c.peak.load(std::memory_order_relaxed);
     s.cap = c.cap.load(std::memory_order_relaxed);
     s.step = step;
+    s.rank = r.rank;
     if (s.peak == 0 && s.cap == 0 && c.alloc_calls.load(std::memory_order_relaxed) == 0) continue;
     out.push_back(s);
   }
@@ -1199,7 +1221,7 @@ void JobRunner::Impl::start_sidecar(JobState& j) {
     args.insert(args.end(), {"--chunk", std::to_string(*j.spec->memory.reserve_chunk), "--fragment"});
   }
   std::string program = options.paths.reserve_program;
-  std::vector<std::string> env = sidecar_environment(*j.spec, options.paths, j.placement.gpu);
+  std::vector<std::string> env = sidecar_environment(*j.spec, options.paths, j.placements.front().gpu);
   std::string log = (fs::path(j.dir) / "reserve.log").string();
   bp::posix::default_launcher launcher;
   boost::system::error_code ec;

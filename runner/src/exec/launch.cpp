@@ -101,7 +101,17 @@ std::vector<std::string> job_environment(const JobSpec& job, const HarnessPaths&
     env["OOMH_STACKS"] = ctx.stacks_path;
   }
   prepend_path(env, "LD_LIBRARY_PATH", paths.driver_library_dir);
-  if (ctx.gpu && job.device != DeviceChoice::virtual_device) env["CUDA_VISIBLE_DEVICES"] = std::to_string(*ctx.gpu);
+  if (!ctx.gpus.empty() && job.device != DeviceChoice::virtual_device) {
+    // Note [One GPU per rank] in gpu_packing.h: every rank sees every rank's GPU; LOCAL_RANK picks its own.
+    std::string visible;
+    for (int g : ctx.gpus) visible += (visible.empty() ? "" : ",") + std::to_string(g);
+    env["CUDA_VISIBLE_DEVICES"] = visible;
+  }
+  // Note [NVLink multicast off]
+  // NCCL's NVLS algorithms (NVLink SHARP, multicast objects) fail or hang on machines whose fabric manager
+  // or driver does not offer multicast, which includes the GPU machines this project is tested on (their
+  // notes ask for it off). A job that sets NCCL_NVLS_ENABLE itself, or whose runner has it set, keeps that.
+  env.try_emplace("NCCL_NVLS_ENABLE", std::string("0"));
   if (ctx.threads) env.try_emplace("OMP_NUM_THREADS", std::to_string(*ctx.threads));  // Note [CPU share of packed jobs]
   return flatten(env);
 }

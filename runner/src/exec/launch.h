@@ -23,7 +23,7 @@ struct AttemptContext {
   std::string plan_json;      // OOMH_PLAN (the JSON text)
   std::vector<int64_t> flush_steps;  // OOMH_FLUSH_AT_STEPS (JobSpec::flush_steps of the same plan)
   std::string workdir;        // {workdir}
-  std::optional<int> gpu;     // CUDA_VISIBLE_DEVICES
+  std::vector<int> gpus;      // CUDA_VISIBLE_DEVICES: the job's GPU, or each rank's in rank order
   std::optional<int> threads; // OMP_NUM_THREADS, unless the job's env or the runner's already sets it
   // A job with ranks > 1 (Note [Ranks] in trace.h): this process's rank; RANK, LOCAL_RANK, WORLD_SIZE,
   // MASTER_ADDR (127.0.0.1) and MASTER_PORT, as torchrun sets them, and OOMH_STACKS, the file the probe

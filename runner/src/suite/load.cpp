@@ -50,10 +50,16 @@ const std::vector<std::string> top_keys = {"version", "name", "backend", "defaul
 const std::vector<std::string> job_keys = {"name", "run", "shell", "cwd", "env", "timeout", "grace", "probe", "device",
                                            "observe", "memory", "faults", "restart", "expect", "target_step",
                                            "ranks", "sweep"};
-const std::vector<std::string> memory_keys = {"limit", "counts", "schedule", "reserve", "leave", "reserve_chunk", "snapshot"};
+const std::vector<std::string> memory_keys = {"limit", "counts", "schedule", "reserve", "leave", "reserve_chunk", "snapshot", "per"};
+// What a cap bounds: `rank`, each process of a job with ranks on its own (the only one there is, and what a
+// job without ranks has); `job`, the ranks together, is named so that asking for it gets a clear refusal.
+const std::vector<std::string> cap_scopes = {"rank", "job"};
 const std::vector<std::string> schedule_keys = {"at", "limit"};
 const std::vector<std::string> at_keys = {"step", "after"};
-const std::vector<std::string> restart_keys = {"max", "on", "clear_faults"};
+const std::vector<std::string> restart_keys = {"max", "on", "clear_faults", "scope"};
+// `scope: all` restarts every rank of an attempt together (torchelastic's behaviour, and the only one there
+// is); `rank`, restarting the failed rank alone, is named so that asking for it gets a clear refusal.
+const std::vector<std::string> restart_scopes = {"all", "rank"};
 const std::vector<std::string> restart_reasons = {"oom", "nonzero", "signal", "any"};
 const std::vector<std::string> probe_modes = {"auto", "python", "none"};
 const std::vector<std::string> sweep_keys = {"step", "modes", "transient_times"};
@@ -542,6 +548,12 @@ void Loader::read_memory(Partial& p, const Entry& e, const Field& f) {
         chunk.reset();
       }
     } else if (v.key == "snapshot") p.fields.memory.snapshot = r_.boolean(v, vf);
+    else if (v.key == "per") {
+      auto per = r_.choice(v.value, v.value_at, vf, cap_scopes, "cap scope");
+      if (per && *per == "job")
+        d_.error(v.value_at, vf.str() + ": a cap for the job's ranks together is not supported: each rank's shim counts its "
+                                        "own bytes against `limit`; give each rank its share of the job's memory (`per: rank`)");
+    }
     else if (v.key == "schedule") {
       auto items = r_.list(v.value, v.value_at, vf);
       if (!items) continue;
@@ -641,6 +653,11 @@ void Loader::read_restart(Partial& p, const Entry& e, const Field& f) {
       }
     } else if (v.key == "clear_faults") {
       p.fields.restart.clear_faults = r_.boolean(v, vf);
+    } else if (v.key == "scope") {
+      auto scope = r_.choice(v.value, v.value_at, vf, restart_scopes, "restart scope");
+      if (scope && *scope == "rank")
+        d_.error(v.value_at, vf.str() + ": restarting one rank alone is not supported (its peers would wait in a collective "
+                                        "for a process that starts over); 'all' restarts every rank together");
     } else {
       std::vector<YAML::Node> reasons;
       if (v.value.IsSequence()) for (const auto& n : v.value) reasons.push_back(n);

@@ -211,6 +211,35 @@ TEST(Timeline, DownsampledKeepingThePeakPerDevice) {
   EXPECT_NEAR(timeline[0].front().t, 0.0, 1e-9);
 }
 
+// Issue 15: one line per rank; a rank's devices read at one tick are summed; samples without a rank
+// (a job without ranks) give none.
+TEST(Timeline, PerRankSumsARanksDevicesAtEachTick) {
+  Attempt a = attempt(0, 0, 100, 0, {});
+  auto sample = [&](double t, int rank, int device, uint64_t held, uint64_t cap) {
+    MemorySample s;
+    s.t = kT0 + t;
+    s.rank = rank;
+    s.device = device;
+    s.held = held;
+    s.cap = cap;
+    a.samples.push_back(s);
+  };
+  sample(1, 0, 0, 100, 1000);
+  sample(1, 0, 1, 50, 2000);  // the same tick of rank 0, another device
+  sample(1.5, 1, 0, 300, 1000);
+  sample(2, 0, 0, 120, 1000);
+  auto lanes = rank_timeline(outcome({a}).trace, kT0);
+  ASSERT_EQ(lanes.size(), 2u);
+  ASSERT_EQ(lanes[0].size(), 2u);
+  EXPECT_EQ(lanes[0][0].held, 150u);
+  EXPECT_EQ(lanes[0][0].cap, 2000u);
+  EXPECT_NEAR(lanes[0][0].t, 1.0, 1e-9);
+  ASSERT_EQ(lanes[1].size(), 1u);
+  EXPECT_EQ(lanes[1][0].held, 300u);
+  for (MemorySample& s : a.samples) s.rank = -1;
+  EXPECT_TRUE(rank_timeline(outcome({a}).trace, kT0).empty());
+}
+
 TEST(BuildJobResult, WholeResult) {
   Attempt died = attempt(0, 0, 2, 1, {step(1, 1), step(1.2, 2), inject(1.5, 3), oom(1.6, 3, false),
                                       ev(1.0, "probe", "checkpoint_save", {{"path", "/tmp/c"}, {"step", 2}}),

@@ -371,6 +371,39 @@ TEST_F(JobRunnerTest, PacksCappedJobsOntoAGpuOnlyWhileTheyFit) {
   EXPECT_LE(mixed[0].end, mixed[1].start);
 }
 
+// Note [One GPU per rank]: each rank of a job sees the job's GPUs in rank order and uses its LOCAL_RANK's;
+// a second 2-rank job waits for two free GPUs; a job with more ranks than the run has GPUs is an error.
+TEST_F(JobRunnerTest, GivesEachRankItsOwnGpu) {
+  options.gpu_inventory = std::vector<GpuInfo>{{0, 10 * GiB, 0}, {1, 10 * GiB, 0}, {2, 10 * GiB, 0}};
+  options.jobs = 3;
+  auto ddp = [](const std::string& name, int ranks) {
+    JobSpec j = sh_job(name, "echo cvd=$CUDA_VISIBLE_DEVICES local=$LOCAL_RANK nvls=$NCCL_NVLS_ENABLE; sleep 0.4");
+    j.ranks = ranks;
+    return j;
+  };
+  auto out = run({ddp("a", 2), ddp("b", 2), ddp("c", 4)});
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0].gpu, 0);
+  EXPECT_EQ(out[0].gpus, (std::vector<int>{0, 1}));
+  const Attempt& a = out[0].trace.attempts.at(0);
+  ASSERT_EQ(a.ranks.size(), 2u);
+  EXPECT_NE(read_file(a.ranks[0].log_path).find("cvd=0,1 local=0 nvls=0"), std::string::npos) << read_file(a.ranks[0].log_path);
+  EXPECT_NE(read_file(a.ranks[1].log_path).find("cvd=0,1 local=1 nvls=0"), std::string::npos) << read_file(a.ranks[1].log_path);
+  // Uncapped ranks take their GPUs whole: b cannot start on GPU 2 alone, so it waits for a.
+  EXPECT_LE(out[0].end, out[1].start) << "the second 2-rank job shared a GPU with the first";
+  EXPECT_EQ(out[1].gpus.size(), 2u);
+  EXPECT_TRUE(out[2].trace.attempts.empty());
+  EXPECT_EQ(out[2].error, "ranks: 4 needs one GPU per rank, and this run has 3 GPUs (choose them with --gpus, or give the job fewer ranks)");
+  EXPECT_TRUE(out[2].gpus.empty());
+
+  // The reservation sidecar holds memory on one GPU: with a GPU per rank it is refused, not half-done.
+  JobSpec reserved = ddp("reserved", 2);
+  reserved.memory.reserve = GiB;
+  auto r = run({reserved});
+  EXPECT_NE(r[0].error.find("memory.reserve and memory.leave hold memory on one GPU"), std::string::npos) << r[0].error;
+  EXPECT_TRUE(r[0].trace.attempts.empty());
+}
+
 TEST_F(JobRunnerTest, InterruptFromAnotherThreadStopsEverythingAndLeavesNothing) {
   options.jobs = 2;
   JobSpec stubborn = sh_job("stubborn", "trap '' TERM; echo pid $$; sleep 100");

@@ -114,6 +114,38 @@ TEST(GpuPacker, AJobTooBigForEveryGpuGetsOneToItself) {
   EXPECT_EQ(a->gpu, 3);
 }
 
+// Note [One GPU per rank]: a job's ranks get distinct GPUs, all at once or none.
+TEST(GpuPacker, PlacesEachRankOnItsOwnGpuAllOrNone) {
+  GpuPacker p({{0, 10 * GiB, 0}, {1, 10 * GiB, 0}, {2, 10 * GiB, 0}}, 1 * GiB);  // 9 GiB each
+  auto two = p.place_each({true, 0}, 2);
+  ASSERT_TRUE(two);
+  ASSERT_EQ(two->size(), 2u);
+  EXPECT_EQ((*two)[0].gpu, 0);
+  EXPECT_EQ((*two)[1].gpu, 1);
+  EXPECT_FALSE(p.place_each({true, 0}, 2));  // one GPU left: the job waits, and takes none meanwhile
+  auto one = p.place({true, 0});
+  ASSERT_TRUE(one);
+  EXPECT_EQ(one->gpu, 2);  // still free after the failed place_each
+  p.release(*one);
+  for (const Placement& q : *two) p.release(q);
+  // Capped ranks share GPUs with other capped jobs, one rank per GPU: 3 ranks of 4 GiB (+1 GiB context).
+  auto other = p.place({false, 6 * GiB});
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->gpu, 0);
+  auto three = p.place_each({false, 4 * GiB}, 3);
+  EXPECT_FALSE(three) << "GPU 0 has 3 GiB left, so only two GPUs can take a 5 GiB rank";
+  auto two_capped = p.place_each({false, 4 * GiB}, 2);
+  ASSERT_TRUE(two_capped);
+  EXPECT_EQ((*two_capped)[0].gpu, 1);
+  EXPECT_EQ((*two_capped)[1].gpu, 2);
+  EXPECT_FALSE(p.place_each({true, 0}, 4));  // more ranks than GPUs: never
+  GpuPacker none({}, GiB);
+  auto cpu = none.place_each({true, 0}, 4);  // no GPUs: one place without a GPU
+  ASSERT_TRUE(cpu);
+  ASSERT_EQ(cpu->size(), 1u);
+  EXPECT_FALSE(cpu->front().gpu);
+}
+
 TEST(GpuPacker, WithoutGpusEveryJobRunsWithoutOne) {
   GpuPacker p({}, GiB);
   auto a = p.place({true, 0});
@@ -167,7 +199,7 @@ TEST(Launch, EnvironmentCarriesTheHarness) {
   job.name = "j";
   job.env = {{"MY_VAR", "{workdir}/x"}};
   HarnessPaths paths{"/h/inject.so", "/h/python", "/h/reserve", "/h/double", ""};
-  AttemptContext ctx{"j", 2, "/oomh-1-0-2", "/o/ev.jsonl", "{\"version\":1}", {}, "/w", 1, std::nullopt};
+  AttemptContext ctx{"j", 2, "/oomh-1-0-2", "/o/ev.jsonl", "{\"version\":1}", {}, "/w", {1}, std::nullopt};
   auto env = job_environment(job, paths, ctx);
   EXPECT_EQ(env_value(env, "LD_PRELOAD"), "/user/lib.so:/h/inject.so");
   EXPECT_EQ(env_value(env, "PYTHONPATH"), "/h/python:/user/py");
@@ -201,7 +233,7 @@ TEST(Launch, TellsTheProbeWhichStepsAFaultTargets) {
   EXPECT_EQ(job.flush_steps(), (std::vector<int64_t>{5, 7, 9}));
   EXPECT_EQ(job.flush_steps(false), (std::vector<int64_t>{7}));  // without faults only the cap change stays
   HarnessPaths paths{"/h/inject.so", "/h/python", "/h/reserve", "", ""};
-  AttemptContext ctx{"j", 0, "/oomh-1-0-0", "/o/ev.jsonl", job.plan().dump(), job.flush_steps(), "/w", std::nullopt, std::nullopt};
+  AttemptContext ctx{"j", 0, "/oomh-1-0-0", "/o/ev.jsonl", job.plan().dump(), job.flush_steps(), "/w", {}, std::nullopt};
   EXPECT_EQ(env_value(job_environment(job, paths, ctx), "OOMH_FLUSH_AT_STEPS"), "5,7,9");
   job.probe = ProbeMode::none;  // C++ code reads it through the C++ probe
   EXPECT_EQ(env_value(job_environment(job, paths, ctx), "OOMH_FLUSH_AT_STEPS"), "5,7,9");
@@ -216,7 +248,7 @@ TEST(Launch, RankEnvironment) {
   job.ranks = 2;
   job.env = {{"RANK", "7"}, {"MASTER_PORT", "1"}};
   HarnessPaths paths{"/h/inject.so", "/h/python", "/h/reserve", "", ""};
-  AttemptContext ctx{"ddp", 0, "/oomh-1-0-0", "/o/ev.jsonl", "{}", {}, "/w", std::nullopt, std::nullopt};
+  AttemptContext ctx{"ddp", 0, "/oomh-1-0-0", "/o/ev.jsonl", "{}", {}, "/w", {}, std::nullopt};
   EXPECT_EQ(env_value(job_environment(job, paths, ctx), "RANK"), "7");  // no rank: the job's own env stands
   EXPECT_EQ(env_value(job_environment(job, paths, ctx), "OOMH_STACKS"), "<unset>");
   ctx.rank = 1;
@@ -231,6 +263,18 @@ TEST(Launch, RankEnvironment) {
   EXPECT_EQ(env_value(env, "MASTER_ADDR"), "127.0.0.1");
   EXPECT_EQ(env_value(env, "MASTER_PORT"), "29555");
   EXPECT_EQ(env_value(env, "OOMH_STACKS"), "/o/attempt-0.rank1.stacks.txt");
+  EXPECT_EQ(env_value(env, "CUDA_VISIBLE_DEVICES"), "<unset>");
+  // Note [One GPU per rank]: every rank sees every rank's GPU, in rank order; LOCAL_RANK picks its own.
+  ctx.gpus = {3, 1};
+  env = job_environment(job, paths, ctx);
+  EXPECT_EQ(env_value(env, "CUDA_VISIBLE_DEVICES"), "3,1");
+  EXPECT_EQ(env_value(env, "LOCAL_RANK"), "1");
+  // Note [NVLink multicast off]: off unless the job (or the runner's environment) says otherwise.
+  EXPECT_EQ(env_value(env, "NCCL_NVLS_ENABLE"), "0");
+  job.env["NCCL_NVLS_ENABLE"] = "1";
+  EXPECT_EQ(env_value(job_environment(job, paths, ctx), "NCCL_NVLS_ENABLE"), "1");
+  job.device = DeviceChoice::virtual_device;  // the virtual device never reaches a GPU
+  EXPECT_EQ(env_value(job_environment(job, paths, ctx), "CUDA_VISIBLE_DEVICES"), "");
   int port = free_local_port();
   EXPECT_GT(port, 0);
   EXPECT_LT(port, 65536);
@@ -255,7 +299,7 @@ TEST(Launch, SetsTheThreadShareUnlessTheJobOrTheRunnerAlreadyDid) {
   JobSpec job;
   job.name = "j";
   HarnessPaths paths{"/h/inject.so", "/h/python", "/h/reserve", "", ""};
-  AttemptContext ctx{"j", 0, "/oomh-1-0-0", "/o/ev.jsonl", "{}", {}, "/w", std::nullopt, 2};
+  AttemptContext ctx{"j", 0, "/oomh-1-0-0", "/o/ev.jsonl", "{}", {}, "/w", {}, 2};
   EXPECT_EQ(env_value(job_environment(job, paths, ctx), "OMP_NUM_THREADS"), "2");
   ctx.threads.reset();
   EXPECT_EQ(env_value(job_environment(job, paths, ctx), "OMP_NUM_THREADS"), "<unset>");

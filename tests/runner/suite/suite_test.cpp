@@ -471,6 +471,7 @@ jobs:
   - name: four
     run: python ddp.py
     ranks: 4
+    restart: {max: 1, scope: all}
   - name: one
     run: python train.py
     ranks: 1
@@ -482,6 +483,7 @@ jobs:
   EXPECT_EQ(jobs[0].hang_stall, 5);
   EXPECT_EQ(jobs[1].ranks, 4);
   EXPECT_EQ(jobs[1].hang_stall, 60);
+  EXPECT_EQ(jobs[1].restart.max, 1);  // `scope: all` is accepted: it is what restarts do (malformed/ has `rank`)
   EXPECT_EQ(jobs[2].ranks, 1);
 }
 

@@ -37,6 +37,7 @@ struct MemorySample {
   uint64_t peak = 0;
   uint64_t cap = 0;       // 0: none
   int64_t step = -1;
+  int rank = -1;          // a job with ranks: the rank whose control block it was read from
 };
 
 enum class AttemptEnd {
@@ -115,6 +116,13 @@ struct Attempt {
 
 // The attempt of a distributed job from its ranks' attempts, ranks[k] being rank k's (Note [Ranks]).
 Attempt merge_ranks(std::vector<Attempt> ranks);
+// An attempt the runner ran as one process, whose probe events name two or more ranks (a job that starts
+// torchrun itself; Note [Ranks seen in events] in python/oomharness/probe.py): gives each untagged shim
+// and probe event the rank of the probe events of its pid, and fills `ranks` with one RankEnd per rank 0
+// to the highest seen, each with the process's end (the launcher's), its own last step and whether its
+// own events show it died of an OOM, so that the checks judge every rank as for `ranks: N`. Returns
+// whether it did; an attempt with `ranks` already, or with fewer than two ranks seen, is left as it is.
+bool split_ranks_from_events(Attempt& a);
 // The rank an event came from: its `rank` field, -1 when it has none (a job without ranks).
 int rank_of(const Event& e);
 // The lowest step every rank completed (the minimum of the ranks' last steps), or last_completed_step()

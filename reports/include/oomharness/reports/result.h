@@ -86,10 +86,14 @@ struct JobResult {
   double duration = 0;
   std::vector<std::string> command;
   std::optional<int> gpu;     // the GPU it ran on
+  std::vector<int> gpus;      // a job with ranks on GPUs: each rank's GPU, in rank order (empty otherwise)
   std::vector<AttemptResult> attempts;
   std::vector<Verdict> verdicts;
   std::vector<FaultRecord> faults;
   std::map<int, std::vector<TimelinePoint>> timeline;  // per device, downsampled (at most kTimelinePoints)
+  // A job with ranks: each rank's memory (its devices' held bytes summed, its cap), downsampled; the HTML
+  // chart draws one line per rank from it instead of `timeline`, where the ranks' figures mix.
+  std::map<int, std::vector<TimelinePoint>> rank_timeline;
   std::map<int, uint64_t> peak;                        // per device
   std::vector<Marker> markers;
   std::optional<std::string> snapshot;                 // a PyTorch memory snapshot saved at the OOM

@@ -90,7 +90,8 @@ struct RunOptions {
 
 struct JobOutcome {
   Trace trace;                   // every attempt (and the reference run, when a policy needs one)
-  std::optional<int> gpu;        // the GPU it ran on
+  std::optional<int> gpu;        // the GPU it ran on (a job with ranks: rank 0's)
+  std::vector<int> gpus;         // a job with ranks on GPUs: each rank's, in rank order (Note [One GPU per rank])
   bool interrupted = false;      // stopped because the run was interrupted
   bool not_started = false;      // never started: stop_starting() was called before its turn
   std::string error;             // the job could not be run at all (bad command, sidecar failed, ...)

@@ -38,6 +38,11 @@ std::vector<FaultRecord> fault_records(const Trace& trace, double job_start);
 std::map<int, std::vector<TimelinePoint>> memory_timeline(const Trace& trace, double job_start,
                                                           size_t max_points = kTimelinePoints);
 
+// A job with ranks: the memory timeline per rank (the rank's devices summed at each sample, its largest
+// cap), at most `max_points` per rank; empty when no sample carries a rank.
+std::map<int, std::vector<TimelinePoint>> rank_timeline(const Trace& trace, double job_start,
+                                                        size_t max_points = kTimelinePoints);
+
 // Seconds from the first OOM the training code saw to the next completed step, in any later attempt.
 std::optional<double> recovery_seconds(const Trace& trace);
 
