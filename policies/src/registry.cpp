@@ -332,6 +332,17 @@ Verdict evaluate(const PolicyInfo& policy, const Trace& trace, const nlohmann::j
     v.status = VerdictStatus::inconclusive;
     v.reason = "could not evaluate " + policy.name + ": " + e.what();
   }
+  // Note [Thinned event logs] in trace.cpp: past its budget the reader kept significant events without
+  // the steps around them, so a pass may rest on steps it never saw. Only the exit code needs no event.
+  if (v.status == VerdictStatus::pass && policy.name != "exit") {
+    for (const Attempt& a : trace.attempts) {
+      if (!a.thinned || a.thinned->windows_missed == 0) continue;
+      v.status = VerdictStatus::inconclusive;
+      v.reason = "could not judge: the event log of " + attempt_name(a.index) + " was thinned past its budget (the steps around " +
+                 std::to_string(a.thinned->windows_missed) + " significant events were not kept); on what was kept, " + v.reason;
+      break;
+    }
+  }
   v.policy = policy.name;
   v.args = args.is_null() ? nlohmann::json::object() : args;
   return v;
