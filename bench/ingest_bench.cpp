@@ -9,6 +9,7 @@
 #include <sys/resource.h>
 
 #include <chrono>
+#include <optional>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -64,14 +65,19 @@ int main(int argc, char** argv) {
   auto wall0 = std::chrono::steady_clock::now();
   size_t bad = 0;
   size_t kept = 0;
+  std::optional<oomh::LogFold> thinned;
   {
-    std::vector<oomh::Event> events = oomh::exec::read_event_log(path, &bad);
+    std::vector<oomh::Event> events = oomh::exec::read_event_log(path, &bad, &thinned);
     kept = events.size();
   }
   double cpu1 = cpu_seconds();
   double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   std::printf("ingest: %ld lines, %zu events kept, %zu bad: %.2f s CPU, %.2f s wall, peak RSS %ld MB\n", lines, kept, bad,
               cpu1 - cpu0, wall, peak_rss_mb());
+  if (thinned)
+    std::printf("thinned (Note [Thinned event logs]): %llu of %llu routine events dropped, %llu of %llu steps\n",
+                static_cast<unsigned long long>(thinned->routine_dropped), static_cast<unsigned long long>(thinned->routine),
+                static_cast<unsigned long long>(thinned->steps_dropped), static_cast<unsigned long long>(thinned->steps));
   std::remove(path.c_str());
 
   oomh::Attempt a;
