@@ -219,6 +219,10 @@ bool nests_deeper_than(std::string_view json, size_t depth) {
 // time between two steps (no_hang). A check that needs more than these says it could not judge. A unit of
 // more than max_unit_events routine events without a step keeps its samples as one `samples` event with
 // their sum. The thinning is said by a `warning` event (warnings()).
+// Past max_pinned, significant events are kept without their windows (LogFold::windows_missed), and a
+// distributed attempt merges logs each thinned around its own events (LogFold::merged): in both cases a
+// check that would pass on the kept steps says it could not judge instead (registry.cpp's evaluate), and
+// the fit and the gap of one rank's log are not taken for the merged attempt's.
 //
 // Note [Fast event lines]
 // The lines a probe or the shim writes (include/oomharness/events.h) have one shape: "t", "pid", "src",

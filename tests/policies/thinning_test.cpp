@@ -254,6 +254,10 @@ TEST(ThinnedEventLog, MergedRanksDoNotJudgeWhatOneLogMeasured) {
   // are kept), and the gradient counts add up.
   Verdict mem = testing::check("memory_stable", t, {{"after_recovery", false}});
   EXPECT_EQ(mem.status, VerdictStatus::inconclusive) << mem.reason;
+  // A check that compares the ranks' steps around the OOM: each log kept the steps around its own events.
+  Verdict halving = testing::check("batch_halving", t);
+  EXPECT_EQ(halving.status, VerdictStatus::inconclusive) << halving.reason;
+  EXPECT_NE(halving.reason.find("ranks were thinned"), std::string::npos) << halving.reason;
   Verdict grads = testing::check("zero_grad", t);
   EXPECT_EQ(grads.status, VerdictStatus::fail);
   EXPECT_NE(grads.reason.find(" of " + std::to_string(2 * tr.steps) + " optimizer steps"), std::string::npos) << grads.reason;
