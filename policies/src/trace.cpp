@@ -635,17 +635,24 @@ void EventLogReader::keep(const Raw& r, uint64_t tag) {
 }
 
 void EventLogReader::prune() {
-  while (stride_kept_ > limits_.max_routine) {
+  // One unit (the first: ordinal 0 is kept by every stride) may alone be over a small budget: stop there,
+  // and never double the stride past what a unit count can reach.
+  uint64_t units_kept = 2;
+  while (stride_kept_ > limits_.max_routine && units_kept > 1 && stride_ < (uint64_t{1} << 62)) {
     stride_ *= 2;
     size_t out = 0;
     stride_kept_ = 0;
+    units_kept = 0;
     for (size_t i = 0; i < events_.size(); ++i) {
       if (tag_[i] != 0 && (tag_[i] - 1) % stride_ != 0) {
         ++fold_.routine_dropped;
         if (completes_a_step(events_[i]) && events_[i].has("step")) ++fold_.steps_dropped;
         continue;
       }
-      if (tag_[i] != 0) ++stride_kept_;
+      if (tag_[i] != 0) {
+        ++stride_kept_;
+        if (out == 0 || tag_[out - 1] != tag_[i]) ++units_kept;
+      }
       if (out != i) {
         events_[out] = std::move(events_[i]);
         seq_[out] = seq_[i];

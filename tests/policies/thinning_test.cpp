@@ -263,6 +263,36 @@ TEST(ThinnedEventLog, MergedRanksDoNotJudgeWhatOneLogMeasured) {
   EXPECT_NE(grads.reason.find(" of " + std::to_string(2 * tr.steps) + " optimizer steps"), std::string::npos) << grads.reason;
 }
 
+TEST(ThinnedEventLog, ALongStepKeepsItsSamplesSummed) {
+  // 3,000 `samples` events and a phase per sample before each step: more than max_unit_events between two
+  // steps, so the reader sums the samples into one event; each kept step still took 3,000 samples.
+  std::string log;
+  double t = 1;
+  for (int s = 0; s < 40; ++s) {
+    if (s == 20) log += line(t += 0.001, "probe", "oom", R"({"step":20,"batch_size":1,"caught":true})");
+    for (int k = 0; k < 3000; ++k) {
+      log += line(t += 0.001, "probe", "phase", R"({"phase":"forward"})");
+      log += line(t += 0.001, "probe", "samples", R"({"count":1})");
+    }
+    log += line(t += 0.001, "probe", "step", R"({"step":)" + std::to_string(s) + R"(,"batch_size":1})");
+  }
+  Read thin = read_log(log, small_budget());
+  ASSERT_TRUE(thin.thinned);
+  int64_t pending = -1;
+  int steps = 0;
+  for (const Event& e : thin.attempt.events) {
+    if (e.kind == "samples") pending = std::max<int64_t>(pending, 0) + e.integer("count");
+    if (e.kind != "step") continue;
+    if (pending >= 0) {
+      EXPECT_EQ(pending, 3000) << e.integer("step");
+      ++steps;
+    }
+    pending = -1;
+  }
+  EXPECT_GE(steps, 4);  // the three after the OOM (their windows count steps, not the parts between) and the last
+  EXPECT_LT(thin.kept, 5000u);
+}
+
 // Note [Fast event lines]: what the fast path reads, it reads as the parser would, and what it does not
 // accept goes to the parser.
 TEST(FastEventLines, AcceptOnlyWhatTheParserAccepts) {
