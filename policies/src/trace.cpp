@@ -226,8 +226,8 @@ bool nests_deeper_than(std::string_view json, size_t depth) {
 //
 // Note [Fast event lines]
 // The lines a probe or the shim writes (include/oomharness/events.h) have one shape: "t", "pid", "src",
-// "kind" and a flat "fields" object of numbers, plain strings, booleans and nulls. scan_line reads that
-// shape without building JSON, enough to fold a routine line and decide its fate; any other line (escapes,
+// "kind" and a flat "fields" object of numbers, plain strings, booleans and nulls, in that order, with or
+// without blanks between the tokens. scan_line reads that shape without building JSON, enough to fold a routine line and decide its fate; any other line (escapes,
 // nesting, non-ASCII text, other key orders, a float where a count is expected) goes to the JSON parser,
 // and a kept line is parsed by it when kept. scan_line accepts only what the parser accepts, and reads the
 // figures as Event's readers would.
@@ -336,35 +336,60 @@ bool scan_line(std::string_view line, Facts& f) {
   bool integer;
   int64_t i;
   std::string_view src, kind;
-  if (!s.lit(R"({"t":)") || !s.num(f.t, integer, i)) return false;
-  if (!s.lit(R"(,"pid":)") || !s.num(d, integer, i) || !integer) return false;
+  // JSON's blanks may stand between any two tokens (a writer with json.dumps' default separators).
+  auto ws = [&] {
+    while (s.p < s.end && (*s.p == ' ' || *s.p == '\t' || *s.p == '\r')) ++s.p;
+  };
+  auto tok = [&](char c) {
+    ws();
+    if (s.p >= s.end || *s.p != c) return false;
+    ++s.p;
+    return true;
+  };
+  auto key = [&](std::string_view k) {
+    std::string_view got;
+    ws();
+    return s.str(got) && got == k && tok(':');
+  };
+  auto number = [&](double& out) {
+    ws();
+    return s.num(out, integer, i);
+  };
+  auto text = [&](std::string_view& out) {
+    ws();
+    return s.str(out);
+  };
+  if (!tok('{') || !key("t") || !number(f.t)) return false;
+  if (!tok(',') || !key("pid") || !number(d) || !integer) return false;
   f.pid = static_cast<int>(i);
-  if (!s.lit(R"(,"src":)") || !s.str(src) || !s.lit(R"(,"kind":)") || !s.str(kind) || kind.empty()) return false;
+  if (!tok(',') || !key("src") || !text(src) || !tok(',') || !key("kind") || !text(kind) || kind.empty()) return false;
   f.kind = routine_kind(src, kind);
   f.inject = src == events::kSrcShim && kind == events::kInject;
   unsigned seen = 0;
-  if (s.lit(R"(,"fields":{)")) {
-    if (!s.lit("}")) {
+  if (tok(',')) {
+    if (!key("fields") || !tok('{')) return false;
+    if (!tok('}')) {
       for (;;) {
-        std::string_view key;
-        if (!s.str(key) || !s.lit(":")) return false;
+        std::string_view name;
+        if (!text(name) || !tok(':')) return false;
         int64_t* target = nullptr;
         unsigned bit = 0;
-        if (key == "step") target = &f.step, bit = 1;
-        else if (key == "batch_size") target = &f.batch, bit = 2;
-        else if (key == "allocated") target = &f.allocated, bit = 4;
-        else if (key == "reserved") target = &f.reserved, bit = 8;
-        else if (key == "count") target = &f.count, bit = 16;
-        else if (key == "grads_cleared") bit = 32;
+        if (name == "step") target = &f.step, bit = 1;
+        else if (name == "batch_size") target = &f.batch, bit = 2;
+        else if (name == "allocated") target = &f.allocated, bit = 4;
+        else if (name == "reserved") target = &f.reserved, bit = 8;
+        else if (name == "count") target = &f.count, bit = 16;
+        else if (name == "grads_cleared") bit = 32;
         if (bit) {
           if (seen & bit) return false;  // a key twice: the parser's rule decides
           seen |= bit;
         }
+        ws();
         if (s.p >= s.end) return false;
         const char c = *s.p;
         if (c == '"') {
           std::string_view v;
-          if (!s.str(v) || (target && bit != 0)) return false;
+          if (!s.str(v) || target) return false;
           if (bit == 32) f.grads = 1;
         } else if (s.lit("null")) {
           // absent, as Event::has says
@@ -380,14 +405,14 @@ bool scan_line(std::string_view line, Facts& f) {
           }
           if (bit == 32) f.grads = 1;
         }
-        if (s.lit(",")) continue;
-        if (s.lit("}")) break;
+        if (tok(',')) continue;
+        if (tok('}')) break;
         return false;
       }
     }
   }
-  if (!s.lit("}")) return false;
-  while (s.p < s.end && (*s.p == ' ' || *s.p == '\t' || *s.p == '\r')) ++s.p;
+  if (!tok('}')) return false;
+  ws();
   return s.p == s.end;
 }
 

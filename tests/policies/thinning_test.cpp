@@ -311,6 +311,8 @@ TEST(FastEventLines, AcceptOnlyWhatTheParserAccepts) {
       {R"({"kind":"step","t":3,"fields":{"step":3.0}})", true},                              // another order, a float step
       {R"({"t":1,"pid":7,"src":"probe","kind":"step","fields":{"step":1,"step":5}})", true},  // a key twice
       {R"({"t":1,"pid":7,"src":"probe","kind":"step","fields":{"step":1}} )", true},         // trailing blanks
+      {R"( { "t": 1, "pid": 7, "src": "probe", "kind": "step", "fields": { "step": 1 , "x" : [] } } )", true},  // json.dumps' blanks
+      {R"({"t": 1, "pid": 7, "src": "probe", "kind": "step", "fields": {"step": 1 2}})", false},  // a blank inside a number
   };
   for (const auto& [text, valid] : lines) {
     EventLogReader r(no_thinning());
@@ -324,7 +326,7 @@ TEST(FastEventLines, AcceptOnlyWhatTheParserAccepts) {
   EventLogReader r(no_thinning());
   r.feed(R"({"kind":"step","t":3,"src":"probe","fields":{"step":3.0,"grads_cleared":false,"allocated":10}})" "\n");
   r.feed(R"({"t":4,"pid":7,"src":"probe","kind":"step","fields":{"step":4,"grads_cleared":false,"allocated":10}})" "\n");
-  r.feed(R"({"t":5,"pid":7,"src":"probe","kind":"step","fields":{"step":5,"grads_cleared":"no","allocated":10}})" "\n");
+  r.feed(R"({"t": 5, "pid": 7, "src": "probe", "kind": "step", "fields": {"step": 5, "grads_cleared": "no", "allocated": 10}})" "\n");
   r.finish();
   EXPECT_EQ(r.fold().steps, 3u);
   EXPECT_EQ(r.fold().grads_asked, 3u);
