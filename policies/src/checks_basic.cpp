@@ -208,11 +208,19 @@ Verdict no_hang(const Trace& trace, const nlohmann::json& args) {
   bool any_step = false;
   double longest = 0;
   std::optional<Stall> stall;
+  const Attempt* unjudged = nullptr;
   for (const Attempt& a : trace.attempts) {
     auto steps = view::steps_of(a);
     any_step = any_step || !steps.empty();
     std::vector<Stall> gaps;
-    for (size_t i = 1; i < steps.size(); ++i) gaps.push_back({a.index, steps[i - 1].t, steps[i].t, steps[i - 1].step, false});
+    if (const LogFold* f = view::steps_thinned(a)) {
+      // Note [Thinned event logs] in trace.cpp: two kept steps are not consecutive; the reader measured the
+      // longest gap on every step of the log (of one log: a merged attempt's ranks step in between).
+      if (f->merged && !unjudged) unjudged = &a;
+      if (!f->merged && f->has_gap) gaps.push_back({a.index, f->gap_from, f->gap_to, f->gap_after_step, false});
+    } else {
+      for (size_t i = 1; i < steps.size(); ++i) gaps.push_back({a.index, steps[i - 1].t, steps[i].t, steps[i - 1].step, false});
+    }
     // The time after the last step counts unless the attempt ended normally (a final save or eval is fine).
     if (!steps.empty() && !view::ended_normally(a) && a.end > steps.back().t)
       gaps.push_back({a.index, steps.back().t, a.end, steps.back().step, true});
@@ -239,6 +247,9 @@ Verdict no_hang(const Trace& trace, const nlohmann::json& args) {
   if (!any_step)
     return verdict(VerdictStatus::inconclusive,
                    "no step was reported: add the probe or an `observe:` regex for `step` so stalls can be seen");
+  if (unjudged)
+    return verdict(VerdictStatus::inconclusive, "could not judge: the event log of " + attempt_name(unjudged->index) +
+                                                    " was thinned and its ranks' steps were not all kept, so the gaps between them are not known");
   return verdict(VerdictStatus::pass, "no gap between steps was longer than " + view::seconds_text(limit) +
                                           " (longest " + view::seconds_text(longest) + ")");
 }

@@ -46,6 +46,10 @@ Verdict memory_stable(const Trace& trace, const nlohmann::json& args) {
     if (trace.attempts.size() > 1) s += " of " + view::attempt_name(tr.attempt);
     return s;
   };
+  // Note [Thinned event logs] in trace.cpp: an attempt whose fit the reader could not fold is not judged.
+  const Attempt* unjudged = nullptr;
+  for (const Attempt& a : trace.attempts)
+    if (!unjudged && view::growth_unjudged(a)) unjudged = &a;
   if (worst) {
     ev.push_back({worst->attempt, worst->t, "held memory slope " + mib(worst->slope) + " per step"});
     if (worst->slope > limit) {
@@ -125,6 +129,11 @@ Verdict memory_stable(const Trace& trace, const nlohmann::json& args) {
       break;
     }
   }
+  if (unjudged)
+    return verdict(VerdictStatus::inconclusive,
+                   "could not judge: the event log of " + view::attempt_name(unjudged->index) +
+                       " was thinned and its held memory per step is not known from every step (steps without the probe's "
+                       "`allocated`, or several ranks' logs)", ev);
   if (!worst && recovered.empty())
     return verdict(VerdictStatus::inconclusive, "too few steps with memory figures: need at least " +
                                                     std::to_string(view::kGrowthMinSteps) +

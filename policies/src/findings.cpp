@@ -58,7 +58,7 @@ std::string innermost(const std::string& site) { return site.substr(0, site.find
 std::optional<Finding> grads_not_cleared(const Trace& trace) {
   for (const Attempt& a : trace.attempts) {
     const Event* first = nullptr;
-    int uncleared = 0, asked = 0;
+    uint64_t uncleared = 0, asked = 0;
     for (const Event& e : a.events) {
       if (e.src != events::kSrcProbe || e.kind != events::kStep || !e.has("grads_cleared")) continue;
       ++asked;
@@ -67,6 +67,11 @@ std::optional<Finding> grads_not_cleared(const Trace& trace) {
       if (!first) first = &e;
     }
     if (!first) continue;
+    // Note [Thinned event logs] in trace.cpp: the counts of a thinned log come from every line.
+    if (a.thinned) {
+      asked = a.thinned->grads_asked;
+      uncleared = a.thinned->grads_uncleared;
+    }
     std::string site = first->text("site");
     std::string who = site.empty() ? std::string("optimizer.step()") : site + "'s optimizer.step()";
     return Finding{"grads_not_cleared",

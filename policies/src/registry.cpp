@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <exception>
 #include <re2/re2.h>
+#include <set>
 
 #include "checks.h"
 #include "oomharness/units.h"
@@ -351,6 +352,28 @@ Verdict evaluate(const PolicyInfo& policy, const Trace& trace, const nlohmann::j
     v = Verdict{};
     v.status = VerdictStatus::inconclusive;
     v.reason = "could not evaluate " + policy.name + ": " + e.what();
+  }
+  // Note [Thinned event logs] in trace.cpp: past its budget the reader kept significant events without
+  // the steps around them, so a pass may rest on steps it never saw. Only the exit code needs no event.
+  // Each rank's log keeps the steps around its own events: the steps another rank took around them may be
+  // gone, so a check that compares steps around an OOM across ranks cannot pass on a distributed attempt
+  // whose steps were thinned.
+  static const std::set<std::string> across_ranks = {"batch_halving", "empty_cache_retry", "checkpoint_resume",
+                                                     "memory_stable", "effective_batch", "ranks_recover_together"};
+  if (v.status == VerdictStatus::pass && policy.name != "exit") {
+    for (const Attempt& a : trace.attempts) {
+      if (!a.thinned) continue;
+      std::string why;
+      if (a.thinned->windows_missed > 0)
+        why = "the event log of " + attempt_name(a.index) + " was thinned past its budget (the steps around " +
+              std::to_string(a.thinned->windows_missed) + " significant events were not kept)";
+      else if (a.thinned->merged && a.thinned->steps_dropped > 0 && across_ranks.count(policy.name))
+        why = "the event logs of " + attempt_name(a.index) + "'s ranks were thinned, each keeping the steps around its own events";
+      if (why.empty()) continue;
+      v.status = VerdictStatus::inconclusive;
+      v.reason = "could not judge: " + why + "; on what was kept, " + v.reason;
+      break;
+    }
   }
   v.policy = policy.name;
   v.args = args.is_null() ? nlohmann::json::object() : args;

@@ -316,7 +316,21 @@ std::vector<StepPoint> steps_of_rank(const Attempt& attempt, int rank) {
   return steps_of(one);
 }
 
+const LogFold* steps_thinned(const Attempt& attempt) {
+  return attempt.thinned && attempt.thinned->steps_dropped > 0 ? &*attempt.thinned : nullptr;
+}
+
+bool growth_unjudged(const Attempt& attempt) {
+  const LogFold* f = steps_thinned(attempt);
+  return f && (f->merged || !f->growth_complete);
+}
+
 std::optional<Growth> held_growth(const Attempt& attempt) {
+  if (const LogFold* f = steps_thinned(attempt)) {
+    if (growth_unjudged(attempt) || f->growth_points + kGrowthWarmUpSteps < kGrowthMinSteps || f->growth_sxx <= 0)
+      return std::nullopt;
+    return Growth{attempt.index, f->growth_sxy / f->growth_sxx, f->growth_from, f->growth_to, f->growth_t};
+  }
   struct Point { double step, held, t; };
   std::vector<Point> pts;
   for (const auto& s : steps_of(attempt)) {

@@ -79,7 +79,14 @@ struct Growth {
 };
 inline constexpr size_t kGrowthWarmUpSteps = 2;
 inline constexpr size_t kGrowthMinSteps = kGrowthWarmUpSteps + 3;
+// For an attempt whose event log was thinned, the fit folded from every step (Note [Thinned event logs] in
+// trace.cpp); nullopt too when that fold cannot give it (growth_unjudged).
 std::optional<Growth> held_growth(const Attempt& attempt);
+// What the reader folded from every line when it dropped some of the attempt's steps; nullptr otherwise.
+const LogFold* steps_thinned(const Attempt& attempt);
+// Whether the attempt's growth cannot be judged: steps were thinned and some had no `allocated` (their held
+// bytes come from samples the fold did not see), or the attempt merges several ranks' logs.
+bool growth_unjudged(const Attempt& attempt);
 // The probe's `memory_breakdown` events of an attempt taken `at` "oom" or "peak", in time order.
 std::vector<const Event*> breakdowns_of(const Attempt& attempt, const std::string& at);
 

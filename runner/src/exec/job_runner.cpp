@@ -1093,7 +1093,7 @@ void JobRunner::Impl::finish_attempt(AttemptRun& r) {
   a.output_tail = r.tail.text().empty() ? a.output_tail : r.tail.text();
 
   size_t bad = 0;
-  std::vector<Event> logged = read_event_log(r.events_path, &bad);
+  std::vector<Event> logged = read_event_log(r.events_path, &bad, &a.thinned);
   a.events.insert(a.events.end(), std::make_move_iterator(logged.begin()), std::make_move_iterator(logged.end()));
   // Output read after the exit was seen was still written before it: an observed line never comes after
   // the attempt's end in the trace.

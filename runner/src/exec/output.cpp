@@ -84,7 +84,7 @@ std::string OutputTail::text() const {
   return s;
 }
 
-std::vector<Event> read_event_log(const std::string& path, size_t* bad_lines) {
+std::vector<Event> read_event_log(const std::string& path, size_t* bad_lines, std::optional<LogFold>* thinned) {
   // Streamed in 64 KiB chunks through the trace's reader (Note [Event log limits] in trace.h): a 512 MiB
   // line is skipped without being held, a deeply nested one is not parsed, and what was skipped comes
   // back as `warning` events.
@@ -97,6 +97,7 @@ std::vector<Event> read_event_log(const std::string& path, size_t* bad_lines) {
     std::fclose(f);
   }
   if (bad_lines) *bad_lines = reader.bad_lines();
+  if (thinned) *thinned = reader.thinned() ? std::optional<LogFold>(reader.fold()) : std::nullopt;
   std::vector<Event> out = std::move(reader.events());
   for (Event& w : reader.warnings(path)) out.push_back(std::move(w));
   return out;

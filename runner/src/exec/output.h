@@ -107,6 +107,8 @@ class OutputTail {
 // over 1 MiB or nested too deep, and inject events past the cap, are skipped and reported by `warning`
 // events at the end of the result; a missing file gives no events (a job that never loaded the shim
 // writes none).
-std::vector<Event> read_event_log(const std::string& path, size_t* bad_lines = nullptr);
+// `thinned` gets what was folded from every line when the reader thinned the log (Note [Thinned event logs]).
+std::vector<Event> read_event_log(const std::string& path, size_t* bad_lines = nullptr,
+                                  std::optional<LogFold>* thinned = nullptr);
 
 }  // namespace oomh::exec

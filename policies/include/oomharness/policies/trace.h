@@ -90,6 +90,30 @@ struct RankEnd {
   std::string stacks;              // what the rank's Python wrote when the runner asked for its stacks (a hang)
 };
 
+// Note [Thinned event logs] (trace.cpp): what the reader folded from every line of a log whose routine
+// events it thinned, so that the checks that need every step read them from here. Set on an Attempt
+// only when the reader dropped some routine event.
+struct LogFold {
+  uint64_t routine = 0;            // routine events read (probe step, phase, samples, memory)
+  uint64_t routine_dropped = 0;    // ... of them not kept
+  uint64_t steps = 0;              // probe `step` events with a step
+  uint64_t steps_dropped = 0;      // ... of them not kept
+  uint64_t grads_asked = 0;        // probe steps that said whether the gradients were cleared
+  uint64_t grads_uncleared = 0;    // ... and said they were not
+  // The least-squares fit of Note [Measuring a leak], over every probe step (Welford's running sums).
+  bool growth_complete = true;     // every probe step had `allocated` (else held bytes come from samples)
+  uint64_t growth_points = 0;      // points after the warm-up steps
+  double growth_mx = 0, growth_my = 0, growth_sxx = 0, growth_sxy = 0;
+  int64_t growth_from = 0, growth_to = 0;
+  double growth_t = 0;
+  // The longest time between two consecutive probe steps.
+  bool has_gap = false;
+  double gap_from = 0, gap_to = 0;
+  int64_t gap_after_step = -1;
+  bool merged = false;             // folded from several ranks' logs: the fit and the gap are per log
+  uint64_t windows_missed = 0;     // significant events whose neighbouring steps were not kept (over budget)
+};
+
 struct Attempt {
   int index = 0;                   // 0-based
   double start = 0, end = 0;       // wall-clock seconds
@@ -104,6 +128,7 @@ struct Attempt {
   std::string log_path;            // the attempt's full output on disk
   std::optional<ShimRecord> shim;  // unset when the attempt never started (no control block to read)
   std::vector<RankEnd> ranks;      // a job with ranks: N > 1, one per rank (Note [Ranks]); empty otherwise
+  std::optional<LogFold> thinned;  // the event log was thinned (Note [Thinned event logs] in trace.cpp)
 
   double duration() const { return end > start ? end - start : 0; }
   bool ended_by_oom() const;       // exited non-zero (or by SIGABRT) with an OOM message or an uncaught probe `oom`
@@ -172,16 +197,27 @@ std::optional<Event> parse_event_line(const std::string& line);
 // - a line longer than max_line_bytes is never held: the reader skips to the next newline and counts it;
 // - a line nested deeper than max_depth is counted, not parsed;
 // - the first max_injects `inject` events of the log are kept, later ones counted (the checks ask whether
-//   some fault became visible, and the reports cap the faults they list, results_builder.cpp).
+//   some fault became visible, and the reports cap the faults they list, results_builder.cpp);
+// - past max_routine routine events (steps, phases, samples, memory) the routine events are thinned, every
+//   significant one kept with the steps around it, and what the checks need of every step folded into
+//   LogFold (Note [Thinned event logs] in trace.cpp).
 // What was skipped is said by `warning` events (EventLogReader::warnings), never silently dropped.
 inline constexpr size_t kMaxEventLineBytes = size_t{1} << 20;
 inline constexpr size_t kMaxEventDepth = 64;
 inline constexpr size_t kMaxInjectEvents = 10000;
+// Note [Thinned event logs] in trace.cpp.
+inline constexpr size_t kMaxRoutineEvents = 65536;
+inline constexpr size_t kMaxPinnedEvents = 131072;
 
 struct EventLogLimits {
   size_t max_line_bytes = kMaxEventLineBytes;
   size_t max_depth = kMaxEventDepth;
   size_t max_injects = kMaxInjectEvents;
+  size_t max_routine = kMaxRoutineEvents;  // routine events kept by the stride (0: never thin)
+  size_t max_pinned = kMaxPinnedEvents;    // routine events kept around significant ones and at changes
+  size_t units_before = 1;                 // steps kept before a significant event
+  size_t units_after = 3;                  // ... and after it (1 after an `inject`)
+  size_t max_unit_events = 1024;           // routine events held between two steps before samples are summed
 };
 
 // Whether the JSON text nests arrays and objects deeper than `depth` (strings are skipped).
@@ -199,15 +235,65 @@ class EventLogReader {
   size_t long_lines() const { return long_; }     // over max_line_bytes, skipped
   size_t deep_lines() const { return deep_; }     // nested deeper than max_depth, skipped
   size_t injects_dropped() const { return injects_dropped_; }
+  // What was folded from every line; thinned() when some routine event was not kept (Note [Thinned event logs]).
+  const LogFold& fold() const { return fold_; }
+  bool thinned() const { return fold_.routine_dropped > 0; }
   // One runner `warning` event per kind of skip (`source` names the log), at the latest time read.
   std::vector<Event> warnings(const std::string& source) const;
 
+  struct Facts;  // what the reader reads of a routine line (trace.cpp)
+
  private:
+  // A routine line held until its fate is known: the text, parsed only when kept.
+  struct Raw {
+    std::string line;
+    uint64_t seq = 0;
+    bool samples = false;
+    int64_t count = 0;
+    double t = 0;
+    int pid = 0;
+    bool step = false;  // a probe `step` with a step
+  };
+  // The routine events up to and including one step: kept or dropped together, so that a kept step keeps
+  // the samples counted for it.
+  struct Unit {
+    std::vector<Raw> events;
+    uint64_t ordinal = 0;
+    bool pinned = false;
+    bool forced = false;  // kept whatever the budget: it ends a unit begun before a significant event
+  };
   void take();
+  void routine(Raw raw, const Facts& f);
+  void significant(Event e, uint64_t seq, bool is_inject);
+  void close_unit(bool has_step);
+  void leave_ring();
+  void commit(Unit& u, bool pinned, bool force = false);
+  void keep(const Raw& r, uint64_t tag);
+  void prune();
+  void fold_step(const Facts& f);
   EventLogLimits limits_;
   std::string line_;
   bool skipping_ = false;  // inside a line already over the limit
+  bool finished_ = false;
   std::vector<Event> events_;
+  std::vector<uint64_t> seq_;   // parallel to events_: the line's number in the log
+  std::vector<uint64_t> tag_;   // parallel to events_: 0 pinned, else 1 + the unit's ordinal
+  Unit pending_;
+  std::vector<Unit> ring_;      // the last units_before closed units
+  uint64_t lines_ = 0, units_ = 0, stride_ = 1, stride_kept_ = 0, pinned_kept_ = 0, after_units_ = 0;
+  int64_t unit_samples_ = -1;   // samples counted in the pending unit, -1: none
+  bool prev_step_known_ = false;
+  int64_t prev_step_ = 0, prev_batch_ = 0, prev_samples_ = 0;
+  uint64_t uncleared_pinned_ = 0;
+  bool force_next_ = false;
+  // The lines holding the largest step and memory figures, kept whatever the stride says.
+  std::optional<Raw> max_step_, max_allocated_, max_reserved_;
+  int64_t max_step_v_ = 0, max_allocated_v_ = 0, max_reserved_v_ = 0;
+  uint64_t growth_seen_ = 0;
+  double last_step_t_ = 0;
+  int64_t last_step_no_ = -1;
+  bool any_step_ = false;
+  LogFold fold_;
   size_t bad_ = 0, long_ = 0, deep_ = 0, injects_ = 0, injects_dropped_ = 0;
   double last_t_ = 0;
 };
