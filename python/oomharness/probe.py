@@ -281,10 +281,25 @@ class _Probe:
             pass
 
     def memory_fields(self):
-        """allocated and reserved bytes, when CUDA is in use (never initialises it)."""
+        """allocated and reserved bytes, when CUDA is in use (never initialises it).
+
+        Note [Memory figures per step]
+        torch.cuda.memory_allocated() and memory_reserved() each build memory_stats()'s whole flattened dict in
+        Python: on the H100 the two took most of the probe's 650-730 us per step (issue 19's probecost phase,
+        bench/RESULTS.md). On a GPU the probe asks the allocator once, for the nested stats PyTorch's own
+        functions read (torch._C._cuda_memoryStats), and reads the two figures from it. The virtual device
+        answers memory_allocated() from its model, so it keeps the public functions."""
         torch = self.torch
         try:
             if torch is not None and torch.cuda.is_initialized():
+                raw = getattr(torch._C, "_cuda_memoryStats", None) if self.device is None else None
+                if raw is not None:
+                    try:
+                        stats = raw(torch.cuda.current_device())
+                        return {"allocated": int(stats["allocated_bytes"]["all"]["current"]),
+                                "reserved": int(stats["reserved_bytes"]["all"]["current"])}
+                    except Exception:
+                        pass  # another PyTorch's layout: the public functions below
                 return {"allocated": int(torch.cuda.memory_allocated()), "reserved": int(torch.cuda.memory_reserved())}
         except Exception:
             pass

@@ -223,6 +223,11 @@ run_phase() {  # run_phase NAME: the phase's command, its output to stdout
     explain) "$bin" explain "$work/self-test/results.json" ;;  # issue 19: the findings of the GPU self-test
     fragment) fragment_suite ;;
     probecost)  # issue 19: the probe's cost per step on the GPU, its .item() wait told apart
+      # Note [Memory figures per step] (probe.py): the nested stats the probe reads give the public figures
+      python3 -c 'import torch; x = [torch.empty(n << 20, dtype=torch.uint8, device="cuda") for n in (1, 3, 40)]; del x[1]
+s = torch._C._cuda_memoryStats(0); a, r = s["allocated_bytes"]["all"]["current"], s["reserved_bytes"]["all"]["current"]
+ok = (a, r) == (torch.cuda.memory_allocated(), torch.cuda.memory_reserved())
+print("RESULT probe_memory_fields", "PASS" if ok else "FAIL", a, r, torch.cuda.memory_allocated(), torch.cuda.memory_reserved())' &&
       python3 "$root/bench/python/probe_overhead.py" --device cuda --model tiny --steps 2000 --reps 3 &&
       python3 "$root/bench/python/probe_overhead.py" --device cuda --model mlp --steps 500 --reps 3 ;;
     explaingpu)  # issue 14: breakdown vs memory_stats, memory_summary, the memory history and its per-step cost

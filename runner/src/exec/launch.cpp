@@ -2,6 +2,7 @@
 
 #include "exec/launch.h"
 
+#include <filesystem>
 #include <csignal>
 #include <map>
 
@@ -62,6 +63,10 @@ std::vector<std::string> job_environment(const JobSpec& job, const HarnessPaths&
   env["OOMH_PLAN"] = ctx.plan_json;
   env["OOMH_JOB"] = ctx.job;
   env["OOMH_ATTEMPT"] = std::to_string(ctx.attempt);
+  // `memory: {snapshot: true}`: the Python probe records PyTorch's memory history and dumps a snapshot at
+  // the first OOM into the attempt's folder (docs/diagnosis.md); the job's own OOMH_SNAPSHOT wins.
+  if (job.memory.snapshot && !ctx.events_path.empty())
+    env.try_emplace("OOMH_SNAPSHOT", (std::filesystem::path(ctx.events_path).parent_path() / "snapshots").string());
   if (job.probe != ProbeMode::none && !paths.python_probe_dir.empty()) {
     prepend_path(env, "PYTHONPATH", paths.python_probe_dir);
     env.insert_or_assign("OOMH_PROBE", std::string("1"));

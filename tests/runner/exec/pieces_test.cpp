@@ -212,6 +212,15 @@ TEST(Launch, EnvironmentCarriesTheHarness) {
   EXPECT_EQ(env_value(env, "MY_VAR"), "/w/x");
   EXPECT_EQ(env_value(env, "CUDA_VISIBLE_DEVICES"), "1");
   EXPECT_EQ(env_value(env, "LD_LIBRARY_PATH").rfind("/h/double", 0), 0u);
+  EXPECT_EQ(env_value(env, "OOMH_SNAPSHOT"), "<unset>");
+  // memory: {snapshot: true} reaches the probe (it was parsed and dropped before issue 19's GPU run showed
+  // no history); the job's own OOMH_SNAPSHOT wins.
+  job.memory.snapshot = true;
+  EXPECT_EQ(env_value(job_environment(job, paths, ctx), "OOMH_SNAPSHOT"), "/o/snapshots");
+  job.env["OOMH_SNAPSHOT"] = "/mine";
+  EXPECT_EQ(env_value(job_environment(job, paths, ctx), "OOMH_SNAPSHOT"), "/mine");
+  job.env.erase("OOMH_SNAPSHOT");
+  job.memory.snapshot = false;
   job.probe = ProbeMode::none;
   env = job_environment(job, paths, ctx);
   EXPECT_EQ(env_value(env, "PYTHONPATH"), "/user/py");
