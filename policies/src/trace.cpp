@@ -793,6 +793,26 @@ int rank_of(const Event& e) {
   return it != e.fields.end() && it->is_number_integer() ? static_cast<int>(it->get<int64_t>()) : -1;
 }
 
+namespace {
+
+// How rank `rank` ended: its process's times and end from `process`, its OOM and last step from `own` (its
+// events; the same attempt when the rank had a process and log of its own).
+RankEnd rank_end(int rank, const Attempt& process, const Attempt& own) {
+  RankEnd re;
+  re.rank = rank;
+  re.start = process.start;
+  re.end = process.end;
+  re.end_kind = process.end_kind;
+  re.exit_code = process.exit_code;
+  re.signal = process.signal;
+  re.ended_by_oom = own.ended_by_oom();
+  re.last_step = own.last_completed_step();
+  re.log_path = process.log_path;
+  return re;
+}
+
+}  // namespace
+
 Attempt merge_ranks(std::vector<Attempt> ranks) {
   if (ranks.empty()) return {};
   auto failed = [](const Attempt& a) {
@@ -828,17 +848,7 @@ Attempt merge_ranks(std::vector<Attempt> ranks) {
     Attempt& a = ranks[k];
     out.start = std::min(out.start, a.start);
     out.end = std::max(out.end, a.end);
-    RankEnd re;
-    re.rank = static_cast<int>(k);
-    re.start = a.start;
-    re.end = a.end;
-    re.end_kind = a.end_kind;
-    re.exit_code = a.exit_code;
-    re.signal = a.signal;
-    re.ended_by_oom = a.ended_by_oom();
-    re.last_step = a.last_completed_step();
-    re.log_path = a.log_path;
-    out.ranks.push_back(std::move(re));
+    out.ranks.push_back(rank_end(static_cast<int>(k), a, a));
     if (k != d && !a.output_tail.empty()) out.output_tail += "[rank " + std::to_string(k) + "]\n" + a.output_tail;
     if (a.shim) {
       if (!out.shim) out.shim = ShimRecord{};
@@ -909,17 +919,7 @@ bool split_ranks_from_events(Attempt& a) {
     own.signal = a.signal;
     for (const Event& e : a.events)
       if (rank_of(e) == k) own.events.push_back(e);
-    RankEnd re;
-    re.rank = k;
-    re.start = a.start;
-    re.end = a.end;
-    re.end_kind = a.end_kind;
-    re.exit_code = a.exit_code;
-    re.signal = a.signal;
-    re.ended_by_oom = own.ended_by_oom();
-    re.last_step = own.last_completed_step();
-    re.log_path = a.log_path;
-    a.ranks.push_back(std::move(re));
+    a.ranks.push_back(rank_end(k, a, own));
   }
   return true;
 }
