@@ -23,7 +23,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PROBE_DIR = os.path.abspath(os.path.join(HERE, "..", "..", "python"))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "python"))
 
-WORKER = r'''
+# The loop both benchmarks run (probe_profile.py profiles it): argv is steps, device, model, item; after it,
+# `step()` is one training step and 50 have run (warm-up).
+LOOP = r'''
 import sys, time, torch
 torch.manual_seed(0)
 torch.set_num_threads(1)
@@ -47,6 +49,9 @@ def step():
 for _ in range(50):
     step()
 sync()
+'''
+
+WORKER = LOOP + r'''
 t0 = time.perf_counter()
 for _ in range(steps):
     step()

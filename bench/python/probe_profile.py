@@ -15,25 +15,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "python"))
 sys.path.insert(0, HERE)
 
-WORKER = r'''
-import cProfile, pstats, sys, torch
-from probe_overhead import WORKER  # noqa: the same model and step
-steps, device, model_name, show_all = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4] == "1"
-torch.manual_seed(0)
-torch.set_num_threads(1)
-width, batch = (64, 16) if model_name == "tiny" else (4096, 512)
-model = torch.nn.Sequential(torch.nn.Linear(32 if model_name == "tiny" else width, width), torch.nn.ReLU(),
-                            torch.nn.Linear(width, 8)).to(device)
-opt = torch.optim.SGD(model.parameters(), lr=0.01)
-x = torch.randn(batch, 32 if model_name == "tiny" else width, device=device)
-y = torch.randint(0, 8, (batch,), device=device)
-def step():
-    opt.zero_grad()
-    loss = torch.nn.functional.cross_entropy(model(x), y)
-    loss.backward()
-    opt.step()
-for _ in range(50):
-    step()
+from probe_overhead import LOOP  # noqa: E402 (the same model and step as the per-step figure)
+
+WORKER = LOOP + r'''
+import cProfile, pstats
+show_all = sys.argv[5] == "1"
 pr = cProfile.Profile()
 pr.enable()
 for _ in range(steps):
@@ -61,8 +47,7 @@ def main():
     job = Job()
     try:
         env = job.env(probe=True)
-        env["PYTHONPATH"] = HERE + os.pathsep + env.get("PYTHONPATH", "")
-        r = subprocess.run([sys.executable, "-c", WORKER, str(a.steps), a.device, a.model, "1" if a.all else "0"],
+        r = subprocess.run([sys.executable, "-c", WORKER, str(a.steps), a.device, a.model, "0", "1" if a.all else "0"],
                            env=env, capture_output=True, text=True, timeout=600)
         print(r.stdout[-12000:])
         if r.returncode != 0:
