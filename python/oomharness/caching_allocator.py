@@ -26,6 +26,8 @@ import ctypes
 import os
 import sys
 
+from oomharness import _breakdown
+
 MIN_BLOCK = 512
 SMALL_SIZE = 1 << 20
 SMALL_BUFFER = 2 << 20
@@ -135,8 +137,6 @@ class DriverSegments:
         self._current()
         ptr = ctypes.c_uint64(0)
         if self._note_site is not None:
-            from oomharness import _breakdown
-
             where = _breakdown.site_text(_breakdown.user_site(sys._getframe(1), 1))
             self._note_site(where.encode("utf-8", "replace") if where else None)
             try:
