@@ -19,13 +19,13 @@ all_targets=(suite fault_plan units job_filter events)
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=("${all_targets[@]}")
 
-# clang and its libFuzzer runtime (Debian: clang, libclang-rt-14-dev; scripts/deps.sh test installs them).
+# clang and its libFuzzer runtime (Debian: clang, libclang-rt-14-dev on 12, -19- on 13; scripts/deps.sh test installs them).
 cxx=${OOMH_FUZZ_CXX:-}
 if [ -z "$cxx" ]; then
-  for c in clang++ clang++-14 clang++-15 clang++-16; do command -v "$c" >/dev/null 2>&1 && { cxx=$c; break; }; done
+  for c in clang++ clang++-14 clang++-19 clang++-15 clang++-16 clang++-17 clang++-18; do command -v "$c" >/dev/null 2>&1 && { cxx=$c; break; }; done
 fi
 if [ -z "$cxx" ]; then
-  echo "scripts/fuzz.sh: SKIPPED: no clang++ (apt-get install clang libclang-rt-14-dev)" >&2
+  echo "scripts/fuzz.sh: SKIPPED: no clang++ (apt-get install clang and its libclang-rt-VERSION-dev)" >&2
   exit 77
 fi
 cc=${cxx/clang++/clang}
@@ -33,7 +33,7 @@ probe=$(mktemp -d)
 trap 'rm -rf "$probe"' EXIT
 echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }' >"$probe/p.cpp"
 if ! "$cxx" -fsanitize=fuzzer,address,undefined "$probe/p.cpp" -o "$probe/p" >"$probe/log" 2>&1; then
-  echo "scripts/fuzz.sh: SKIPPED: $cxx cannot link -fsanitize=fuzzer (apt-get install libclang-rt-14-dev):" >&2
+  echo "scripts/fuzz.sh: SKIPPED: $cxx cannot link -fsanitize=fuzzer (apt-get install the libclang-rt-VERSION-dev of its version):" >&2
   cat "$probe/log" >&2
   exit 77
 fi

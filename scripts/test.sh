@@ -5,8 +5,20 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${OOMH_BUILD_DIR:-$root/build}
 jobs=${OOMH_JOBS:-$(nproc)}
+phase() { echo "== $(date -u +%H:%M:%S) $*"; }
+phase "deps (Debian's packages)"
 "$root/scripts/deps.sh" test
-"$root/scripts/build.sh"
+
+# The PyTorch matrix (Note [The PyTorch matrix] in tests/CMakeLists.txt): every Python test runs under each
+# of these, made by scripts/venv.sh from python/requirements/. OOMH_TORCH_MATRIX narrows it (a list of names).
+matrix=${OOMH_TORCH_MATRIX:-"torch-2.13.0-cpu torch-2.14.1-cuda"}
+pythons=()
+for name in $matrix; do
+  phase "Python environment $name"
+  pythons+=("$name=$("$root/scripts/venv.sh" "$name")")
+done
+phase "build"
+"$root/scripts/build.sh" "-DOOMH_TEST_PYTHONS=$(IFS=';'; echo "${pythons[*]}")"
 
 # The shim's engine under AddressSanitizer + UndefinedBehaviorSanitizer and under ThreadSanitizer: the code
 # that runs inside every CUDA allocation of a job must be clean under both. (The preload tests run in the
@@ -17,7 +29,7 @@ if [ "${OOMH_SANITIZERS:-1}" = 1 ]; then
     cmake -S "$root" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DOOMH_SANITIZE="$san" -DOOMH_WITH_TORCH=OFF \
       -DOOMH_BUILD_BENCH=OFF >/dev/null
     cmake --build "$dir" -j"$jobs" --target injector_engine_test
-    echo "== injector engine tests under -fsanitize=$san"
+    phase "injector engine tests under -fsanitize=$san"
     "$dir/tests/injector/injector_engine_test" --gtest_brief=1
   done
 fi
@@ -27,6 +39,7 @@ fi
 # skips them on purpose.
 if [ "${OOMH_FUZZ:-1}" = 1 ]; then
   rc=0
+  phase "fuzz targets"
   OOMH_FUZZ_BUILD_DIR="$build-fuzz" "$root/scripts/fuzz.sh" || rc=$?
   if [ "$rc" = 77 ]; then
     echo "== fuzz targets SKIPPED: clang or libFuzzer is not installed (scripts/deps.sh test installs them on Debian)"
@@ -42,4 +55,5 @@ if command -v slurmctld >/dev/null 2>&1 && command -v slurmd >/dev/null 2>&1 && 
 fi
 
 # Last, so that its summary closes the output.
+phase "ctest"
 ctest --test-dir "$build" --output-on-failure -j"$jobs" --timeout 600
