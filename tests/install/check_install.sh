@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
-# check_install.sh BUILD SOURCE: see CMakeLists.txt. Prints what it checks; exits non-zero at the first failure.
+# check_install.sh BUILD SOURCE [PYTHON]: see CMakeLists.txt. Prints what it checks; exits non-zero at the first
+# failure. PYTHON: a python3 with torch (the first of the test matrix), whose folder comes first on the clean PATH.
 set -euo pipefail
 build=$1
 source=$2
+python=${3:-}
 work=$(mktemp -d /tmp/oomh-install-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "check_install: FAILED: $*" >&2; exit 1; }
 
-# A clean environment: no OOMH_* variable, a PATH without the build, an empty working folder.
-clean() { env -i PATH=/usr/bin:/bin HOME="$work" LANG=C.UTF-8 "$@"; }
+# A clean environment: no OOMH_* variable, a PATH without the build (but with the Python that has torch, as
+# a user's activated environment), an empty working folder.
+clean_path=/usr/bin:/bin
+[ -n "$python" ] && clean_path="$(dirname "$python"):$clean_path"
+clean() { env -i PATH="$clean_path" HOME="$work" LANG=C.UTF-8 "$@"; }
+# Where the tool must not look: the build and the source tree; the Python environments scripts/venv.sh makes
+# in the checkout (.venv/) are the user's Python, not the tool's files.
+uses_tree() { grep -rn -e "$build" -e "$source/" "$1" 2>/dev/null | grep -v -e "$source/.venv/" | head -5; }
 
 # The demo from an installed tree ($1: its prefix), in an empty folder; its results must not name the
 # build or source tree.
@@ -18,8 +26,8 @@ run_demo() {
   (cd "$work/empty" && clean "$prefix/bin/oomharness" demo --out "$out" >"$out.log" 2>&1) ||
     { cat "$out.log"; fail "the demo from $prefix exited $?"; }
   grep -q "^==== .*passed" "$out.log" || { cat "$out.log"; fail "the demo from $prefix passed nothing"; }
-  if grep -l -e "$build" -e "$source/" -r "$out" >/dev/null; then
-    grep -n -e "$build" -e "$source/" -r "$out" | head -5
+  if [ -n "$(uses_tree "$out")" ]; then
+    uses_tree "$out"
     fail "the demo from $prefix used the build or source tree"
   fi
   echo "ok: the demo from $prefix: $(grep '^====' "$out.log")"
@@ -45,22 +53,23 @@ echo "ok: ${#expected[@]} files where docs/cli.md says"
 run_demo "$prefix" "$work/demo-prefix"
 
 # The installed Python package on the virtual device: a trainer that halves passes, one that does not fails.
-if clean /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+if clean python3 -c 'import torch' 2>/dev/null; then
   train="$prefix/share/oomharness/examples/python/train.py"
   for recovery in halve none; do
     rc=0
     (cd "$work/empty" && clean "$prefix/bin/oomharness" exec -q --simulate --cap 128MiB --expect oom_visible \
-      --expect batch_halving --out "$work/exec-$recovery" -- /usr/bin/python3 "$train" --model mlp --steps 4 \
+      --expect batch_halving --out "$work/exec-$recovery" -- python3 "$train" --model mlp --steps 4 \
       --batch 4096 --recovery $recovery >"$work/exec-$recovery.log" 2>&1) || rc=$?
     want=0; [ $recovery = none ] && want=1
     [ $rc = $want ] || { cat "$work/exec-$recovery.log"; fail "exec --recovery $recovery exited $rc, not $want"; }
-    if grep -l -e "$build" -e "$source/" -r "$work/exec-$recovery" >/dev/null; then
+    if [ -n "$(uses_tree "$work/exec-$recovery")" ]; then
       fail "exec --recovery $recovery used the build or source tree"
     fi
   done
   echo "ok: the installed package on the virtual device: halving passes, no halving fails"
 else
-  echo "skipped: the virtual device run (/usr/bin/python3 has no torch)"
+  [ -z "$python" ] || fail "$python cannot import torch"
+  echo "skipped: the virtual device run (no python3 with torch on $clean_path)"
 fi
 
 echo "== the man page and the completion offer every flag of every command's --help"

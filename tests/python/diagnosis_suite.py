@@ -11,11 +11,10 @@ import subprocess
 import sys
 import tempfile
 
-try:
-    import torch  # noqa: F401
-except Exception as e:  # noqa: BLE001
-    print("diagnosis suite: skipped, torch cannot be imported: %s" % e)
-    sys.exit(125)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_env import require_torch  # noqa: E402
+
+require_torch("diagnosis suite")
 
 build = os.environ["OOMH_BUILD_DIR"]
 source = os.environ["OOMH_SOURCE_DIR"]

@@ -4,12 +4,10 @@ import sys
 import unittest
 
 here = os.path.dirname(os.path.abspath(__file__))
-try:
-    import torch  # noqa: F401
-except Exception as e:
-    print("tests/python: skipped, torch cannot be imported: %s" % e)
-    sys.exit(125)
 sys.path.insert(0, here)
+from torch_env import require_torch  # noqa: E402
+
+require_torch("tests/python " + sys.argv[1])
 sys.path.insert(0, os.path.join(here, "..", "..", "python"))
 suite = unittest.defaultTestLoader.loadTestsFromName(sys.argv[1])
 result = unittest.TextTestRunner(verbosity=2).run(suite)

@@ -9,11 +9,10 @@ import subprocess
 import sys
 import tempfile
 
-try:
-    import torch  # noqa: F401
-except Exception as e:  # noqa: BLE001
-    print("self-test on the virtual device: skipped, torch cannot be imported: %s" % e)
-    sys.exit(125)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_env import require_torch  # noqa: E402
+
+require_torch("self-test on the virtual device")
 
 build = os.environ["OOMH_BUILD_DIR"]
 source = os.environ["OOMH_SOURCE_DIR"]

@@ -2,7 +2,7 @@
 """The results files agree with docs/results-schema.json: the fixtures, the golden JSON, and each fixture
 after a round trip through the writer. A file with another schema_version fails the schema.
 
-usage: check_schema.py RENDER_TOOL SCHEMA TESTS_REPORTS_DIR   (exit 125: python3-jsonschema missing)
+usage: check_schema.py RENDER_TOOL SCHEMA TESTS_REPORTS_DIR   (exit 125: jsonschema missing, 1 under OOMH_REQUIRE_TEST_TOOLS=1)
 """
 import json
 import os
@@ -13,7 +13,10 @@ import tempfile
 try:
     import jsonschema
 except ImportError:
-    print("python3-jsonschema is not installed (apt-get install python3-jsonschema): skipped")
+    if os.environ.get("OOMH_REQUIRE_TEST_TOOLS") == "1":  # scripts/test.sh's environments have it
+        print("FAILED: jsonschema cannot be imported in %s (python/requirements/test.txt has it)" % sys.executable)
+        sys.exit(1)
+    print("jsonschema is not installed (scripts/venv.sh installs it): skipped")
     sys.exit(125)
 
 render, schema_path, here = sys.argv[1:4]
