@@ -11,9 +11,55 @@ leaves sys.meta_path; torch's loader, spec and module are the ones Python would 
 
 import sys
 
+# Note [Supported PyTorch]
+# The probe and the virtual device are tested in CI under torch 2.13.0 (CPU build) and 2.14.1 (the CUDA
+# build, without a GPU), and on the GPU machine under 2.11 (docs/compatibility.md). torch 1.x lacks what
+# they read (torch.OutOfMemoryError, the allocator's OOM observers, the 2.x snapshot format) and what 2.x
+# trainers use: a job that imports an older torch under the harness stops at the import with one sentence
+# that names the torch it found and the one it needs, rather than giving verdicts nobody tested.
+MIN_TORCH = (2, 0)
+
+
+def _torch_version(text):
+    parts = []
+    for piece in str(text).split("+")[0].split(".")[:2]:
+        digits = "".join(c for c in piece if c.isdigit()) if piece[:1].isdigit() else ""
+        if not digits:
+            return None
+        parts.append(int(digits))
+    return tuple(parts) if len(parts) == 2 else None
+
+
+def unsupported_torch(module):
+    """One sentence on why this torch cannot run under the harness, or None."""
+    version = getattr(module, "__version__", "")
+    have = _torch_version(version)
+    if have is not None and have >= MIN_TORCH:
+        return None
+    return ("oomharness: this job imported torch %s (%s); the probe and the virtual CUDA device need torch %d.%d "
+            "or newer (pip install -U torch)" % (version or "of unknown version", getattr(module, "__file__", "?"),
+                                                 MIN_TORCH[0], MIN_TORCH[1]))
+
+
+def no_torch_sentence():
+    """On the virtual device, the sentence for a job whose `import torch` finds nothing; elsewhere None (a job
+    on a GPU may well try torch and fall back to something else)."""
+    import os
+    if os.environ.get("OOMH_DEVICE") != "virtual":
+        return None
+    return ("oomharness: this job's Python (%s, %s) has no torch, and the job runs on the virtual CUDA device, "
+            "which runs PyTorch code on the CPU: install torch %d.%d or newer into that Python (pip install torch), "
+            "or start the job with the Python that has it"
+            % (sys.executable, sys.version.split()[0], MIN_TORCH[0], MIN_TORCH[1]))
+
 
 def _after_torch(module):
     import os
+    wrong = unsupported_torch(module)
+    if wrong:
+        # Raised out of the job's `import torch`: the job stops there, with this sentence as its error.
+        sys.stderr.write(wrong + "\n")
+        raise ImportError(wrong)
     if os.environ.get("OOMH_DEVICE") == "virtual":
         # First, so that the probe wraps the virtual device's torch.cuda (its empty_cache, its figures).
         try:
@@ -52,6 +98,16 @@ class TorchFinder:
         finally:
             self._busy = False
         self._leave()
+        if spec is None:
+            # `import torch` is about to fail with ModuleNotFoundError: on the virtual device, say first
+            # what is missing and what is needed, in the harness's words.
+            sentence = no_torch_sentence()
+            if sentence:
+                try:
+                    sys.stderr.write(sentence + "\n")
+                except Exception:
+                    pass
+            return None
         loader = getattr(spec, "loader", None) if spec is not None else None
         original = getattr(loader, "exec_module", None)
         if original is None:

@@ -350,6 +350,8 @@ class VirtualDevice:
         self._patch_autograd()
         self._patch_amp()
         self._patch_default_device()
+        self._patch_runtime_objects()
+        self._patch_load()
         # Tensor.is_cuda stays the truth (cpu): a subclass claiming cuda breaks autograd (the study).
 
         def memory_allocated(device=None):
@@ -505,6 +507,139 @@ class VirtualDevice:
             scaler_init.__wrapped__ = original
             self._set(cls, "__init__", scaler_init)
 
+    def _patch_runtime_objects(self):
+        """Streams, events, device guards and NVTX ranges (Note [No CUDA runtime under the virtual device])."""
+        cuda_mod = torch.cuda
+        default = _Stream()
+        state = {"current": default}
+
+        class _StreamContext:
+            def __init__(self, stream):
+                self.stream, self.saved = stream, None
+
+            def __enter__(self):
+                self.saved = state["current"]
+                if self.stream is not None:
+                    state["current"] = self.stream
+                return self.stream
+
+            def __exit__(self, *exc):
+                state["current"] = self.saved
+                return False
+
+        class _DeviceGuard:
+            """torch.cuda.device(i) / device_of(t): one device, so a guard that changes nothing."""
+            def __init__(self, device=None):
+                self.idx = 0
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                return False
+
+        def set_stream(stream):
+            state["current"] = stream if stream is not None else default
+
+        for name, value in (("Event", _Event), ("Stream", _Stream), ("ExternalStream", _Stream),
+                            ("StreamContext", _StreamContext), ("stream", _StreamContext),
+                            ("current_stream", lambda device=None: state["current"]),
+                            ("default_stream", lambda device=None: default), ("set_stream", set_stream),
+                            ("device", _DeviceGuard), ("device_of", _DeviceGuard),
+                            ("_exchange_device", lambda device: 0), ("_maybe_exchange_device", lambda device: 0),
+                            ("_lazy_init", lambda: None)):
+            if hasattr(cuda_mod, name):
+                self._set(cuda_mod, name, value)
+        self._mirror(getattr(cuda_mod, "streams", None), cuda_mod, ("Event", "Stream", "ExternalStream"))
+        nvtx = getattr(cuda_mod, "nvtx", None)
+        if nvtx is not None:
+            class _Range:
+                def __init__(self, *args, **kwargs):
+                    pass
+
+                def __enter__(self):
+                    return self
+
+                def __exit__(self, *exc):
+                    return False
+
+                def __call__(self, fn):
+                    return fn
+
+            for name, value in (("range_push", lambda msg: 0), ("range_pop", lambda: 0), ("mark", lambda msg: None),
+                                ("range_start", lambda msg: 0), ("range_end", lambda rid: None), ("range", _Range)):
+                if hasattr(nvtx, name):
+                    self._set(nvtx, name, value)
+        original_record_stream = torch.Tensor.record_stream
+        dev = self
+
+        def record_stream(t, stream):
+            if isinstance(stream, _Stream) or dev.on_device(t):
+                return None  # work is synchronous on the CPU: nothing to keep alive for another stream
+            return original_record_stream(t, stream)
+
+        self._set(torch.Tensor, "record_stream", record_stream)
+
+    def _patch_load(self):
+        """torch.load(..., map_location="cuda" | "cuda:0" | torch.device("cuda") | 0 | {...: "cuda:0"} | fn):
+        the storages are read to the host, and what was meant for the device is booked there, as a GPU would
+        hold it (Note [No CUDA runtime under the virtual device])."""
+        dev = self
+        local = self._local
+        original_load = torch.load
+
+        def host_location(where):
+            """(the map_location to read with, whether the result goes on the device)."""
+            if where is None:
+                return None, False
+            if isinstance(where, (str, torch.device)) or (isinstance(where, int) and not isinstance(where, bool)):
+                to_cuda = isinstance(where, int) or _is_cuda(where)
+                return ("cpu" if to_cuda else where), to_cuda
+            if isinstance(where, dict):
+                cuda = {k for k, v in where.items() if _is_cuda(v) or isinstance(v, torch.device) and v.type == "cuda"}
+                return {k: ("cpu" if k in cuda else v) for k, v in where.items()}, bool(cuda)
+            if callable(where):
+                def restore(storage, location):
+                    local.load_moved = False
+                    out = where(storage, location)
+                    return out
+                return restore, None  # known after the load: did the function move anything to the device?
+            return where, False
+
+        def load(f, map_location=None, *args, **kwargs):
+            target, to_device = host_location(map_location)
+            local.load_moved = False
+            local.loading = getattr(local, "loading", 0) + 1
+            try:
+                out = original_load(f, target, *args, **kwargs)
+            finally:
+                local.loading -= 1
+            if to_device or (to_device is None and getattr(local, "load_moved", False)):
+                for t in _tensors_in(out):
+                    dev.book(t)
+            return out
+
+        load.__wrapped__ = original_load
+        self._set(torch, "load", load)
+        if getattr(torch.serialization, "load", None) is original_load:
+            self._set(torch.serialization, "load", load)
+
+        # A map_location function moves storages with storage.cuda(): on the CPU build that raises, and on a
+        # CUDA build without a GPU it reaches the driver. Here it leaves the storage on the host and says so.
+        storage_base = getattr(torch.storage, "_StorageBase", None)
+        typed = getattr(torch.storage, "TypedStorage", None)
+        for cls in (storage_base, typed):
+            if cls is None or not hasattr(cls, "cuda"):
+                continue
+            original = cls.cuda
+
+            def storage_cuda(self_, device=None, non_blocking=False, _original=original, **kwargs):
+                local.load_moved = True
+                return self_
+
+            storage_cuda.__wrapped__ = original
+            self._set(cls, "cuda", storage_cuda)
+
     def _patch_default_device(self):
         """torch.set_default_device("cuda") and torch.accelerator (PyTorch 2.x)."""
         dev = self
@@ -527,7 +662,10 @@ class VirtualDevice:
                    "current_accelerator": lambda check_available=False: torch.device("cuda"),
                    "current_device_index": lambda: 0, "current_device_idx": lambda: 0,
                    "set_device_index": lambda device: None, "set_device_idx": lambda device: None,
-                   "synchronize": lambda device=None: None}
+                   "synchronize": lambda device=None: None,
+                   # Optimizers on PyTorch 2.13 ask the accelerator's stream whether it is capturing a graph.
+                   "current_stream": lambda device=None: torch.cuda.current_stream(),
+                   "set_stream": lambda stream: torch.cuda.set_stream(stream)}
         answers.update({name: getattr(torch.cuda, name) for name in (
             "empty_cache", "memory_allocated", "memory_reserved", "memory_stats", "max_memory_allocated",
             "max_memory_reserved", "reset_peak_memory_stats")})
@@ -537,6 +675,86 @@ class VirtualDevice:
                 for name, value in answers.items():
                     if hasattr(owner, name):
                         self._set(owner, name, value)
+
+
+# Note [No CUDA runtime under the virtual device]
+# On a CUDA build without a GPU (what `pip install torch` gives a laptop or a CI runner), any call that reaches
+# the CUDA runtime fails ("API call is not supported in the installed CUDA driver") or prints its
+# initialisation warnings; on a CPU build the same calls raise "Torch not compiled with CUDA" or meet dummy
+# classes. So nothing the virtual device does may reach it: streams and events are host objects (work runs
+# synchronously on the CPU, so an event is complete once recorded and times with the host's clock), a device
+# guard changes nothing (there is one device), NVTX ranges are no-ops, and torch.load reads storages meant for
+# the device to the host and books them. tests/python/test_cuda_build.py runs each way public code writes
+# these, under every PyTorch of the CI matrix.
+class _Event:
+    def __init__(self, enable_timing=False, blocking=False, interprocess=False, **kwargs):
+        self.enable_timing = enable_timing
+        self._t = None
+
+    def record(self, stream=None):
+        import time
+        self._t = time.perf_counter()
+
+    def wait(self, stream=None):
+        pass
+
+    def query(self):
+        return True
+
+    def synchronize(self):
+        pass
+
+    def elapsed_time(self, end_event):
+        if not (self.enable_timing and end_event.enable_timing):
+            raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
+        if self._t is None or end_event._t is None:
+            raise RuntimeError("Both events must be recorded before calculating elapsed time.")
+        return (end_event._t - self._t) * 1000.0
+
+
+class _Stream:
+    def __init__(self, device=None, priority=0, **kwargs):
+        self.device = torch.device("cuda", 0)
+        self.priority = priority
+        self.cuda_stream = 0
+
+    def wait_event(self, event):
+        pass
+
+    def wait_stream(self, stream):
+        pass
+
+    def record_event(self, event=None):
+        event = event if event is not None else _Event()
+        event.record(self)
+        return event
+
+    def query(self):
+        return True
+
+    def synchronize(self):
+        pass
+
+    def is_capturing(self):
+        return False  # no CUDA graph is ever captured on the virtual device
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _tensors_in(obj, depth=0):
+    """The tensors in what torch.load returned: nested dicts, lists and tuples (a checkpoint's shape)."""
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif depth < 16 and isinstance(obj, dict):
+        for v in obj.values():
+            yield from _tensors_in(v, depth + 1)
+    elif depth < 16 and isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from _tensors_in(v, depth + 1)
 
 
 class _DeviceMode(TorchDispatchMode):

@@ -729,6 +729,7 @@ ExitCode command_demo(const std::string& out_dir, const std::vector<std::string>
   // The demo's jobs are capped, so on a GPU they pack onto it; four at a time keeps it short.
   args.jobs = 4;
   args.surveyed = survey;
+  bool torch_left_out = false;
   if (simulate) {
     args.simulate = true;
     out << "No GPU found: running the demo on stand-ins (simulated device): the emulated trainer on the CPU "
@@ -744,12 +745,20 @@ ExitCode command_demo(const std::string& out_dir, const std::vector<std::string>
       put_first_on_path(*python.path);
     } else {
       out << "No python3 that can import torch (" << python.tried_text()
-          << "): the demo's PyTorch jobs are left out (install python3-torch)\n";
+          << "): the demo's PyTorch jobs are left out (pip install torch, or run scripts/demo.sh, which makes an "
+             "environment with it)\n";
       args.filters = {"not torch"};
+      torch_left_out = true;
     }
     if (Found trainer = find_emulated_trainer_dir(); trainer.path) put_first_on_path(*trainer.path);
   }
-  return command_run(args, out, err);
+  const ExitCode code = command_run(args, out, err);
+  // A demo that left its PyTorch jobs out did not show what it is for: it must not look like a full pass.
+  if (torch_left_out && code == ExitCode::ok) {
+    err << "oomharness demo: the PyTorch jobs did not run (no python3 that can import torch): not a full demo\n";
+    return ExitCode::nothing_tested;
+  }
+  return code;
 }
 
 }  // namespace oomh::app
