@@ -14,6 +14,7 @@
 #include <iostream>
 
 #include "app/commands.h"
+#include "exec/signals.h"
 #include "oomharness/runner/app.h"
 #include "oomharness/version.h"
 
@@ -290,7 +291,13 @@ int parse_and_run(std::vector<std::string> args) {
 
 }  // namespace
 
+// Note [A closed pipe]
+// `oomharness run ... | head -1` closes the runner's stdout early. SIGPIPE is caught (Note [Signals a job
+// may send] in exec/signals.h), so the write fails with EPIPE instead of killing the process: the stream
+// goes bad and prints nothing more, and the run goes on, writes its results and reports, and exits with
+// the run's own code. The same holds for stderr and for every other command.
 int app_main(const std::vector<std::string>& args) {
+  exec::install_signal_guards();
   try {
     return parse_and_run(args);
   } catch (const std::exception& e) {

@@ -21,6 +21,7 @@
 #include "app/paths.h"
 #include "app/spec_text.h"
 #include "exec/cpu_share.h"
+#include "exec/signals.h"
 #include "suite/fault_rule.h"
 #include "suite/job_fields.h"
 #include "oomharness/policies/registry.h"
@@ -125,6 +126,18 @@ class JobStream {
   std::ostream& err_;
   int fd_ = -1;
 };
+
+// Note [Signals a job may send] in exec/signals.h: those the runner could not put in a job's result.
+void say_stray_signals(std::ostream& err) {
+  std::vector<exec::StraySignal> left = exec::take_set_aside();
+  for (const exec::StraySignal& s : exec::take_stray_signals()) left.push_back(s);
+  for (const exec::StraySignal& s : left)
+    err << "oomharness: received " << exec::signal_name(s.signo)
+        << (s.pid > 0 ? " from pid " + std::to_string(s.pid) + " (not a running job)" : std::string(" from the kernel"))
+        << "; ignored it\n";
+  if (size_t dropped = exec::stray_signals_dropped())
+    err << "oomharness: " << dropped << " more signals were received and ignored\n";
+}
 
 // Writes results.json and report.html into the output folder, and each report asked for.
 // Returns false when one could not be written (each failure was printed).
@@ -402,6 +415,7 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
     interrupted = backend->interrupted() || InterruptHandlers::signalled();
     view.finish();
   }
+  say_stray_signals(err);
   run.interrupted = interrupted;
   run.duration = events::now_seconds() - run.start;
   stream.write(job_stream_end(run));

@@ -83,6 +83,7 @@
 #include "exec/gpu_packing.h"
 #include "exec/launch.h"
 #include "exec/output.h"
+#include "exec/signals.h"
 #include "oomharness/control_block.h"
 #include "oomharness/runner/command.h"
 #include "oomharness/events.h"
@@ -408,6 +409,9 @@ struct JobRunner::Impl {
   void start_sidecar(JobState& j);
   void sidecar_read(JobState* j);
   void stop_sidecar(JobState& j);
+
+  // Note [Signals a job may send] in signals.h: each recorded signal into the attempt that sent it.
+  void claim_signals();
 
   // Interruption.
   void arm_wake();
@@ -772,8 +776,10 @@ void JobRunner::Impl::launch_rank(JobState& j, bool reference, int n, int rank, 
                                (ec ? ec.message() : launch_error));
   }
   r.proc = std::move(proc);
+  // The child called setsid() before exec, and the launcher returns after the exec: the group exists.
+  // (setpgid from this side would race with setsid, which fails in a process that already leads a group.)
   r.pgid = r.proc->id();
-  setpgid(r.pgid, r.pgid);  // also from this side, so that a signal sent right now reaches the group
+  register_job_session(r.pgid);  // Note [Signals a job may send] in signals.h
   if (rank <= 0) progress(j, JobProgress::State::running, &r);
 
   AttemptRun* rp = &r;
@@ -1065,6 +1071,8 @@ void JobRunner::Impl::release_control_block(AttemptRun& r) {
 
 void JobRunner::Impl::finish_attempt(AttemptRun& r) {
   JobState& j = *r.job;
+  claim_signals();  // before its session is forgotten: what it sent while it ran is its own
+  forget_job_session(r.pgid);
   wait_group_gone(r.pgid);
   kill_orphans(&r, false);
   if (r.cb) {
@@ -1154,6 +1162,7 @@ void JobRunner::Impl::arm_sampler() {
   sample_timer->expires_after(seconds(options.sample_interval > 0 ? options.sample_interval : 0.05));
   sample_timer->async_wait([this](boost::system::error_code ec) {
     if (ec || finished_count == jobs.size()) return;
+    claim_signals();
     for (auto& j : jobs) {
       for (auto& c : j->current)
         if (c && c->cb && !c->finished) sample(*c, false);
@@ -1300,6 +1309,28 @@ void JobRunner::Impl::stop_sidecar(JobState& j) {
   s.kill_timer.async_wait([pid, jp](boost::system::error_code e) {
     if (!e && !jp->sidecar->exited && pid > 0) kill(pid, SIGKILL);
   });
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Signals sent to the runner (Note [Signals a job may send] in signals.h).
+
+void JobRunner::Impl::claim_signals() {
+  std::vector<StraySignal> unclaimed;
+  for (const StraySignal& s : take_stray_signals()) {
+    AttemptRun* sender = nullptr;
+    for (auto& j : jobs)
+      for (auto& c : j->current)
+        if (c && !c->finished && c->pgid > 0 && c->pgid == s.sid) sender = c.get();
+    if (!sender) {
+      unclaimed.push_back(s);
+      continue;
+    }
+    sender->attempt.events.push_back(runner_event(events::kWarning, now(),
+                                                  {{"message", stray_signal_text(s)},
+                                                   {"signal", signal_name(s.signo)},
+                                                   {"sender_pid", s.pid}}));
+  }
+  if (!unclaimed.empty()) set_aside(std::move(unclaimed));
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -4,9 +4,18 @@ survived it: exit 0 or 1, a valid results.json with the job in it, and nothing l
 whose environment carries this run's mark, no /dev/shm/oomh-<runner pid>-* block).
 
   run_hostile.py --bin OOMHARNESS CASE     CASE: setsid | truncate | bigout | killed | streamed | stale
+                                                | signals | closedpipe | terminal | links | observe | files
+                                                | compare | values
+
+The cases after `stale` are issue 28's classes, one each: a job that signals its runner; a closed stdout pipe;
+escape sequences from a job and from a results file; symbolic links planted in the run folder; a flood of
+observe: matches; files given to report/explain/compare that are not results files; compare's thresholds and
+a job listed twice; values exec and validate must refuse.
 """
 import argparse
 import glob
+import hashlib
+import resource
 import json
 import os
 import signal
@@ -44,7 +53,7 @@ def blocks_of(pid):
     return [n for n in os.listdir("/dev/shm") if n.startswith(f"oomh-{pid}-")]
 
 
-def write_suite(folder, script, mark, extra_env=None, timeout="1m"):
+def write_suite(folder, script, mark, extra_env=None, timeout="1m", extra="", more_jobs=""):
     env = {"HOSTILE_MARK": mark}
     env.update(extra_env or {})
     suite = os.path.join(folder, "suite.yaml")
@@ -55,7 +64,41 @@ def write_suite(folder, script, mark, extra_env=None, timeout="1m"):
         f.write(f"    run: sh {os.path.join(HERE, script)}\n")
         f.write("    env: {" + ", ".join(f'{k}: "{v}"' for k, v in env.items()) + "}\n")
         f.write("    expect: [exit: 0]\n")
+        f.write(extra)
+        f.write(more_jobs)
     return suite
+
+
+def tool(args, *argv, timeout=30):
+    """One short command of the real binary: (exit code, stdout, stderr); a hang is a failure, not a hang."""
+    try:
+        r = subprocess.run([args.bin, *argv], capture_output=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        check(False, f"{argv} did not end within {timeout} s")
+        return None, b"", b""
+    return r.returncode, r.stdout, r.stderr
+
+
+def snapshot(folder):
+    """Every path under `folder` with what it is and holds (links as their target), to show nothing changed."""
+    state = {}
+    for root, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            path = os.path.join(root, name)
+            rel = os.path.relpath(path, folder)
+            if os.path.islink(path):
+                state[rel] = "link:" + os.readlink(path)
+            elif os.path.isdir(path):
+                state[rel] = "dir"
+            else:
+                with open(path, "rb") as f:
+                    state[rel] = hashlib.sha256(f.read()).hexdigest()
+    return state
+
+
+def job_warnings(out):
+    job = results_job(out)
+    return (job or {}).get("warnings", [])
 
 
 def run(args, folder, suite):
@@ -208,6 +251,33 @@ def main():
             check(not os.path.exists(stale), f"the stale block {stale} is still there")
             if os.path.exists(stale):
                 os.unlink(stale)
+        elif args.case == "signals":
+            # Issue 28 (2): signals sent by pid do not end the run; the job's result says what it sent.
+            suite = write_suite(folder, "signal_runner.sh", mark)
+            pid, code, so, se, out = run(args, folder, suite)
+            job = common(pid, code, so, se, out, mark)
+            check(code == 0, f"the run exited {code}, not 0 (the job passed); stderr: {se[-2000:]}")
+            check((job or {}).get("status") == "passed", f"the job is {(job or {}).get('status')}, not passed")
+            warnings = " ".join(job_warnings(out))
+            for sig in ["SIGHUP", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGPIPE", "SIGQUIT", "SIGXCPU", "SIGTERM", "SIGINT"]:
+                check(f"sent {sig} to the runner" in warnings, f"the result does not say the job sent {sig}: {warnings[:2000]}")
+        elif args.case == "closedpipe":
+            # Issue 28 (3): `oomharness run ... | head -1` ends the printing, not the run.
+            suite = write_suite(folder, "setsid_grandchild.sh", mark)
+            out = os.path.join(folder, "out")
+            p = subprocess.Popen([args.bin, "run", "--simulate", suite, "-o", out], cwd=folder,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            first = p.stdout.readline()
+            p.stdout.close()  # as `head -1` does
+            _, stderr = p.communicate(timeout=300)
+            check(first.startswith(b"oomharness "), f"the first line: {first!r}")
+            check(p.returncode == 0, f"the runner exited {p.returncode} (0, the run's own code, expected): {stderr[-2000:]!r}")
+            check(os.path.exists(os.path.join(out, "results.json")), "no results.json after the pipe closed")
+            check(os.path.exists(os.path.join(out, "report.html")), "no report.html after the pipe closed")
+            check(results_job(out) is not None, "results.json has no job")
+            r = subprocess.run(f"'{args.bin}' validate '{suite}' | head -c 1 >/dev/null; echo ${{PIPESTATUS[0]}}",
+                               shell=True, executable="/bin/bash", capture_output=True, text=True)
+            check(r.stdout.strip() in ("0",), f"validate into a closed pipe exited {r.stdout.strip()}")
         else:
             print("unknown case", args.case)
             return 2
