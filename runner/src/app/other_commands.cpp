@@ -5,6 +5,7 @@
 #include "app/commands.h"
 #include "oomharness/reports/compare.h"
 #include "oomharness/reports/explain.h"
+#include "oomharness/reports/terminal_text.h"
 #include "oomharness/runner/cli_specs.h"
 #include "oomharness/reports/writers.h"
 
@@ -48,7 +49,7 @@ ExitCode command_explain(const std::string& results, const std::vector<std::stri
                          std::ostream& err) {
   auto run = load_results(results);
   if (!run) {
-    err << "oomharness explain: " << run.error() << "\n";
+    err << "oomharness explain: " << terminal_text(run.error()) << "\n";
     return ExitCode::usage_error;
   }
   std::vector<JobFilter> parsed;
@@ -66,7 +67,7 @@ ExitCode command_explain(const std::string& results, const std::vector<std::stri
       bool wanted = parsed.empty();
       for (const JobFilter& f : parsed) wanted = wanted || f.matches(suite.name, job.name);
       if (!wanted) continue;
-      out << (shown++ ? "\n" : "") << explain_job(suite.name, job);
+      out << (shown++ ? "\n" : "") << terminal_text(explain_job(suite.name, job));  // Note [Text for a terminal]
     }
   if (shown == 0) {
     err << "oomharness explain: no job in " << results << " matches -k\n";
@@ -78,7 +79,7 @@ ExitCode command_explain(const std::string& results, const std::vector<std::stri
 ExitCode command_report(const std::string& results, const ReportFlags& flags, std::ostream& out, std::ostream& err) {
   auto run = load_results(results);
   if (!run) {
-    err << "oomharness report: " << run.error() << "\n";
+    err << "oomharness report: " << terminal_text(run.error()) << "\n";
     return ExitCode::usage_error;
   }
   ReportFlags f = flags;
@@ -111,16 +112,16 @@ ExitCode command_compare(const CompareArgs& args, std::ostream& out, std::ostrea
   }
   auto base = load_results(args.base);
   if (!base) {
-    err << "oomharness compare: " << base.error() << "\n";
+    err << "oomharness compare: " << terminal_text(base.error()) << "\n";
     return ExitCode::usage_error;
   }
   auto now = load_results(args.now);
   if (!now) {
-    err << "oomharness compare: " << now.error() << "\n";
+    err << "oomharness compare: " << terminal_text(now.error()) << "\n";
     return ExitCode::usage_error;
   }
   Comparison c = compare(base.value(), now.value(), rules);
-  out << render_comparison_text(c);
+  out << terminal_text(render_comparison_text(c));  // Note [Text for a terminal]
   if (!args.markdown.empty()) {
     auto w = write_file_atomic(args.markdown, render_comparison_markdown(c));
     if (!w) {

@@ -25,6 +25,7 @@
 #include "suite/fault_rule.h"
 #include "suite/job_fields.h"
 #include "oomharness/policies/registry.h"
+#include "oomharness/reports/terminal_text.h"
 #include "oomharness/reports/writers.h"
 #include "oomharness/runner/backend.h"
 #include "oomharness/runner/cli_specs.h"
@@ -229,7 +230,7 @@ void print_github_annotations(const RunResult& run, const std::vector<Suite>& su
       const std::string name = run.suites[s].name + "::" + job.name;
       const std::string word = job.status == JobStatus::failed ? "failed" : "erred";
       out << github_error_annotation(in_file ? where.file : "", in_file ? where.line : 0, name + " " + word,
-                                     name + " " + word + ": " + job.message)
+                                     name + " " + word + ": " + terminal_text(job.message))
           << "\n";
     }
 }

@@ -278,6 +278,26 @@ def main():
             r = subprocess.run(f"'{args.bin}' validate '{suite}' | head -c 1 >/dev/null; echo ${{PIPESTATUS[0]}}",
                                shell=True, executable="/bin/bash", capture_output=True, text=True)
             check(r.stdout.strip() in ("0",), f"validate into a closed pipe exited {r.stdout.strip()}")
+        elif args.case == "terminal":
+            # Issue 28 (4): nothing a job prints or a file says reaches the terminal as an escape sequence.
+            suite = write_suite(folder, "escapes.sh", mark)
+            pid, code, so, se, out = run(args, folder, suite)
+            common(pid, code, so, se, out, mark)
+            check("\x1b" not in so and "\x1b" not in se, f"a raw ESC reached the terminal: {so[-1500:]!r}")
+            check("\u202e" not in so and "\x9b" not in so, f"a bidi override or C1 reached the terminal: {so[-1500:]!r}")
+            # The summary quotes the job's output (its escapes shown visibly or dropped, never sent).
+            check("title" in so and " done" in so, f"the summary does not quote the job's output: {so[-1500:]!r}")
+            # Names and messages read back from a results file.
+            bad = os.path.join(folder, "bad.json")
+            with open(bad, "w") as f:
+                json.dump({"schema_version": 1, "suites": [{"name": "s\x1b]0;pwned\x07", "jobs": [
+                    {"name": "j\x1b[2J", "status": "failed", "message": "m \x1b[31mred\u202e"}]}]}, f)
+            code, so2, se2 = tool(args, "explain", bad)
+            check(code == 0, f"explain exited {code}: {se2!r}")
+            check(b"\x1b" not in so2 + se2 and "\u202e".encode() not in so2, f"explain printed raw escapes: {so2!r}")
+            check(b"\\x1B[2J" in so2, f"explain does not show the escape visibly: {so2!r}")
+            code, so3, se3 = tool(args, "compare", bad, bad)
+            check(b"\x1b" not in so3 + se3, f"compare printed raw escapes: {so3!r} {se3!r}")
         else:
             print("unknown case", args.case)
             return 2
