@@ -21,6 +21,7 @@
 #include "app/paths.h"
 #include "app/spec_text.h"
 #include "exec/cpu_share.h"
+#include "exec/run_folder.h"
 #include "exec/signals.h"
 #include "suite/fault_rule.h"
 #include "suite/job_fields.h"
@@ -101,8 +102,9 @@ bool write_report(const std::string& path, const std::string& content, std::ostr
 // write that fails is said once on stderr; the run goes on and results.json is still written at the end.
 class JobStream {
  public:
-  JobStream(const std::string& path, std::ostream& err) : path_(path), err_(err) {
-    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+  // `name` in the run folder `dir` (Note [A run folder the runner owns] in exec/run_folder.h).
+  JobStream(int dir, const std::string& name, const std::string& path, std::ostream& err) : path_(path), err_(err) {
+    fd_ = exec::create_file_at(dir, name);
     if (fd_ < 0) fail(errno);
   }
   ~JobStream() {
@@ -142,13 +144,21 @@ void say_stray_signals(std::ostream& err) {
 
 // Writes results.json and report.html into the output folder, and each report asked for.
 // Returns false when one could not be written (each failure was printed).
-bool write_reports(const RunResult& run, const std::string& out_dir, const ReportFlags& flags, std::string& html_path,
-                   std::ostream& err) {
+// The two in the output folder go through its descriptor `out_fd` (Note [A run folder the runner owns] in
+// exec/run_folder.h: a link a job planted there is replaced, not followed); those asked for by flag are the
+// user's paths.
+bool write_reports(const RunResult& run, const std::string& out_dir, int out_fd, const ReportFlags& flags,
+                   std::string& html_path, std::ostream& err) {
   bool ok = true;
   std::string json = render_json(run);
-  ok &= write_report((fs::path(out_dir) / "results.json").string(), json, err);
+  auto in_folder = [&](const std::string& name, const std::string& content) {
+    auto w = write_file_atomic_at(out_fd, name, content, (fs::path(out_dir) / name).string());
+    if (!w) err << "oomharness: " << w.error() << "\n";
+    return w.ok();
+  };
+  ok &= in_folder("results.json", json);
   html_path = (fs::path(out_dir) / "report.html").string();
-  ok &= write_report(html_path, render_html(run, HtmlOptions{out_dir}), err);
+  ok &= in_folder("report.html", render_html(run, HtmlOptions{out_dir}));
   if (!flags.json.empty()) ok &= write_report(flags.json, json, err);
   if (!flags.html.empty()) {
     std::string dir = fs::path(flags.html).parent_path().string();
@@ -294,7 +304,13 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
   // the probe's files) must be absolute, whatever folder --out names and whichever the runner runs in.
   std::error_code ec;
   const std::string out_dir = fs::absolute(args.out_dir, ec).lexically_normal().string();
-  if (!ec) fs::create_directories(out_dir, ec);
+  // Note [A run folder the runner owns] in exec/run_folder.h: the folder itself is the user's; what the
+  // runner writes in it goes through this descriptor.
+  exec::DirFd out_fd;
+  if (!ec) {
+    out_fd = exec::open_user_dir(out_dir);
+    if (!out_fd) ec = std::error_code(errno, std::generic_category());
+  }
   if (ec) {
     err << "oomharness: cannot create the output folder " << args.out_dir << ": " << ec.message() << "\n";
     return ExitCode::usage_error;
@@ -363,7 +379,7 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
   };
 
   // Note [Results as they come]: each judged job goes to jobs.jsonl at once; a killed runner loses none.
-  JobStream stream((fs::path(out_dir) / "jobs.jsonl").string(), err);
+  JobStream stream(out_fd.get(), "jobs.jsonl", (fs::path(out_dir) / "jobs.jsonl").string(), err);
   run.environment.command_line = args.command_line;
   run.environment.harness_version = kVersion;
   stream.write(job_stream_header(run));
@@ -447,7 +463,7 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
   }
 
   std::string html;
-  bool written = write_reports(run, out_dir, args.reports, html, err);
+  bool written = write_reports(run, out_dir, out_fd.get(), args.reports, html, err);
   if (args.summary) append_step_summary(run, out, err);
   if (!args.quiet_reports) {
     out << "\n" << summary_table(run, style.color, args.verbosity);

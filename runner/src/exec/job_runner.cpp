@@ -67,6 +67,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -83,6 +84,7 @@
 #include "exec/gpu_packing.h"
 #include "exec/launch.h"
 #include "exec/output.h"
+#include "exec/run_folder.h"
 #include "exec/signals.h"
 #include "oomharness/control_block.h"
 #include "oomharness/runner/command.h"
@@ -159,10 +161,16 @@ void wait_group_gone(pid_t pgid) {
 std::string errno_text(int e) { return std::strerror(e); }
 
 // At most `cap` bytes of a file; empty when it cannot be read.
+// The job writes the file and may have put a link, a FIFO or a device there: none is followed or read.
 std::string read_text_file(const std::string& path, size_t cap) {
   std::string text;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return text;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return text;
+  }
   char buf[8192];
   for (ssize_t n; text.size() < cap && (n = read(fd, buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
   close(fd);
@@ -323,6 +331,7 @@ struct JobState {
   std::unique_ptr<LineObserver> observer;
   std::vector<Placement> placements;  // one, or one per rank (Note [One GPU per rank] in gpu_packing.h)
   std::string dir;            // <out>/<job>
+  DirFd dir_fd;               // the same folder, opened (Note [A run folder the runner owns] in run_folder.h)
   std::string cwd;
   int restarts = 0;
   bool faults_enabled = true;
@@ -361,6 +370,7 @@ struct JobRunner::Impl {
 
   // Per run().
   asio::io_context* ctx = nullptr;
+  DirFd out_fd;  // options.out_dir, opened (Note [A run folder the runner owns] in run_folder.h)
   std::vector<std::unique_ptr<JobState>> jobs;
   std::unique_ptr<GpuPacker> packer;
   std::deque<size_t> pending;
@@ -459,6 +469,15 @@ std::vector<JobOutcome> JobRunner::Impl::run(const std::vector<JobSpec>& specs) 
 
   asio::io_context io;
   ctx = &io;
+  {
+    // The folder above out_dir is the user's (or the app's, itself opened so); out_dir's own last
+    // component and everything under it are the runner's.
+    const fs::path out = fs::path(options.out_dir.empty() ? "." : options.out_dir).lexically_normal();
+    const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
+    DirFd top = open_user_dir(parent.string());
+    const std::string last = out.filename().string();
+    out_fd = top && !last.empty() && last != "." && last != ".." ? open_owned_dir(top.get(), last) : std::move(top);
+  }
   stopping = false;
   no_new_jobs = false;
   running = 0;
@@ -504,6 +523,7 @@ std::vector<JobOutcome> JobRunner::Impl::run(const std::vector<JobSpec>& specs) 
   sample_timer.reset();
   jobs.clear();
   packer.reset();
+  out_fd = DirFd();
   ctx = nullptr;
   return outcomes;
 }
@@ -558,13 +578,13 @@ void JobRunner::Impl::start_job(JobState& j, std::vector<Placement> p) {
     for (const Placement& q : j.placements) j.outcome->gpus.push_back(*q.gpu);
   j.outcome->start = now();
   j.dir = (fs::path(options.out_dir.empty() ? "." : options.out_dir) / job_dir_name(j.spec->name)).string();
-  std::error_code fec;
-  fs::create_directories(j.dir, fec);
+  // Note [A run folder the runner owns] in run_folder.h: no link planted by a job is followed here.
   std::string work = (fs::path(j.dir) / "work").string();
-  fs::remove_all(work, fec);
-  fs::create_directories(work, fec);
-  if (fec) {
-    j.outcome->error = "cannot create the job's directory " + work + ": " + fec.message();
+  errno = EBADF;
+  if (out_fd) j.dir_fd = open_owned_dir(out_fd.get(), job_dir_name(j.spec->name));
+  const bool made = j.dir_fd && remove_tree_at(j.dir_fd.get(), "work") && open_owned_dir(j.dir_fd.get(), "work");
+  if (!made) {
+    j.outcome->error = "cannot create the job's directory " + work + ": " + errno_text(errno);
     finish_job(j);
     return;
   }
@@ -607,6 +627,7 @@ void JobRunner::Impl::complete_job(JobState& j) {
     if (c && c->finished) retire(std::move(c));
   if (j.stacks_timer) j.stacks_timer->cancel();
   j.observer.reset();
+  j.dir_fd = DirFd();
   bool was_started = j.outcome->start != 0;
   if (was_started) {
     for (const Placement& q : j.placements) packer->release(q);
@@ -660,9 +681,7 @@ void JobRunner::Impl::start_attempt(JobState& j, bool reference) {
   std::string work = j.outcome->work_dir;
   if (reference) {
     work = (fs::path(j.dir) / "reference-work").string();
-    std::error_code fec;
-    fs::remove_all(work, fec);
-    fs::create_directories(work, fec);
+    if (j.dir_fd && remove_tree_at(j.dir_fd.get(), "reference-work")) open_owned_dir(j.dir_fd.get(), "reference-work");
   }
   int ranks = std::max(1, j.spec->ranks);
   j.rank_ends.assign(ranks > 1 ? static_cast<size_t>(ranks) : 0, Attempt{});
@@ -695,16 +714,17 @@ void JobRunner::Impl::launch_rank(JobState& j, bool reference, int n, int rank, 
   std::string stem = (reference ? "reference-" : "attempt-") + std::to_string(n) + (rank >= 0 ? ".rank" + std::to_string(rank) : "");
   r.attempt.log_path = (fs::path(j.dir) / (stem + ".log")).string();
   r.events_path = (fs::path(j.dir) / (stem + ".events.jsonl")).string();
+  // Note [A run folder the runner owns] in run_folder.h: relative to the job's folder, no link followed.
+  const int dir = j.dir_fd.get();
   if (rank >= 0) {
     r.stacks_path = (fs::path(j.dir) / (stem + ".stacks.txt")).string();
-    std::error_code fec;
-    fs::remove(r.stacks_path, fec);
+    remove_file_at(dir, stem + ".stacks.txt");
   }
 
-  int ev = ::open(r.events_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int ev = create_file_at(dir, stem + ".events.jsonl");
   if (ev < 0) return fail_attempt(r, "cannot create the event log " + r.events_path + ": " + errno_text(errno));
   close(ev);
-  r.log_fd = ::open(r.attempt.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  r.log_fd = create_file_at(dir, stem + ".log");
   if (r.log_fd < 0) return fail_attempt(r, "cannot create the output log " + r.attempt.log_path + ": " + errno_text(errno));
 
   // Note [A block the job cannot take down] in control_block.h; a named segment where memfds are missing.

@@ -298,6 +298,29 @@ def main():
             check(b"\\x1B[2J" in so2, f"explain does not show the escape visibly: {so2!r}")
             code, so3, se3 = tool(args, "compare", bad, bad)
             check(b"\x1b" not in so3 + se3, f"compare printed raw escapes: {so3!r} {se3!r}")
+        elif args.case == "links":
+            # Issue 28 (1): links a job plants in the run folder never make the runner write or delete elsewhere.
+            victim = os.path.join(folder, "victim")
+            for sub in ["next/work", "work"]:
+                os.makedirs(os.path.join(victim, sub))
+            for name in ["next/work/keep", "next/attempt-0.log", "work/keep", "log.txt", "results.json",
+                         "report.html", "jobs.jsonl"]:
+                with open(os.path.join(victim, name), "w") as f:
+                    f.write(f"the victim's own {name}\n")
+            before = snapshot(victim)
+            suite = write_suite(folder, "plant_links.sh", mark, {"HOSTILE_VICTIM": victim},
+                                more_jobs=f"  - name: next\n    run: 'true'\n    env: {{HOSTILE_MARK: \"{mark}\"}}\n"
+                                          "    expect: [exit: 0]\n")
+            for round_ in range(2):  # the second run meets the links the first one's job left
+                pid, code, so, se, out = run(args, folder, suite)
+                check(code in (0, 1), f"run {round_ + 1} exited {code}: {se[-2000:]}")
+                after = snapshot(victim)
+                changed = {k for k in set(before) | set(after) if before.get(k) != after.get(k)}
+                check(not changed, f"run {round_ + 1} changed the victim folder: {sorted(changed)}")
+            for name in ["results.json", "report.html"]:
+                path = os.path.join(out, name)
+                check(os.path.isfile(path) and not os.path.islink(path), f"{name} is not a file of the run folder")
+            check(not os.path.islink(os.path.join(out, "jobs", "hostile__next")), "the next job's folder is still a link")
         else:
             print("unknown case", args.case)
             return 2

@@ -55,6 +55,13 @@ std::string render_perfetto(const RunResult& run);
 // and a symlink followed, never replaced (Note [Where a report goes] in write.cpp).
 Expected<Written> write_file_atomic(const std::string& path, const std::string& content);
 
+// The same for a file of the run folder (Note [A run folder the runner owns] in runner/src/exec/
+// run_folder.h): `name` (one path component) in the open folder `dir`, through a temporary name created
+// with O_EXCL and renamed with renameat, so nothing planted there (a link, a FIFO) is followed or written
+// into: whatever was at `name` is replaced. `shown` names the file in an error.
+Expected<Written> write_file_atomic_at(int dir, const std::string& name, const std::string& content,
+                                       const std::string& shown);
+
 // Writes all of `content` to `fd`, again after EINTR and short writes. False on an error (errno says which,
 // unless the descriptor took nothing: then errno is as it was).
 bool write_all(int fd, const std::string& content);
