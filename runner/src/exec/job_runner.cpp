@@ -300,7 +300,8 @@ struct AttemptRun {
   bool exited = false, out_done = false, err_done = false, finished = false;
   enum class Stop { none, timeout, interrupt, hang } stop = Stop::none;
   int status = 0;
-  std::vector<Event> observed;
+  ObservedValues observed;  // Note [Bounded observed values] in output.h
+  std::vector<Event> hits;  // one line's, before `observed` takes them
   OutputTail tail{60};
   size_t stride = 1, tick = 0;
   // Note [Bounded job logs].
@@ -873,7 +874,10 @@ void JobRunner::Impl::consume(AttemptRun& r, bool is_err, const char* data, size
     }
     r.tail.add(line);
     if (!r.attempt.oom_message && is_oom_message(line)) r.attempt.oom_message = true;
-    if (r.job->observer && !r.job->observer->empty()) r.job->observer->match(line, stream, t, pid, r.observed);
+    if (r.job->observer && !r.job->observer->empty()) {
+      r.job->observer->match(line, stream, t, pid, r.hits);
+      r.observed.add(r.hits);
+    }
   };
   LineSplitter& split = is_err ? r.err_split : r.out_split;
   split.feed(data, n, on_line);
@@ -1125,9 +1129,15 @@ void JobRunner::Impl::finish_attempt(AttemptRun& r) {
   a.events.insert(a.events.end(), std::make_move_iterator(logged.begin()), std::make_move_iterator(logged.end()));
   // Output read after the exit was seen was still written before it: an observed line never comes after
   // the attempt's end in the trace.
-  for (Event& e : r.observed) e.t = std::min(e.t, a.end);
-  a.events.insert(a.events.end(), std::make_move_iterator(r.observed.begin()), std::make_move_iterator(r.observed.end()));
-  r.observed.clear();
+  std::vector<Event> observed = r.observed.take();
+  for (Event& e : observed) e.t = std::min(e.t, a.end);
+  a.events.insert(a.events.end(), std::make_move_iterator(observed.begin()), std::make_move_iterator(observed.end()));
+  if (r.observed.dropped() > 0)
+    a.events.push_back(runner_event(events::kWarning, a.end,
+                                    {{"message", std::to_string(r.observed.dropped()) + " observed value(s) were dropped: the job printed more lines matching its observe: patterns than are kept (" +
+                                                     std::to_string(kMaxObserved) + " values; one matching line in " +
+                                                     std::to_string(r.observed.stride()) + " is kept)"},
+                                     {"observed_dropped", r.observed.dropped()}}));
   if (bad > 0)
     a.events.push_back(runner_event(events::kWarning, a.end,
                                     {{"message", std::to_string(bad) + " line(s) of " + r.events_path + " were not valid events"}}));

@@ -321,6 +321,17 @@ def main():
                 path = os.path.join(out, name)
                 check(os.path.isfile(path) and not os.path.islink(path), f"{name} is not a file of the run folder")
             check(not os.path.islink(os.path.join(out, "jobs", "hostile__next")), "the next job's folder is still a link")
+        elif args.case == "observe":
+            # Issue 28 (5): a flood of observe: matches is bounded like event lines.
+            lines = 400000
+            suite = write_suite(folder, "observe_flood.sh", mark, {"HOSTILE_LINES": str(lines)},
+                                extra="    observe: {loss: 'loss=([0-9]+)'}\n")
+            pid, code, so, se, out = run(args, folder, suite)
+            common(pid, code, so, se, out, mark)
+            peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+            check(peak_mib < 250, f"the runner peaked at {peak_mib:.0f} MiB for {lines} observed lines")
+            warnings = " ".join(job_warnings(out))
+            check("observed value(s) were dropped" in warnings, f"no warning of the dropped values: {warnings[:1000]}")
         else:
             print("unknown case", args.case)
             return 2
