@@ -2,6 +2,10 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fcntl.h>
+#include <optional>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <algorithm>
 #include <fstream>
 #include <map>
@@ -30,6 +34,45 @@ std::string position(const std::string& text, size_t byte) {
   return std::to_string(line) + ":" + std::to_string(column);
 }
 
+// Note [Bounded results files] in writers.h: the schema's required fields, with the path of the first
+// missing one ("suites[0].jobs[2]: no 'status'"), before any is read with a default.
+std::optional<std::string> missing_required(const json& j, const std::string& at, std::initializer_list<const char*> keys) {
+  if (!j.is_object()) return (at.empty() ? std::string("the file") : at) + ": expected an object, found " + j.type_name();
+  for (const char* k : keys)
+    if (!j.contains(k)) return (at.empty() ? std::string() : at + ": ") + "no '" + k + "' (a required field)";
+  return std::nullopt;
+}
+
+std::optional<std::string> missing_in_job(const json& job, const std::string& at) {
+  if (auto m = missing_required(job, at, {"name", "status"})) return m;
+  for (const char* list : {"attempts", "verdicts"}) {
+    auto it = job.find(list);
+    if (it == job.end() || !it->is_array()) continue;
+    for (size_t i = 0; i < it->size(); ++i) {
+      const std::string where = at + "." + list + "[" + std::to_string(i) + "]";
+      auto m = std::string(list) == "attempts" ? missing_required((*it)[i], where, {"index", "outcome"})
+                                               : missing_required((*it)[i], where, {"policy", "status", "reason"});
+      if (m) return m;
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> missing_in_results(const json& j) {
+  if (auto m = missing_required(j, "", {"schema_version", "suites"})) return m;
+  const json& suites = j.at("suites");
+  if (!suites.is_array()) return std::string("suites: expected an array, found ") + suites.type_name();
+  for (size_t s = 0; s < suites.size(); ++s) {
+    const std::string at = "suites[" + std::to_string(s) + "]";
+    if (auto m = missing_required(suites[s], at, {"name", "jobs"})) return m;
+    const json& jobs = suites[s].at("jobs");
+    if (!jobs.is_array()) continue;  // the typed reader names the wrong type
+    for (size_t k = 0; k < jobs.size(); ++k)
+      if (auto m = missing_in_job(jobs[k], at + ".jobs[" + std::to_string(k) + "]")) return m;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 Expected<RunResult> parse_results(const std::string& text, const std::string& name) {
@@ -52,6 +95,8 @@ Expected<RunResult> parse_results(const std::string& text, const std::string& na
                                         " is not supported: this oomharness reads schema_version " +
                                         std::to_string(kResultsSchemaVersion) +
                                         " (use the oomharness that wrote the file, or run the suite again)");
+  if (auto missing = missing_in_results(j))
+    return Expected<RunResult>::failure(name + ": not a complete oomharness results file: " + *missing);
   try {
     return Expected<RunResult>::success(j.get<RunResult>());
   } catch (const std::exception& e) {  // FieldError, or a json exception from a nested model
@@ -94,6 +139,10 @@ Expected<RunResult> parse_job_stream(const std::string& text, const std::string&
         run.interrupted = j.value("interrupted", false);
         run.duration = j.value("duration", 0.0);
       } else {
+        if (auto missing = missing_required(j, "", {"suite", "job"}))
+          return Expected<RunResult>::failure(name + ":" + std::to_string(number) + ": " + *missing);
+        if (auto missing = missing_in_job(j.at("job"), "job"))
+          return Expected<RunResult>::failure(name + ":" + std::to_string(number) + ": " + *missing);
         SuiteResult suite;
         suite.name = j.at("suite").get<std::string>();
         suite.file = j.value("file", std::string());
@@ -131,14 +180,46 @@ std::string job_stream_end(const RunResult& run) {
   return one_json_line({{"end", true}, {"interrupted", run.interrupted}, {"duration", run.duration}});
 }
 
-Expected<RunResult> load_results(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Expected<RunResult>::failure(path + ": cannot read: " + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return Expected<RunResult>::failure(path + ": cannot read: " + std::strerror(errno));
-  if (is_job_stream(text.str())) return parse_job_stream(text.str(), path);
-  return parse_results(text.str(), path);
+// Note [Bounded results files] in writers.h.
+Expected<RunResult> load_results(const std::string& path, uint64_t max_bytes) {
+  auto fail = [&](const std::string& why) { return Expected<RunResult>::failure(path + ": " + why); };
+  // O_NONBLOCK: opening a FIFO with no writer must not wait for one.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) return fail(std::string("cannot read: ") + std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return fail(std::string("cannot read: ") + std::strerror(errno));
+  const char* what = S_ISDIR(st.st_mode)    ? "a directory"
+                     : S_ISFIFO(st.st_mode) ? "a FIFO (named pipe)"
+                     : S_ISCHR(st.st_mode)  ? "a character device"
+                     : S_ISBLK(st.st_mode)  ? "a block device"
+                     : S_ISSOCK(st.st_mode) ? "a socket"
+                     : S_ISREG(st.st_mode)  ? nullptr
+                                            : "not a regular file";
+  if (what) return fail(std::string("is ") + what + ", not a results file (give a results.json or a jobs.jsonl)");
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  auto too_large = [&](uint64_t n) {
+    return fail("is " + std::to_string(n) + " bytes, over the limit of " + std::to_string(max_bytes) +
+                " bytes for a results file (raise it with --max-file-size)");
+  };
+  if (size > max_bytes) return too_large(size);
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  std::string text;
+  text.reserve(static_cast<size_t>(size));
+  char buf[64 * 1024];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return fail(std::string("cannot read: ") + std::strerror(errno));
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+    if (text.size() > max_bytes) return too_large(text.size());  // it grew while being read
+  }
+  if (is_job_stream(text)) return parse_job_stream(text, path);
+  return parse_results(text, path);
 }
 
 }  // namespace oomh

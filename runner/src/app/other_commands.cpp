@@ -8,6 +8,7 @@
 #include "oomharness/reports/terminal_text.h"
 #include "oomharness/runner/cli_specs.h"
 #include "oomharness/reports/writers.h"
+#include "oomharness/units.h"
 
 namespace fs = std::filesystem;
 
@@ -45,9 +46,21 @@ bool write_one(const std::string& path, const std::string& content, std::ostream
 }
 }  // namespace
 
+std::optional<uint64_t> max_file_size(const std::string& text, const std::string& who, std::ostream& err) {
+  if (text.empty()) return kMaxResultsFileBytes;
+  ParseResult size = parse_bytes(text);
+  if (!size || *size.value < 1) {
+    err << who << ": bad --max-file-size: " << (size ? "bad size '" + text + "': at least 1B" : size.error) << "\n";
+    return std::nullopt;
+  }
+  return static_cast<uint64_t>(*size.value);
+}
+
 ExitCode command_explain(const std::string& results, const std::vector<std::string>& filters, std::ostream& out,
-                         std::ostream& err) {
-  auto run = load_results(results);
+                         std::ostream& err, const std::string& max_size) {
+  auto limit = max_file_size(max_size, "oomharness explain", err);
+  if (!limit) return ExitCode::usage_error;
+  auto run = load_results(results, *limit);
   if (!run) {
     err << "oomharness explain: " << terminal_text(run.error()) << "\n";
     return ExitCode::usage_error;
@@ -76,8 +89,11 @@ ExitCode command_explain(const std::string& results, const std::vector<std::stri
   return ExitCode::ok;
 }
 
-ExitCode command_report(const std::string& results, const ReportFlags& flags, std::ostream& out, std::ostream& err) {
-  auto run = load_results(results);
+ExitCode command_report(const std::string& results, const ReportFlags& flags, std::ostream& out, std::ostream& err,
+                        const std::string& max_size) {
+  auto limit = max_file_size(max_size, "oomharness report", err);
+  if (!limit) return ExitCode::usage_error;
+  auto run = load_results(results, *limit);
   if (!run) {
     err << "oomharness report: " << terminal_text(run.error()) << "\n";
     return ExitCode::usage_error;
@@ -110,12 +126,14 @@ ExitCode command_compare(const CompareArgs& args, std::ostream& out, std::ostrea
     }
     rules.push_back(r.value());
   }
-  auto base = load_results(args.base);
+  auto limit = max_file_size(args.max_file_size, "oomharness compare", err);
+  if (!limit) return ExitCode::usage_error;
+  auto base = load_results(args.base, *limit);
   if (!base) {
     err << "oomharness compare: " << terminal_text(base.error()) << "\n";
     return ExitCode::usage_error;
   }
-  auto now = load_results(args.now);
+  auto now = load_results(args.now, *limit);
   if (!now) {
     err << "oomharness compare: " << terminal_text(now.error()) << "\n";
     return ExitCode::usage_error;

@@ -332,6 +332,33 @@ def main():
             check(peak_mib < 250, f"the runner peaked at {peak_mib:.0f} MiB for {lines} observed lines")
             warnings = " ".join(job_warnings(out))
             check("observed value(s) were dropped" in warnings, f"no warning of the dropped values: {warnings[:1000]}")
+        elif args.case == "files":
+            # Issue 28 (6): report, explain and compare read regular files only, bounded, schema checked.
+            fifo = os.path.join(folder, "fifo")
+            os.mkfifo(fifo)
+            cases = [("/dev/zero", b"character device"), (fifo, b"FIFO"), (folder, b"directory")]
+            for path, what in cases:
+                for argv in (["report", path], ["explain", path], ["compare", path, path]):
+                    code, so, se = tool(args, *argv, timeout=20)
+                    check(code == 4 and what in se, f"{argv}: exit {code}, {se[-300:]!r} (4 and '{what.decode()}' expected)")
+            partial = os.path.join(folder, "partial.json")
+            with open(partial, "w") as f:
+                f.write('{"schema_version": 1}')
+            code, so, se = tool(args, "report", partial, "--json", os.path.join(folder, "p.json"))
+            check(code == 4 and b"'suites'" in se, f"a file without suites: exit {code}, {se!r}")
+            check(not os.path.exists(os.path.join(folder, "p.json")), "a report was written from a file without suites")
+            nameless = os.path.join(folder, "nameless.json")
+            with open(nameless, "w") as f:
+                json.dump({"schema_version": 1, "suites": [{"name": "s", "jobs": [{"status": "passed"}]}]}, f)
+            code, so, se = tool(args, "explain", nameless)
+            check(code == 4 and b"suites[0].jobs[0]" in se and b"'name'" in se, f"a job without a name: exit {code}, {se!r}")
+            big = os.path.join(folder, "big.json")
+            with open(big, "w") as f:
+                f.write('{"schema_version": 1, "suites": [], "pad": "' + "x" * (2 << 20) + '"}')
+            code, so, se = tool(args, "report", big, "--json", os.path.join(folder, "b.json"), "--max-file-size", "1MiB")
+            check(code == 4 and b"--max-file-size" in se, f"a file over the limit: exit {code}, {se!r}")
+            code, so, se = tool(args, "report", big, "--json", os.path.join(folder, "b.json"), "--max-file-size", "4MiB")
+            check(code == 0, f"a file within a raised limit: exit {code}, {se!r}")
         else:
             print("unknown case", args.case)
             return 2
