@@ -138,6 +138,14 @@ ExitCode command_compare(const CompareArgs& args, std::ostream& out, std::ostrea
     err << "oomharness compare: " << terminal_text(now.error()) << "\n";
     return ExitCode::usage_error;
   }
+  // Jobs are paired by name: one listed twice would leave the other copy unread.
+  using Named = std::pair<const std::string*, const RunResult*>;
+  for (const Named& named : {Named{&args.base, &base.value()}, Named{&args.now, &now.value()}})
+    if (auto twice = job_listed_twice(*named.second)) {
+      err << "oomharness compare: " << terminal_text(*named.first) << " lists the job " << terminal_text(*twice)
+          << " twice: a results file names each job once\n";
+      return ExitCode::usage_error;
+    }
   Comparison c = compare(base.value(), now.value(), rules);
   out << terminal_text(render_comparison_text(c));  // Note [Text for a terminal]
   if (!args.markdown.empty()) {

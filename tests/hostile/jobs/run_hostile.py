@@ -359,6 +359,22 @@ def main():
             check(code == 4 and b"--max-file-size" in se, f"a file over the limit: exit {code}, {se!r}")
             code, so, se = tool(args, "report", big, "--json", os.path.join(folder, "b.json"), "--max-file-size", "4MiB")
             check(code == 0, f"a file within a raised limit: exit {code}, {se!r}")
+        elif args.case == "compare":
+            # Issue 28 (7): thresholds that never fire, and a job listed twice, are refused.
+            good = os.path.join(folder, "good.json")
+            twice = os.path.join(folder, "twice.json")
+            with open(good, "w") as f:
+                json.dump({"schema_version": 1, "suites": [{"name": "s", "jobs": [{"name": "j", "status": "passed"}]}]}, f)
+            with open(twice, "w") as f:
+                json.dump({"schema_version": 1, "suites": [{"name": "s", "jobs": [
+                    {"name": "j", "status": "passed"}, {"name": "j", "status": "failed"}]}]}, f)
+            for rule in ["peak:+nan%", "peak:+inf%", "recovery:+nan%", "recovery:+inf%", "peak:+NAN%"]:
+                code, so, se = tool(args, "compare", good, good, "--fail-on", rule)
+                check(code == 4, f"--fail-on {rule}: exit {code} (4 expected), {se!r}")
+            code, so, se = tool(args, "compare", good, twice)
+            check(code == 4 and b"s::j" in se and b"twice" in se, f"a job listed twice: exit {code}, {se!r}")
+            code, so, se = tool(args, "compare", good, good, "--fail-on", "peak:+5%")
+            check(code == 0, f"a good comparison: exit {code}, {se!r}")
         else:
             print("unknown case", args.case)
             return 2
