@@ -25,6 +25,7 @@
 #include "exec/signals.h"
 #include "suite/fault_rule.h"
 #include "suite/job_fields.h"
+#include "suite/limits.h"
 #include "oomharness/policies/registry.h"
 #include "oomharness/reports/terminal_text.h"
 #include "oomharness/reports/writers.h"
@@ -703,6 +704,16 @@ std::optional<JobSpec> job_from_exec_args(const ExecArgs& args, const std::strin
       return std::nullopt;
     }
     fields.env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  // The same limits as a suite's fields (load.cpp): target_step at least 0, a name that can be printed and
+  // be a file name.
+  if (args.target_step && *args.target_step < 0) {
+    err << "oomharness " << command << ": bad --target-step " << *args.target_step << ": at least 0\n";
+    return std::nullopt;
+  }
+  if (auto problem = suite::name_problem(*fields.name)) {
+    err << "oomharness " << command << ": bad --name '" << suite::printable(*fields.name) << "': it " << *problem << "\n";
+    return std::nullopt;
   }
   fields.target_step = args.target_step;
   if (!args.device.empty()) {

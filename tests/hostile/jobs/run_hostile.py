@@ -375,6 +375,23 @@ def main():
             check(code == 4 and b"s::j" in se and b"twice" in se, f"a job listed twice: exit {code}, {se!r}")
             code, so, se = tool(args, "compare", good, good, "--fail-on", "peak:+5%")
             check(code == 0, f"a good comparison: exit {code}, {se!r}")
+        elif args.case == "values":
+            # Issue 28 (8): exec's flags have a suite's limits; sizes rounding to 0 and too-long folder names are refused.
+            out = os.path.join(folder, "out")
+            for flags in (["--target-step", "-1"], ["--cap", "0.4B"], ["--name", "x" * 300]):
+                code, so, se = tool(args, "exec", "--simulate", "-o", out, *flags, "--", "true")
+                check(code == 4, f"exec {flags[0]} {flags[1][:20]}: exit {code} (4 expected), {se[-300:]!r}")
+            capped = os.path.join(folder, "capped.yaml")
+            with open(capped, "w") as f:
+                f.write("version: 1\njobs:\n  - name: j\n    run: 'true'\n    memory: {limit: 0.4B}\n")
+            code, so, se = tool(args, "validate", capped)
+            check(code == 4 and b"rounds down to 0 bytes" in se, f"limit 0.4B: exit {code}, {se!r}")
+            long_names = os.path.join(folder, "long.yaml")
+            with open(long_names, "w") as f:
+                f.write("version: 1\nname: " + "s" * 150 + "\njobs:\n  - name: " + "j" * 150 + "\n    run: 'true'\n")
+            code, so, se = tool(args, "validate", long_names)
+            check(code == 4 and f"{long_names}:4:".encode() in se and b"folder's name" in se,
+                  f"names too long for a file name: exit {code}, {se!r}")
         else:
             print("unknown case", args.case)
             return 2
