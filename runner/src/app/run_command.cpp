@@ -498,6 +498,7 @@ ExitCode run_with_sweeps(std::vector<Suite> suites, const RunArgs& given, std::o
   struct Planned {
     size_t suite = 0, job = 0;
     std::string who, dir;
+    std::string relative;  // dir under the output folder: sweeps/SUITE/JOB
     SweepSetup setup;
     std::optional<PreparedSweep> prepared;
   };
@@ -510,7 +511,8 @@ ExitCode run_with_sweeps(std::vector<Suite> suites, const RunArgs& given, std::o
       p.suite = s;
       p.job = j;
       p.who = "oomharness: " + suites[s].name + "::" + job.name + "'s sweep";
-      p.dir = (fs::path(given.out_dir) / "sweeps" / job_dir_name(suites[s].name) / job_dir_name(job.name)).string();
+      p.relative = "sweeps/" + job_dir_name(suites[s].name) + "/" + job_dir_name(job.name);
+      p.dir = (fs::path(given.out_dir) / p.relative).string();
       if (auto problem = setup_sweep(job, {}, suites[s].dir, p.who, p.setup, err)) {
         err << "oomharness: no job was run\n";
         return *problem;
@@ -522,6 +524,9 @@ ExitCode run_with_sweeps(std::vector<Suite> suites, const RunArgs& given, std::o
   ExitCode unswept = ExitCode::ok;
   for (auto& p : sweeps) {
     PreparedSweep prepared;
+    // The golden run's folder is made as the runner's (Note [A run folder the runner owns]): a link an earlier
+    // golden job planted on the way to it is replaced before this run follows the path.
+    if (const exec::DirFd top = exec::open_user_dir(given.out_dir); top) exec::open_owned_dir(top.get(), p.relative + "/golden");
     auto problem = prepare_sweep(p.setup, given, (fs::path(p.dir) / "golden").string(), given.jobs, p.who, prepared, out, err);
     if (problem && (*problem == ExitCode::interrupted || *problem == ExitCode::internal_error ||
                     *problem == ExitCode::usage_error))
@@ -551,11 +556,19 @@ ExitCode run_with_sweeps(std::vector<Suite> suites, const RunArgs& given, std::o
   ExitCode code = run_suites(std::move(suites), args, out, err);
   const RunResult& run = args.capture->run;
   bool written = true;
+  // Note [A run folder the runner owns] in exec/run_folder.h: OUT/sweeps/SUITE/JOB is the runner's.
+  const exec::DirFd top = exec::open_user_dir(given.out_dir);
   for (const auto& p : sweeps) {
     if (!p.prepared || p.suite >= run.suites.size()) continue;
     SweepResult sweep = sweep_coverage(*p.prepared, run.suites[p.suite].jobs, run.suites[p.suite].duration, args.jobs,
                                        args.simulate);
-    written &= write_sweep(sweep, p.dir, "../../../report.html", out, err);
+    const exec::DirFd folder = top ? exec::open_owned_dir(top.get(), p.relative) : exec::DirFd();
+    if (!folder) {
+      err << "oomharness: cannot create " << p.dir << ": " << std::strerror(errno) << "\n";
+      written = false;
+      continue;
+    }
+    written &= write_sweep(sweep, p.dir, "../../../report.html", out, err, folder.get());
   }
   if (code == ExitCode::interrupted || code == ExitCode::internal_error || code == ExitCode::usage_error) return code;
   if (!written) return ExitCode::internal_error;
