@@ -13,6 +13,7 @@
 #include "app/sweep_plan.h"
 #include "app/sweep_sites.h"
 #include "oomharness/reports/sweep.h"
+#include "oomharness/reports/terminal_text.h"
 #include "oomharness/reports/writers.h"
 #include "oomharness/runner/cli_specs.h"
 #include "oomharness/runner/results_builder.h"
@@ -215,7 +216,7 @@ std::optional<ExitCode> prepare_sweep(const SweepSetup& setup, const RunArgs& ru
   if (golden_result.status != JobStatus::passed) {
     err << who << ": the golden run (no fault) "
         << (golden_result.status == JobStatus::inconclusive ? "was inconclusive" : "did not pass")
-        << ", so no site can be judged: " << golden_result.message << " (" << golden_out
+        << ", so no site can be judged: " << terminal_text(golden_result.message) << " (" << golden_out
         << "/results.json). Every run of a sweep, the golden one too, is judged by the job's checks plus no_hang "
            "and memory_stable (which needs at least 5 steps)\n";
     return ExitCode::tests_failed;

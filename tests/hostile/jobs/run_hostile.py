@@ -287,6 +287,12 @@ def main():
             check("\u202e" not in so and "\x9b" not in so, f"a bidi override or C1 reached the terminal: {so[-1500:]!r}")
             # The summary quotes the job's output (its escapes shown visibly or dropped, never sent).
             check("title" in so and " done" in so, f"the summary does not quote the job's output: {so[-1500:]!r}")
+            # The message that quotes the job's output ("it printed: ..."), as budget says it.
+            code, so_b, se_b = tool(args, "budget", "--simulate", "--target-step", "1", "--out",
+                                    os.path.join(folder, "budget"), "--", "sh", os.path.join(HERE, "escapes.sh"), timeout=120)
+            check(b"it printed:" in se_b, f"budget does not quote the job's output: {se_b[-1500:]!r}")
+            check(b"\x1b" not in so_b + se_b and b"\xc2\x9b" not in so_b + se_b, f"budget printed raw escapes: {se_b[-1500:]!r}")
+            check(b"\\x1B]0;pwned" in se_b, f"budget does not show the escape visibly: {se_b[-1500:]!r}")
             # Names and messages read back from a results file.
             bad = os.path.join(folder, "bad.json")
             with open(bad, "w") as f:
