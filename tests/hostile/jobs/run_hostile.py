@@ -335,7 +335,7 @@ def main():
             pid, code, so, se, out = run(args, folder, suite)
             common(pid, code, so, se, out, mark)
             peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-            check(peak_mib < 250, f"the runner peaked at {peak_mib:.0f} MiB for {lines} observed lines")
+            check(peak_mib < 120, f"the runner peaked at {peak_mib:.0f} MiB for {lines} observed lines")
             warnings = " ".join(job_warnings(out))
             check("observed value(s) were dropped" in warnings, f"no warning of the dropped values: {warnings[:1000]}")
         elif args.case == "files":
