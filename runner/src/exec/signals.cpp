@@ -32,6 +32,9 @@ size_t g_tail = 0;              // next slot to take (the taker's only)
 std::atomic<size_t> g_dropped{0};
 std::atomic<pid_t> g_sessions[kSessions];
 std::atomic<bool> g_installed{false};
+// What each signal did before the guards: a real fault goes back to it (a sanitizer's or a crash reporter's
+// handler, or the default), so the guards change nothing for the runner's own crashes.
+struct sigaction g_before[NSIG];
 
 extern "C" void on_stray_signal(int signo, siginfo_t* info, void*) {
   const int saved = errno;
@@ -39,16 +42,16 @@ extern "C" void on_stray_signal(int signo, siginfo_t* info, void*) {
   const bool sent = info && info->si_code <= 0;  // SI_USER, SI_QUEUE, SI_TKILL: another process's kill()
   const bool from_kernel = info && info->si_code == SI_KERNEL;
   if (!sent && !from_kernel && signo != SIGPIPE) {
-    // A real fault of the runner itself (SEGV, BUS, ...): the default action, when the handler returns and
-    // the instruction runs again.
-    signal(signo, SIG_DFL);
+    // A real fault of the runner itself (SEGV, BUS, ...): what was there before the guards, when the
+    // handler returns and the instruction runs again.
+    sigaction(signo, &g_before[signo], nullptr);
     errno = saved;
     return;
   }
   if (sent && info->si_pid == self) {
     // The runner's own raise()/abort(): not a job's doing.
     if (signo == SIGABRT) {
-      signal(SIGABRT, SIG_DFL);
+      sigaction(SIGABRT, &g_before[SIGABRT], nullptr);
       raise(SIGABRT);
     }
     errno = saved;
@@ -75,7 +78,7 @@ void install_signal_guards() {
   sa.sa_flags = SA_SIGINFO | SA_RESTART;
   for (int sig : {SIGHUP, SIGUSR1, SIGUSR2, SIGALRM, SIGPIPE, SIGQUIT, SIGXCPU, SIGXFSZ, SIGVTALRM, SIGPROF, SIGIO,
                   SIGPWR, SIGSTKFLT, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS, SIGABRT})
-    sigaction(sig, &sa, nullptr);
+    sigaction(sig, &sa, &g_before[sig]);
 }
 
 void record_stray_signal(int signo, pid_t pid, pid_t sid) noexcept {

@@ -6,7 +6,8 @@
 // by pid is handled here, once for the whole process (install_signal_guards, called by app_main):
 //   - HUP, USR1, USR2, ALRM, PIPE, QUIT, XCPU, XFSZ, VTALRM, PROF, IO, PWR, STKFLT, and SEGV, BUS, FPE,
 //     ILL, TRAP, SYS, ABRT when sent by another process (si_code <= 0): recorded and ignored. A real fault
-//     of the runner (si_code > 0) or its own abort() still ends it as before.
+//     of the runner (si_code > 0) or its own abort() goes to whatever handled it before the guards (a
+//     sanitizer's handler, or the default action), as if they were not there.
 //   - PIPE from the kernel (a write to a closed pipe, `oomharness run ... | head -1`) is the runner's own:
 //     the write fails with EPIPE, printing ends and the run goes on (Note [A closed pipe] in cli.cpp).
 //   - INT and TERM (Note [Interrupting a run] in app/interrupts.h) interrupt the run, unless the sender is

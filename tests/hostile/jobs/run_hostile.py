@@ -259,7 +259,8 @@ def main():
             check(code == 0, f"the run exited {code}, not 0 (the job passed); stderr: {se[-2000:]}")
             check((job or {}).get("status") == "passed", f"the job is {(job or {}).get('status')}, not passed")
             warnings = " ".join(job_warnings(out))
-            for sig in ["SIGHUP", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGPIPE", "SIGQUIT", "SIGXCPU", "SIGTERM", "SIGINT"]:
+            for sig in ["SIGHUP", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGPIPE", "SIGQUIT", "SIGXCPU", "SIGTERM", "SIGINT",
+                        "SIGSEGV", "SIGBUS", "SIGABRT"]:
                 check(f"sent {sig} to the runner" in warnings, f"the result does not say the job sent {sig}: {warnings[:2000]}")
         elif args.case == "closedpipe":
             # Issue 28 (3): `oomharness run ... | head -1` ends the printing, not the run.
