@@ -110,57 +110,68 @@ constexpr const char* kStreamName = "oomharness jobs";
 std::string one_json_line(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n"; }
 
 // A job stream (Note [Results as they come]): one header line, job lines, maybe an end line. A last line
-// cut by the kill is ignored; any other bad line is an error naming its line.
-Expected<RunResult> parse_job_stream(const std::string& text, const std::string& name) {
-  RunResult run;
-  run.interrupted = true;
-  std::istringstream in(text);
-  std::string line;
-  size_t number = 0;
-  std::map<std::pair<std::string, std::string>, size_t> suite_index;
-  while (std::getline(in, line)) {
-    ++number;
-    const bool last = in.peek() == std::char_traits<char>::eof();
-    json j = json::parse(line, nullptr, false);
+// cut by the kill is ignored; any other bad line is an error naming its line. Lines are fed one at a time,
+// so that load_results streams a job stream from its file instead of holding its text whole.
+class JobStreamReader {
+ public:
+  explicit JobStreamReader(std::string name) : name_(std::move(name)) { run_.interrupted = true; }
+
+  // One line, without its newline. `unterminated`: the file ends in it with no newline (the write the kill
+  // cut short may be there). False after an error (error() says it) or when the reading is over.
+  bool line(const std::string& text, bool unterminated) {
+    ++number_;
+    json j = json::parse(text, nullptr, false);
     if (j.is_discarded() || !j.is_object()) {
-      if (last && !text.empty() && text.back() != '\n') break;  // the write the kill cut short
-      return Expected<RunResult>::failure(name + ":" + std::to_string(number) + ": not a JSON object");
+      if (unterminated) return false;  // the write the kill cut short
+      return fail(": not a JSON object");
     }
     try {
-      if (number == 1) {
+      if (number_ == 1) {
         if (j.value("schema_version", 0) != kResultsSchemaVersion)
-          return Expected<RunResult>::failure(name + ":1: schema_version " + j.value("schema_version", json()).dump() +
-                                              " is not supported: this oomharness reads schema_version " +
-                                              std::to_string(kResultsSchemaVersion));
-        run.start = j.value("start", 0.0);
-        run.environment.command_line = j.value("command_line", std::vector<std::string>{});
-        run.environment.harness_version = j.value("harness_version", std::string());
+          return fail(": schema_version " + j.value("schema_version", json()).dump() +
+                      " is not supported: this oomharness reads schema_version " + std::to_string(kResultsSchemaVersion));
+        run_.start = j.value("start", 0.0);
+        run_.environment.command_line = j.value("command_line", std::vector<std::string>{});
+        run_.environment.harness_version = j.value("harness_version", std::string());
       } else if (j.contains("end")) {
-        run.interrupted = j.value("interrupted", false);
-        run.duration = j.value("duration", 0.0);
+        run_.interrupted = j.value("interrupted", false);
+        run_.duration = j.value("duration", 0.0);
       } else {
-        if (auto missing = missing_required(j, "", {"suite", "job"}))
-          return Expected<RunResult>::failure(name + ":" + std::to_string(number) + ": " + *missing);
-        if (auto missing = missing_in_job(j.at("job"), "job"))
-          return Expected<RunResult>::failure(name + ":" + std::to_string(number) + ": " + *missing);
+        if (auto missing = missing_required(j, "", {"suite", "job"})) return fail(": " + *missing);
+        if (auto missing = missing_in_job(j.at("job"), "job")) return fail(": " + *missing);
         SuiteResult suite;
         suite.name = j.at("suite").get<std::string>();
         suite.file = j.value("file", std::string());
         JobResult job = j.at("job").get<JobResult>();
-        auto [it, fresh] = suite_index.try_emplace({suite.name, suite.file}, run.suites.size());
-        if (fresh) run.suites.push_back(std::move(suite));
-        SuiteResult& s = run.suites[it->second];
+        auto [it, fresh] = suite_index_.try_emplace({suite.name, suite.file}, run_.suites.size());
+        if (fresh) run_.suites.push_back(std::move(suite));
+        SuiteResult& s = run_.suites[it->second];
         if (s.start == 0 || (job.start > 0 && job.start < s.start)) s.start = job.start;
         s.duration = std::max(s.duration, job.start + job.duration - s.start);
         s.jobs.push_back(std::move(job));
       }
     } catch (const std::exception& e) {
-      return Expected<RunResult>::failure(name + ":" + std::to_string(number) + ": " + detail::clean_json_error(e.what()));
+      return fail(": " + detail::clean_json_error(e.what()));
     }
+    return true;
   }
-  if (number == 0) return Expected<RunResult>::failure(name + ": empty");
-  return Expected<RunResult>::success(std::move(run));
-}
+
+  Expected<RunResult> finish() {
+    if (!error_.empty()) return Expected<RunResult>::failure(error_);
+    if (number_ == 0) return Expected<RunResult>::failure(name_ + ": empty");
+    return Expected<RunResult>::success(std::move(run_));
+  }
+
+ private:
+  bool fail(const std::string& what) {
+    error_ = name_ + ":" + std::to_string(number_) + what;
+    return false;
+  }
+  std::string name_, error_;
+  RunResult run_;
+  size_t number_ = 0;
+  std::map<std::pair<std::string, std::string>, size_t> suite_index_;
+};
 
 bool is_job_stream(const std::string& text) {
   const size_t end = text.find('\n');
@@ -207,19 +218,30 @@ Expected<RunResult> load_results(const std::string& path, uint64_t max_bytes) {
   };
   if (size > max_bytes) return too_large(size);
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  // A results file is one JSON document and is read whole; a job stream is read line by line.
   std::string text;
-  text.reserve(static_cast<size_t>(size));
+  std::optional<JobStreamReader> stream;
+  uint64_t total = 0;
+  size_t from = 0;  // where the next line of a stream starts in `text`
   char buf[64 * 1024];
   for (;;) {
     const ssize_t n = ::read(fd, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return fail(std::string("cannot read: ") + std::strerror(errno));
     if (n == 0) break;
+    total += static_cast<uint64_t>(n);
+    if (total > max_bytes) return too_large(total);  // it grew while being read
     text.append(buf, static_cast<size_t>(n));
-    if (text.size() > max_bytes) return too_large(text.size());  // it grew while being read
+    if (!stream && total == static_cast<uint64_t>(n) && is_job_stream(text)) stream.emplace(path);
+    if (!stream) continue;
+    for (size_t nl; (nl = text.find('\n', from)) != std::string::npos; from = nl + 1)
+      if (!stream->line(text.substr(from, nl - from), false)) return stream->finish();
+    text.erase(0, from);
+    from = 0;
   }
-  if (is_job_stream(text)) return parse_job_stream(text, path);
-  return parse_results(text, path);
+  if (!stream) return parse_results(text, path);
+  if (!text.empty()) stream->line(text, true);
+  return stream->finish();
 }
 
 }  // namespace oomh
