@@ -258,6 +258,11 @@ def main():
             job = common(pid, code, so, se, out, mark)
             check(code == 0, f"the run exited {code}, not 0 (the job passed); stderr: {se[-2000:]}")
             check((job or {}).get("status") == "passed", f"the job is {(job or {}).get('status')}, not passed")
+            with open(attempt_log(out), errors="replace") as f:
+                log = f.read()
+            ids = dict((w[0], (w[2], w[4])) for w in (l.split() for l in log.splitlines()) if len(w) == 5 and w[1] == "session")
+            check("job" in ids and "runner" in ids and ids["job"][0] != ids["runner"][0] and ids["job"][1] != ids["runner"][1],
+                  f"the job shares the runner's session or group: {ids}")
             warnings = " ".join(job_warnings(out))
             for sig in ["SIGHUP", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGPIPE", "SIGQUIT", "SIGXCPU", "SIGTERM", "SIGINT",
                         "SIGSEGV", "SIGBUS", "SIGABRT"]:
