@@ -11,9 +11,12 @@ ln -sfn "$v/next" "$jobs_dir/hostile__next"
 rm -rf "$job_dir/work" && ln -s "$v/work" "$job_dir/work"
 # The log the runner writes through its descriptor now, and creates again on the next run.
 ln -sf "$v/log.txt" "$job_dir/attempt-0.log"
-# The reports and the stream in the output folder.
-for f in results.json report.html jobs.jsonl; do
-  rm -f "$out/$f" && ln -s "$v/$f" "$out/$f"
-done
+# The reports and the stream in the output folder: a link to a file, a link to nothing yet (the runner must
+# not create it), a FIFO (the runner must not block on it).
+rm -f "$out/results.json" && ln -s "$v/results.json" "$out/results.json"
+rm -f "$out/jobs.jsonl" && ln -s "$v/jobs.jsonl.new" "$out/jobs.jsonl"
+rm -f "$out/report.html" && mkfifo "$out/report.html"
+# Relative links, to a folder and to a file, where the next job's work folder and log will be.
+ln -sfn "../../../victim/work" "$jobs_dir/hostile__job/reference-work"
 echo "planted"
 exit 0
