@@ -71,6 +71,8 @@ inline ParseResult parse_bytes(std::string_view text) {
       if (u.name.empty() && s.find('.') != std::string_view::npos) return bad("a size without a unit must be a whole number of bytes");
       double v = std::floor(n * u.factor);
       if (!(v < 18446744073709551616.0)) return bad("too large");
+      // 0 means "no limit" wherever a size caps something: a fraction of a byte must not quietly become it.
+      if (v == 0 && n > 0) return bad("it rounds down to 0 bytes (which means no limit); write at least 1B");
       return ParseResult{v, {}};
     }
   }

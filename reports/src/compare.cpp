@@ -1,6 +1,8 @@
 // Comparing two runs; the rules are described in Note [--fail-on rules] (compare.h).
 
 #include <algorithm>
+#include <cmath>
+#include <set>
 #include <cstdio>
 #include <map>
 #include <sstream>
@@ -133,13 +135,17 @@ Expected<CompareRule> parse_fail_on(const std::string& text) {
     double d = 0;
     size_t used = 0;
     try { d = std::stod(value, &used); } catch (const std::exception&) { used = 0; }
-    if (used == 0 || used != value.size() || d < 0) return bad_rule(text, "expected a percentage like +5%");
+    // NaN compares false with everything and +inf% tolerates any growth: neither would ever fire.
+    if (used == 0 || used != value.size() || !std::isfinite(d) || d < 0)
+      return bad_rule(text, "expected a finite percentage like +5%");
     rule.threshold = d;
     return Expected<CompareRule>::success(rule);
   }
   rule.relative = false;
   const ParseResult parsed = rule.metric == Metric::peak ? parse_bytes(value) : parse_duration(value);
   if (!parsed) return bad_rule(text, parsed.error);
+  if (!std::isfinite(static_cast<double>(*parsed.value)))
+    return bad_rule(text, "the tolerated growth must be a finite amount");
   rule.threshold = *parsed.value;
   return Expected<CompareRule>::success(rule);
 }
@@ -284,6 +290,14 @@ std::string render_comparison_markdown(const Comparison& c) {
       for (const std::string& r : j.regressions) out << "- **" << md_cell(j.full_name()) << "**: " << md_cell(r) << "\n";
   }
   return out.str();
+}
+
+std::optional<std::string> job_listed_twice(const RunResult& run) {
+  std::set<std::pair<std::string, std::string>> seen;
+  for (const SuiteResult& suite : run.suites)
+    for (const JobResult& job : suite.jobs)
+      if (!seen.emplace(suite.name, job.name).second) return suite.name + "::" + job.name;
+  return std::nullopt;
 }
 
 }  // namespace oomh

@@ -1,6 +1,7 @@
 #include "oomharness/reports/sweep.h"
 
 #include "text.h"
+#include "oomharness/reports/terminal_text.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -116,7 +117,8 @@ std::string render_sweep_text(const SweepResult& sweep, bool color) {
       if (survived(c)) continue;
       if (!header) o << "Reproduce one alone (oomharness exec ... --fault SPEC -- CMD):\n";
       header = true;
-      o << "  " << site_words(s.site) << " " << c.mode << ": --fault '" << c.fault << "'  (" << c.message << ")\n";
+      // The site and the message come from the job (Note [Text for a terminal]).
+      o << terminal_text("  " + site_words(s.site) + " " + c.mode + ": --fault '" + c.fault + "'  (" + c.message + ")") << "\n";
     }
   size_t runs = 0;
   for (const auto& s : sweep.sites) runs += s.cases.size();

@@ -1,5 +1,7 @@
 #include "text.h"
 
+#include "oomharness/reports/terminal_text.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <ctime>
@@ -53,6 +55,8 @@ size_t skip_escape(std::string_view s, size_t i) {
 }
 
 }  // namespace
+
+size_t utf8_char_length(std::string_view s, size_t i) { return utf8_char(s, i); }
 
 std::string sanitize_text(std::string_view s) {
   std::string out;
@@ -178,3 +182,50 @@ const char* status_word(const JobResult& job) {
 }
 
 }  // namespace oomh::text
+
+namespace oomh {
+
+// Note [Text for a terminal] in oomharness/reports/terminal_text.h.
+std::string terminal_text(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  char buf[16];
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c == '\n' || c == '\t') {
+      out += static_cast<char>(c);
+      ++i;
+      continue;
+    }
+    if (c < 0x20 || c == 0x7F) {
+      std::snprintf(buf, sizeof buf, "\\x%02X", c);
+      out += buf;
+      ++i;
+      continue;
+    }
+    const size_t n = text::utf8_char_length(s, i);
+    if (n == 0) {  // not UTF-8: the byte, visibly
+      std::snprintf(buf, sizeof buf, "\\x%02X", c);
+      out += buf;
+      ++i;
+      continue;
+    }
+    uint32_t cp = 0;
+    if (n == 2) cp = ((c & 0x1Fu) << 6) | (static_cast<unsigned char>(s[i + 1]) & 0x3Fu);
+    else if (n == 3)
+      cp = ((c & 0x0Fu) << 12) | ((static_cast<unsigned char>(s[i + 1]) & 0x3Fu) << 6) |
+           (static_cast<unsigned char>(s[i + 2]) & 0x3Fu);
+    const bool c1 = cp >= 0x80 && cp <= 0x9F;
+    const bool bidi = (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069);
+    if (c1 || bidi) {
+      std::snprintf(buf, sizeof buf, "\\u{%04X}", static_cast<unsigned>(cp));
+      out += buf;
+    } else {
+      out.append(s.substr(i, n));
+    }
+    i += n;
+  }
+  return out;
+}
+
+}  // namespace oomh

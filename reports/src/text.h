@@ -22,6 +22,9 @@ std::string xml_escape(std::string_view s);
 // The last `max_lines` lines of s, at most `max_bytes` bytes (cut at a character boundary).
 std::string tail(std::string_view s, size_t max_lines, size_t max_bytes);
 
+// Length of the valid UTF-8 character at s[i] (one XML allows), or 0 when the bytes there are not one.
+size_t utf8_char_length(std::string_view s, size_t i);
+
 // At most `max_bytes` bytes of s, never cutting a UTF-8 character.
 std::string utf8_prefix(std::string_view s, size_t max_bytes);
 

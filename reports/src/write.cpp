@@ -148,4 +148,37 @@ bool write_all(int fd, const std::string& content) {
   return true;
 }
 
+Expected<Written> write_file_atomic_at(int dir, const std::string& name, const std::string& content,
+                                       const std::string& shown) {
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos)
+    return Expected<Written>::failure("cannot write " + shown + ": not a file name");
+  std::random_device rd;
+  std::string temp;
+  int fd = -1;
+  for (int tries = 0; tries < 16 && fd < 0; ++tries) {
+    temp = "." + name + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(rd() % 1000000);
+    fd = ::openat(dir, temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0 && errno != EEXIST) return failed(shown, "cannot create a temporary file beside it", errno);
+  }
+  if (fd < 0) return failed(shown, "cannot create a temporary file beside it", EEXIST);
+  if (!write_all(fd, content) || ::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    ::unlinkat(dir, temp.c_str(), 0);
+    return failed(shown, "writing " + temp, err);
+  }
+  if (::close(fd) != 0) {
+    const int err = errno;
+    ::unlinkat(dir, temp.c_str(), 0);
+    return failed(shown, "writing " + temp, err);
+  }
+  // A folder planted at `name` cannot be renamed over: renameat says EISDIR, and the report is not written.
+  if (::renameat(dir, temp.c_str(), dir, name.c_str()) != 0) {
+    const int err = errno;
+    ::unlinkat(dir, temp.c_str(), 0);
+    return failed(shown, "renaming the temporary file", err);
+  }
+  return Expected<Written>::success(Written{});
+}
+
 }  // namespace oomh

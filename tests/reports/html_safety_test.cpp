@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "oomharness/reports/terminal_text.h"
 #include "oomharness/reports/writers.h"
 #include "sha256.h"
 #include "support.h"
@@ -182,6 +183,17 @@ TEST(Html, OneMemoryLinePerRank) {
   EXPECT_EQ(back.value().suites[0].jobs[0].rank_timeline.at(1).at(1).held, 320u);
   run.suites[0].jobs[0].rank_timeline.clear();  // a job without ranks: per device, as before
   EXPECT_NE(render_html(run).find("<title>held, GPU 0</title>"), std::string::npos);
+}
+
+// Note [Text for a terminal]: printable text passes, and whatever could steer a terminal is shown, not sent.
+TEST(TerminalText, ShowsControlsEscapesC1AndBidiVisibly) {
+  EXPECT_EQ(terminal_text("plain text, tabs\tand\nnewlines, caf\xC3\xA9"), "plain text, tabs\tand\nnewlines, caf\xC3\xA9");
+  EXPECT_EQ(terminal_text("a\x1B]0;title\x07" "b"), "a\\x1B]0;title\\x07b");
+  EXPECT_EQ(terminal_text("\x1B[2J\r\x7F"), "\\x1B[2J\\x0D\\x7F");
+  EXPECT_EQ(terminal_text("c1\xC2\x9B" "2J"), "c1\\u{009B}2J");
+  EXPECT_EQ(terminal_text("bidi\xE2\x80\xAE" "txet"), "bidi\\u{202E}txet");
+  EXPECT_EQ(terminal_text("bad\xFF\xC3"), "bad\\xFF\\xC3");
+  EXPECT_EQ(terminal_text(std::string("nul\0byte", 8)), "nul\\x00byte");
 }
 
 }  // namespace

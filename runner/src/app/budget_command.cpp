@@ -21,6 +21,7 @@
 
 #include "app/commands.h"
 #include "oomharness/reports/budget.h"
+#include "oomharness/reports/terminal_text.h"
 #include "oomharness/reports/writers.h"
 #include "oomharness/runner/cli_specs.h"
 #include "oomharness/units.h"
@@ -189,7 +190,7 @@ ExitCode command_budget(const BudgetArgs& args, std::ostream& out, std::ostream&
     const std::string path = (fs::path(args.exec.out_dir) / "budget.json").string();
     auto written = write_file_atomic(path, render_budget_json(result));
     if (!written) err << "oomharness: " << written.error() << "\n";
-    out << "\n" << render_budget_text(result) << "Budget: " << path << "\n";
+    out << "\n" << terminal_text(render_budget_text(result)) << "Budget: " << path << "\n";
     if (!written) return ExitCode::internal_error;
     return result.batch ? ExitCode::ok : ExitCode::tests_failed;
   }
@@ -199,8 +200,8 @@ ExitCode command_budget(const BudgetArgs& args, std::ostream& out, std::ostream&
   if (!first) return ExitCode::internal_error;
   if (!first->completed) {
     err << "oomharness budget: the job did not complete " << (high ? "under --high " + args.high : std::string("without a cap"))
-        << ": " << first->message << "\n";
-    out << render_budget_text(result);
+        << ": " << terminal_text(first->message) << "\n";
+    out << terminal_text(render_budget_text(result));
     return ExitCode::tests_failed;
   }
   uint64_t hi = high ? *high : first->peak;
@@ -229,7 +230,7 @@ ExitCode command_budget(const BudgetArgs& args, std::ostream& out, std::ostream&
   fs::create_directories(args.exec.out_dir, ec);
   auto written = write_file_atomic(path, render_budget_json(result));
   if (!written) err << "oomharness: " << written.error() << "\n";
-  out << "\n" << render_budget_text(result) << "Budget: " << path << "\n";
+  out << "\n" << terminal_text(render_budget_text(result)) << "Budget: " << path << "\n";
   return written ? ExitCode::ok : ExitCode::internal_error;
 }
 

@@ -14,6 +14,7 @@
 #include <iostream>
 
 #include "app/commands.h"
+#include "exec/signals.h"
 #include "oomharness/runner/app.h"
 #include "oomharness/version.h"
 
@@ -197,6 +198,10 @@ int parse_and_run(std::vector<std::string> args) {
   CLI::App* report = app.add_subcommand("report", "Write reports again from a results file");
   report->add_option("results", results_file, "A results.json written by oomharness run, or its jobs.jsonl when the run was killed")->required();
   add_report_flags(report, report_flags);
+  // Note [Bounded results files] in reports/writers.h.
+  const char* max_size_help = "Read a results file of at most this size (default 64MiB)";
+  std::string report_max_size, explain_max_size;
+  report->add_option("--max-file-size", report_max_size, max_size_help);
 
   std::string explain_file;
   std::vector<std::string> explain_filters;
@@ -204,6 +209,7 @@ int parse_and_run(std::vector<std::string> args) {
   explain->add_option("results", explain_file, "A results.json written by oomharness run")->required();
   explain->add_option("-k", explain_filters, "Only jobs whose suite::job name matches (as run's -k)")
       ->allow_extra_args(false);
+  explain->add_option("--max-file-size", explain_max_size, max_size_help);
 
   app::CompareArgs compare_args;
   CLI::App* compare = app.add_subcommand("compare", "Compare two runs; exit 1 on a regression");
@@ -214,6 +220,7 @@ int parse_and_run(std::vector<std::string> args) {
                       "(repeatable; default verdict)")
       ->allow_extra_args(false);
   compare->add_option("--markdown", compare_args.markdown, "Also write the comparison as Markdown here");
+  compare->add_option("--max-file-size", compare_args.max_file_size, max_size_help);
 
   std::string demo_out = "oomh-out";
   CLI::App* demo = app.add_subcommand("demo", "Run the demo suite (simulated when no GPU is found)");
@@ -280,8 +287,8 @@ int parse_and_run(std::vector<std::string> args) {
     return to_int(app::command_budget(budget_args, out, err));
   }
   if (validate->parsed()) return to_int(app::command_validate(validate_suites, out, err, validate_limits));
-  if (report->parsed()) return to_int(app::command_report(results_file, report_flags, out, err));
-  if (explain->parsed()) return to_int(app::command_explain(explain_file, explain_filters, out, err));
+  if (report->parsed()) return to_int(app::command_report(results_file, report_flags, out, err, report_max_size));
+  if (explain->parsed()) return to_int(app::command_explain(explain_file, explain_filters, out, err, explain_max_size));
   if (compare->parsed()) return to_int(app::command_compare(compare_args, out, err));
   if (agent->parsed()) return to_int(app::command_agent(agent_plan, out, err));
   if (demo->parsed()) return to_int(app::command_demo(demo_out, args, out, err));
@@ -290,7 +297,13 @@ int parse_and_run(std::vector<std::string> args) {
 
 }  // namespace
 
+// Note [A closed pipe]
+// `oomharness run ... | head -1` closes the runner's stdout early. SIGPIPE is caught (Note [Signals a job
+// may send] in exec/signals.h), so the write fails with EPIPE instead of killing the process: the stream
+// goes bad and prints nothing more, and the run goes on, writes its results and reports, and exits with
+// the run's own code. The same holds for stderr and for every other command.
 int app_main(const std::vector<std::string>& args) {
+  exec::install_signal_guards();
   try {
     return parse_and_run(args);
   } catch (const std::exception& e) {

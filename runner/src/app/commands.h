@@ -106,17 +106,23 @@ struct CompareArgs {
   std::string base, now;
   std::vector<std::string> fail_on;
   std::string markdown;
+  std::string max_file_size;  // --max-file-size (Note [Bounded results files] in reports/writers.h)
 };
+
+// --max-file-size of report, compare and explain: a size, at least 1 byte; empty: kMaxResultsFileBytes.
+// nullopt (said on `err`, after `who`) when the text is not one.
+std::optional<uint64_t> max_file_size(const std::string& text, const std::string& who, std::ostream& err);
 
 ExitCode command_run(const RunArgs& args, std::ostream& out, std::ostream& err);
 ExitCode command_exec(const ExecArgs& args, std::ostream& out, std::ostream& err);
 ExitCode command_validate(const std::vector<std::string>& suites, std::ostream& out, std::ostream& err,
                           const SuiteLimits& limits = {});
-ExitCode command_report(const std::string& results, const ReportFlags& flags, std::ostream& out, std::ostream& err);
+ExitCode command_report(const std::string& results, const ReportFlags& flags, std::ostream& out, std::ostream& err,
+                        const std::string& max_size = "");
 // `oomharness explain results.json [-k EXPR]`: each job's findings and memory breakdowns, for a person
 // (docs/diagnosis.md). Exit 0, or usage_error for an unreadable file or a bad -k, or a -k matching nothing.
 ExitCode command_explain(const std::string& results, const std::vector<std::string>& filters, std::ostream& out,
-                         std::ostream& err);
+                         std::ostream& err, const std::string& max_size = "");
 ExitCode command_sweep(const SweepArgs& args, std::ostream& out, std::ostream& err);
 ExitCode command_budget(const BudgetArgs& args, std::ostream& out, std::ostream& err);
 ExitCode command_compare(const CompareArgs& args, std::ostream& out, std::ostream& err);

@@ -5,6 +5,8 @@
 // outcomes so far, and the results are still judged and written, the stopped jobs marked interrupted; the
 // command then exits 2. The handlers are in place only while jobs run. The Slurm agent installs the same
 // handlers around its one job: `scancel` sends it SIGTERM, and it stops its job's process group.
+// SIGINT or SIGTERM sent by a process in a running job's session is not an interrupt: Note [Signals a job
+// may send] in exec/signals.h.
 
 #include <csignal>
 

@@ -5,8 +5,10 @@
 #include "app/commands.h"
 #include "oomharness/reports/compare.h"
 #include "oomharness/reports/explain.h"
+#include "oomharness/reports/terminal_text.h"
 #include "oomharness/runner/cli_specs.h"
 #include "oomharness/reports/writers.h"
+#include "oomharness/units.h"
 
 namespace fs = std::filesystem;
 
@@ -44,11 +46,23 @@ bool write_one(const std::string& path, const std::string& content, std::ostream
 }
 }  // namespace
 
+std::optional<uint64_t> max_file_size(const std::string& text, const std::string& who, std::ostream& err) {
+  if (text.empty()) return kMaxResultsFileBytes;
+  ParseResult size = parse_bytes(text);
+  if (!size || *size.value < 1) {
+    err << who << ": bad --max-file-size: " << (size ? "bad size '" + text + "': at least 1B" : size.error) << "\n";
+    return std::nullopt;
+  }
+  return static_cast<uint64_t>(*size.value);
+}
+
 ExitCode command_explain(const std::string& results, const std::vector<std::string>& filters, std::ostream& out,
-                         std::ostream& err) {
-  auto run = load_results(results);
+                         std::ostream& err, const std::string& max_size) {
+  auto limit = max_file_size(max_size, "oomharness explain", err);
+  if (!limit) return ExitCode::usage_error;
+  auto run = load_results(results, *limit);
   if (!run) {
-    err << "oomharness explain: " << run.error() << "\n";
+    err << "oomharness explain: " << terminal_text(run.error()) << "\n";
     return ExitCode::usage_error;
   }
   std::vector<JobFilter> parsed;
@@ -66,7 +80,7 @@ ExitCode command_explain(const std::string& results, const std::vector<std::stri
       bool wanted = parsed.empty();
       for (const JobFilter& f : parsed) wanted = wanted || f.matches(suite.name, job.name);
       if (!wanted) continue;
-      out << (shown++ ? "\n" : "") << explain_job(suite.name, job);
+      out << (shown++ ? "\n" : "") << terminal_text(explain_job(suite.name, job));  // Note [Text for a terminal]
     }
   if (shown == 0) {
     err << "oomharness explain: no job in " << results << " matches -k\n";
@@ -75,10 +89,13 @@ ExitCode command_explain(const std::string& results, const std::vector<std::stri
   return ExitCode::ok;
 }
 
-ExitCode command_report(const std::string& results, const ReportFlags& flags, std::ostream& out, std::ostream& err) {
-  auto run = load_results(results);
+ExitCode command_report(const std::string& results, const ReportFlags& flags, std::ostream& out, std::ostream& err,
+                        const std::string& max_size) {
+  auto limit = max_file_size(max_size, "oomharness report", err);
+  if (!limit) return ExitCode::usage_error;
+  auto run = load_results(results, *limit);
   if (!run) {
-    err << "oomharness report: " << run.error() << "\n";
+    err << "oomharness report: " << terminal_text(run.error()) << "\n";
     return ExitCode::usage_error;
   }
   ReportFlags f = flags;
@@ -109,18 +126,28 @@ ExitCode command_compare(const CompareArgs& args, std::ostream& out, std::ostrea
     }
     rules.push_back(r.value());
   }
-  auto base = load_results(args.base);
+  auto limit = max_file_size(args.max_file_size, "oomharness compare", err);
+  if (!limit) return ExitCode::usage_error;
+  auto base = load_results(args.base, *limit);
   if (!base) {
-    err << "oomharness compare: " << base.error() << "\n";
+    err << "oomharness compare: " << terminal_text(base.error()) << "\n";
     return ExitCode::usage_error;
   }
-  auto now = load_results(args.now);
+  auto now = load_results(args.now, *limit);
   if (!now) {
-    err << "oomharness compare: " << now.error() << "\n";
+    err << "oomharness compare: " << terminal_text(now.error()) << "\n";
     return ExitCode::usage_error;
   }
+  // Jobs are paired by name: one listed twice would leave the other copy unread.
+  using Named = std::pair<const std::string*, const RunResult*>;
+  for (const Named& named : {Named{&args.base, &base.value()}, Named{&args.now, &now.value()}})
+    if (auto twice = job_listed_twice(*named.second)) {
+      err << "oomharness compare: " << terminal_text(*named.first) << " lists the job " << terminal_text(*twice)
+          << " twice: a results file names each job once\n";
+      return ExitCode::usage_error;
+    }
   Comparison c = compare(base.value(), now.value(), rules);
-  out << render_comparison_text(c);
+  out << terminal_text(render_comparison_text(c));  // Note [Text for a terminal]
   if (!args.markdown.empty()) {
     auto w = write_file_atomic(args.markdown, render_comparison_markdown(c));
     if (!w) {

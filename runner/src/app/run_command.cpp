@@ -21,9 +21,13 @@
 #include "app/paths.h"
 #include "app/spec_text.h"
 #include "exec/cpu_share.h"
+#include "exec/run_folder.h"
+#include "exec/signals.h"
 #include "suite/fault_rule.h"
 #include "suite/job_fields.h"
+#include "suite/limits.h"
 #include "oomharness/policies/registry.h"
+#include "oomharness/reports/terminal_text.h"
 #include "oomharness/reports/writers.h"
 #include "oomharness/runner/backend.h"
 #include "oomharness/runner/cli_specs.h"
@@ -99,8 +103,9 @@ bool write_report(const std::string& path, const std::string& content, std::ostr
 // write that fails is said once on stderr; the run goes on and results.json is still written at the end.
 class JobStream {
  public:
-  JobStream(const std::string& path, std::ostream& err) : path_(path), err_(err) {
-    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+  // `name` in the run folder `dir` (Note [A run folder the runner owns] in exec/run_folder.h).
+  JobStream(int dir, const std::string& name, const std::string& path, std::ostream& err) : path_(path), err_(err) {
+    fd_ = exec::create_file_at(dir, name);
     if (fd_ < 0) fail(errno);
   }
   ~JobStream() {
@@ -126,15 +131,35 @@ class JobStream {
   int fd_ = -1;
 };
 
+// Note [Signals a job may send] in exec/signals.h: those the runner could not put in a job's result.
+void say_stray_signals(std::ostream& err) {
+  std::vector<exec::StraySignal> left = exec::take_set_aside();
+  for (const exec::StraySignal& s : exec::take_stray_signals()) left.push_back(s);
+  for (const exec::StraySignal& s : left)
+    err << "oomharness: received " << exec::signal_name(s.signo)
+        << (s.pid > 0 ? " from pid " + std::to_string(s.pid) + " (not a running job)" : std::string(" from the kernel"))
+        << "; ignored it\n";
+  if (size_t dropped = exec::stray_signals_dropped())
+    err << "oomharness: " << dropped << " more signals were received and ignored\n";
+}
+
 // Writes results.json and report.html into the output folder, and each report asked for.
 // Returns false when one could not be written (each failure was printed).
-bool write_reports(const RunResult& run, const std::string& out_dir, const ReportFlags& flags, std::string& html_path,
-                   std::ostream& err) {
+// The two in the output folder go through its descriptor `out_fd` (Note [A run folder the runner owns] in
+// exec/run_folder.h: a link a job planted there is replaced, not followed); those asked for by flag are the
+// user's paths.
+bool write_reports(const RunResult& run, const std::string& out_dir, int out_fd, const ReportFlags& flags,
+                   std::string& html_path, std::ostream& err) {
   bool ok = true;
   std::string json = render_json(run);
-  ok &= write_report((fs::path(out_dir) / "results.json").string(), json, err);
+  auto in_folder = [&](const std::string& name, const std::string& content) {
+    auto w = write_file_atomic_at(out_fd, name, content, (fs::path(out_dir) / name).string());
+    if (!w) err << "oomharness: " << w.error() << "\n";
+    return w.ok();
+  };
+  ok &= in_folder("results.json", json);
   html_path = (fs::path(out_dir) / "report.html").string();
-  ok &= write_report(html_path, render_html(run, HtmlOptions{out_dir}), err);
+  ok &= in_folder("report.html", render_html(run, HtmlOptions{out_dir}));
   if (!flags.json.empty()) ok &= write_report(flags.json, json, err);
   if (!flags.html.empty()) {
     std::string dir = fs::path(flags.html).parent_path().string();
@@ -216,7 +241,7 @@ void print_github_annotations(const RunResult& run, const std::vector<Suite>& su
       const std::string name = run.suites[s].name + "::" + job.name;
       const std::string word = job.status == JobStatus::failed ? "failed" : "erred";
       out << github_error_annotation(in_file ? where.file : "", in_file ? where.line : 0, name + " " + word,
-                                     name + " " + word + ": " + job.message)
+                                     name + " " + word + ": " + terminal_text(job.message))
           << "\n";
     }
 }
@@ -280,7 +305,13 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
   // the probe's files) must be absolute, whatever folder --out names and whichever the runner runs in.
   std::error_code ec;
   const std::string out_dir = fs::absolute(args.out_dir, ec).lexically_normal().string();
-  if (!ec) fs::create_directories(out_dir, ec);
+  // Note [A run folder the runner owns] in exec/run_folder.h: the folder itself is the user's; what the
+  // runner writes in it goes through this descriptor.
+  exec::DirFd out_fd;
+  if (!ec) {
+    out_fd = exec::open_user_dir(out_dir);
+    if (!out_fd) ec = std::error_code(errno, std::generic_category());
+  }
   if (ec) {
     err << "oomharness: cannot create the output folder " << args.out_dir << ": " << ec.message() << "\n";
     return ExitCode::usage_error;
@@ -349,7 +380,7 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
   };
 
   // Note [Results as they come]: each judged job goes to jobs.jsonl at once; a killed runner loses none.
-  JobStream stream((fs::path(out_dir) / "jobs.jsonl").string(), err);
+  JobStream stream(out_fd.get(), "jobs.jsonl", (fs::path(out_dir) / "jobs.jsonl").string(), err);
   run.environment.command_line = args.command_line;
   run.environment.harness_version = kVersion;
   stream.write(job_stream_header(run));
@@ -402,6 +433,7 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
     interrupted = backend->interrupted() || InterruptHandlers::signalled();
     view.finish();
   }
+  say_stray_signals(err);
   run.interrupted = interrupted;
   run.duration = events::now_seconds() - run.start;
   stream.write(job_stream_end(run));
@@ -432,7 +464,7 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
   }
 
   std::string html;
-  bool written = write_reports(run, out_dir, args.reports, html, err);
+  bool written = write_reports(run, out_dir, out_fd.get(), args.reports, html, err);
   if (args.summary) append_step_summary(run, out, err);
   if (!args.quiet_reports) {
     out << "\n" << summary_table(run, style.color, args.verbosity);
@@ -466,6 +498,7 @@ ExitCode run_with_sweeps(std::vector<Suite> suites, const RunArgs& given, std::o
   struct Planned {
     size_t suite = 0, job = 0;
     std::string who, dir;
+    std::string relative;  // dir under the output folder: sweeps/SUITE/JOB
     SweepSetup setup;
     std::optional<PreparedSweep> prepared;
   };
@@ -478,7 +511,8 @@ ExitCode run_with_sweeps(std::vector<Suite> suites, const RunArgs& given, std::o
       p.suite = s;
       p.job = j;
       p.who = "oomharness: " + suites[s].name + "::" + job.name + "'s sweep";
-      p.dir = (fs::path(given.out_dir) / "sweeps" / job_dir_name(suites[s].name) / job_dir_name(job.name)).string();
+      p.relative = "sweeps/" + job_dir_name(suites[s].name) + "/" + job_dir_name(job.name);
+      p.dir = (fs::path(given.out_dir) / p.relative).string();
       if (auto problem = setup_sweep(job, {}, suites[s].dir, p.who, p.setup, err)) {
         err << "oomharness: no job was run\n";
         return *problem;
@@ -490,6 +524,9 @@ ExitCode run_with_sweeps(std::vector<Suite> suites, const RunArgs& given, std::o
   ExitCode unswept = ExitCode::ok;
   for (auto& p : sweeps) {
     PreparedSweep prepared;
+    // The golden run's folder is made as the runner's (Note [A run folder the runner owns]): a link an earlier
+    // golden job planted on the way to it is replaced before this run follows the path.
+    if (const exec::DirFd top = exec::open_user_dir(given.out_dir); top) exec::open_owned_dir(top.get(), p.relative + "/golden");
     auto problem = prepare_sweep(p.setup, given, (fs::path(p.dir) / "golden").string(), given.jobs, p.who, prepared, out, err);
     if (problem && (*problem == ExitCode::interrupted || *problem == ExitCode::internal_error ||
                     *problem == ExitCode::usage_error))
@@ -519,11 +556,19 @@ ExitCode run_with_sweeps(std::vector<Suite> suites, const RunArgs& given, std::o
   ExitCode code = run_suites(std::move(suites), args, out, err);
   const RunResult& run = args.capture->run;
   bool written = true;
+  // Note [A run folder the runner owns] in exec/run_folder.h: OUT/sweeps/SUITE/JOB is the runner's.
+  const exec::DirFd top = exec::open_user_dir(given.out_dir);
   for (const auto& p : sweeps) {
     if (!p.prepared || p.suite >= run.suites.size()) continue;
     SweepResult sweep = sweep_coverage(*p.prepared, run.suites[p.suite].jobs, run.suites[p.suite].duration, args.jobs,
                                        args.simulate);
-    written &= write_sweep(sweep, p.dir, "../../../report.html", out, err);
+    const exec::DirFd folder = top ? exec::open_owned_dir(top.get(), p.relative) : exec::DirFd();
+    if (!folder) {
+      err << "oomharness: cannot create " << p.dir << ": " << std::strerror(errno) << "\n";
+      written = false;
+      continue;
+    }
+    written &= write_sweep(sweep, p.dir, "../../../report.html", out, err, folder.get());
   }
   if (code == ExitCode::interrupted || code == ExitCode::internal_error || code == ExitCode::usage_error) return code;
   if (!written) return ExitCode::internal_error;
@@ -672,6 +717,16 @@ std::optional<JobSpec> job_from_exec_args(const ExecArgs& args, const std::strin
       return std::nullopt;
     }
     fields.env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  // The same limits as a suite's fields (load.cpp): target_step at least 0, a name that can be printed and
+  // be a file name.
+  if (args.target_step && *args.target_step < 0) {
+    err << "oomharness " << command << ": bad --target-step " << *args.target_step << ": at least 0\n";
+    return std::nullopt;
+  }
+  if (auto problem = suite::name_problem(*fields.name)) {
+    err << "oomharness " << command << ": bad --name '" << suite::printable(*fields.name) << "': it " << *problem << "\n";
+    return std::nullopt;
   }
   fields.target_step = args.target_step;
   if (!args.device.empty()) {

@@ -8,10 +8,12 @@
 #include <set>
 
 #include "app/commands.h"
+#include "exec/run_folder.h"
 #include "app/spec_text.h"
 #include "app/sweep_plan.h"
 #include "app/sweep_sites.h"
 #include "oomharness/reports/sweep.h"
+#include "oomharness/reports/terminal_text.h"
 #include "oomharness/reports/writers.h"
 #include "oomharness/runner/cli_specs.h"
 #include "oomharness/runner/results_builder.h"
@@ -214,7 +216,7 @@ std::optional<ExitCode> prepare_sweep(const SweepSetup& setup, const RunArgs& ru
   if (golden_result.status != JobStatus::passed) {
     err << who << ": the golden run (no fault) "
         << (golden_result.status == JobStatus::inconclusive ? "was inconclusive" : "did not pass")
-        << ", so no site can be judged: " << golden_result.message << " (" << golden_out
+        << ", so no site can be judged: " << terminal_text(golden_result.message) << " (" << golden_out
         << "/results.json). Every run of a sweep, the golden one too, is judged by the job's checks plus no_hang "
            "and memory_stable (which needs at least 5 steps)\n";
     return ExitCode::tests_failed;
@@ -307,15 +309,21 @@ SweepResult sweep_coverage(const PreparedSweep& prepared, const std::vector<JobR
   return sweep;
 }
 
+// `dir_fd`: the folder, opened (a run's sweeps/SUITE/JOB: Note [A run folder the runner owns] in
+// exec/run_folder.h); -1: `dir` is the user's (sweep's --out), opened here. Either way the two files are
+// written relative to it, so a link a job planted where they go is replaced, not followed.
 bool write_sweep(const SweepResult& sweep, const std::string& dir, const std::string& report, std::ostream& out,
-                 std::ostream& err) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
+                 std::ostream& err, int dir_fd) {
+  exec::DirFd own;
+  if (dir_fd < 0) {
+    own = exec::open_user_dir(dir);
+    dir_fd = own.get();
+  }
   const std::string sweep_json = (fs::path(dir) / "sweep.json").string();
   const std::string sweep_html = (fs::path(dir) / "sweep.html").string();
-  auto written = write_file_atomic(sweep_json, render_sweep_json(sweep));
+  auto written = write_file_atomic_at(dir_fd, "sweep.json", render_sweep_json(sweep), sweep_json);
   if (!written) err << "oomharness: " << written.error() << "\n";
-  auto written_html = write_file_atomic(sweep_html, render_sweep_html(sweep, report));
+  auto written_html = write_file_atomic_at(dir_fd, "sweep.html", render_sweep_html(sweep, report), sweep_html);
   if (!written_html) err << "oomharness: " << written_html.error() << "\n";
   TerminalStyle style = detect_terminal_style();
   out << "\n" << render_sweep_text(sweep, style.color);

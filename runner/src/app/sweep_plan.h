@@ -66,6 +66,6 @@ SweepResult sweep_coverage(const PreparedSweep& prepared, const std::vector<JobR
 // Writes DIR/sweep.json and DIR/sweep.html (linking to `report`, relative to DIR) and prints the coverage.
 // False when a file could not be written (said on `err`).
 bool write_sweep(const SweepResult& sweep, const std::string& dir, const std::string& report, std::ostream& out,
-                 std::ostream& err);
+                 std::ostream& err, int dir_fd = -1);
 
 }  // namespace oomh::app

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "oomharness/reports/explain.h"
+#include "oomharness/reports/terminal_text.h"
 #include "oomharness/units.h"
 
 namespace oomh {
@@ -321,6 +322,8 @@ std::vector<std::string> explanation(const JobResult& job, int verbosity) {
       for (std::string line; std::getline(in, line);) lines.push_back("    | " + line);
     }
   }
+  // Messages, warnings and output come from the job and the results file: Note [Text for a terminal].
+  for (std::string& line : lines) line = terminal_text(line);
   return lines;
 }
 
@@ -334,7 +337,7 @@ std::string summary_table(const RunResult& run, bool color, int verbosity) {
       // -q: the jobs that need a look; the closing line counts the rest.
       const bool fine = job.status == JobStatus::passed || job.status == JobStatus::skipped;
       if (verbosity < 0 && fine && !job.unexpected_pass()) continue;
-      rows.push_back({suite.name + "::" + job.name, status_word(job), verdict_summary(job),
+      rows.push_back({terminal_text(suite.name + "::" + job.name), status_word(job), verdict_summary(job),
                       std::to_string(job.attempts.size()), peak_text(job), format_duration(job.duration), &job});
     }
   const std::vector<std::string> head = {"job", "status", "verdicts", "attempts", "peak", "time"};
@@ -364,9 +367,9 @@ std::string summary_table(const RunResult& run, bool color, int verbosity) {
   for (const auto& suite : run.suites)
     for (const auto& job : suite.jobs)
       if (!job.divergences.empty()) {
-        diverged += (diverged.empty() ? "" : "; ") + suite.name + "::" + job.name + " (";
+        diverged += (diverged.empty() ? "" : "; ") + terminal_text(suite.name + "::" + job.name) + " (";
         std::string kinds;
-        for (const auto& [kind, detail] : job.divergences) kinds += (kinds.empty() ? "" : ", ") + kind;
+        for (const auto& [kind, detail] : job.divergences) kinds += (kinds.empty() ? "" : ", ") + terminal_text(kind);
         diverged += kinds + ")";
       }
   const std::vector<std::string> notes = simulation_notes(run);

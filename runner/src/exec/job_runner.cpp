@@ -67,6 +67,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -83,6 +84,8 @@
 #include "exec/gpu_packing.h"
 #include "exec/launch.h"
 #include "exec/output.h"
+#include "exec/run_folder.h"
+#include "exec/signals.h"
 #include "oomharness/control_block.h"
 #include "oomharness/runner/command.h"
 #include "oomharness/events.h"
@@ -158,10 +161,16 @@ void wait_group_gone(pid_t pgid) {
 std::string errno_text(int e) { return std::strerror(e); }
 
 // At most `cap` bytes of a file; empty when it cannot be read.
+// The job writes the file and may have put a link, a FIFO or a device there: none is followed or read.
 std::string read_text_file(const std::string& path, size_t cap) {
   std::string text;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return text;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return text;
+  }
   char buf[8192];
   for (ssize_t n; text.size() < cap && (n = read(fd, buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
   close(fd);
@@ -291,7 +300,8 @@ struct AttemptRun {
   bool exited = false, out_done = false, err_done = false, finished = false;
   enum class Stop { none, timeout, interrupt, hang } stop = Stop::none;
   int status = 0;
-  std::vector<Event> observed;
+  ObservedValues observed;  // Note [Bounded observed values] in output.h
+  std::vector<Event> hits;  // one line's, before `observed` takes them
   OutputTail tail{60};
   size_t stride = 1, tick = 0;
   // Note [Bounded job logs].
@@ -322,6 +332,7 @@ struct JobState {
   std::unique_ptr<LineObserver> observer;
   std::vector<Placement> placements;  // one, or one per rank (Note [One GPU per rank] in gpu_packing.h)
   std::string dir;            // <out>/<job>
+  DirFd dir_fd;               // the same folder, opened (Note [A run folder the runner owns] in run_folder.h)
   std::string cwd;
   int restarts = 0;
   bool faults_enabled = true;
@@ -360,6 +371,7 @@ struct JobRunner::Impl {
 
   // Per run().
   asio::io_context* ctx = nullptr;
+  DirFd out_fd;  // options.out_dir, opened (Note [A run folder the runner owns] in run_folder.h)
   std::vector<std::unique_ptr<JobState>> jobs;
   std::unique_ptr<GpuPacker> packer;
   std::deque<size_t> pending;
@@ -409,6 +421,9 @@ struct JobRunner::Impl {
   void sidecar_read(JobState* j);
   void stop_sidecar(JobState& j);
 
+  // Note [Signals a job may send] in signals.h: each recorded signal into the attempt that sent it.
+  void claim_signals();
+
   // Interruption.
   void arm_wake();
   void on_interrupt();
@@ -455,6 +470,15 @@ std::vector<JobOutcome> JobRunner::Impl::run(const std::vector<JobSpec>& specs) 
 
   asio::io_context io;
   ctx = &io;
+  {
+    // The folder above out_dir is the user's (or the app's, itself opened so); out_dir's own last
+    // component and everything under it are the runner's.
+    const fs::path out = fs::path(options.out_dir.empty() ? "." : options.out_dir).lexically_normal();
+    const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
+    DirFd top = open_user_dir(parent.string());
+    const std::string last = out.filename().string();
+    out_fd = top && !last.empty() && last != "." && last != ".." ? open_owned_dir(top.get(), last) : std::move(top);
+  }
   stopping = false;
   no_new_jobs = false;
   running = 0;
@@ -500,6 +524,7 @@ std::vector<JobOutcome> JobRunner::Impl::run(const std::vector<JobSpec>& specs) 
   sample_timer.reset();
   jobs.clear();
   packer.reset();
+  out_fd = DirFd();
   ctx = nullptr;
   return outcomes;
 }
@@ -554,13 +579,13 @@ void JobRunner::Impl::start_job(JobState& j, std::vector<Placement> p) {
     for (const Placement& q : j.placements) j.outcome->gpus.push_back(*q.gpu);
   j.outcome->start = now();
   j.dir = (fs::path(options.out_dir.empty() ? "." : options.out_dir) / job_dir_name(j.spec->name)).string();
-  std::error_code fec;
-  fs::create_directories(j.dir, fec);
+  // Note [A run folder the runner owns] in run_folder.h: no link planted by a job is followed here.
   std::string work = (fs::path(j.dir) / "work").string();
-  fs::remove_all(work, fec);
-  fs::create_directories(work, fec);
-  if (fec) {
-    j.outcome->error = "cannot create the job's directory " + work + ": " + fec.message();
+  errno = EBADF;
+  if (out_fd) j.dir_fd = open_owned_dir(out_fd.get(), job_dir_name(j.spec->name));
+  const bool made = j.dir_fd && remove_tree_at(j.dir_fd.get(), "work") && open_owned_dir(j.dir_fd.get(), "work");
+  if (!made) {
+    j.outcome->error = "cannot create the job's directory " + work + ": " + errno_text(errno);
     finish_job(j);
     return;
   }
@@ -603,6 +628,7 @@ void JobRunner::Impl::complete_job(JobState& j) {
     if (c && c->finished) retire(std::move(c));
   if (j.stacks_timer) j.stacks_timer->cancel();
   j.observer.reset();
+  j.dir_fd = DirFd();
   bool was_started = j.outcome->start != 0;
   if (was_started) {
     for (const Placement& q : j.placements) packer->release(q);
@@ -656,9 +682,7 @@ void JobRunner::Impl::start_attempt(JobState& j, bool reference) {
   std::string work = j.outcome->work_dir;
   if (reference) {
     work = (fs::path(j.dir) / "reference-work").string();
-    std::error_code fec;
-    fs::remove_all(work, fec);
-    fs::create_directories(work, fec);
+    if (j.dir_fd && remove_tree_at(j.dir_fd.get(), "reference-work")) open_owned_dir(j.dir_fd.get(), "reference-work");
   }
   int ranks = std::max(1, j.spec->ranks);
   j.rank_ends.assign(ranks > 1 ? static_cast<size_t>(ranks) : 0, Attempt{});
@@ -691,16 +715,17 @@ void JobRunner::Impl::launch_rank(JobState& j, bool reference, int n, int rank, 
   std::string stem = (reference ? "reference-" : "attempt-") + std::to_string(n) + (rank >= 0 ? ".rank" + std::to_string(rank) : "");
   r.attempt.log_path = (fs::path(j.dir) / (stem + ".log")).string();
   r.events_path = (fs::path(j.dir) / (stem + ".events.jsonl")).string();
+  // Note [A run folder the runner owns] in run_folder.h: relative to the job's folder, no link followed.
+  const int dir = j.dir_fd.get();
   if (rank >= 0) {
     r.stacks_path = (fs::path(j.dir) / (stem + ".stacks.txt")).string();
-    std::error_code fec;
-    fs::remove(r.stacks_path, fec);
+    remove_file_at(dir, stem + ".stacks.txt");
   }
 
-  int ev = ::open(r.events_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int ev = create_file_at(dir, stem + ".events.jsonl");
   if (ev < 0) return fail_attempt(r, "cannot create the event log " + r.events_path + ": " + errno_text(errno));
   close(ev);
-  r.log_fd = ::open(r.attempt.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  r.log_fd = create_file_at(dir, stem + ".log");
   if (r.log_fd < 0) return fail_attempt(r, "cannot create the output log " + r.attempt.log_path + ": " + errno_text(errno));
 
   // Note [A block the job cannot take down] in control_block.h; a named segment where memfds are missing.
@@ -772,8 +797,10 @@ void JobRunner::Impl::launch_rank(JobState& j, bool reference, int n, int rank, 
                                (ec ? ec.message() : launch_error));
   }
   r.proc = std::move(proc);
+  // The child called setsid() before exec, and the launcher returns after the exec: the group exists.
+  // (setpgid from this side would race with setsid, which fails in a process that already leads a group.)
   r.pgid = r.proc->id();
-  setpgid(r.pgid, r.pgid);  // also from this side, so that a signal sent right now reaches the group
+  register_job_session(r.pgid);  // Note [Signals a job may send] in signals.h
   if (rank <= 0) progress(j, JobProgress::State::running, &r);
 
   AttemptRun* rp = &r;
@@ -847,7 +874,10 @@ void JobRunner::Impl::consume(AttemptRun& r, bool is_err, const char* data, size
     }
     r.tail.add(line);
     if (!r.attempt.oom_message && is_oom_message(line)) r.attempt.oom_message = true;
-    if (r.job->observer && !r.job->observer->empty()) r.job->observer->match(line, stream, t, pid, r.observed);
+    if (r.job->observer && !r.job->observer->empty()) {
+      r.job->observer->match(line, stream, t, pid, r.hits);
+      r.observed.add(r.hits);
+    }
   };
   LineSplitter& split = is_err ? r.err_split : r.out_split;
   split.feed(data, n, on_line);
@@ -1065,6 +1095,8 @@ void JobRunner::Impl::release_control_block(AttemptRun& r) {
 
 void JobRunner::Impl::finish_attempt(AttemptRun& r) {
   JobState& j = *r.job;
+  claim_signals();  // before its session is forgotten: what it sent while it ran is its own
+  forget_job_session(r.pgid);
   wait_group_gone(r.pgid);
   kill_orphans(&r, false);
   if (r.cb) {
@@ -1097,9 +1129,15 @@ void JobRunner::Impl::finish_attempt(AttemptRun& r) {
   a.events.insert(a.events.end(), std::make_move_iterator(logged.begin()), std::make_move_iterator(logged.end()));
   // Output read after the exit was seen was still written before it: an observed line never comes after
   // the attempt's end in the trace.
-  for (Event& e : r.observed) e.t = std::min(e.t, a.end);
-  a.events.insert(a.events.end(), std::make_move_iterator(r.observed.begin()), std::make_move_iterator(r.observed.end()));
-  r.observed.clear();
+  std::vector<Event> observed = r.observed.take();
+  for (Event& e : observed) e.t = std::min(e.t, a.end);
+  a.events.insert(a.events.end(), std::make_move_iterator(observed.begin()), std::make_move_iterator(observed.end()));
+  if (r.observed.dropped() > 0)
+    a.events.push_back(runner_event(events::kWarning, a.end,
+                                    {{"message", std::to_string(r.observed.dropped()) + " observed value(s) were dropped: the job printed more lines matching its observe: patterns than are kept (" +
+                                                     std::to_string(kMaxObserved) + " values; one matching line in " +
+                                                     std::to_string(r.observed.stride()) + " is kept)"},
+                                     {"observed_dropped", r.observed.dropped()}}));
   if (bad > 0)
     a.events.push_back(runner_event(events::kWarning, a.end,
                                     {{"message", std::to_string(bad) + " line(s) of " + r.events_path + " were not valid events"}}));
@@ -1154,6 +1192,7 @@ void JobRunner::Impl::arm_sampler() {
   sample_timer->expires_after(seconds(options.sample_interval > 0 ? options.sample_interval : 0.05));
   sample_timer->async_wait([this](boost::system::error_code ec) {
     if (ec || finished_count == jobs.size()) return;
+    claim_signals();
     for (auto& j : jobs) {
       for (auto& c : j->current)
         if (c && c->cb && !c->finished) sample(*c, false);
@@ -1300,6 +1339,28 @@ void JobRunner::Impl::stop_sidecar(JobState& j) {
   s.kill_timer.async_wait([pid, jp](boost::system::error_code e) {
     if (!e && !jp->sidecar->exited && pid > 0) kill(pid, SIGKILL);
   });
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Signals sent to the runner (Note [Signals a job may send] in signals.h).
+
+void JobRunner::Impl::claim_signals() {
+  std::vector<StraySignal> unclaimed;
+  for (const StraySignal& s : take_stray_signals()) {
+    AttemptRun* sender = nullptr;
+    for (auto& j : jobs)
+      for (auto& c : j->current)
+        if (c && !c->finished && c->pgid > 0 && c->pgid == s.sid) sender = c.get();
+    if (!sender) {
+      unclaimed.push_back(s);
+      continue;
+    }
+    sender->attempt.events.push_back(runner_event(events::kWarning, now(),
+                                                  {{"message", stray_signal_text(s)},
+                                                   {"signal", signal_name(s.signo)},
+                                                   {"sender_pid", s.pid}}));
+  }
+  if (!unclaimed.empty()) set_aside(std::move(unclaimed));
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -54,8 +54,9 @@ std::vector<std::string> attempt_argv(const JobSpec& job, const std::string& wor
 // not found.
 std::string resolve_program(const std::string& argv0, const std::vector<std::string>& env);
 
-// A Boost.Process v2 initializer: the environment, setpgid(0,0) so the job and everything it starts form
-// one process group the runner can signal as a whole, the working directory, and signals back to their
+// A Boost.Process v2 initializer: the environment, setsid() so the job and everything it starts form
+// one session and process group the runner can signal as a whole (and the job cannot reach the runner's
+// group or terminal: Note [Signals a job may send] in signals.h), the working directory, and signals back to their
 // defaults (the runner's own mask and dispositions must not leak into the job), and PR_SET_PDEATHSIG
 // (SIGKILL) so that the job's leader dies with the runner.
 class JobSetup {

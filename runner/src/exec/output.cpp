@@ -7,6 +7,10 @@
 #include <cstdio>
 #include <cstring>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <re2/re2.h>
 
 #include "oomharness/events.h"
@@ -61,10 +65,11 @@ void LineObserver::match(std::string_view line, const char* stream, double t, in
     e.pid = pid;
     e.src = events::kSrcRunner;
     e.kind = events::kObserved;
+    // Note [Bounded observed values] in output.h: the value and the line are kept up to a size.
     e.fields = {{"key", r.key},
-                {"value", std::string(m[groups].data() ? m[groups].data() : "", m[groups].size())},
+                {"value", std::string(m[groups].data() ? m[groups].data() : "", std::min(m[groups].size(), kMaxObservedText))},
                 {"stream", stream},
-                {"line", std::string(line)}};
+                {"line", std::string(line.substr(0, kMaxObservedText))}};
     out.push_back(std::move(e));
   }
 }
@@ -84,18 +89,63 @@ std::string OutputTail::text() const {
   return s;
 }
 
+void ObservedValues::add(std::vector<Event>& hits) {
+  if (hits.empty()) return;
+  const uint64_t seq = lines_++;
+  if (seq % stride_ != 0) {
+    dropped_ += hits.size();
+    hits.clear();
+    return;
+  }
+  for (Event& e : hits) {
+    events_.push_back(std::move(e));
+    line_of_.push_back(seq);
+  }
+  hits.clear();
+  if (events_.size() < max_) return;
+  // Every other kept line goes (a line's hits stay together: observed_steps groups them by line).
+  stride_ *= 2;
+  size_t kept = 0;
+  for (size_t i = 0; i < events_.size(); ++i) {
+    if (line_of_[i] % stride_ != 0) {
+      ++dropped_;
+      continue;
+    }
+    events_[kept] = std::move(events_[i]);
+    line_of_[kept] = line_of_[i];
+    ++kept;
+  }
+  events_.resize(kept);
+  line_of_.resize(kept);
+}
+
+std::vector<Event> ObservedValues::take() {
+  std::vector<Event> out = std::move(events_);
+  events_.clear();
+  line_of_.clear();
+  return out;
+}
+
 std::vector<Event> read_event_log(const std::string& path, size_t* bad_lines, std::optional<LogFold>* thinned) {
   // Streamed in 64 KiB chunks through the trace's reader (Note [Event log limits] in trace.h): a 512 MiB
   // line is skipped without being held, a deeply nested one is not parsed, and what was skipped comes
-  // back as `warning` events.
+  // back as `warning` events. The job writes this file and may have put something else in its place: a
+  // link is not followed, and only a regular file is read, up to the size it had when opened (a FIFO would
+  // block the runner, /dev/zero would never end).
   EventLogReader reader;
-  if (FILE* f = std::fopen(path.c_str(), "re")) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  struct stat st {};
+  if (fd >= 0 && ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
     char buf[64 * 1024];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) reader.feed(std::string_view(buf, n));
+    uint64_t left = static_cast<uint64_t>(st.st_size);
+    ssize_t n;
+    while (left > 0 && (n = ::read(fd, buf, static_cast<size_t>(std::min<uint64_t>(sizeof buf, left)))) > 0) {
+      reader.feed(std::string_view(buf, static_cast<size_t>(n)));
+      left -= static_cast<uint64_t>(n);
+    }
     reader.finish();
-    std::fclose(f);
   }
+  if (fd >= 0) ::close(fd);
   if (bad_lines) *bad_lines = reader.bad_lines();
   if (thinned) *thinned = reader.thinned() ? std::optional<LogFold>(reader.fold()) : std::nullopt;
   std::vector<Event> out = std::move(reader.events());

@@ -9,7 +9,9 @@
 // would. Writing whole lines keeps a stdout line and a stderr line from splitting each other. A line
 // longer than kMaxLine without a newline is cut there (progress bars that only use '\r').
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <memory>
 #include <regex>  // std::regex_error, which a bad pattern throws (job_runner.cpp catches it)
@@ -66,6 +68,32 @@ bool is_oom_message(std::string_view line);
 
 // How much of a line `observe:` patterns see: RE2 is linear, so this bounds the time per line.
 inline constexpr size_t kMaxMatched = 64 * 1024;
+
+// Note [Bounded observed values]
+// A job may print a million lines that an `observe:` pattern matches (the runner once reached 3.7 GB on
+// four million). Like the event log (Note [Event log limits] in trace.h), what is kept is bounded whatever
+// the job prints: a value and its line are kept up to kMaxObservedText bytes each, and an attempt keeps
+// the hits of at most kMaxObserved events' worth of lines; beyond, every other kept line is dropped and
+// from then on only every 2nd (4th, ...) matching line is kept, so the record stays even over the whole
+// run. The attempt gets a warning event that says how many were dropped.
+inline constexpr size_t kMaxObservedText = 512;
+inline constexpr size_t kMaxObserved = 20000;
+
+class ObservedValues {
+ public:
+  explicit ObservedValues(size_t max = kMaxObserved) : max_(std::max<size_t>(max, 2)) {}
+  // The hits of one line (LineObserver::match); `hits` is left empty.
+  void add(std::vector<Event>& hits);
+  std::vector<Event> take();
+  uint64_t dropped() const { return dropped_; }
+  uint64_t stride() const { return stride_; }
+
+ private:
+  size_t max_;
+  std::vector<Event> events_;
+  std::vector<uint64_t> line_of_;  // the matching line's number, per kept event
+  uint64_t lines_ = 0, stride_ = 1, dropped_ = 0;
+};
 
 // The suite's `observe:` regexes, matched with RE2 (linear time, no recursion: std::regex crashed on a
 // 30,000-character line and froze on `(x+x+)+y`). Each has one capture group; a line that matches gives

@@ -14,6 +14,7 @@
 // variables it uses.
 
 #include <algorithm>
+#include <climits>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
@@ -156,6 +157,7 @@ class Loader {
   void expand_job(const JobTemplate& t, std::vector<JobSpec>& out);
   JobSpec instantiate(const JobTemplate& t, const Combination& values);
   void check_duplicates(const std::vector<JobSpec>& jobs, const std::vector<size_t>& origin);
+  void check_file_names(const Suite& suite, const std::vector<size_t>& origin);
   bool check_name(const std::string& name, const SourceLocation& where, const std::string& what);
 
   std::vector<std::string> variables(bool runtime_allowed) const;
@@ -272,6 +274,7 @@ SuiteLoad Loader::load(const std::string& text, const std::string& default_name)
     (void)before;
   }
   check_duplicates(suite.jobs, origin);
+  check_file_names(suite, origin);
 
   result.errors = d_.take();
   if (result.errors.empty()) result.suite = std::move(suite);
@@ -1004,6 +1007,25 @@ bool Loader::check_name(const std::string& name, const SourceLocation& where, co
   if (!problem) return true;
   d_.error(where, what + " '" + suite::printable(name) + "' " + *problem);
   return false;
+}
+
+// A job's folder is OUT/jobs/SUITE::JOB (one file name, job_dir_name in job_runner.h keeps its length): a
+// suite name and a job name each within kMaxNameBytes can still make it longer than the system allows,
+// and then every job errs with "File name too long" at run time. Said here, at the job, once per entry.
+void Loader::check_file_names(const Suite& suite, const std::vector<size_t>& origin) {
+  constexpr size_t kMaxFileName = NAME_MAX;  // 255 bytes on Linux's file systems
+  constexpr size_t kSuffix = 4;              // room for run's "#N" when two suites share a name
+  std::set<size_t> reported;
+  for (size_t i = 0; i < suite.jobs.size(); ++i) {
+    const JobSpec& job = suite.jobs[i];
+    const size_t length = suite.name.size() + kSuffix + 2 + job.name.size();
+    if (length <= kMaxFileName) continue;
+    if (i < origin.size() && !reported.insert(origin[i]).second) continue;
+    d_.error(job.where, "the job's name '" + suite::printable(job.name) + "' with the suite's name '" +
+                            suite::printable(suite.name) + "' makes its folder's name (jobs/SUITE::JOB) " +
+                            std::to_string(length - kSuffix) + " bytes long, over the " + std::to_string(kMaxFileName - kSuffix) +
+                            " bytes a file name may have here: shorten one of them");
+  }
 }
 
 // One pass with a map from each name to its first job: 40,000 jobs took 19.6 s comparing every pair.

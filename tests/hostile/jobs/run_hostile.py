@@ -4,9 +4,18 @@ survived it: exit 0 or 1, a valid results.json with the job in it, and nothing l
 whose environment carries this run's mark, no /dev/shm/oomh-<runner pid>-* block).
 
   run_hostile.py --bin OOMHARNESS CASE     CASE: setsid | truncate | bigout | killed | streamed | stale
+                                                | signals | closedpipe | terminal | links | observe | files
+                                                | compare | values
+
+The cases after `stale` are issue 28's classes, one each: a job that signals its runner; a closed stdout pipe;
+escape sequences from a job and from a results file; symbolic links planted in the run folder; a flood of
+observe: matches; files given to report/explain/compare that are not results files; compare's thresholds and
+a job listed twice; values exec and validate must refuse.
 """
 import argparse
 import glob
+import hashlib
+import resource
 import json
 import os
 import signal
@@ -44,7 +53,7 @@ def blocks_of(pid):
     return [n for n in os.listdir("/dev/shm") if n.startswith(f"oomh-{pid}-")]
 
 
-def write_suite(folder, script, mark, extra_env=None, timeout="1m"):
+def write_suite(folder, script, mark, extra_env=None, timeout="1m", extra="", more_jobs=""):
     env = {"HOSTILE_MARK": mark}
     env.update(extra_env or {})
     suite = os.path.join(folder, "suite.yaml")
@@ -55,7 +64,41 @@ def write_suite(folder, script, mark, extra_env=None, timeout="1m"):
         f.write(f"    run: sh {os.path.join(HERE, script)}\n")
         f.write("    env: {" + ", ".join(f'{k}: "{v}"' for k, v in env.items()) + "}\n")
         f.write("    expect: [exit: 0]\n")
+        f.write(extra)
+        f.write(more_jobs)
     return suite
+
+
+def tool(args, *argv, timeout=30):
+    """One short command of the real binary: (exit code, stdout, stderr); a hang is a failure, not a hang."""
+    try:
+        r = subprocess.run([args.bin, *argv], capture_output=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        check(False, f"{argv} did not end within {timeout} s")
+        return None, b"", b""
+    return r.returncode, r.stdout, r.stderr
+
+
+def snapshot(folder):
+    """Every path under `folder` with what it is and holds (links as their target), to show nothing changed."""
+    state = {}
+    for root, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            path = os.path.join(root, name)
+            rel = os.path.relpath(path, folder)
+            if os.path.islink(path):
+                state[rel] = "link:" + os.readlink(path)
+            elif os.path.isdir(path):
+                state[rel] = "dir"
+            else:
+                with open(path, "rb") as f:
+                    state[rel] = hashlib.sha256(f.read()).hexdigest()
+    return state
+
+
+def job_warnings(out):
+    job = results_job(out)
+    return (job or {}).get("warnings", [])
 
 
 def run(args, folder, suite):
@@ -208,6 +251,159 @@ def main():
             check(not os.path.exists(stale), f"the stale block {stale} is still there")
             if os.path.exists(stale):
                 os.unlink(stale)
+        elif args.case == "signals":
+            # Issue 28 (2): signals sent by pid do not end the run; the job's result says what it sent.
+            suite = write_suite(folder, "signal_runner.sh", mark)
+            pid, code, so, se, out = run(args, folder, suite)
+            job = common(pid, code, so, se, out, mark)
+            check(code == 0, f"the run exited {code}, not 0 (the job passed); stderr: {se[-2000:]}")
+            check((job or {}).get("status") == "passed", f"the job is {(job or {}).get('status')}, not passed")
+            with open(attempt_log(out), errors="replace") as f:
+                log = f.read()
+            ids = dict((w[0], (w[2], w[4])) for w in (l.split() for l in log.splitlines()) if len(w) == 5 and w[1] == "session")
+            check("job" in ids and "runner" in ids and ids["job"][0] != ids["runner"][0] and ids["job"][1] != ids["runner"][1],
+                  f"the job shares the runner's session or group: {ids}")
+            warnings = " ".join(job_warnings(out))
+            for sig in ["SIGHUP", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGPIPE", "SIGQUIT", "SIGXCPU", "SIGTERM", "SIGINT",
+                        "SIGSEGV", "SIGBUS", "SIGABRT"]:
+                check(f"sent {sig} to the runner" in warnings, f"the result does not say the job sent {sig}: {warnings[:2000]}")
+        elif args.case == "closedpipe":
+            # Issue 28 (3): `oomharness run ... | head -1` ends the printing, not the run.
+            suite = write_suite(folder, "setsid_grandchild.sh", mark)
+            out = os.path.join(folder, "out")
+            p = subprocess.Popen([args.bin, "run", "--simulate", suite, "-o", out], cwd=folder,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            first = p.stdout.readline()
+            p.stdout.close()  # as `head -1` does
+            _, stderr = p.communicate(timeout=300)
+            check(first.startswith(b"oomharness "), f"the first line: {first!r}")
+            check(p.returncode == 0, f"the runner exited {p.returncode} (0, the run's own code, expected): {stderr[-2000:]!r}")
+            check(os.path.exists(os.path.join(out, "results.json")), "no results.json after the pipe closed")
+            check(os.path.exists(os.path.join(out, "report.html")), "no report.html after the pipe closed")
+            check(results_job(out) is not None, "results.json has no job")
+            r = subprocess.run(f"'{args.bin}' validate '{suite}' | head -c 1 >/dev/null; echo ${{PIPESTATUS[0]}}",
+                               shell=True, executable="/bin/bash", capture_output=True, text=True)
+            check(r.stdout.strip() in ("0",), f"validate into a closed pipe exited {r.stdout.strip()}")
+        elif args.case == "terminal":
+            # Issue 28 (4): nothing a job prints or a file says reaches the terminal as an escape sequence.
+            suite = write_suite(folder, "escapes.sh", mark)
+            pid, code, so, se, out = run(args, folder, suite)
+            common(pid, code, so, se, out, mark)
+            check("\x1b" not in so and "\x1b" not in se, f"a raw ESC reached the terminal: {so[-1500:]!r}")
+            check("\u202e" not in so and "\x9b" not in so, f"a bidi override or C1 reached the terminal: {so[-1500:]!r}")
+            # The summary quotes the job's output (its escapes shown visibly or dropped, never sent).
+            check("title" in so and " done" in so, f"the summary does not quote the job's output: {so[-1500:]!r}")
+            # The message that quotes the job's output ("it printed: ..."), as budget says it.
+            code, so_b, se_b = tool(args, "budget", "--simulate", "--target-step", "1", "--out",
+                                    os.path.join(folder, "budget"), "--", "sh", os.path.join(HERE, "escapes.sh"), timeout=120)
+            check(b"it printed:" in se_b, f"budget does not quote the job's output: {se_b[-1500:]!r}")
+            check(b"\x1b" not in so_b + se_b and b"\xc2\x9b" not in so_b + se_b, f"budget printed raw escapes: {se_b[-1500:]!r}")
+            check(b"\\x1B]0;pwned" in se_b, f"budget does not show the escape visibly: {se_b[-1500:]!r}")
+            # Names and messages read back from a results file.
+            bad = os.path.join(folder, "bad.json")
+            with open(bad, "w") as f:
+                json.dump({"schema_version": 1, "suites": [{"name": "s\x1b]0;pwned\x07", "jobs": [
+                    {"name": "j\x1b[2J", "status": "failed", "message": "m \x1b[31mred\u202e"}]}]}, f)
+            code, so2, se2 = tool(args, "explain", bad)
+            check(code == 0, f"explain exited {code}: {se2!r}")
+            check(b"\x1b" not in so2 + se2 and "\u202e".encode() not in so2, f"explain printed raw escapes: {so2!r}")
+            check(b"\\x1B[2J" in so2, f"explain does not show the escape visibly: {so2!r}")
+            code, so3, se3 = tool(args, "compare", bad, bad)
+            check(b"\x1b" not in so3 + se3, f"compare printed raw escapes: {so3!r} {se3!r}")
+        elif args.case == "links":
+            # Issue 28 (1): links a job plants in the run folder never make the runner write or delete elsewhere.
+            victim = os.path.join(folder, "victim")
+            for sub in ["next/work", "work"]:
+                os.makedirs(os.path.join(victim, sub))
+            for name in ["next/work/keep", "next/attempt-0.log", "work/keep", "log.txt", "results.json",
+                         "report.html", "jobs.jsonl"]:
+                with open(os.path.join(victim, name), "w") as f:
+                    f.write(f"the victim's own {name}\n")
+            before = snapshot(victim)
+            suite = write_suite(folder, "plant_links.sh", mark, {"HOSTILE_VICTIM": victim},
+                                more_jobs=f"  - name: next\n    run: 'true'\n    env: {{HOSTILE_MARK: \"{mark}\"}}\n"
+                                          "    expect: [exit: 0]\n")
+            for round_ in range(2):  # the second run meets the links the first one's job left
+                pid, code, so, se, out = run(args, folder, suite)
+                check(code in (0, 1), f"run {round_ + 1} exited {code}: {se[-2000:]}")
+                after = snapshot(victim)
+                changed = {k for k in set(before) | set(after) if before.get(k) != after.get(k)}
+                check(not changed, f"run {round_ + 1} changed the victim folder: {sorted(changed)}")
+            for name in ["results.json", "report.html"]:
+                path = os.path.join(out, name)
+                check(os.path.isfile(path) and not os.path.islink(path), f"{name} is not a file of the run folder")
+            check(not os.path.islink(os.path.join(out, "jobs", "hostile__next")), "the next job's folder is still a link")
+        elif args.case == "observe":
+            # Issue 28 (5): a flood of observe: matches is bounded like event lines.
+            lines = 400000
+            suite = write_suite(folder, "observe_flood.sh", mark, {"HOSTILE_LINES": str(lines)},
+                                extra="    observe: {loss: 'loss=([0-9]+)'}\n")
+            pid, code, so, se, out = run(args, folder, suite)
+            common(pid, code, so, se, out, mark)
+            peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+            check(peak_mib < 120, f"the runner peaked at {peak_mib:.0f} MiB for {lines} observed lines")
+            warnings = " ".join(job_warnings(out))
+            check("observed value(s) were dropped" in warnings, f"no warning of the dropped values: {warnings[:1000]}")
+        elif args.case == "files":
+            # Issue 28 (6): report, explain and compare read regular files only, bounded, schema checked.
+            fifo = os.path.join(folder, "fifo")
+            os.mkfifo(fifo)
+            cases = [("/dev/zero", b"character device"), (fifo, b"FIFO"), (folder, b"directory")]
+            for path, what in cases:
+                for argv in (["report", path], ["explain", path], ["compare", path, path]):
+                    code, so, se = tool(args, *argv, timeout=20)
+                    check(code == 4 and what in se, f"{argv}: exit {code}, {se[-300:]!r} (4 and '{what.decode()}' expected)")
+            partial = os.path.join(folder, "partial.json")
+            with open(partial, "w") as f:
+                f.write('{"schema_version": 1}')
+            code, so, se = tool(args, "report", partial, "--json", os.path.join(folder, "p.json"))
+            check(code == 4 and b"'suites'" in se, f"a file without suites: exit {code}, {se!r}")
+            check(not os.path.exists(os.path.join(folder, "p.json")), "a report was written from a file without suites")
+            nameless = os.path.join(folder, "nameless.json")
+            with open(nameless, "w") as f:
+                json.dump({"schema_version": 1, "suites": [{"name": "s", "jobs": [{"status": "passed"}]}]}, f)
+            code, so, se = tool(args, "explain", nameless)
+            check(code == 4 and b"suites[0].jobs[0]" in se and b"'name'" in se, f"a job without a name: exit {code}, {se!r}")
+            big = os.path.join(folder, "big.json")
+            with open(big, "w") as f:
+                f.write('{"schema_version": 1, "suites": [], "pad": "' + "x" * (2 << 20) + '"}')
+            code, so, se = tool(args, "report", big, "--json", os.path.join(folder, "b.json"), "--max-file-size", "1MiB")
+            check(code == 4 and b"--max-file-size" in se, f"a file over the limit: exit {code}, {se!r}")
+            code, so, se = tool(args, "report", big, "--json", os.path.join(folder, "b.json"), "--max-file-size", "4MiB")
+            check(code == 0, f"a file within a raised limit: exit {code}, {se!r}")
+        elif args.case == "compare":
+            # Issue 28 (7): thresholds that never fire, and a job listed twice, are refused.
+            good = os.path.join(folder, "good.json")
+            twice = os.path.join(folder, "twice.json")
+            with open(good, "w") as f:
+                json.dump({"schema_version": 1, "suites": [{"name": "s", "jobs": [{"name": "j", "status": "passed"}]}]}, f)
+            with open(twice, "w") as f:
+                json.dump({"schema_version": 1, "suites": [{"name": "s", "jobs": [
+                    {"name": "j", "status": "passed"}, {"name": "j", "status": "failed"}]}]}, f)
+            for rule in ["peak:+nan%", "peak:+inf%", "recovery:+nan%", "recovery:+inf%", "peak:+NAN%"]:
+                code, so, se = tool(args, "compare", good, good, "--fail-on", rule)
+                check(code == 4, f"--fail-on {rule}: exit {code} (4 expected), {se!r}")
+            code, so, se = tool(args, "compare", good, twice)
+            check(code == 4 and b"s::j" in se and b"twice" in se, f"a job listed twice: exit {code}, {se!r}")
+            code, so, se = tool(args, "compare", good, good, "--fail-on", "peak:+5%")
+            check(code == 0, f"a good comparison: exit {code}, {se!r}")
+        elif args.case == "values":
+            # Issue 28 (8): exec's flags have a suite's limits; sizes rounding to 0 and too-long folder names are refused.
+            out = os.path.join(folder, "out")
+            for flags in (["--target-step", "-1"], ["--cap", "0.4B"], ["--name", "x" * 300]):
+                code, so, se = tool(args, "exec", "--simulate", "-o", out, *flags, "--", "true")
+                check(code == 4, f"exec {flags[0]} {flags[1][:20]}: exit {code} (4 expected), {se[-300:]!r}")
+            capped = os.path.join(folder, "capped.yaml")
+            with open(capped, "w") as f:
+                f.write("version: 1\njobs:\n  - name: j\n    run: 'true'\n    memory: {limit: 0.4B}\n")
+            code, so, se = tool(args, "validate", capped)
+            check(code == 4 and b"rounds down to 0 bytes" in se, f"limit 0.4B: exit {code}, {se!r}")
+            long_names = os.path.join(folder, "long.yaml")
+            with open(long_names, "w") as f:
+                f.write("version: 1\nname: " + "s" * 150 + "\njobs:\n  - name: " + "j" * 150 + "\n    run: 'true'\n")
+            code, so, se = tool(args, "validate", long_names)
+            check(code == 4 and f"{long_names}:4:".encode() in se and b"folder's name" in se,
+                  f"names too long for a file name: exit {code}, {se!r}")
         else:
             print("unknown case", args.case)
             return 2

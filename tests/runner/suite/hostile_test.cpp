@@ -207,7 +207,7 @@ TEST_F(Generated, FortyThousandJobsLoadQuicklyAndADuplicateAtTheEndIsFound) {
 }
 
 // A job's output cannot crash or freeze the observer: RE2 is linear, and a line is matched on its first
-// 64 KiB only.
+// 64 KiB only; what is kept of a value is bounded (Note [Bounded observed values] in exec/output.h).
 TEST(HostileOutput, LongLinesAndBacktrackingPatternsAreMatchedQuickly) {
   exec::LineObserver observer({ObserveSpec{"loss", "loss=(.*)", {}}, ObserveSpec{"x", "((?:x+x+)+y)", {}}});
   const std::string line = "loss=" + std::string(30'000, 'x');
@@ -218,7 +218,28 @@ TEST(HostileOutput, LongLinesAndBacktrackingPatternsAreMatchedQuickly) {
   for (int i = 0; i < 10; ++i) observer.match(huge, "stdout", 0, 1, events);
   EXPECT_LT(seconds_since(start), kHangGuardSeconds);
   ASSERT_EQ(events.size(), 1u);
-  EXPECT_EQ(events[0].fields["value"].get<std::string>().size(), 30'000u);
+  EXPECT_EQ(events[0].fields["value"].get<std::string>().size(), exec::kMaxObservedText);
+  EXPECT_EQ(events[0].fields["line"].get<std::string>().size(), exec::kMaxObservedText);
+}
+
+// Note [Bounded observed values]: past the limit every other kept line goes, a line's hits stay together,
+// and what was dropped is counted.
+TEST(HostileOutput, ObservedValuesAreThinnedEvenlyAndCounted) {
+  exec::ObservedValues kept(10);
+  for (int line = 0; line < 1000; ++line) {
+    std::vector<Event> hits(2);
+    for (Event& e : hits) e.fields = {{"line", line}};
+    kept.add(hits);
+    EXPECT_TRUE(hits.empty());
+  }
+  std::vector<Event> events = kept.take();
+  EXPECT_LT(events.size(), 10u);
+  EXPECT_EQ(events.size() + kept.dropped(), 2000u);
+  ASSERT_GE(events.size(), 4u);
+  for (size_t i = 0; i + 1 < events.size(); i += 2) {
+    EXPECT_EQ(events[i].fields["line"], events[i + 1].fields["line"]);  // both hits of a line, or neither
+    EXPECT_EQ(events[i].fields["line"].get<int>() % static_cast<int>(kept.stride()), 0);
+  }
 }
 
 TEST(HostileFilter, DeepParenthesesAreRefusedNotACrash) {

@@ -63,6 +63,10 @@ struct Comparison {
 
 Comparison compare(const RunResult& base, const RunResult& now, const std::vector<CompareRule>& rules);
 
+// The first job (suite::job) that `run` lists twice, if any: compare pairs jobs by name, and a file that
+// lists one twice (passed, then failed) would have one of them silently ignored, so it is an error.
+std::optional<std::string> job_listed_twice(const RunResult& run);
+
 // For the terminal: an aligned table, then one line per regression.
 std::string render_comparison_text(const Comparison& c);
 // For PR comments and $GITHUB_STEP_SUMMARY.

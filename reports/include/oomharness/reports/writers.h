@@ -5,6 +5,7 @@
 // never throw past this header. docs/reports.md describes each format.
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "oomharness/reports/compare.h"
@@ -27,9 +28,19 @@ std::string job_stream_header(const RunResult& run);
 std::string job_stream_line(const SuiteResult& suite, const JobResult& job);
 std::string job_stream_end(const RunResult& run);
 
+// Note [Bounded results files]
+// `report`, `compare`, `explain` and `run --lf` read a file a person names, which may be anything: a
+// regular file only is read (a FIFO would block forever, /dev/zero would never end, a directory is no
+// results file: each is refused by what it is), at most `max_bytes` of it (the commands' --max-file-size;
+// a 120 MB file once took 690 MB to read), and its schema's required fields (docs/results-schema.json:
+// suites, each suite's name and jobs, each job's name and status, each attempt's index and outcome, each
+// verdict's policy, status and reason) must be there before anything is rendered from it.
+inline constexpr uint64_t kMaxResultsFileBytes = 64ull << 20;
+
 // Reads a results file (or a job stream, above). Fails, naming the file, on I/O errors, JSON syntax errors (with line:column),
-// another schema_version, and fields of the wrong type (with their path: "suites[0].jobs[2].status").
-Expected<RunResult> load_results(const std::string& path);
+// another schema_version, missing required fields and fields of the wrong type (with their path:
+// "suites[0].jobs[2].status"), and on a file that is not a regular one or is larger than `max_bytes`.
+Expected<RunResult> load_results(const std::string& path, uint64_t max_bytes = kMaxResultsFileBytes);
 // The same, from text already read; `name` stands for the file in messages.
 Expected<RunResult> parse_results(const std::string& text, const std::string& name);
 
@@ -54,6 +65,13 @@ std::string render_perfetto(const RunResult& run);
 // `-` (and /dev/stdout, /dev/fd/N) is standard output (that descriptor); a FIFO or device is written to
 // and a symlink followed, never replaced (Note [Where a report goes] in write.cpp).
 Expected<Written> write_file_atomic(const std::string& path, const std::string& content);
+
+// The same for a file of the run folder (Note [A run folder the runner owns] in runner/src/exec/
+// run_folder.h): `name` (one path component) in the open folder `dir`, through a temporary name created
+// with O_EXCL and renamed with renameat, so nothing planted there (a link, a FIFO) is followed or written
+// into: whatever was at `name` is replaced. `shown` names the file in an error.
+Expected<Written> write_file_atomic_at(int dir, const std::string& name, const std::string& content,
+                                       const std::string& shown);
 
 // Writes all of `content` to `fd`, again after EINTR and short writes. False on an error (errno says which,
 // unless the descriptor took nothing: then errno is as it was).

@@ -1,0 +1,54 @@
+#pragma once
+// Note [A run folder the runner owns]
+// The output folder (--out) is the user's: its own path is followed as given, links included. Everything
+// the runner makes under it (jobs/, each job's folder, work/, the logs and event logs, jobs.jsonl,
+// results.json, report.html, sweeps/) is the runner's, and a job can write there too: it may plant a
+// symbolic link where the runner is about to create a folder, write a log, clean a work folder or write a
+// report. So below the output folder nothing is reached through a path string: each folder is opened
+// relative to a descriptor of its parent (openat with O_NOFOLLOW | O_DIRECTORY), created where missing, and
+// a link found where a folder or a file of the runner's belongs is removed (the link, never what it points
+// at) and replaced by the real thing; files are created with O_NOFOLLOW; a work folder is emptied by a walk
+// that unlinks links instead of following them; reports are written to a temporary name and renamed, both
+// relative to the folder's descriptor (write_file_atomic_at in reports/writers.h). What a job does inside
+// its own folders is its business; what it cannot do is make the runner write or delete anywhere else.
+
+#include <string>
+
+namespace oomh::exec {
+
+// An open directory descriptor (O_DIRECTORY | O_CLOEXEC), closed with the object.
+class DirFd {
+ public:
+  DirFd() = default;
+  explicit DirFd(int fd) : fd_(fd) {}
+  ~DirFd();
+  DirFd(DirFd&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  DirFd& operator=(DirFd&& o) noexcept;
+  DirFd(const DirFd&) = delete;
+  DirFd& operator=(const DirFd&) = delete;
+  int get() const { return fd_; }
+  explicit operator bool() const { return fd_ >= 0; }
+
+ private:
+  int fd_ = -1;
+};
+
+// The user's folder `path` (created with its parents where missing; links in it followed). errno on failure.
+DirFd open_user_dir(const std::string& path);
+
+// The folder `relative` under `parent` ('/'-separated components, none of them "." or ".."), each
+// component created where missing and a link found there replaced by a folder. errno on failure.
+DirFd open_owned_dir(int parent, const std::string& relative);
+
+// Removes `name` in `parent` and everything under it without following any link (a link is unlinked).
+// True when nothing is left there. errno on failure.
+bool remove_tree_at(int parent, const std::string& name);
+
+// Creates (truncates) the file `name` in `parent` for writing, O_NOFOLLOW; a link there is replaced by the
+// file. Returns the descriptor (O_CLOEXEC), -1 with errno on failure.
+int create_file_at(int parent, const std::string& name, int mode = 0644);
+
+// Removes the file `name` in `parent` (a link: the link). True when it is gone or was never there.
+bool remove_file_at(int parent, const std::string& name);
+
+}  // namespace oomh::exec
