@@ -11,7 +11,7 @@ try:
     import pytest
 except ImportError as e:
     # Every environment scripts/venv.sh makes has it (python/requirements/test.txt): missing there is a failure.
-    if not os.environ.get("OOMH_TORCH_ENV"):
+    if not os.environ.get("TORCH_ENV_UNDER_TEST"):
         print("tests/pytest_plugin: skipped, pytest cannot be imported: %s" % e)
         sys.exit(125)
     print("tests/pytest_plugin: FAILED: pytest cannot be imported (%s) in %s: scripts/venv.sh installs it "

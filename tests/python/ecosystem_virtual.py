@@ -18,7 +18,7 @@ for lib in ("accelerate", "transformers", "lightning"):
     try:
         __import__(lib)
     except Exception as e:  # noqa: BLE001
-        if os.environ.get("OOMH_TORCH_ENV"):
+        if os.environ.get("TORCH_ENV_UNDER_TEST"):
             print("FAILED: %s cannot be imported in %s: %s" % (lib, sys.executable, e))
             sys.exit(1)
         print("skipped: %s cannot be imported: %s" % (lib, e))

@@ -9,4 +9,4 @@ from torch_env import require_torch  # noqa: E402
 
 torch = require_torch("torch under test")
 # The virtual device must work on a CUDA build without a GPU exactly as on a CPU build: say which this is.
-print("CUDA build without a GPU" if torch.version.cuda else "CPU build", "(OOMH_TORCH_ENV=%s)" % os.environ.get("OOMH_TORCH_ENV", ""))
+print("CUDA build without a GPU" if torch.version.cuda else "CPU build", "(TORCH_ENV_UNDER_TEST=%s)" % os.environ.get("TORCH_ENV_UNDER_TEST", ""))

@@ -1,10 +1,10 @@
 """The torch a Python test runs under: says which it is, and decides what a missing one means.
 
 scripts/test.sh (and so CI) makes one virtual environment per PyTorch that CI tests (scripts/venv.sh,
-python/requirements/) and ctest runs every Python test once under each, with OOMH_TORCH_ENV set to the
+python/requirements/) and ctest runs every Python test once under each, with TORCH_ENV_UNDER_TEST set to the
 environment's name ("torch-2.14.1-cuda"). There a torch that cannot be imported, or one of another version
 or build than the name says, FAILS the test: a skip would be a green that tested nothing. Where
-OOMH_TORCH_ENV is not set (a Python given by hand, the GPU machine's own), a missing torch skips (exit 125).
+TORCH_ENV_UNDER_TEST is not set (a Python given by hand, the GPU machine's own), a missing torch skips (exit 125).
 """
 import os
 import re
@@ -24,7 +24,7 @@ def mismatch(name, torch):
     """Why this torch is not the one the environment's name promises, or None."""
     m = NAME.match(name)
     if not m:
-        return "OOMH_TORCH_ENV=%r is not of the form torch-VERSION-cpu|cuda" % name
+        return "TORCH_ENV_UNDER_TEST=%r is not of the form torch-VERSION-cpu|cuda" % name
     version, build = m.groups()
     have = torch.__version__.split("+")[0]
     if have != version and not have.startswith(version + "."):
@@ -37,7 +37,7 @@ def mismatch(name, torch):
 def require_torch(what, module="torch"):
     """Imports `module` (torch, or a part of it), prints what runs, and returns torch; exits 1 or 125 when it
     cannot be had (see the module's note)."""
-    name = os.environ.get("OOMH_TORCH_ENV", "")
+    name = os.environ.get("TORCH_ENV_UNDER_TEST", "")
     try:
         __import__(module)
         import torch

@@ -2,7 +2,7 @@
 """The results files agree with docs/results-schema.json: the fixtures, the golden JSON, and each fixture
 after a round trip through the writer. A file with another schema_version fails the schema.
 
-usage: check_schema.py RENDER_TOOL SCHEMA TESTS_REPORTS_DIR   (exit 125: jsonschema missing, 1 under OOMH_REQUIRE_TEST_TOOLS=1)
+usage: check_schema.py RENDER_TOOL SCHEMA TESTS_REPORTS_DIR   (exit 125: jsonschema missing, 1 under TEST_TOOLS_REQUIRED=1)
 """
 import json
 import os
@@ -13,7 +13,7 @@ import tempfile
 try:
     import jsonschema
 except ImportError:
-    if os.environ.get("OOMH_REQUIRE_TEST_TOOLS") == "1":  # scripts/test.sh's environments have it
+    if os.environ.get("TEST_TOOLS_REQUIRED") == "1":  # scripts/test.sh's environments have it
         print("FAILED: jsonschema cannot be imported in %s (python/requirements/test.txt has it)" % sys.executable)
         sys.exit(1)
     print("jsonschema is not installed (scripts/venv.sh installs it): skipped")

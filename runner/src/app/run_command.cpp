@@ -368,7 +368,7 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
     StatusRules rules;
     rules.strict = args.strict;
     if (o.error.empty() && !o.interrupted) {
-      if (auto untested = why_untested(spec, o.trace)) {
+      if (auto untested = why_untested(spec, o.trace, survey.has_value() && !survey->gpus.empty())) {
         if (untested->status == JobStatus::error) o.error = untested->message;
         else rules.inconclusive = untested->message;
       }

@@ -61,9 +61,17 @@ std::string plan_error(const Attempt& a) {
 
 Untested error(std::string message) { return Untested{JobStatus::error, std::move(message)}; }
 
+// "torch 2.14.1+cu130" from the probe's start event, or empty.
+std::string framework_seen(const Attempt& a) {
+  for (const Event& e : a.events)
+    if (e.src == events::kSrcProbe && e.kind == events::kProbeStart && !e.text("version").empty())
+      return e.text("framework", "torch") + " " + e.text("version");
+  return {};
+}
+
 }  // namespace
 
-std::optional<Untested> why_untested(const JobSpec& job, const Trace& trace) {
+std::optional<Untested> why_untested(const JobSpec& job, const Trace& trace, bool gpu_found) {
   const bool sidecar = job.memory.reserve > 0 || job.memory.leave.has_value();
   bool fired = false, stepped = false, any_rules = false, any_inject = false;
   for (const Attempt& a : trace.attempts) {
@@ -91,6 +99,14 @@ std::optional<Untested> why_untested(const JobSpec& job, const Trace& trace) {
     }
     // A driver call alone is not enough: on a GPU machine PyTorch asks the device's size even when the
     // training runs on the CPU (seen on the H100: `train.py --device cpu` under a cap passed).
+    if (needs_shim && a.shim->allocations == 0 && !gpu_found && !trace.simulated_device &&
+        job.device != DeviceChoice::virtual_device) {
+      const std::string seen = framework_seen(a);
+      return error(which + ": the shim saw no CUDA allocation, and this machine has no GPU (no NVIDIA driver was "
+                   "found)" + (seen.empty() ? std::string() : ": the job's " + seen + " had no GPU to use") +
+                   "; add --simulate (suite: device: virtual) to run it on the virtual CUDA device, or run it on a "
+                   "machine with a GPU");
+    }
     if (needs_shim && a.shim->allocations == 0)
       return error(which + ": the shim saw no CUDA allocation: this job did not use the GPU" +
                    (a.shim->driver_called ? " (it only asked the driver about the device)" : "") +

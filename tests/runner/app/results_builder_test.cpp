@@ -7,6 +7,7 @@
 #include <csignal>
 
 #include "oomharness/control_block.h"
+#include "oomharness/events.h"
 #include "oomharness/runner/results_builder.h"
 #include "oomharness/runner/untested.h"
 
@@ -450,6 +451,37 @@ TEST(Untested, NoDriverCallIsAnError) {
   ASSERT_TRUE(u);
   EXPECT_NE(u->message.find("saw no CUDA allocation: this job did not use the GPU (it only asked the driver about the device)"),
             std::string::npos) << u->message;
+}
+
+TEST(Untested, NoGpuOnTheMachineSaysSoAndPointsToSimulate) {
+  ShimRecord idle = armed();
+  idle.allocations = 0;
+  JobSpec capped;
+  capped.argv = {"python3", "train.py"};
+  capped.memory.limit = 1ull << 30;
+  capped.device = DeviceChoice::gpu;
+  Attempt a = with_shim(attempt(0, 0, 5, 0, {step(1, 1)}), idle);
+  Event start;
+  start.src = events::kSrcProbe;
+  start.kind = events::kProbeStart;
+  start.fields = {{"framework", "torch"}, {"version", "2.14.1+cu130"}};
+  a.events.insert(a.events.begin(), start);
+  auto u = why_untested(capped, outcome({a}).trace, /*gpu_found=*/false);
+  ASSERT_TRUE(u);
+  EXPECT_EQ(u->status, JobStatus::error);
+  EXPECT_EQ(u->message, "attempt 1: the shim saw no CUDA allocation, and this machine has no GPU (no NVIDIA driver was "
+                        "found): the job's torch 2.14.1+cu130 had no GPU to use; add --simulate (suite: device: virtual) "
+                        "to run it on the virtual CUDA device, or run it on a machine with a GPU");
+  // Where a GPU was found, the same job is told it did not use it.
+  u = why_untested(capped, outcome({a}).trace, /*gpu_found=*/true);
+  ASSERT_TRUE(u);
+  EXPECT_NE(u->message.find("this job did not use the GPU"), std::string::npos) << u->message;
+  // Under --simulate there is no GPU by design: the message is about the job, not the machine.
+  JobOutcome simulated = outcome({a});
+  simulated.trace.simulated_device = true;
+  u = why_untested(capped, simulated.trace, /*gpu_found=*/false);
+  ASSERT_TRUE(u);
+  EXPECT_EQ(u->message.find("this machine has no GPU"), std::string::npos) << u->message;
 }
 
 TEST(Untested, DyingBeforeAnyFaultFiredIsAnError) {

@@ -12,6 +12,9 @@
 //    (a ModuleNotFoundError, a missing file): error, naming the last line it printed;
 //  - its plan had fault rules and none of them fired in the whole job: it cannot pass (an `exit: 0` check
 //    would pass a job whose fault never came), it is inconclusive.
+// On a machine where no GPU was found a job sent to the GPU allocates nothing through the shim (a CUDA build
+// of torch without a driver falls back to the CPU, or fails): its error says so, names the torch the probe
+// saw, and points to --simulate.
 // The sentence is the job's message; the terminal prints the attempt's last output lines under it.
 
 #include <optional>
@@ -29,6 +32,7 @@ struct Untested {
 };
 
 // Why `trace` does not show that `job` was tested; nullopt when it does. An interrupted job is not asked.
-std::optional<Untested> why_untested(const JobSpec& job, const Trace& trace);
+// `gpu_found`: whether the run found a GPU on this machine (false under --simulate too).
+std::optional<Untested> why_untested(const JobSpec& job, const Trace& trace, bool gpu_found = true);
 
 }  // namespace oomh
