@@ -11,14 +11,30 @@ phase "deps (Debian's packages)"
 
 # The PyTorch matrix (Note [The PyTorch matrix] in tests/CMakeLists.txt): every Python test runs under each
 # of these, made by scripts/venv.sh from python/requirements/. OOMH_TORCH_MATRIX narrows it (a list of names).
+# They are made beside the C++ build (pip mostly unpacks files, the compiler mostly computes), one after the
+# other, each saying its time; the build is then configured with them.
 matrix=${OOMH_TORCH_MATRIX:-"torch-2.13.0-cpu torch-2.14.1-cuda"}
-pythons=()
-for name in $matrix; do
-  phase "Python environment $name"
-  pythons+=("$name=$("$root/scripts/venv.sh" "$name")")
-done
+mkdir -p "$build"
+venvs_out="$build/venvs.txt"
+: >"$venvs_out"
+phase "Python environments ($matrix), beside the build"
+(
+  for name in $matrix; do
+    python=$("$root/scripts/venv.sh" "$name") || exit 1
+    echo "$name=$python" >>"$venvs_out"
+  done
+) &
+venvs_pid=$!
+trap 'kill "$venvs_pid" 2>/dev/null || true' EXIT  # a failed build leaves no pip behind
 phase "build"
-"$root/scripts/build.sh" "-DOOMH_TEST_PYTHONS=$(IFS=';'; echo "${pythons[*]}")"
+"$root/scripts/build.sh"
+if ! wait "$venvs_pid"; then
+  echo "scripts/test.sh: making the Python environments failed (above)" >&2
+  exit 1
+fi
+phase "Python environments ready; configuring the tests with them"
+pythons=$(paste -sd';' "$venvs_out")
+"$root/scripts/build.sh" "-DOOMH_TEST_PYTHONS=$pythons"
 
 # The shim's engine under AddressSanitizer + UndefinedBehaviorSanitizer and under ThreadSanitizer: the code
 # that runs inside every CUDA allocation of a job must be clean under both. (The preload tests run in the
