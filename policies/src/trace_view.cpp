@@ -112,6 +112,26 @@ bool oom_caught(const Attempt& a, size_t index) {
   return false;
 }
 
+// Note [OOMs the code saw]: the output line an `observe:` regex with key `oom` read after a refusal of the
+// shim and before the refused step (or, the step unknown, any step) completed: a job without a probe that
+// caught the OOM and said so. nullptr when there is none: a refusal the allocator absorbed is followed by the
+// step, and a message with no refusal before it is no OOM the trace records.
+const Event* printed_after_refusal(const Attempt& a) {
+  bool pending = false;
+  int64_t at = -1;
+  for (const Event& e : a.events) {
+    if (e.src == events::kSrcShim && e.kind == events::kInject) {
+      if (!pending) at = e.integer("step");
+      pending = true;
+    } else if (pending && completes_a_step(e) && (at < 0 || completed_step(e) >= at)) {
+      pending = false;
+    } else if (pending && is_observed(e) && e.text("key") == "oom") {
+      return &e;
+    }
+  }
+  return nullptr;
+}
+
 double attempt_end_time(const Attempt& a) {
   if (a.end > 0) return a.end;
   return a.events.empty() ? a.start : a.events.back().t;
@@ -159,14 +179,15 @@ std::vector<OomPoint> ooms_of(const Attempt& attempt) {
     out.push_back(std::move(o));
   }
   bool died = attempt.ended_by_oom();
-  bool refused = !injections_of(attempt).empty();
-  if ((died && !uncaught_probe_oom) || (out.empty() && attempt.oom_message && refused)) {
+  const Event* caught_line = out.empty() && !died ? printed_after_refusal(attempt) : nullptr;
+  if ((died && !uncaught_probe_oom) || caught_line) {
     // No probe told us: the shim's refusal, with the attempt's end or its output saying the code saw it.
     OomPoint o;
     o.attempt = attempt.index;
     o.t = attempt_end_time(attempt);
     for (const Event& e : attempt.events)
       if (is_observed(e) && e.text("key") == "oom") { o.t = e.t; break; }
+    if (caught_line) o.t = caught_line->t;
     o.caught = !died;
     const StepPoint* before = step_before(steps, o.t);
     o.step = before ? before->step + 1 : -1;
@@ -387,6 +408,7 @@ std::optional<Growth> held_growth(const Attempt& attempt) {
     if (growth_unjudged(attempt) || f->growth_points + kGrowthWarmUpSteps < kGrowthMinSteps || f->growth_sxx <= 0)
       return std::nullopt;
     Growth g{attempt.index, f->growth_sxy / f->growth_sxx, f->growth_from, f->growth_to, f->growth_t};
+    g.base = f->growth_my + g.slope * (static_cast<double>(g.from) - f->growth_mx);
     fill_thirds(g);
     return g;
   }
@@ -401,13 +423,14 @@ std::optional<Growth> held_growth(const Attempt& attempt) {
   if (sxx <= 0) return std::nullopt;  // every point at one step number (retries): no trend to fit
   Growth g{attempt.index, sxy / sxx, static_cast<int64_t>(pts.front().step), static_cast<int64_t>(pts.back().step),
            pts.back().t};
+  g.base = my + g.slope * (pts.front().step - mx);
   fill_thirds(g);
   return g;
 }
 
 LeakJudgement judge_leak(const Growth& g, const LeakRule& rule) {
   LeakJudgement j;
-  j.base = g.thirds ? g.low[0] : 0;
+  j.base = std::max(0.0, g.base);
   j.horizon = std::max(rule.horizon, g.to);
   j.grown = g.slope * static_cast<double>(j.horizon - g.from);
   if (g.thirds) {

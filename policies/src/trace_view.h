@@ -14,7 +14,8 @@
 // An OOM counts as seen by the training code when a probe reported it (`oom`, caught or not), or when the
 // attempt ended by it (Attempt::ended_by_oom, e.g. a job without a probe that died printing
 // "CUDA out of memory" after a refusal of the shim it never got past), or when its output carried an OOM
-// message beside a refusal of the shim (a job without a probe that caught it). Output alone never counts
+// message, read by an `observe:` key `oom`, after a refusal of the shim and before the refused step completed
+// (a job without a probe that caught it and said so). Output alone never counts
 // (Note [An OOM is an event] in trace.cpp): a job whose cap was never reached and that died of an unrelated
 // error mentioning memory saw no OOM. Shim `inject` events alone do not count either: PyTorch's caching
 // allocator retries a failed allocation once after freeing its cache, so one injected failure is usually
@@ -80,6 +81,7 @@ struct Growth {
   double slope = 0;          // bytes per step
   int64_t from = 0, to = 0;  // the steps fitted
   double t = 0;              // the last one's time
+  double base = 0;           // the fitted held bytes at `from`: what the steps held at the fit's start
   bool thirds = false;       // the lows below are known (three or more fitted steps were kept)
   double low[3] = {0, 0, 0}; // the lowest held bytes in the first, middle and last third of the fitted steps
 };
