@@ -17,7 +17,8 @@
 //   goes on at its rate. Lows, not means: a step that briefly holds more is no trend.
 // - share: at the fitted rate, the growth from the first fitted step to the job's length (its target step,
 //   or `steps:` for the length of the real training a short CI run stands for) adds at least `share`
-//   (default 10%) of what the steps held at the start, or reaches the job's cap before then.
+//   (default 10%) of what the steps held at the start (the fitted line at the first fitted step, the same
+//   from a thinned log's fold), or reaches the job's cap before then.
 // A user's `growth_per_step` stays an absolute limit: given, it alone decides, as before.
 // What it cannot see: a leak that only starts late in the run (the first third's low stays, the later ones
 // rise: judged by the thirds it spans), a leak of host memory (the held bytes are the device's), and growth
