@@ -106,7 +106,8 @@ bool Attempt::ended_by_oom() const {
 // *absorbed* when the framework got past it unseen (PyTorch's caching allocator frees its cache and
 // retries once; DESIGN.md). The trace does not link an OOM to the allocation that caused it, so the rule
 // is about order, within one attempt: an `inject` event is visible when, after it and before the next
-// completed step, the probe reported an `oom` (or `oom_caught`), or the attempt ended by an OOM
+// completed step, the probe reported an `oom` (or `oom_caught`), or the job printed one (an `observe:` key
+// `oom`, a job without a probe), or the attempt ended by an OOM
 // (Attempt::ended_by_oom, Note [An OOM is an event]) with no completed step in between. A completed step first means the code went on without seeing it: absorbed. Only a step at or
 // after the one in progress at the injection counts: the line `step 4` that the runner reads from the
 // job's output (an `observed` event) may be timed a millisecond after step 5's injections, and it says
@@ -143,6 +144,11 @@ int64_t Attempt::last_completed_step() const {
 // binary search. About n log n, so 10^5 injections cost milliseconds (scanning forward from each took 61 s).
 std::vector<InjectedFault> Attempt::injected_faults() const {
   auto is_probe = [](const Event& e, const char* kind) { return e.src == events::kSrcProbe && e.kind == kind; };
+  // A job without a probe that caught the OOM and printed it (an `observe:` key `oom`): Note [OOMs the code
+  // saw] in trace_view.h counts that line after a refusal, so the refusal was visible.
+  auto printed_oom = [](const Event& e) {
+    return e.src == events::kSrcRunner && e.kind == events::kObserved && e.text("key") == "oom";
+  };
   constexpr size_t kNone = static_cast<size_t>(-1);
   std::vector<InjectedFault> out;
   size_t next_oom = kNone;
@@ -168,7 +174,7 @@ std::vector<InjectedFault> Attempt::injected_faults() const {
       else if (step_pos != kNone) visible = false;
       else visible = died_of_oom;
       out.push_back(InjectedFault{&e, visible});
-    } else if (is_probe(e, events::kOom) || is_probe(e, events::kOomCaught)) {
+    } else if (is_probe(e, events::kOom) || is_probe(e, events::kOomCaught) || printed_oom(e)) {
       next_oom = i;
     } else if (completes_a_step(e)) {
       const int64_t n = completed_step(e);

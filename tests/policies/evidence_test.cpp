@@ -126,6 +126,7 @@ Trace halving_without_probe(bool refused) {
 
 TEST(OomIsAnEvent, CaughtWithoutAProbeNeedsARefusal) {
   EXPECT_VERDICT(check("batch_halving", halving_without_probe(true)), pass, "(64 -> 32)");
+  EXPECT_VERDICT(check("oom_visible", halving_without_probe(true)), pass, "2 reached the code");
   EXPECT_VERDICT(check("batch_halving", halving_without_probe(false)), inconclusive, "no out-of-memory error happened");
 }
 

@@ -185,7 +185,8 @@ std::vector<bool> old_visible(const Attempt& a) {
     bool visible = died_of_oom;
     const int64_t at = a.events[i].integer("step");
     for (size_t j = i + 1; j < a.events.size(); ++j) {
-      if (is_probe(a.events[j], "oom") || is_probe(a.events[j], "oom_caught")) { visible = true; break; }
+      if (is_probe(a.events[j], "oom") || is_probe(a.events[j], "oom_caught") ||
+          (a.events[j].kind == "observed" && a.events[j].text("key") == "oom")) { visible = true; break; }
       if (completes_a_step(a.events[j]) && (at < 0 || completed_step(a.events[j]) >= at)) { visible = false; break; }
     }
     out.push_back(visible);
@@ -207,7 +208,10 @@ TEST(InjectedFaults, LinearPassEqualsTheForwardScanOnRandomTraces) {
         case 3: b.oom(step, 8, rng() % 2 == 0); break;
         case 4: b.step(step); break;
         case 5: b.event("probe", "oom_caught", rng() % 2 ? nlohmann::json{{"step", step}} : nlohmann::json::object()); break;
-        case 6: b.observed_line("step", {{"step", std::to_string(step)}}); break;
+        case 6:
+          if (rng() % 3 == 0) b.observed_line("caught an OOM", {{"oom", "1"}});
+          else b.observed_line("step", {{"step", std::to_string(step)}});
+          break;
         case 7: b.event("runner", "oom_caught", {{"step", step}}); break;
         default: b.phase("forward"); break;
       }
