@@ -527,7 +527,8 @@ class VirtualDevice:
                    "current_accelerator": lambda check_available=False: torch.device("cuda"),
                    "current_device_index": lambda: 0, "current_device_idx": lambda: 0,
                    "set_device_index": lambda device: None, "set_device_idx": lambda device: None,
-                   "synchronize": lambda device=None: None}
+                   "synchronize": lambda device=None: None,
+                   "current_stream": lambda device=None: _IdleStream()}
         answers.update({name: getattr(torch.cuda, name) for name in (
             "empty_cache", "memory_allocated", "memory_reserved", "memory_stats", "max_memory_allocated",
             "max_memory_reserved", "reset_peak_memory_stats")})
@@ -537,6 +538,22 @@ class VirtualDevice:
                 for name, value in answers.items():
                     if hasattr(owner, name):
                         self._set(owner, name, value)
+
+
+class _IdleStream:
+    """torch.accelerator.current_stream() on the virtual device: a stream that never captures a graph. Adam
+    asks it before every step on PyTorch 2.13 (Optimizer._accelerator_graph_capture_health_check); without it
+    every Adam trainer died on the virtual device with "Cannot access accelerator device when none is
+    available" (issue 26: a false red of its own)."""
+
+    def is_capturing(self):
+        return False
+
+    def synchronize(self):
+        return None
+
+    def query(self):
+        return True
 
 
 class _DeviceMode(TorchDispatchMode):
