@@ -116,7 +116,8 @@ Verdict nothing_completed(const Trace& trace, const std::vector<OomPoint>& ooms,
   }
   std::string batches;
   for (int64_t b : chain) batches += (batches.empty() ? "" : " -> ") + std::to_string(b);
-  std::string s = head + ": nothing fits" + under + " (";
+  // Not "was caught" or "ended attempt 1": the retries' OOMs were caught, the last one ended it.
+  std::string s = "no step completed after the " + oom_text(o) + ": nothing fits" + under + " (";
   if (to_floor) s += "the code halved the batch at each retry, " + batches + ", down to the floor of " +
                      std::to_string(floor_batch) + ", and still ran out";
   else s += "the memory no batch size changes fills it alone";

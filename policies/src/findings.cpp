@@ -168,6 +168,8 @@ std::string memory_holders(const Event& e, double* fixed_out) {
                   ", optimizer state " + bytes_text(e.number("optimizer_state")) + " and workspaces " +
                   bytes_text(e.number("workspace")) + " (" + bytes_text(fixed) + " that no batch size changes) and " +
                   bytes_text(e.number("other")) + " of activations and other tensors";
+  if (e.number("reserved") > e.number("allocated"))
+    s += " (the allocator's segments held " + bytes_text(e.number("reserved")) + ")";
   if (e.number("total") > 0) s += ", under a total of " + bytes_text(e.number("total"));
   return s;
 }

@@ -43,9 +43,10 @@ const std::vector<std::string>& finding_rules();
 // Every finding of the trace, in priority order (one per rule at most).
 std::vector<Finding> diagnose(const Trace& trace, const DiagnoseOptions& options = {});
 
-// What held the memory, from a `memory_breakdown` event: "parameters 30.00 MiB, gradients 30.00 MiB, optimizer
-// state 60.00 MiB and workspaces 0 B (120.00 MiB that no batch size changes) and 4.00 MiB of activations and
-// other tensors, of 128.00 MiB under a total of 64.00 MiB". `fixed` gets the bytes no batch size changes.
+// What held the memory, from a `memory_breakdown` event: "parameters 23.82 MiB, gradients 7.82 MiB, optimizer
+// state 0 B and workspaces 256.00 KiB (31.89 MiB that no batch size changes) and 21.50 KiB of activations and
+// other tensors (the allocator's segments held 44.00 MiB), under a total of 48.00 MiB". `fixed` gets the
+// bytes no batch size changes.
 std::string memory_holders(const Event& breakdown, double* fixed = nullptr);
 
 void to_json(nlohmann::json& j, const Finding& f);
