@@ -123,10 +123,7 @@ Verdict oom_visible(const Trace& trace, const nlohmann::json&) {
     if (plan.known && plan.rules == 0)
       return verdict(VerdictStatus::inconclusive,
                      plan.cap == 0 ? std::string("no fault was injected: the job has neither fault rules nor a cap")
-                                   : "no allocation was refused: the job has no fault rules and never reached its cap of " +
-                                         format_bytes(plan.cap) +
-                                         (plan.peak > 0 ? " (it held " + format_bytes(plan.peak) + " at most)" : std::string()) +
-                                         ": lower the cap, or add a fault rule",
+                                   : "no allocation was refused: " + view::cap_never_reached(plan),
                      ev);
     return verdict(VerdictStatus::inconclusive,
                    "no fault was injected: the fault plan never matched an allocation (check its step, phase and size filters; a caching "

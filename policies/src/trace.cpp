@@ -130,6 +130,10 @@ int64_t completed_step(const Event& e) {
   return e.integer("step");
 }
 
+bool printed_oom(const Event& e) {
+  return e.src == events::kSrcRunner && e.kind == events::kObserved && e.text("key") == "oom";
+}
+
 int64_t Attempt::last_completed_step() const {
   int64_t last = -1;
   for (const Event& e : events) last = std::max(last, completed_step(e));
@@ -144,11 +148,8 @@ int64_t Attempt::last_completed_step() const {
 // binary search. About n log n, so 10^5 injections cost milliseconds (scanning forward from each took 61 s).
 std::vector<InjectedFault> Attempt::injected_faults() const {
   auto is_probe = [](const Event& e, const char* kind) { return e.src == events::kSrcProbe && e.kind == kind; };
-  // A job without a probe that caught the OOM and printed it (an `observe:` key `oom`): Note [OOMs the code
-  // saw] in trace_view.h counts that line after a refusal, so the refusal was visible.
-  auto printed_oom = [](const Event& e) {
-    return e.src == events::kSrcRunner && e.kind == events::kObserved && e.text("key") == "oom";
-  };
+  // A job without a probe that caught the OOM and printed it (printed_oom): Note [OOMs the code saw] in
+  // trace_view.h counts that line after a refusal, so the refusal was visible.
   constexpr size_t kNone = static_cast<size_t>(-1);
   std::vector<InjectedFault> out;
   size_t next_oom = kNone;

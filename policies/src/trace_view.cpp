@@ -125,7 +125,7 @@ const Event* printed_after_refusal(const Attempt& a) {
       pending = true;
     } else if (pending && completes_a_step(e) && (at < 0 || completed_step(e) >= at)) {
       pending = false;
-    } else if (pending && is_observed(e) && e.text("key") == "oom") {
+    } else if (pending && printed_oom(e)) {
       return &e;
     }
   }
@@ -186,7 +186,7 @@ std::vector<OomPoint> ooms_of(const Attempt& attempt) {
     o.attempt = attempt.index;
     o.t = attempt_end_time(attempt);
     for (const Event& e : attempt.events)
-      if (is_observed(e) && e.text("key") == "oom") { o.t = e.t; break; }
+      if (printed_oom(e)) { o.t = e.t; break; }
     if (caught_line) o.t = caught_line->t;
     o.caught = !died;
     const StepPoint* before = step_before(steps, o.t);
@@ -351,13 +351,16 @@ PlanSeen plan_seen(const Trace& trace) {
   return p;
 }
 
+std::string cap_never_reached(const PlanSeen& plan) {
+  return "the job has no fault rules and never reached its cap of " + format_bytes(plan.cap) +
+         (plan.peak > 0 ? " (it held " + format_bytes(plan.peak) + " at most)" : std::string()) +
+         ": lower the cap, or add a fault rule";
+}
+
 std::string nothing_happened_reason(const Trace& trace) {
   std::string reason = "no out-of-memory error happened: nothing to recover from";
   const PlanSeen plan = plan_seen(trace);
-  if (plan.cap > 0 && plan.rules == 0)
-    reason += "; the job has no fault rules and never reached its cap of " + format_bytes(plan.cap) +
-              (plan.peak > 0 ? " (it held " + format_bytes(plan.peak) + " at most)" : std::string()) +
-              ": lower the cap, or add a fault rule";
+  if (plan.cap > 0 && plan.rules == 0) reason += "; " + cap_never_reached(plan);
   for (const Attempt& a : trace.attempts) {
     if (!a.oom_message) continue;
     reason += "; " + attempt_name(a.index) + "'s output mentions an out-of-memory error, but neither the shim nor the probe "

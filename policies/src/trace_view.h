@@ -153,6 +153,9 @@ struct PlanSeen {
   uint64_t peak = 0;    // the highest held (peak) the samples saw, 0: none sampled
 };
 PlanSeen plan_seen(const Trace& trace);
+// "the job has no fault rules and never reached its cap of 8.00 GiB (it held 3.00 GiB at most): lower the cap,
+// or add a fault rule": what a job with only a cap is told when nothing was refused.
+std::string cap_never_reached(const PlanSeen& plan);
 // The sentence for a trace with no OOM recorded and no fault injected (Note [An OOM is an event] in
 // trace.cpp): "no out-of-memory error happened: nothing to recover from", and why, when the trace tells.
 std::string nothing_happened_reason(const Trace& trace);

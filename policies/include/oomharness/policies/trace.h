@@ -186,6 +186,8 @@ struct Trace {
 bool completes_a_step(const Event& e);
 // The step such an event completed (its `step`, or the observed value), -1 for any other event.
 int64_t completed_step(const Event& e);
+// An OOM that a job without a probe printed, read by the suite's `observe:` regex with key `oom`.
+bool printed_oom(const Event& e);
 
 // The words every message uses for an attempt: "attempt 2" (counted from 1, as users count), and how it
 // ended: "exited with code 1", "was killed by signal 9 (SIGKILL)", "timed out after 30s and was stopped".
