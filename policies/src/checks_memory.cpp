@@ -18,7 +18,8 @@
 // - share: at the fitted rate, the growth from the first fitted step to the job's length (its target step,
 //   or `steps:` for the length of the real training a short CI run stands for) adds at least `share`
 //   (default 10%) of what the steps held at the start (the fitted line at the first fitted step, the same
-//   from a thinned log's fold), or reaches the job's cap before then.
+//   from a thinned log's fold), and at least one of the allocator's 2 MiB segments (kLeakFloor: 12 KiB on a
+//   job holding 76 KiB is a share, not a leak), or reaches the job's cap before then.
 // A user's `growth_per_step` stays an absolute limit: given, it alone decides, as before.
 // What it cannot see: a leak that only starts late in the run (the first third's low stays, the later ones
 // rise: judged by the thirds it spans), a leak of host memory (the held bytes are the device's), and growth
@@ -206,6 +207,10 @@ Verdict memory_stable(const Trace& trace, const nlohmann::json& args) {
             ", but not steadily (warm-up or the allocator's caching: the lowest held in each third of them was " +
             format_bytes(static_cast<uint64_t>(worst->low[0])) + ", " + format_bytes(static_cast<uint64_t>(worst->low[1])) +
             ", " + format_bytes(static_cast<uint64_t>(worst->low[2])) + ")";
+  else if (judged.grown < view::kLeakFloor)
+    trend = "held memory grew steadily by " + mib(worst->slope) + " per step " + span(*worst) + ", " + extent(*worst, judged) +
+            ", less than one of the allocator's 2 MiB segments by the job's end (give `steps:` the length of the real "
+            "training to extrapolate to it)";
   else
     trend = "held memory grew steadily by " + mib(worst->slope) + " per step " + span(*worst) + ", " + extent(*worst, judged) +
             ", under the " + percent(share) + " that makes a leak (give `steps:` the length of the real training to "

@@ -449,7 +449,7 @@ LeakJudgement judge_leak(const Growth& g, const LeakRule& rule) {
     j.leak = g.slope > *rule.limit;
     return j;
   }
-  j.leak = j.steady && (j.grown >= rule.share * j.base || j.cap_step >= 0);
+  j.leak = j.steady && ((j.grown >= rule.share * j.base && j.grown >= kLeakFloor) || j.cap_step >= 0);
   return j;
 }
 

@@ -96,6 +96,10 @@ std::optional<Growth> held_growth(const Attempt& attempt);
 // gave one, by an absolute limit per step. memory_stable and the kept_with_graph finding read this one rule.
 inline constexpr double kLeakShare = 0.1;        // growth by the horizon, as a share of the held bytes: a leak
 inline constexpr double kLeakGranule = 512;      // PyTorch rounds blocks to 512 bytes: less is no growth
+// Growth that does not add up to one of PyTorch's 2 MiB segments by the horizon cannot run a device out of
+// memory: a job that holds 76 KiB and grows 12 KiB is no leak, whatever its share (an emulated trainer's
+// golden run was one, a false red).
+inline constexpr double kLeakFloor = 2.0 * 1024 * 1024;
 struct LeakRule {
   std::optional<double> limit;  // a user's absolute limit in bytes per step (growth_per_step); unset: the trend
   double share = kLeakShare;

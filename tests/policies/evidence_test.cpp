@@ -190,13 +190,27 @@ TEST(LeakIsATrend, ExtrapolatedToTheJobsLengthOrCap) {
   const Trace t = small_model(16 * 1024);  // 16 KiB per step on 16 MiB: 2% by step 20
   EXPECT_VERDICT(check("memory_stable", t), pass, "grew steadily by 0.02 MiB per step");
   EXPECT_VERDICT(check("memory_stable", t, {{"steps", 100000}}), fail, "by step 100000");
-  EXPECT_VERDICT(check("memory_stable", t, {{"share", 0.01}}), fail, "went on growing");
+  // 160 KiB per step on 64 MiB: 2.66 MiB (4%) by step 20, a leak once the share asked for is 1%.
+  const Trace larger = small_model(160 * 1024, 20, 64 * MiB);
+  EXPECT_VERDICT(check("memory_stable", larger), pass, "under the 10% that makes a leak");
+  EXPECT_VERDICT(check("memory_stable", larger, {{"share", 0.01}}), fail, "went on growing");
   // Under a cap just above what it holds, at 4 MiB per step over a 100-step job.
   TraceBuilder b;
   shim_start(b.target(100).attempt(), 0, 1100 * MiB);
   for (int64_t s = 1; s <= 20; ++s) b.step(s, 32, NAN, GiB + s * 4 * MiB);
   b.exit(0);
   EXPECT_VERDICT(check("memory_stable", b.build(), {{"share", 10.0}}), fail, "reaches the job's cap of 1.07 GiB by step");
+}
+
+// A job that holds 76 KiB and grows 2 KiB a step (an emulated trainer's run without faults, a false red once):
+// 16% by its end, but less than one of the allocator's 2 MiB segments: no leak.
+TEST(LeakIsATrend, GrowthUnderOneSegmentIsNoLeak) {
+  TraceBuilder b;
+  b.target(6).attempt();
+  for (int64_t s = 1; s <= 6; ++s) b.step(s, 8, NAN, 70 * 1024 + s * 2048);
+  b.exit(0);
+  EXPECT_VERDICT(check("memory_stable", b.build()), pass, "less than one of the allocator's 2 MiB segments");
+  EXPECT_EQ(check("memory_stable", b.build(), {{"steps", 100000}}).status, VerdictStatus::fail);
 }
 
 // A user's absolute limit stays: given, it alone decides.
