@@ -230,6 +230,13 @@ std::string folder_key(std::string_view name) {
 std::string folder_name(std::string_view name) {
   std::string key = folder_key(name);
   if (key == name) return key;
+  // The runner's "suite::job" keeps its readable "suite__job" when the "__" can only be that "::": one "::",
+  // no "__" of its own, and nothing else changed.
+  const size_t sep = name.find("::");
+  if (sep != std::string_view::npos && name.find("::", sep + 2) == std::string_view::npos &&
+      name.find("__") == std::string_view::npos && key.size() == name.size() &&
+      key == std::string(name.substr(0, sep)) + "__" + std::string(name.substr(sep + 2)))
+    return key;
   uint64_t h = 14695981039346656037ull;  // FNV-1a, 64 bits
   for (unsigned char c : name) {
     h ^= c;

@@ -63,7 +63,8 @@ std::optional<std::string> name_problem(std::string_view name);
 // event logs (issue 26: `train ok` and `train_ok` did, and a job that tested nothing passed on the other's
 // events). folder_key() is the readable form: ASCII letters, digits and "-_.=" kept, every other ASCII
 // character made '_', other characters (UTF-8 letters of any script) kept as they are; a name it leaves
-// unchanged is its own folder. A name it changes gets "-" and 8 hex digits of a hash of the whole name
+// unchanged is its own folder, and so is the runner's "suite::job" as "suite__job" when that "__" can only be
+// the "::" (one "::", no "__" in the name). A name it changes otherwise gets "-" and 8 hex digits of a hash of the whole name
 // (FNV-1a, the same on every machine and run) after its key, so "train ok" is "train_ok-…" beside a
 // "train_ok" of its own. A key longer than kMaxFolderKeyBytes is cut (at a character boundary) and hashed
 // too. `validate` refuses two jobs of a suite whose keys are equal (Loader::check_duplicates): their

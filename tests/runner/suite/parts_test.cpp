@@ -118,7 +118,8 @@ TEST(Names, SuggestsTyposOnly) {
 TEST(FolderName, DistinctNamesNeverShareAFolder) {
   const std::vector<std::string> names = {"train ok", "train_ok", "train/ok", "train?ok", "\xE4\xB8\xAD\xE6\x96\x87",
                                           "\xE6\x97\xA5\xE6\x9C\xAC", "a b c", "a_b_c", ".", "..", "", "job",
-                                          std::string(300, 'x'), std::string(300, 'x') + "y"};
+                                          std::string(300, 'x'), std::string(300, 'x') + "y", "s::j",
+                                          "a__b::c", "a::b__c", "a::b::c", "s::train ok", "s::train_ok"};
   std::set<std::string> folders;
   for (const std::string& n : names) {
     const std::string f = suite::folder_name(n);
@@ -137,6 +138,13 @@ TEST(FolderName, DistinctNamesNeverShareAFolder) {
   EXPECT_EQ(suite::folder_name("train ok").rfind("train_ok-", 0), 0u);
   EXPECT_EQ(suite::folder_name("train ok").size(), std::string("train_ok-").size() + 8);
   EXPECT_EQ(suite::folder_key("train ok"), suite::folder_key("train_ok"));
+  // The runner's qualified names: "suite::job" reads "suite__job" when that is unambiguous (a folder level
+  // holds qualified names only, OUT/, or plain ones only, OUT/sweeps/SUITE/: "s__j" as a plain name is "s__j" too).
+  EXPECT_EQ(suite::folder_name("counts::footprint"), "counts__footprint");
+  EXPECT_NE(suite::folder_name("s::train ok"), suite::folder_name("s::train_ok"));
+  EXPECT_NE(suite::folder_name("a__b::c"), suite::folder_name("a::b__c"));
+  EXPECT_NE(suite::folder_name("a__b::c"), "a__b__c");
+  EXPECT_NE(suite::folder_name("a::b::c"), "a__b__c");
 }
 
 }  // namespace
