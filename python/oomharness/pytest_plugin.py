@@ -99,11 +99,13 @@ def _safe_name(text):
 
 
 def _folder_name(text):
-    """A test's own folder under --oomh-out: its safe name, and when that changed the test id, 8 hex digits of
-    the id's hash (FNV-1a, as the runner's Note [One job, one folder]), so that `test[a b]` and `test[a-b]`
-    never share one."""
+    """A test's own folder under --oomh-out: its safe name, and when that changed the test id otherwise than
+    by its "::", 8 hex digits of the id's hash (FNV-1a, as the runner's Note [One job, one folder]), so that
+    `test[a b]` and `test[a-b]` never share one."""
     safe = _safe_name(text)
-    if safe == text:
+    # pytest's own "::" kept readable as "-" when each "-" can only be one: no "-" of the id's own, nothing
+    # else changed ("test_user.py::test_halving" is "test_user.py-test_halving").
+    if safe == text or ("-" not in text and safe == text.replace("::", "-")):
         return safe
     h = 14695981039346656037
     for c in text.encode("utf-8", "surrogatepass"):
