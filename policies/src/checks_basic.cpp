@@ -53,7 +53,9 @@ Verdict exit_code(const Trace& trace, const nlohmann::json& args) {
                                             std::to_string(expected) + " as expected", {ev});
   std::string reason = "the last attempt (" + attempt_name(last.index) + ") " + view::end_text(last) +
                        ", expected exit code " + std::to_string(expected);
-  if (last.oom_message || last.ended_by_oom()) reason += ", after an out-of-memory error";
+  // Note [An OOM is an event] (trace.cpp): a message alone is not an OOM the trace can vouch for.
+  if (last.ended_by_oom()) reason += ", after an out-of-memory error";
+  else if (last.oom_message) reason += " (its output mentions an out-of-memory error that neither the shim nor the probe recorded)";
   return verdict(VerdictStatus::fail, reason, {ev});
 }
 
@@ -115,10 +117,18 @@ Verdict oom_visible(const Trace& trace, const nlohmann::json&) {
   auto ooms = view::ooms_of(trace);
   for (const auto& o : ooms)
     if (ev.size() < 4) ev.push_back({o.attempt, o.t, "the code saw an OOM at " + view::step_text(o.step)});
-  if (injected == 0)
+  if (injected == 0) {
+    // Issue 26: a job with a cap and no rules has no fault plan to blame.
+    const view::PlanSeen plan = view::plan_seen(trace);
+    if (plan.known && plan.rules == 0)
+      return verdict(VerdictStatus::inconclusive,
+                     plan.cap == 0 ? std::string("no fault was injected: the job has neither fault rules nor a cap")
+                                   : "no allocation was refused: " + view::cap_never_reached(plan),
+                     ev);
     return verdict(VerdictStatus::inconclusive,
                    "no fault was injected: the fault plan never matched an allocation (check its step, phase and size filters; a caching "
                    "allocator serves steady steps from its cache: a step fault needs the probe, which empties it as the step begins)", ev);
+  }
   if (visible == 0) return verdict(VerdictStatus::fail, view::absorbed_reason(injected), ev);
   return verdict(VerdictStatus::pass, std::to_string(injected) + (injected == 1 ? " fault was" : " faults were") +
                                           " injected, " + std::to_string(visible) + " reached the code, and it saw " +

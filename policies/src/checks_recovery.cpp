@@ -10,6 +10,7 @@
 
 #include "checks.h"
 #include "oomharness/events.h"
+#include "oomharness/policies/findings.h"
 #include "oomharness/units.h"
 #include "trace_view.h"
 
@@ -70,6 +71,64 @@ int64_t samples_after(const Attempt& a, const OomPoint& o, const StepPoint* unti
   return n;
 }
 
+// Note [When nothing fits]
+// Issue 26: a trainer that halves correctly under a cap whose fixed memory (parameters, gradients, optimizer
+// state, workspaces) leaves no room for any batch completes no step after its first OOM: each retry, at a
+// smaller batch, runs out again. That is no failure of its recovery, and "no step completed" would send the
+// user looking for a bug that is not there. When the retries' OOMs show the batch going down by `factor`
+// each time to the floor, or the last OOM's breakdown shows the fixed memory alone filling the device, the
+// verdict is inconclusive and says that nothing fits and what holds the memory; otherwise it fails.
+Verdict nothing_completed(const Trace& trace, const std::vector<OomPoint>& ooms, const OomPoint& o, double factor,
+                          int64_t floor_batch, std::vector<Evidence>& ev) {
+  const std::string head = oom_text(o) + " " + oom_outcome(o) + ", but no step completed afterwards";
+  // The OOMs from this one on: the retries, each at a batch of its own.
+  std::vector<int64_t> chain;
+  bool halved = true;
+  for (const OomPoint& later : ooms) {
+    if (later.t < o.t) continue;
+    if (later.batch <= 0) { halved = false; break; }
+    if (!chain.empty()) {
+      const double limit = std::max(static_cast<double>(chain.back()) * factor, static_cast<double>(floor_batch));
+      if (static_cast<double>(later.batch) > limit + 1e-9 || (later.batch >= chain.back() && chain.back() > floor_batch))
+        halved = false;
+    }
+    chain.push_back(later.batch);
+  }
+  const bool to_floor = halved && chain.size() > 1 && chain.back() <= floor_batch;
+  // What held the memory at the last OOM, where the probe wrote a breakdown.
+  const Event* last_breakdown = nullptr;
+  for (const Attempt& a : trace.attempts)
+    for (const Event* e : view::breakdowns_of(a, "oom")) last_breakdown = e;
+  std::string holders;
+  bool fixed_fills = false;
+  if (last_breakdown) {
+    double fixed = 0;
+    holders = memory_holders(*last_breakdown, &fixed);
+    const double total = last_breakdown->number("total");
+    fixed_fills = total > 0 && fixed >= total;
+  }
+  const view::PlanSeen plan = view::plan_seen(trace);
+  const std::string under = plan.cap > 0 ? " under the job's cap of " + format_bytes(plan.cap) : std::string();
+  if (!to_floor && !fixed_fills) {
+    std::string s = head;
+    if (!holders.empty()) s += "; at the last OOM: " + holders;
+    return verdict(VerdictStatus::fail, s, ev);
+  }
+  std::string batches;
+  for (int64_t b : chain) batches += (batches.empty() ? "" : " -> ") + std::to_string(b);
+  // Not "was caught" or "ended attempt 1": the retries' OOMs were caught, the last one ended it.
+  std::string s = "no step completed after the " + oom_text(o) + ": nothing fits" + under + " (";
+  if (to_floor) s += "the code halved the batch at each retry, " + batches + ", down to the floor of " +
+                     std::to_string(floor_batch) + ", and still ran out";
+  else s += "the memory no batch size changes fills it alone";
+  s += "); " + (holders.empty() ? std::string("what held the memory is not known (the probe writes a breakdown at each OOM)")
+                                : "at the last OOM " + holders) +
+       ". The recovery cannot be judged here: give the job more memory, or make the model, its gradients and "
+       "optimizer state smaller";
+  ev.push_back({o.attempt, o.t, "no step completed after the " + oom_text(o)});
+  return verdict(VerdictStatus::inconclusive, s, ev);
+}
+
 }  // namespace
 
 Verdict batch_halving(const Trace& trace, const nlohmann::json& args) {
@@ -87,8 +146,7 @@ Verdict batch_halving(const Trace& trace, const nlohmann::json& args) {
                                                       " has no batch size: report batch_size with the probe's step() or an `observe:` regex",
                      ev);
     const StepPoint* next = next_step(trace, steps, o);
-    if (!next)
-      return verdict(VerdictStatus::fail, oom_text(o) + " " + oom_outcome(o) + ", but no step completed afterwards", ev);
+    if (!next) return nothing_completed(trace, ooms, o, factor, floor_batch, ev);
     ev.push_back({next->attempt, next->t, step_name(*next, o) + " ran at batch " + std::to_string(next->batch)});
     if (next->batch < 0)
       return verdict(VerdictStatus::inconclusive, step_name(*next, o) + " after the " + oom_text(o) +
@@ -334,12 +392,23 @@ Trace rank_view(const Trace& trace, int k) {
       bool died = a.ended_by_oom();
       bool own_saves = false;
       for (const Event& e : a.events) own_saves = own_saves || (rank_of(e) == k && e.src == events::kSrcProbe && e.kind == events::kSave);
-      std::vector<Event> kept;
-      for (Event& e : a.events)
+      // The attempt died of an OOM on some rank: so did every rank's view of it, with the records of that OOM
+      // (another rank's `oom` or refusal: Note [An OOM is an event] in trace.cpp) beside its own events.
+      auto records_oom = [](const Event& e) {
+        return (e.src == events::kSrcProbe && e.kind == events::kOom) || (e.src == events::kSrcShim && e.kind == events::kInject);
+      };
+      std::vector<Event> kept, others_ooms;
+      for (Event& e : a.events) {
         if (rank_of(e) == k || (!own_saves && e.src == events::kSrcProbe && e.kind == events::kSave)) kept.push_back(std::move(e));
+        else if (died && records_oom(e)) others_ooms.push_back(std::move(e));
+      }
       a.events = std::move(kept);
       a.ranks.clear();
-      a.oom_message = died;  // the attempt died of an OOM on some rank: so did every rank's view of it
+      a.oom_message = died;
+      if (died && !a.ended_by_oom()) {
+        a.events.insert(a.events.end(), others_ooms.begin(), others_ooms.end());
+        std::stable_sort(a.events.begin(), a.events.end(), [](const Event& x, const Event& y) { return x.t < y.t; });
+      }
     }
   return out;
 }

@@ -28,6 +28,10 @@
 // figures are used instead. The largest batch that fits is (total - fixed) / per-sample; from the lower bound
 // it is capped at half the failed batch, since the failed batch did not fit. When the earlier peak's figures
 // say that the failed batch itself fits, the batch is not what ran out (a leak grew since): no finding.
+// Issue 26: an OOM before the first backward has no gradients (nor optimizer state) in its figures; they
+// come later and need room too, so from such an OOM alone no batch is said to fit: "at most N samples
+// could fit", fewer once they exist. When the fixed memory leaves no room at all, batch_halving says that
+// nothing fits and what holds it (Note [When nothing fits] in checks_recovery.cpp).
 
 #include "oomharness/policies/findings.h"
 
@@ -120,9 +124,12 @@ std::string keeper_words(const Keeper& k) {
 std::optional<Finding> kept_with_graph(const Trace& trace, const DiagnoseOptions& options) {
   std::optional<Finding> best;
   double best_slope = 0;
+  std::optional<double> limit;
+  if (options.growth_per_step) limit = static_cast<double>(*options.growth_per_step);
+  const view::LeakRule rule = view::leak_rule(trace, limit, options.leak_share, options.leak_steps);
   for (const Attempt& a : trace.attempts) {
     auto growth = view::held_growth(a);
-    if (!growth || growth->slope <= static_cast<double>(options.growth_per_step) || growth->slope <= best_slope) continue;
+    if (!growth || !view::judge_leak(*growth, rule).leak || growth->slope <= best_slope) continue;
     auto ends = view::breakdowns_of(a, "step");
     std::string site;
     double grew = 0, held = 0;
@@ -152,6 +159,23 @@ std::optional<Finding> kept_with_graph(const Trace& trace, const DiagnoseOptions
   return best;
 }
 
+}  // namespace
+
+std::string memory_holders(const Event& e, double* fixed_out) {
+  const double fixed = e.number("parameters") + e.number("gradients") + e.number("optimizer_state") + e.number("workspace");
+  if (fixed_out) *fixed_out = fixed;
+  std::string s = "parameters " + bytes_text(e.number("parameters")) + ", gradients " + bytes_text(e.number("gradients")) +
+                  ", optimizer state " + bytes_text(e.number("optimizer_state")) + " and workspaces " +
+                  bytes_text(e.number("workspace")) + " (" + bytes_text(fixed) + " that no batch size changes) and " +
+                  bytes_text(e.number("other")) + " of activations and other tensors";
+  if (e.number("reserved") > e.number("allocated"))
+    s += " (the allocator's segments held " + bytes_text(e.number("reserved")) + ")";
+  if (e.number("total") > 0) s += ", under a total of " + bytes_text(e.number("total"));
+  return s;
+}
+
+namespace {
+
 std::optional<Finding> batch_too_large(const Trace& trace) {
   for (const Attempt& a : trace.attempts) {
     auto peaks = view::breakdowns_of(a, "peak");
@@ -170,6 +194,9 @@ std::optional<Finding> batch_too_large(const Trace& trace) {
       double per_sample = basis.number("other") / static_cast<double>(basis.integer("batch_size"));
       double fixed = basis.number("parameters") + basis.number("gradients") + basis.number("optimizer_state") +
                      basis.number("workspace");
+      // Issue 26: the OOM's own figures hold no gradients or optimizer state when it came before the first
+      // backward or optimizer step: those are still to come, so "a batch of N fits" would be a guess.
+      const bool state_to_come = !full && e->number("gradients") <= 0;
       int64_t fits = per_sample > 0 ? static_cast<int64_t>(std::floor((total - fixed) / per_sample)) : 0;
       if (!full) fits = std::min<int64_t>(fits, batch / 2);
       fits = std::max<int64_t>(fits, 0);
@@ -185,11 +212,16 @@ std::optional<Finding> batch_too_large(const Trace& trace) {
           bytes_text(allocated) + " allocated" + (site.empty() ? "" : ", most of them made at " + site) + ": " +
           (full ? "" : "at least ") + mib_text(per_sample) + " per sample, beside " + bytes_text(fixed) +
           " of parameters, gradients, optimizer state and workspaces; " +
-          (fits > 0 ? "a batch of " + std::to_string(fits) + " fits under the " + bytes_text(total) +
-                          " of memory: use it with " + std::to_string((batch + fits - 1) / fits) +
-                          " gradient-accumulation steps to keep the effective batch of " + std::to_string(batch)
-                    : "not even one sample fits under the " + bytes_text(total) +
-                          " of memory: use activation checkpointing or a smaller model");
+          (fits <= 0
+               ? "not even one sample fits under the " + bytes_text(total) +
+                     " of memory: use activation checkpointing or a smaller model"
+           : state_to_come
+               ? "at most " + std::to_string(fits) + " samples could fit under the " + bytes_text(total) +
+                     " of memory, fewer once the gradients and optimizer state of the first backward and optimizer "
+                     "steps are counted (it ran out before they existed)"
+               : "a batch of " + std::to_string(fits) + " fits under the " + bytes_text(total) +
+                     " of memory: use it with " + std::to_string((batch + fits - 1) / fits) +
+                     " gradient-accumulation steps to keep the effective batch of " + std::to_string(batch));
       return Finding{"batch_too_large", sentence, innermost(site), a.index, e->t, {}};
     }
   }

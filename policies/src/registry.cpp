@@ -5,7 +5,9 @@
 // the code did after an OOM. When the trace has no OOM the code saw, there is nothing to judge: the verdict
 // is inconclusive, never pass (a suite would otherwise go green while testing nothing) and never fail (the
 // code did nothing wrong). The reason says which of the two cases it was: faults were injected but the
-// caching allocator absorbed them (use a persistent fault or a cap), or nothing was injected at all.
+// caching allocator absorbed them (use a persistent fault or a cap), or nothing was injected at all. An OOM
+// is one the trace records (Note [An OOM is an event] in trace.cpp): a line of output that mentions one,
+// with no refusal of the shim and no probe `oom`, leaves the check inconclusive, never passed.
 // The rule lives here, wrapped around each recovery check, so that every route to a check applies it.
 
 #include "oomharness/names.h"
@@ -34,7 +36,7 @@ std::optional<Verdict> absorbed(const Trace& trace) {
   v.status = VerdictStatus::inconclusive;
   size_t injected = view::injection_count(trace);
   if (injected == 0) {
-    v.reason = "no out-of-memory error happened: nothing to recover from";
+    v.reason = view::nothing_happened_reason(trace);
     return v;
   }
   v.reason = view::absorbed_reason(injected);
@@ -82,8 +84,14 @@ std::vector<PolicyInfo> make_policies() {
                 {"message", ArgType::string, false, "a regular expression the output must match",
                  "out of memory|OutOfMemoryError"}},
                false, false, recovery(checks::graceful_exit)});
-  p.push_back({"memory_stable", "memory held at step boundaries does not grow, and returns to its level after recovery",
-               {{"growth_per_step", ArgType::bytes, false, "the largest average growth per step", 1024 * 1024},
+  p.push_back({"memory_stable", "memory held at step boundaries does not grow steadily, and returns to its level after recovery",
+               {{"share", ArgType::number, false,
+                 "steady growth that adds this share of the held memory by the job's end (or reaches its cap) is a leak "
+                 "(Note [A leak is a trend])", view::kLeakShare},
+                {"steps", ArgType::integer, false,
+                 "the training length to extrapolate the growth to; default: the job's target step", nullptr},
+                {"growth_per_step", ArgType::bytes, false,
+                 "an absolute limit of average growth per step; given, it alone decides (whatever the model's size)", nullptr},
                 {"after_recovery", ArgType::boolean, false, "also check that memory returns after the last OOM", true},
                 {"golden", ArgType::object, false,
                  "held bytes at the end of each step in a run without faults ({step: bytes}; `oomharness sweep` sets "
@@ -282,6 +290,8 @@ std::optional<ArgError> check_policy_args(const PolicyInfo& policy, nlohmann::js
                           " (" + re.error() + ")",
                       "message"};
   }
+  if (policy.name == "memory_stable" && !(args["share"].get<double>() > 0))
+    return ArgError{"memory_stable's 'share' must be above 0, got " + args["share"].dump(), "share"};
   if (policy.name == "memory_stable" && args.contains("golden")) {
     nlohmann::json normalised = nlohmann::json::object();
     for (auto it = args["golden"].begin(); it != args["golden"].end(); ++it) {

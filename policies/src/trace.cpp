@@ -66,14 +66,23 @@ bool Event::flag(const char* key, bool fallback) const {
   return v->get<bool>();
 }
 
+// Note [An OOM is an event]
+// A check that needs an OOM to have happened rests on a record of it, never on a line of output: the probe's
+// `oom` event (PyTorch's OOM observer, or an out-of-memory exception passing the probe), or the shim's
+// refusal of an allocation (`inject`, by a rule or by the cap). The runner's output detector
+// (Attempt::oom_message) only supports a record: a job that dies printing "CUDA out of memory" after a
+// refusal it never got past (no step completed after it) died of that refusal; one that printed it with no
+// refusal and no probe `oom` died of something else as far as the trace can tell (an unrelated error whose
+// text mentions memory, a cap that was never reached). A real OOM beside a reservation (the sidecar's)
+// fails in the driver without a refusal: the probe records it, output alone does not.
+//
 // An OOM "ended" an attempt when the process failed (non-zero exit, or SIGABRT: an uncaught C++
-// c10::OutOfMemoryError aborts) and something says the failure was an out-of-memory error: its output
-// (the runner's detector) or a probe `oom` event the code did not catch.
+// c10::OutOfMemoryError aborts) and the trace records why: a probe `oom` event the code did not catch, or
+// an unresolved refusal together with the runner's OOM message.
 bool Attempt::ended_by_oom() const {
   bool failed = (end_kind == AttemptEnd::exited && exit_code && *exit_code != 0) ||
                 (end_kind == AttemptEnd::signalled && signal && *signal == SIGABRT);
   if (!failed) return false;
-  if (oom_message) return true;
   // A probe may report the catch as a separate `oom_caught` event after the `oom`: one backward pass
   // remembers the catches seen so far (after the current event), so that an attempt with 10^5 OOMs costs
   // 10^5 steps, not 10^10.
@@ -89,7 +98,7 @@ bool Attempt::ended_by_oom() const {
     if (e.src != events::kSrcProbe || e.kind != events::kOom || e.flag("caught", false)) continue;
     if (!caught_any_step && !caught_steps.count(e.integer("step"))) return true;
   }
-  return false;
+  return oom_message && unresolved_refusal() != nullptr;
 }
 
 // Note [Visible faults]
@@ -97,9 +106,9 @@ bool Attempt::ended_by_oom() const {
 // *absorbed* when the framework got past it unseen (PyTorch's caching allocator frees its cache and
 // retries once; DESIGN.md). The trace does not link an OOM to the allocation that caused it, so the rule
 // is about order, within one attempt: an `inject` event is visible when, after it and before the next
-// completed step, the probe reported an `oom` (or `oom_caught`), or the attempt ended by an OOM
-// (Attempt::ended_by_oom: exit with an OOM message or an uncaught probe `oom`) with no completed step in
-// between. A completed step first means the code went on without seeing it: absorbed. Only a step at or
+// completed step, the probe reported an `oom` (or `oom_caught`), or the job printed one (an `observe:` key
+// `oom`, a job without a probe), or the attempt ended by an OOM
+// (Attempt::ended_by_oom, Note [An OOM is an event]) with no completed step in between. A completed step first means the code went on without seeing it: absorbed. Only a step at or
 // after the one in progress at the injection counts: the line `step 4` that the runner reads from the
 // job's output (an `observed` event) may be timed a millisecond after step 5's injections, and it says
 // nothing about them (seen on the H100: a halving trainer's OOM judged absorbed, a false red). Several
@@ -121,6 +130,10 @@ int64_t completed_step(const Event& e) {
   return e.integer("step");
 }
 
+bool printed_oom(const Event& e) {
+  return e.src == events::kSrcRunner && e.kind == events::kObserved && e.text("key") == "oom";
+}
+
 int64_t Attempt::last_completed_step() const {
   int64_t last = -1;
   for (const Event& e : events) last = std::max(last, completed_step(e));
@@ -135,6 +148,8 @@ int64_t Attempt::last_completed_step() const {
 // binary search. About n log n, so 10^5 injections cost milliseconds (scanning forward from each took 61 s).
 std::vector<InjectedFault> Attempt::injected_faults() const {
   auto is_probe = [](const Event& e, const char* kind) { return e.src == events::kSrcProbe && e.kind == kind; };
+  // A job without a probe that caught the OOM and printed it (printed_oom): Note [OOMs the code saw] in
+  // trace_view.h counts that line after a refusal, so the refusal was visible.
   constexpr size_t kNone = static_cast<size_t>(-1);
   std::vector<InjectedFault> out;
   size_t next_oom = kNone;
@@ -160,7 +175,7 @@ std::vector<InjectedFault> Attempt::injected_faults() const {
       else if (step_pos != kNone) visible = false;
       else visible = died_of_oom;
       out.push_back(InjectedFault{&e, visible});
-    } else if (is_probe(e, events::kOom) || is_probe(e, events::kOomCaught)) {
+    } else if (is_probe(e, events::kOom) || is_probe(e, events::kOomCaught) || printed_oom(e)) {
       next_oom = i;
     } else if (completes_a_step(e)) {
       const int64_t n = completed_step(e);
@@ -170,6 +185,26 @@ std::vector<InjectedFault> Attempt::injected_faults() const {
   }
   std::reverse(out.begin(), out.end());
   return out;
+}
+
+// Note [An OOM is an event]. One backward pass: the highest step completed after the current event decides
+// whether an `inject` was got past (a step at or after the refused one; any step when the shim did not know it).
+const Event* Attempt::unresolved_refusal() const {
+  bool any_step_after = false;
+  int64_t highest_after = -1;
+  for (size_t i = events.size(); i-- > 0;) {
+    const Event& e = events[i];
+    if (completes_a_step(e)) {
+      any_step_after = true;
+      highest_after = std::max(highest_after, completed_step(e));
+      continue;
+    }
+    if (e.src != events::kSrcShim || e.kind != events::kInject) continue;
+    const int64_t at = e.integer("step");
+    const bool got_past = at < 0 ? any_step_after : highest_after >= at;
+    if (!got_past) return &e;
+  }
+  return nullptr;
 }
 
 std::vector<std::pair<int, const Event*>> Trace::all_events() const {

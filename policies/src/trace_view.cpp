@@ -10,6 +10,7 @@
 #include <cstdlib>
 
 #include "oomharness/events.h"
+#include "oomharness/units.h"
 
 namespace oomh::view {
 
@@ -111,6 +112,26 @@ bool oom_caught(const Attempt& a, size_t index) {
   return false;
 }
 
+// Note [OOMs the code saw]: the output line an `observe:` regex with key `oom` read after a refusal of the
+// shim and before the refused step (or, the step unknown, any step) completed: a job without a probe that
+// caught the OOM and said so. nullptr when there is none: a refusal the allocator absorbed is followed by the
+// step, and a message with no refusal before it is no OOM the trace records.
+const Event* printed_after_refusal(const Attempt& a) {
+  bool pending = false;
+  int64_t at = -1;
+  for (const Event& e : a.events) {
+    if (e.src == events::kSrcShim && e.kind == events::kInject) {
+      if (!pending) at = e.integer("step");
+      pending = true;
+    } else if (pending && completes_a_step(e) && (at < 0 || completed_step(e) >= at)) {
+      pending = false;
+    } else if (pending && printed_oom(e)) {
+      return &e;
+    }
+  }
+  return nullptr;
+}
+
 double attempt_end_time(const Attempt& a) {
   if (a.end > 0) return a.end;
   return a.events.empty() ? a.start : a.events.back().t;
@@ -158,13 +179,15 @@ std::vector<OomPoint> ooms_of(const Attempt& attempt) {
     out.push_back(std::move(o));
   }
   bool died = attempt.ended_by_oom();
-  if ((died && !uncaught_probe_oom) || (out.empty() && attempt.oom_message)) {
-    // No probe told us: the OOM shows only in how the attempt ended or in its output.
+  const Event* caught_line = out.empty() && !died ? printed_after_refusal(attempt) : nullptr;
+  if ((died && !uncaught_probe_oom) || caught_line) {
+    // No probe told us: the shim's refusal, with the attempt's end or its output saying the code saw it.
     OomPoint o;
     o.attempt = attempt.index;
     o.t = attempt_end_time(attempt);
     for (const Event& e : attempt.events)
-      if (is_observed(e) && e.text("key") == "oom") { o.t = e.t; break; }
+      if (printed_oom(e)) { o.t = e.t; break; }
+    if (caught_line) o.t = caught_line->t;
     o.caught = !died;
     const StepPoint* before = step_before(steps, o.t);
     o.step = before ? before->step + 1 : -1;
@@ -308,6 +331,45 @@ std::string absorbed_reason(size_t injected) {
          " injected but the code never saw an out-of-memory error: PyTorch's caching allocator retried and "
          "absorbed " + (injected == 1 ? "it" : "them") + "; use a persistent fault (fail: {times: 2} or more) or a cap";
 }
+PlanSeen plan_seen(const Trace& trace) {
+  PlanSeen p;
+  auto lower_cap = [&](uint64_t cap) {
+    if (cap > 0 && (p.cap == 0 || cap < p.cap)) p.cap = cap;
+  };
+  for (const Attempt& a : trace.attempts) {
+    for (const Event& e : a.events) {
+      if (e.src != events::kSrcShim || e.kind != events::kShimStart || e.text("plan") == "rejected") continue;
+      p.known = true;
+      p.rules = std::max<uint64_t>(p.rules, static_cast<uint64_t>(std::max<int64_t>(0, e.integer("rules", 0))));
+      lower_cap(static_cast<uint64_t>(std::max<int64_t>(0, e.integer("cap", 0))));
+    }
+    for (const MemorySample& s : a.samples) {
+      if (s.device == 0) lower_cap(s.cap);
+      p.peak = std::max({p.peak, s.peak, s.held});
+    }
+  }
+  return p;
+}
+
+std::string cap_never_reached(const PlanSeen& plan) {
+  return "the job has no fault rules and never reached its cap of " + format_bytes(plan.cap) +
+         (plan.peak > 0 ? " (it held " + format_bytes(plan.peak) + " at most)" : std::string()) +
+         ": lower the cap, or add a fault rule";
+}
+
+std::string nothing_happened_reason(const Trace& trace) {
+  std::string reason = "no out-of-memory error happened: nothing to recover from";
+  const PlanSeen plan = plan_seen(trace);
+  if (plan.cap > 0 && plan.rules == 0) reason += "; " + cap_never_reached(plan);
+  for (const Attempt& a : trace.attempts) {
+    if (!a.oom_message) continue;
+    reason += "; " + attempt_name(a.index) + "'s output mentions an out-of-memory error, but neither the shim nor the probe "
+              "recorded one, so it " + end_text(a) + " of something else as far as the trace shows";
+    break;
+  }
+  return reason;
+}
+
 std::vector<StepPoint> steps_of_rank(const Attempt& attempt, int rank) {
   Attempt one;
   one.index = attempt.index;
@@ -326,19 +388,34 @@ bool growth_unjudged(const Attempt& attempt) {
 }
 
 std::optional<Growth> held_growth(const Attempt& attempt) {
-  if (const LogFold* f = steps_thinned(attempt)) {
-    if (growth_unjudged(attempt) || f->growth_points + kGrowthWarmUpSteps < kGrowthMinSteps || f->growth_sxx <= 0)
-      return std::nullopt;
-    return Growth{attempt.index, f->growth_sxy / f->growth_sxx, f->growth_from, f->growth_to, f->growth_t};
-  }
   struct Point { double step, held, t; };
   std::vector<Point> pts;
   for (const auto& s : steps_of(attempt)) {
     int64_t held = held_at(attempt, s);
     if (held >= 0) pts.push_back({static_cast<double>(s.step), static_cast<double>(held), s.t});
   }
-  if (pts.size() < kGrowthMinSteps) return std::nullopt;
-  pts.erase(pts.begin(), pts.begin() + kGrowthWarmUpSteps);
+  if (pts.size() >= kGrowthWarmUpSteps) pts.erase(pts.begin(), pts.begin() + kGrowthWarmUpSteps);
+  // The thirds' lows, from the steps kept (for a thinned log, a sample of them spread over the run).
+  auto fill_thirds = [&](Growth& g) {
+    if (pts.size() < 3) return;
+    g.thirds = true;
+    const size_t n = pts.size();
+    for (size_t k = 0; k < 3; ++k) {
+      const size_t lo = k * n / 3, hi = (k + 1) * n / 3;
+      double low = pts[lo].held;
+      for (size_t i = lo; i < hi; ++i) low = std::min(low, pts[i].held);
+      g.low[k] = low;
+    }
+  };
+  if (const LogFold* f = steps_thinned(attempt)) {
+    if (growth_unjudged(attempt) || f->growth_points + kGrowthWarmUpSteps < kGrowthMinSteps || f->growth_sxx <= 0)
+      return std::nullopt;
+    Growth g{attempt.index, f->growth_sxy / f->growth_sxx, f->growth_from, f->growth_to, f->growth_t};
+    g.base = f->growth_my + g.slope * (static_cast<double>(g.from) - f->growth_mx);
+    fill_thirds(g);
+    return g;
+  }
+  if (pts.size() + kGrowthWarmUpSteps < kGrowthMinSteps) return std::nullopt;
   double n = static_cast<double>(pts.size()), sx = 0, sy = 0;
   for (const Point& p : pts) { sx += p.step; sy += p.held; }
   double mx = sx / n, my = sy / n, sxx = 0, sxy = 0;
@@ -347,8 +424,42 @@ std::optional<Growth> held_growth(const Attempt& attempt) {
     sxy += (p.step - mx) * (p.held - my);
   }
   if (sxx <= 0) return std::nullopt;  // every point at one step number (retries): no trend to fit
-  return Growth{attempt.index, sxy / sxx, static_cast<int64_t>(pts.front().step), static_cast<int64_t>(pts.back().step),
-                pts.back().t};
+  Growth g{attempt.index, sxy / sxx, static_cast<int64_t>(pts.front().step), static_cast<int64_t>(pts.back().step),
+           pts.back().t};
+  g.base = my + g.slope * (pts.front().step - mx);
+  fill_thirds(g);
+  return g;
+}
+
+LeakJudgement judge_leak(const Growth& g, const LeakRule& rule) {
+  LeakJudgement j;
+  j.base = std::max(0.0, g.base);
+  j.horizon = std::max(rule.horizon, g.to);
+  j.grown = g.slope * static_cast<double>(j.horizon - g.from);
+  if (g.thirds) {
+    const double first = g.low[1] - g.low[0], second = g.low[2] - g.low[1];
+    j.steady = first >= kLeakGranule && second >= std::max(kLeakGranule, first / 2);
+  }
+  if (rule.cap > 0 && g.slope > 0 && g.thirds) {
+    const double room = static_cast<double>(rule.cap) - g.low[2];
+    const int64_t at = g.to + static_cast<int64_t>(std::ceil(std::max(0.0, room) / g.slope));
+    if (at <= j.horizon) j.cap_step = at;
+  }
+  if (rule.limit) {
+    j.leak = g.slope > *rule.limit;
+    return j;
+  }
+  j.leak = j.steady && ((j.grown >= rule.share * j.base && j.grown >= kLeakFloor) || j.cap_step >= 0);
+  return j;
+}
+
+LeakRule leak_rule(const Trace& trace, std::optional<double> limit, double share, int64_t steps) {
+  LeakRule r;
+  r.limit = limit;
+  r.share = share;
+  r.horizon = steps >= 0 ? steps : trace.target_step.value_or(-1);
+  r.cap = plan_seen(trace).cap;
+  return r;
 }
 
 std::vector<const Event*> breakdowns_of(const Attempt& attempt, const std::string& at) {

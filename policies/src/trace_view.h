@@ -13,9 +13,13 @@
 // Note [OOMs the code saw]
 // An OOM counts as seen by the training code when a probe reported it (`oom`, caught or not), or when the
 // attempt ended by it (Attempt::ended_by_oom, e.g. a job without a probe that died printing
-// "CUDA out of memory"), or when its output carried an OOM message. Shim `inject` events alone do not count:
-// PyTorch's caching allocator retries a failed allocation once after freeing its cache, so one injected
-// failure is usually absorbed before the code sees anything.
+// "CUDA out of memory" after a refusal of the shim it never got past), or when its output carried an OOM
+// message, read by an `observe:` key `oom`, after a refusal of the shim and before the refused step completed
+// (a job without a probe that caught it and said so). Output alone never counts
+// (Note [An OOM is an event] in trace.cpp): a job whose cap was never reached and that died of an unrelated
+// error mentioning memory saw no OOM. Shim `inject` events alone do not count either: PyTorch's caching
+// allocator retries a failed allocation once after freeing its cache, so one injected failure is usually
+// absorbed before the code sees anything.
 
 #include <cstdint>
 #include <map>
@@ -70,18 +74,50 @@ const StepPoint* step_after(const std::vector<StepPoint>& steps, double t);
 int64_t held_at(const Attempt& attempt, const StepPoint& step);
 
 // Note [Measuring a leak] (checks_memory.cpp): the least-squares slope of held bytes against the step
-// number, leaving out the first two steps; nullopt with fewer than three points left.
+// number, leaving out the first two steps; nullopt with fewer than three points left. Beside the slope, the
+// lowest held bytes in each third of the fitted steps: whether the growth persists (Note [A leak is a trend]).
 struct Growth {
   int attempt = 0;
   double slope = 0;          // bytes per step
   int64_t from = 0, to = 0;  // the steps fitted
   double t = 0;              // the last one's time
+  double base = 0;           // the fitted held bytes at `from`: what the steps held at the fit's start
+  bool thirds = false;       // the lows below are known (three or more fitted steps were kept)
+  double low[3] = {0, 0, 0}; // the lowest held bytes in the first, middle and last third of the fitted steps
 };
 inline constexpr size_t kGrowthWarmUpSteps = 2;
 inline constexpr size_t kGrowthMinSteps = kGrowthWarmUpSteps + 3;
 // For an attempt whose event log was thinned, the fit folded from every step (Note [Thinned event logs] in
 // trace.cpp); nullopt too when that fold cannot give it (growth_unjudged).
 std::optional<Growth> held_growth(const Attempt& attempt);
+
+// Note [A leak is a trend] (checks_memory.cpp): whether a Growth is a leak, judged by its persistence and
+// its share of the memory the steps hold, extrapolated to the job's length or to its cap; or, when the user
+// gave one, by an absolute limit per step. memory_stable and the kept_with_graph finding read this one rule.
+inline constexpr double kLeakShare = 0.1;        // growth by the horizon, as a share of the held bytes: a leak
+inline constexpr double kLeakGranule = 512;      // PyTorch rounds blocks to 512 bytes: less is no growth
+// Growth that does not add up to one of PyTorch's 2 MiB segments by the horizon cannot run a device out of
+// memory: a job that holds 76 KiB and grows 12 KiB is no leak, whatever its share (an emulated trainer's
+// golden run was one, a false red).
+inline constexpr double kLeakFloor = 2.0 * 1024 * 1024;
+struct LeakRule {
+  std::optional<double> limit;  // a user's absolute limit in bytes per step (growth_per_step); unset: the trend
+  double share = kLeakShare;
+  int64_t horizon = -1;         // the step to extrapolate to (the job's length); -1: the fitted steps' last
+  uint64_t cap = 0;             // the job's cap on device 0; 0: none
+};
+struct LeakJudgement {
+  bool leak = false;
+  bool steady = false;          // growth in every third of the fitted steps, not slowing to half (persistence)
+  double base = 0;              // held at the fit's start: the first third's lowest
+  int64_t horizon = 0;          // the step extrapolated to
+  double grown = 0;             // growth from the fit's first step to `horizon` at the fitted rate
+  int64_t cap_step = -1;        // the step at which the cap would be reached by `horizon`; -1: not by then
+};
+LeakJudgement judge_leak(const Growth& growth, const LeakRule& rule);
+// The rule for a trace: its cap (plan_seen) and, unless `steps` is given, the job's target step as the horizon.
+LeakRule leak_rule(const Trace& trace, std::optional<double> limit, double share = kLeakShare, int64_t steps = -1);
+
 // What the reader folded from every line when it dropped some of the attempt's steps; nullptr otherwise.
 const LogFold* steps_thinned(const Attempt& attempt);
 // Whether the attempt's growth cannot be judged: steps were thinned and some had no `allocated` (their held
@@ -110,4 +146,21 @@ std::string end_text(const Attempt& attempt);
 namespace oomh::view {
 // Note [Absorbed faults]: the sentence for a trace whose injected faults never reached the code.
 std::string absorbed_reason(size_t injected);
+
+// What the job's shims were given, from their `shim_start` events (rules, cap on device 0) and the
+// control-block samples (cap, peak): so that a message about a job with only a cap speaks of the cap, not
+// of a fault plan it never had.
+struct PlanSeen {
+  bool known = false;   // some shim said what it was given
+  uint64_t rules = 0;   // the most fault rules a shim was given
+  uint64_t cap = 0;     // the cap on device 0 (the lowest seen, 0: none)
+  uint64_t peak = 0;    // the highest held (peak) the samples saw, 0: none sampled
+};
+PlanSeen plan_seen(const Trace& trace);
+// "the job has no fault rules and never reached its cap of 8.00 GiB (it held 3.00 GiB at most): lower the cap,
+// or add a fault rule": what a job with only a cap is told when nothing was refused.
+std::string cap_never_reached(const PlanSeen& plan);
+// The sentence for a trace with no OOM recorded and no fault injected (Note [An OOM is an event] in
+// trace.cpp): "no out-of-memory error happened: nothing to recover from", and why, when the trace tells.
+std::string nothing_happened_reason(const Trace& trace);
 }  // namespace oomh::view

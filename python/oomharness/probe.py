@@ -111,9 +111,34 @@ def _oom_types(torch):
     return tuple(types)
 
 
+# Note [Which errors are OOMs]
+# One table says which exceptions are out-of-memory errors of the device (DESIGN.md, "An OOM is an event";
+# issue 26): PyTorch's OOM types, and errors of other types whose message carries an allocation failure of
+# CUDA (its out-of-memory codes inside other errors: "CUDA error: out of memory", the older PyTorch's
+# RuntimeError "CUDA out of memory") or of a CUDA library (cuBLAS, cuDNN, cuFFT, cuSOLVER, cuSPARSE, NCCL).
+# A RuntimeError that only mentions "out of memory" (a DataLoader worker, host memory, the user's own
+# message) is not one: counting it made a job that died of an unrelated error look like a graceful exit.
+OOM_MESSAGES = (
+    "cuda out of memory",
+    "cuda error: out of memory",
+    "cuda_error_out_of_memory",
+    "cudaerrormemoryallocation",
+    "cublas_status_alloc_failed",
+    "cudnn_status_alloc_failed",
+    "cufft_alloc_failed",
+    "cusolver_status_alloc_failed",
+    "cusparse_status_alloc_failed",
+    "cuda failure 'out of memory'",  # NCCL's wording of a cudaMalloc that failed
+    "ncclsystemerror: out of memory",
+    "hip out of memory",
+    "hiperroroutofmemory",
+)
+
+
 def is_oom(exc):
-    """True for an out-of-memory error from PyTorch (torch.OutOfMemoryError, torch.cuda.OutOfMemoryError, or
-    the RuntimeError older versions raised)."""
+    """True for an out-of-memory error of the device (Note [Which errors are OOMs]): torch.OutOfMemoryError,
+    torch.cuda.OutOfMemoryError, or an error whose message carries CUDA's or a CUDA library's allocation
+    failure."""
     if exc is None:
         return False
     torch = sys.modules.get("torch")
@@ -121,7 +146,10 @@ def is_oom(exc):
         types = _oom_types(torch)
         if types and isinstance(exc, types):
             return True
-    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+    if not isinstance(exc, Exception):
+        return False
+    text = str(exc).lower()
+    return any(m in text for m in OOM_MESSAGES)
 
 
 def _leading_dim(args, kwargs=None):

@@ -85,7 +85,7 @@ class _Session:
         return self._simulate
 
     def out_dir(self, item, tmp_factory):
-        name = _safe_name(item.nodeid)
+        name = _folder_name(item.nodeid)
         root = self.config.getoption("--oomh-out")
         if root:
             path = os.path.join(os.path.abspath(root), name)
@@ -96,6 +96,21 @@ class _Session:
 
 def _safe_name(text):
     return re.sub(r"[^A-Za-z0-9_.\[\]-]+", "-", text).strip("-") or "test"
+
+
+def _folder_name(text):
+    """A test's own folder under --oomh-out: its safe name, and when that changed the test id otherwise than
+    by its "::", 8 hex digits of the id's hash (FNV-1a, as the runner's Note [One job, one folder]), so that
+    `test[a b]` and `test[a-b]` never share one."""
+    safe = _safe_name(text)
+    # pytest's own "::" kept readable as "-" when each "-" can only be one: no "-" of the id's own, nothing
+    # else changed ("test_user.py::test_halving" is "test_user.py-test_halving").
+    if safe == text or ("-" not in text and safe == text.replace("::", "-")):
+        return safe
+    h = 14695981039346656037
+    for c in text.encode("utf-8", "surrogatepass"):
+        h = ((h ^ c) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    return "%s-%08x" % (safe, (h ^ (h >> 32)) & 0xFFFFFFFF)
 
 
 def _session(config):

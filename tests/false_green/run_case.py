@@ -10,6 +10,8 @@ it and what must come out:
   # message: SUITE::JOB=TEXT   text its one-line message must contain
   # attempts: SUITE::JOB=N     how many attempts it made
   # stdout: TEXT / stderr: TEXT  text the terminal output must contain
+  # needs: torch               the jobs train with PyTorch: `python3` (from --python-dir, when given, else
+                               PATH) must import torch, or the case is skipped (exit 125)
 The command runs from an empty folder elsewhere (the default output folder is then relative to it), with
 the emulated trainer on PATH. Exit 0 when everything expected came out; otherwise each difference is
 printed and the exit is 1.
@@ -32,7 +34,7 @@ def read_header(path):
                 break
             text = line[1:].strip()
             key, sep, value = text.partition(":")
-            if sep and key.strip() in ("oomharness", "exit", "status", "message", "attempts", "stdout", "stderr"):
+            if sep and key.strip() in ("oomharness", "exit", "status", "message", "attempts", "stdout", "stderr", "needs"):
                 header.append((key.strip(), value.strip()))
     return header
 
@@ -52,6 +54,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--bin", required=True)
     parser.add_argument("--trainer-dir", required=True)
+    parser.add_argument("--python-dir", default="", help="put this folder first on PATH for the jobs' python3")
     parser.add_argument("--keep", help="run in this folder and keep what the run wrote (default: a temporary one)")
     parser.add_argument("case")
     args = parser.parse_args()
@@ -72,6 +75,13 @@ def main():
 
     env = dict(os.environ)
     env["PATH"] = args.trainer_dir + os.pathsep + env.get("PATH", "")
+    if args.python_dir:
+        env["PATH"] = args.python_dir + os.pathsep + env["PATH"]
+    if ("needs", "torch") in header:
+        probe = subprocess.run(["python3", "-c", "import torch"], env=env, capture_output=True, text=True)
+        if probe.returncode != 0:
+            print(f"{os.path.basename(case)}: skipped, the jobs' python3 cannot import torch")
+            return 125
     for k in ("CI", "GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY"):
         env.pop(k, None)
     problems = []

@@ -46,7 +46,10 @@ TEST(NormaliseArgs, FillsDefaults) {
   EXPECT_EQ(a["no_sample_loss"], false);
   EXPECT_EQ(normalised("exit", nlohmann::json::object())["code"], 0);
   EXPECT_EQ(normalised("empty_cache_retry", nullptr)["max_retries"], 3);
-  EXPECT_EQ(normalised("memory_stable", nullptr)["growth_per_step"], 1024 * 1024);
+  // Issue 26: a leak is a trend (share, steps); the absolute limit is an option without a default.
+  EXPECT_FALSE(normalised("memory_stable", nullptr).contains("growth_per_step"));
+  EXPECT_DOUBLE_EQ(normalised("memory_stable", nullptr)["share"].get<double>(), 0.1);
+  EXPECT_FALSE(normalised("memory_stable", nullptr).contains("steps"));
   EXPECT_EQ(normalised("memory_stable", nullptr)["after_recovery"], true);
   EXPECT_EQ(normalised("no_hang", nullptr)["stall"], 60);
   EXPECT_EQ(normalised("graceful_exit", nullptr)["message"], "out of memory|OutOfMemoryError");

@@ -94,8 +94,15 @@ TEST(VerdictJson, RoundTrips) {
 }
 
 TEST(Attempt, EndedByOom) {
-  // Exit 1 with the runner's OOM message.
-  EXPECT_TRUE(TraceBuilder().attempt().exit(1, true).build().attempts[0].ended_by_oom());
+  // Exit 1 with the runner's OOM message after a refusal of the shim it did not get past.
+  EXPECT_TRUE(TraceBuilder().attempt().step(4).inject_at(5).exit(1, true).build().attempts[0].ended_by_oom());
+  // Issue 26: the message alone is not an OOM (Note [An OOM is an event]): a job whose cap was never
+  // reached, dying of an unrelated error that mentions memory.
+  EXPECT_FALSE(TraceBuilder().attempt().step(4).exit(1, true).build().attempts[0].ended_by_oom());
+  // ... nor is it beside a refusal the code got past (step 5 completed after it).
+  EXPECT_FALSE(TraceBuilder().attempt().inject_at(5).step(5).step(6).exit(1, true).build().attempts[0].ended_by_oom());
+  // A refusal the code did not get past, without the message: not known to be an OOM either.
+  EXPECT_FALSE(TraceBuilder().attempt().step(4).inject_at(5).exit(1).build().attempts[0].ended_by_oom());
   // Exit 1 with an uncaught probe OOM and no message.
   EXPECT_TRUE(TraceBuilder().attempt().oom(5, 64, false).exit(1).build().attempts[0].ended_by_oom());
   // An uncaught C++ OOM aborts.
@@ -146,8 +153,17 @@ bool old_ended_by_oom(const Attempt& a) {
   bool failed = (a.end_kind == AttemptEnd::exited && a.exit_code && *a.exit_code != 0) ||
                 (a.end_kind == AttemptEnd::signalled && a.signal && *a.signal == SIGABRT);
   if (!failed) return false;
-  if (a.oom_message) return true;
   const auto& events = a.events;
+  // Note [An OOM is an event]: the message counts beside a refusal that no later step at or after it got past.
+  if (a.oom_message)
+    for (size_t i = 0; i < events.size(); ++i) {
+      if (events[i].src != "shim" || events[i].kind != "inject") continue;
+      const int64_t at = events[i].integer("step");
+      bool got_past = false;
+      for (size_t j = i + 1; j < events.size() && !got_past; ++j)
+        got_past = completes_a_step(events[j]) && (at < 0 || completed_step(events[j]) >= at);
+      if (!got_past) return true;
+    }
   for (size_t i = 0; i < events.size(); ++i) {
     const Event& e = events[i];
     if (e.src != "probe" || e.kind != "oom" || e.flag("caught", false)) continue;
@@ -169,7 +185,8 @@ std::vector<bool> old_visible(const Attempt& a) {
     bool visible = died_of_oom;
     const int64_t at = a.events[i].integer("step");
     for (size_t j = i + 1; j < a.events.size(); ++j) {
-      if (is_probe(a.events[j], "oom") || is_probe(a.events[j], "oom_caught")) { visible = true; break; }
+      if (is_probe(a.events[j], "oom") || is_probe(a.events[j], "oom_caught") ||
+          (a.events[j].kind == "observed" && a.events[j].text("key") == "oom")) { visible = true; break; }
       if (completes_a_step(a.events[j]) && (at < 0 || completed_step(a.events[j]) >= at)) { visible = false; break; }
     }
     out.push_back(visible);
@@ -191,7 +208,10 @@ TEST(InjectedFaults, LinearPassEqualsTheForwardScanOnRandomTraces) {
         case 3: b.oom(step, 8, rng() % 2 == 0); break;
         case 4: b.step(step); break;
         case 5: b.event("probe", "oom_caught", rng() % 2 ? nlohmann::json{{"step", step}} : nlohmann::json::object()); break;
-        case 6: b.observed_line("step", {{"step", std::to_string(step)}}); break;
+        case 6:
+          if (rng() % 3 == 0) b.observed_line("caught an OOM", {{"oom", "1"}});
+          else b.observed_line("step", {{"step", std::to_string(step)}});
+          break;
         case 7: b.event("runner", "oom_caught", {{"step", step}}); break;
         default: b.phase("forward"); break;
       }

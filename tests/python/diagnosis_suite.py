@@ -98,8 +98,10 @@ if "self.head" not in line_of(after["site"]) or "loss, out = task.forward_loss" 
     problems.append("kept_after_loop does not name the line that made `out`, the line that keeps it and the "
                     "evaluation: %s" % after)
 big = finding("broken-oversized-batch", "batch_too_large")
-m = re.search(r"a batch of (\d+) fits", big["sentence"])
-if not m or not 1 <= int(m.group(1)) <= 32:
+# Issue 26: from an OOM before the first backward (no gradients or optimizer state yet) no batch is promised
+# to fit: "at most N samples could fit"; after a completed step's peak, "a batch of N fits".
+m = re.search(r"a batch of (\d+) fits|at most (\d+) samples could fit", big["sentence"])
+if not m or not 1 <= int(m.group(1) or m.group(2)) <= 32:
     problems.append("batch_too_large does not give a batch under the failed 64 that fits: %s" % big)
 stable = {v["policy"]: v for v in jobs.get("broken-leak-outputs", {}).get("verdicts", [])}.get("memory_stable", {})
 if leak["sentence"] and leak["sentence"] not in stable.get("reason", ""):

@@ -305,6 +305,28 @@ class ProbeTest(unittest.TestCase):
         self.assertEqual(events[-1]["kind"], "probe_exit")
         self.assertEqual(events[-1]["fields"]["reason"], "uncaught out-of-memory error")
 
+    def test_an_unrelated_error_that_mentions_memory_is_no_oom(self):
+        # Issue 26, Note [Which errors are OOMs]: a job that dies of an error whose text says "out of memory"
+        # but is no allocation failure of the device records no `oom`; CUDA's and its libraries' do.
+        code = textwrap.dedent("""
+            import torch
+            from oomharness import probe
+            for text in ("CUDA error: out of memory", "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate(handle)",
+                         "NCCL error: unhandled cuda error, NCCL version 2.21.5 Cuda failure 'out of memory'"):
+                assert probe.is_oom(RuntimeError(text)), text
+            for text in ("DataLoader worker (pid 4242) ran out of memory reading shard 7", "host out of memory"):
+                assert not probe.is_oom(RuntimeError(text)), text
+            model = torch.nn.Linear(2, 2)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            model(torch.ones(4, 2)).sum().backward(); opt.step()
+            raise RuntimeError("DataLoader worker (pid 4242) ran out of memory reading shard 7")
+        """)
+        r = self.job.run(code)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("ran out of memory reading shard 7", r.stderr)
+        self.assertNotIn("AssertionError", r.stderr)
+        self.assertNotIn("oom", [e["kind"] for e in self.job.read_events()])
+
     def test_allocator_observer_reports_once_and_learns_it_was_caught(self):
         # The allocator's observer (CUDA only) is driven by hand: what it reports, then the exception the
         # code catches, must make one `oom` and one `oom_caught`.

@@ -86,6 +86,7 @@
 #include "exec/output.h"
 #include "exec/run_folder.h"
 #include "exec/signals.h"
+#include "suite/limits.h"
 #include "oomharness/control_block.h"
 #include "oomharness/runner/command.h"
 #include "oomharness/events.h"
@@ -98,12 +99,8 @@ namespace bp = boost::process::v2;
 namespace fs = std::filesystem;
 using namespace exec;
 
-std::string job_dir_name(const std::string& job) {
-  std::string s;
-  for (char c : job) s += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' || c == '=') ? c : '_';
-  if (s.empty() || s == "." || s == "..") s = "job";
-  return s;
-}
+// Note [One job, one folder] in suite/limits.h.
+std::string job_dir_name(const std::string& job) { return suite::folder_name(job); }
 
 namespace {
 

@@ -2,6 +2,7 @@
 
 #include "suite/limits.h"
 
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -198,6 +199,52 @@ std::optional<std::string> name_problem(std::string_view name) {
     i += n;
   }
   return std::nullopt;
+}
+
+// Note [One job, one folder] in limits.h.
+std::string folder_key(std::string_view name) {
+  std::string key;
+  for (size_t i = 0; i < name.size();) {
+    const unsigned char c = static_cast<unsigned char>(name[i]);
+    if (c < 0x80) {
+      key += std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '=' ? static_cast<char>(c) : '_';
+      ++i;
+      continue;
+    }
+    uint32_t cp;
+    const size_t n = decode(name, i, cp);
+    if (!n || is_control(cp)) {  // not UTF-8, or a control character: no part of a file name
+      key += '_';
+      ++i;
+      continue;
+    }
+    if (key.size() + n > kMaxFolderKeyBytes) break;
+    key.append(name.substr(i, n));
+    i += n;
+  }
+  if (key.size() > kMaxFolderKeyBytes) key.resize(kMaxFolderKeyBytes);
+  if (key.empty() || key == "." || key == "..") key = "job";
+  return key;
+}
+
+std::string folder_name(std::string_view name) {
+  std::string key = folder_key(name);
+  if (key == name) return key;
+  // The runner's "suite::job" keeps its readable "suite__job" when the "__" can only be that "::": one "::",
+  // no "__" of its own, and nothing else changed.
+  const size_t sep = name.find("::");
+  if (sep != std::string_view::npos && name.find("::", sep + 2) == std::string_view::npos &&
+      name.find("__") == std::string_view::npos && key.size() == name.size() &&
+      key == std::string(name.substr(0, sep)) + "__" + std::string(name.substr(sep + 2)))
+    return key;
+  uint64_t h = 14695981039346656037ull;  // FNV-1a, 64 bits
+  for (unsigned char c : name) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  char hex[16];
+  std::snprintf(hex, sizeof hex, "-%08x", static_cast<unsigned>((h ^ (h >> 32)) & 0xffffffffu));
+  return key + hex;
 }
 
 FileText read_suite_file(const std::string& path) {

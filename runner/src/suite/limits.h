@@ -57,6 +57,22 @@ std::string explain_syntax_error(const std::string& text, int line, const std::s
 // Why `name` cannot be a name ("contains a control character (U+001B)"), or nullopt.
 std::optional<std::string> name_problem(std::string_view name);
 
+// Note [One job, one folder]
+// A job's output folder (OUT/NAME, OUT/sweeps/SUITE/JOB) is named from its name, so that a reader finds it,
+// and distinct names must never share one: with `--jobs 2`, two jobs writing one folder read each other's
+// event logs (issue 26: `train ok` and `train_ok` did, and a job that tested nothing passed on the other's
+// events). folder_key() is the readable form: ASCII letters, digits and "-_.=" kept, every other ASCII
+// character made '_', other characters (UTF-8 letters of any script) kept as they are; a name it leaves
+// unchanged is its own folder, and so is the runner's "suite::job" as "suite__job" when that "__" can only be
+// the "::" (one "::", no "__" in the name). A name it changes otherwise gets "-" and 8 hex digits of a hash of the whole name
+// (FNV-1a, the same on every machine and run) after its key, so "train ok" is "train_ok-…" beside a
+// "train_ok" of its own. A key longer than kMaxFolderKeyBytes is cut (at a character boundary) and hashed
+// too. `validate` refuses two jobs of a suite whose keys are equal (Loader::check_duplicates): their
+// folders would differ by the hash alone, which no reader can tell apart.
+inline constexpr size_t kMaxFolderKeyBytes = 200;
+std::string folder_key(std::string_view name);
+std::string folder_name(std::string_view name);
+
 // `s` fit to quote in a message: control characters written as \xNN, cut after `max` bytes.
 std::string printable(std::string_view s, size_t max = 80);
 

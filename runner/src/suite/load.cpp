@@ -1046,6 +1046,24 @@ void Loader::check_duplicates(const std::vector<JobSpec>& jobs, const std::vecto
       message += " (first at line " + std::to_string(jobs[j].where.line) + ")";
     d_.error(jobs[i].where, message);
   }
+  // Note [One job, one folder] in limits.h: names that differ only where a folder name cannot keep them
+  // ("train ok", "train_ok") would get folders told apart by a hash alone.
+  std::unordered_map<std::string, size_t> keys;
+  keys.reserve(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    auto [it, fresh] = keys.emplace(suite::folder_key(jobs[i].name), i);
+    const size_t j = it->second;
+    if (fresh || jobs[j].name == jobs[i].name || reported.count(origin[i])) continue;
+    reported.insert(origin[i]);
+    std::string message = "job name '" + suite::printable(jobs[i].name) + "' is the same as '" + suite::printable(jobs[j].name) +
+                          "' once made a folder name ('" + suite::printable(it->first) + "')";
+    if (origin[i] == origin[j])
+      message += ": the matrix gives both (" + describe_combination(jobs[j].matrix) + " and " +
+                 describe_combination(jobs[i].matrix) + "); put values that differ in more than punctuation in the name";
+    else
+      message += " (first at line " + std::to_string(jobs[j].where.line) + "); rename one of them";
+    d_.error(jobs[i].where, message);
+  }
 }
 
 }  // namespace

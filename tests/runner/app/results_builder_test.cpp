@@ -108,7 +108,9 @@ TEST(AttemptOutcome, Strings) {
   EXPECT_EQ(attempt_outcome(a), "ok");
   a.exit_code = 1;
   EXPECT_EQ(attempt_outcome(a), "nonzero");
-  a.oom_message = true;
+  a.oom_message = true;  // issue 26: a message alone is no OOM the trace records (Note [An OOM is an event])
+  EXPECT_EQ(attempt_outcome(a), "nonzero");
+  a.events = {inject(0.5, 3)};  // beside a refusal of the shim that no step got past, it is
   EXPECT_EQ(attempt_outcome(a), "oom");
   Attempt s = attempt(0, 0, 1, std::nullopt, {});
   s.end_kind = AttemptEnd::signalled;
@@ -512,6 +514,30 @@ TEST(Untested, DyingBeforeAnyFaultFiredIsAnError) {
   ASSERT_TRUE(u);
   EXPECT_NE(u->message.find("exited with code 3 before its first training step"), std::string::npos);
   EXPECT_FALSE(why_untested(plain, outcome({attempt(0, 0, 1, 3, {step(0.5, 1)})}).trace));
+}
+
+// Issue 26 (Note [An OOM is an event]): a job under a cap it never reached that died of an unrelated error
+// whose text mentions memory tested nothing; beside a reservation, real allocations fail without a refusal
+// of the shim, so there the output still counts as a fault that fired.
+TEST(Untested, AnOomMessageAloneIsNoFault) {
+  JobSpec capped;
+  capped.argv = {"python3", "train.py"};
+  capped.memory.limit = 6ull << 30;
+  Attempt died = with_shim(attempt(0, 0, 5, 1, {step(1, 1), step(2, 2)}), armed());
+  died.oom_message = true;
+  died.output_tail = "RuntimeError: DataLoader worker (pid 4242) ran out of memory reading shard 7\n";
+  auto u = why_untested(capped, outcome({died}).trace);
+  ASSERT_TRUE(u);
+  EXPECT_EQ(u->status, JobStatus::error);
+  EXPECT_NE(u->message.find("exited with code 1 before any fault fired"), std::string::npos) << u->message;
+  // The cap reached: the shim refused an allocation the job never got past.
+  Attempt refused = died;
+  refused.events.push_back(inject(3, 3));
+  EXPECT_FALSE(why_untested(capped, outcome({refused}).trace));
+  // Beside a reservation.
+  JobSpec reserved = capped;
+  reserved.memory.reserve = 1ull << 30;
+  EXPECT_FALSE(why_untested(reserved, outcome({died}).trace));
 }
 
 TEST(Untested, NoFaultFiredIsInconclusive) {

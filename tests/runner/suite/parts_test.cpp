@@ -1,8 +1,11 @@
 // The suite loader's parts on their own: shell words, templates, matrix expansion, suggestions.
 
+#include <set>
+
 #include <gtest/gtest.h>
 
 #include "oomharness/runner/suite.h"
+#include "suite/limits.h"
 #include "suite/matrix.h"
 #include "suite/names.h"
 #include "suite/shell_words.h"
@@ -108,6 +111,40 @@ TEST(Names, SuggestsTyposOnly) {
   EXPECT_EQ(nearest_name("enviroment", {"env", "cwd"}), "env");
   EXPECT_EQ(nearest_name("zzz", {"env", "cwd"}), "");
   EXPECT_EQ(suggestion("zzz", {"env", "cwd"}, "keys"), " (keys: env, cwd)");
+}
+
+// Note [One job, one folder] (issue 26): distinct names never share a folder; names a folder keeps as they
+// are stay readable; the rest keep a readable prefix and a hash that is the same on every run.
+TEST(FolderName, DistinctNamesNeverShareAFolder) {
+  const std::vector<std::string> names = {"train ok", "train_ok", "train/ok", "train?ok", "\xE4\xB8\xAD\xE6\x96\x87",
+                                          "\xE6\x97\xA5\xE6\x9C\xAC", "a b c", "a_b_c", ".", "..", "", "job",
+                                          std::string(300, 'x'), std::string(300, 'x') + "y", "s::j",
+                                          "a__b::c", "a::b__c", "a::b::c", "s::train ok", "s::train_ok"};
+  std::set<std::string> folders;
+  for (const std::string& n : names) {
+    const std::string f = suite::folder_name(n);
+    EXPECT_TRUE(folders.insert(f).second) << "'" << n << "' shares the folder " << f;
+    EXPECT_EQ(f.find('/'), std::string::npos) << f;
+    EXPECT_NE(f, ".");
+    EXPECT_NE(f, "..");
+    EXPECT_FALSE(f.empty());
+    EXPECT_LE(f.size(), suite::kMaxFolderKeyBytes + 9);
+    EXPECT_EQ(suite::folder_name(n), f) << "not stable";
+  }
+  // Readable: a plain name is its own folder; letters of other scripts are kept; a changed name keeps its key.
+  EXPECT_EQ(suite::folder_name("train_ok"), "train_ok");
+  EXPECT_EQ(suite::folder_name("bs=64.lr-3"), "bs=64.lr-3");
+  EXPECT_EQ(suite::folder_name("\xE4\xB8\xAD\xE6\x96\x87"), "\xE4\xB8\xAD\xE6\x96\x87");
+  EXPECT_EQ(suite::folder_name("train ok").rfind("train_ok-", 0), 0u);
+  EXPECT_EQ(suite::folder_name("train ok").size(), std::string("train_ok-").size() + 8);
+  EXPECT_EQ(suite::folder_key("train ok"), suite::folder_key("train_ok"));
+  // The runner's qualified names: "suite::job" reads "suite__job" when that is unambiguous (a folder level
+  // holds qualified names only, OUT/, or plain ones only, OUT/sweeps/SUITE/: "s__j" as a plain name is "s__j" too).
+  EXPECT_EQ(suite::folder_name("counts::footprint"), "counts__footprint");
+  EXPECT_NE(suite::folder_name("s::train ok"), suite::folder_name("s::train_ok"));
+  EXPECT_NE(suite::folder_name("a__b::c"), suite::folder_name("a::b__c"));
+  EXPECT_NE(suite::folder_name("a__b::c"), "a__b__c");
+  EXPECT_NE(suite::folder_name("a::b::c"), "a__b__c");
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 //   5. kept_after_loop     tensors the loop left bound still alive when an evaluation starts after it
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,14 +30,24 @@ struct Finding {
 };
 
 struct DiagnoseOptions {
-  uint64_t growth_per_step = 1024 * 1024;  // kept_with_graph: the least growth per step that counts
+  // kept_with_graph: a user's absolute limit of growth per step; unset, a leak is a trend (Note [A leak is a
+  // trend] in policies/src/checks_memory.cpp) adding leak_share of the held memory by leak_steps.
+  std::optional<uint64_t> growth_per_step;
   uint64_t kept_after_loop = 1024 * 1024;  // kept_after_loop: the least bytes left alive that count
+  double leak_share = 0.1;
+  int64_t leak_steps = -1;                 // the step to extrapolate to; -1: the job's target step
 };
 
 // The rules' names, in priority order.
 const std::vector<std::string>& finding_rules();
 // Every finding of the trace, in priority order (one per rule at most).
 std::vector<Finding> diagnose(const Trace& trace, const DiagnoseOptions& options = {});
+
+// What held the memory, from a `memory_breakdown` event: "parameters 23.82 MiB, gradients 7.82 MiB, optimizer
+// state 0 B and workspaces 256.00 KiB (31.89 MiB that no batch size changes) and 21.50 KiB of activations and
+// other tensors (the allocator's segments held 44.00 MiB), under a total of 48.00 MiB". `fixed` gets the
+// bytes no batch size changes.
+std::string memory_holders(const Event& breakdown, double* fixed = nullptr);
 
 void to_json(nlohmann::json& j, const Finding& f);
 void from_json(const nlohmann::json& j, Finding& f);

@@ -131,7 +131,12 @@ struct Attempt {
   std::optional<LogFold> thinned;  // the event log was thinned (Note [Thinned event logs] in trace.cpp)
 
   double duration() const { return end > start ? end - start : 0; }
-  bool ended_by_oom() const;       // exited non-zero (or by SIGABRT) with an OOM message or an uncaught probe `oom`
+  // Exited non-zero (or by SIGABRT) of an OOM the trace records: an uncaught probe `oom`, or an OOM message
+  // after a shim refusal the code did not get past (Note [An OOM is an event] in trace.cpp).
+  bool ended_by_oom() const;
+  // The shim's last refusal (`inject`, by a rule or the cap) after which the attempt completed no step at or
+  // after the refused one: the code did not get past it. nullptr when every refusal was followed by a step.
+  const Event* unresolved_refusal() const;
   // Every injected fault of the attempt, in order, with whether the code saw it (Note [Visible faults]).
   std::vector<InjectedFault> injected_faults() const;
   // The highest step the attempt completed (completes_a_step), -1 when none: what results.json's
@@ -181,6 +186,8 @@ struct Trace {
 bool completes_a_step(const Event& e);
 // The step such an event completed (its `step`, or the observed value), -1 for any other event.
 int64_t completed_step(const Event& e);
+// An OOM that a job without a probe printed, read by the suite's `observe:` regex with key `oom`.
+bool printed_oom(const Event& e);
 
 // The words every message uses for an attempt: "attempt 2" (counted from 1, as users count), and how it
 // ended: "exited with code 1", "was killed by signal 9 (SIGKILL)", "timed out after 30s and was stopped".

@@ -126,8 +126,8 @@ class JobRunner {
   Impl* impl_;
 };
 
-// A job name as a directory name (OUT/jobs/NAME, OUT/sweeps/SUITE/JOB): path separators and odd characters
-// become '_'.
+// A job name as a directory name (OUT/NAME, OUT/sweeps/SUITE/JOB): readable, and distinct for distinct
+// names (Note [One job, one folder] in runner/src/suite/limits.h).
 std::string job_dir_name(const std::string& job);
 
 }  // namespace oomh
