@@ -43,7 +43,7 @@ WANT = {
     "ckpt-bug-init-only": {"checkpoint_resume": ("fail", "init.pt")},
 }
 for name in CORRECT_CKPT:
-    WANT[name] = {"checkpoint_resume": ("pass", "on the batch after it"), "completes": ("pass", ""), "exit": ("pass", "")}
+    WANT[name] = {"checkpoint_resume": ("pass", "on the batch that followed it"), "completes": ("pass", ""), "exit": ("pass", "")}
 if only:
     WANT = {k: v for k, v in WANT.items() if only in k}
 
