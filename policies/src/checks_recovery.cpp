@@ -144,8 +144,8 @@ Verdict batch_halving(const Trace& trace, const nlohmann::json& args) {
       for (size_t i = position_of(trace, o.attempt); i < steps.size(); ++i)
         for (const StepPoint& s : steps[i])
           if (s.t > o.t) after.push_back(&s);
-      if (auto redone_by = view::redone_by(o.data, after)) {
-        if (*redone_by == 0)
+      if (auto redone = view::redone_by(o.data, after)) {
+        if (*redone == 0)
           return verdict(VerdictStatus::fail, oom_text(o) + " " + oom_outcome(o) + " and the batch went down to " +
                                                   std::to_string(next->batch) + ", but the failed batch (" + o.data.text() +
                                                   ") was never trained on again: the steps after the OOM trained on other samples, so " +
@@ -317,14 +317,12 @@ Verdict empty_cache_retry(const Trace& trace, const nlohmann::json& args) {
       std::vector<const StepPoint*> after;
       for (const StepPoint& s : steps)
         if (s.t > last.t) after.push_back(&s);
-      if (auto redone = view::redone_by(last.data, after)) {
-        if (*redone == 0) {
-          std::string next = after.empty() ? attempt_name(a.index) + " " + view::end_text(a) + " without completing another step"
-                                           : "the next step that completed (step " + std::to_string(after.front()->step) +
-                                                 ") trained on " + after.front()->data.text();
-          return verdict(VerdictStatus::fail, "after the " + oom_text(last) + " the code emptied the cache but never trained on the failed batch again: " +
-                                                  next + ", so " + last.data.text() + " was dropped instead of retried", ev);
-        }
+      // (With no step after it, the step never completed: the sentence below says why, as without data.)
+      if (auto redone = after.empty() ? std::nullopt : view::redone_by(last.data, after)) {
+        if (*redone == 0)
+          return verdict(VerdictStatus::fail, "after the " + oom_text(last) + " the code emptied the cache but never trained on the failed batch again: "
+                                                  "the next step that completed (step " + std::to_string(after.front()->step) + ") trained on " +
+                                                  after.front()->data.text() + ", so " + last.data.text() + " was dropped instead of retried", ev);
         done = after[*redone - 1];
         any_data = true;
       } else {

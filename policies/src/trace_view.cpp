@@ -86,15 +86,18 @@ std::optional<size_t> redone_by(const BatchData& failed, const std::vector<const
     const BatchData& d = after[k]->data;
     if (!d.known()) return std::nullopt;
     if (k == 0 && d.same(failed)) return 1;
-    if (k == 0 && !d.parts.empty()) {  // each failed forward among the step's forwards
-      std::multiset<uint64_t> have(d.parts.begin(), d.parts.end());
+    if (k == 0 && !d.parts.empty()) {
+      // Each failed forward among the step's forwards, or (per-sample digests) among the sums of runs of
+      // them: a piece that failed and was redone as smaller pieces within the step.
+      std::set<uint64_t> have(d.parts.begin(), d.parts.end());
+      if (failed.per_sample && d.per_sample)
+        for (size_t from = 0; from < d.parts.size(); ++from) {
+          uint64_t run = d.parts[from];
+          for (size_t to = from + 1; to < d.parts.size(); ++to) have.insert(run += d.parts[to]);
+        }
       std::vector<uint64_t> want = failed.parts.empty() ? std::vector<uint64_t>{failed.digest} : failed.parts;
       bool all = true;
-      for (uint64_t w : want) {
-        auto it = have.find(w);
-        if (it == have.end()) { all = false; break; }
-        have.erase(it);
-      }
+      for (uint64_t w : want) all = all && have.count(w) > 0;
       if (all) return 1;
     }
     if (!failed.per_sample || !d.per_sample) return 0;

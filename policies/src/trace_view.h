@@ -70,7 +70,8 @@ struct OomPoint {
 };
 
 // Whether the steps `after` (in order, each completed after an OOM) trained on `failed` again: the first
-// one's data equals it or holds each of its forwards (a step of several forwards redone whole), or, with per-sample digests, the data of the first k steps add up to it (a batch
+// one's data equals it or holds each of its forwards, alone or as the sum of a run of the step's forwards (a
+// step of several forwards redone whole, a piece that failed redone in smaller pieces), or, with per-sample digests, the data of the first k steps add up to it (a batch
 // redone in pieces). The number of steps that did; 0 when they did not (the samples reached the failed
 // count without adding up, or the steps ran out first); nullopt when the data cannot tell (the OOM or a
 // step has no data).

@@ -108,6 +108,30 @@ TEST(EvidenceHalving, TheFailedBatchRedoneInHalvesPasses) {
   EXPECT_VERDICT(check("batch_halving", b.build(), {{"no_sample_loss", true}}), pass, "(32 -> 16)");
 }
 
+std::string hex(uint64_t d) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(d));
+  return text;
+}
+
+TEST(EvidenceHalving, HalvingTwiceWithinAStepPasses) {
+  // 32 fails; its first half (16) fails again; the step is then redone as four pieces of 8.
+  const uint64_t a1 = 11, a2 = 22, b1 = 33, b2 = 44;
+  TraceBuilder b;
+  b.target(3).attempt();
+  step(b, 1, 32, data(32, batch(0)));
+  b.inject().inject();
+  oom(b, 2, 32, data(32, a1 + a2 + b1 + b2));
+  b.inject().inject();
+  oom(b, 2, 16, data(16, a1 + a2, nlohmann::json::array({16, 64})));
+  nlohmann::json redone = data(32, a1 + a2 + b1 + b2, nlohmann::json::array({8, 64}));
+  redone["parts"] = {hex(a1), hex(a2), hex(b1), hex(b2)};
+  step(b, 2, 8, redone);
+  step(b, 3, 8, data(32, batch(2)));
+  b.exit(0);
+  EXPECT_VERDICT(check("batch_halving", b.build(), {{"no_sample_loss", true}}), pass, "(32 -> 8 -> 8)");
+}
+
 TEST(EvidenceHalving, OtherSamplesOfTheRightCountFail) {
   // 32 samples after the OOM, as many as failed: the count alone passed; they were the next batch's.
   TraceBuilder b;
