@@ -34,7 +34,7 @@ CORRECT_CKPT = ["ckpt-" + s for s in ("plain", "atomic", "best", "init", "stream
 WANT = {
     "retry-ok": {"empty_cache_retry": ("pass", "on the same data"), "completes": ("pass", "")},
     "retry-skip": {"empty_cache_retry": ("fail", "was dropped instead of retried")},
-    "halve-ok": {"batch_halving": ("pass", "32 -> 16"), "completes": ("pass", "")},
+    "halve-ok": {"batch_halving": ("pass", "1024 -> 512"), "completes": ("pass", "")},
     "halve-drop": {"batch_halving": ("fail", "was never trained on again")},
     "lstm-halve": {"batch_halving": ("pass", "32 -> 16"), "completes": ("pass", "")},
     "lstm-no-halve": {"batch_halving": ("fail", "no halving")},

@@ -43,10 +43,10 @@ init = os.path.join(os.getcwd(), "init.pt")
 torch.manual_seed(0)
 device = "cuda"
 gen = torch.Generator().manual_seed(1)
-n = args.steps * 16
-dataset = TensorDataset(torch.randn(n, 32, generator=gen), torch.randint(0, 4, (n,), generator=gen))
-loader = DataLoader(dataset, batch_size=16, shuffle=False)
-model = nn.Sequential(nn.Linear(32, 128), nn.ReLU(), nn.Linear(128, 4)).to(device)
+n = args.steps * 256
+dataset = TensorDataset(torch.randn(n, 16, generator=gen), torch.randint(0, 4, (n,), generator=gen))
+loader = DataLoader(dataset, batch_size=256, shuffle=False)
+model = nn.Sequential(nn.Linear(16, 16384), nn.ReLU(), nn.Linear(16384, 4)).to(device)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 criterion = nn.CrossEntropyLoss()
 

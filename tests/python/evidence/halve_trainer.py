@@ -16,16 +16,17 @@ parser.add_argument("--steps", type=int, default=8)
 parser.add_argument("--drop", action="store_true", help="after the OOM, go on with the next batch")
 args = parser.parse_args()
 
+BATCH = 1024  # 16 MiB of activations: a step asks the allocator for new memory
 torch.manual_seed(0)
 device = "cuda"
 gen = torch.Generator().manual_seed(1)
-n = (args.steps + 2) * 32
-dataset = TensorDataset(torch.randn(n, 64, generator=gen), torch.randint(0, 10, (n,), generator=gen))
-loader = DataLoader(dataset, batch_size=32)
-model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10)).to(device)
+n = (args.steps + 2) * BATCH
+dataset = TensorDataset(torch.randn(n, 16, generator=gen), torch.randint(0, 10, (n,), generator=gen))
+loader = DataLoader(dataset, batch_size=BATCH)
+model = nn.Sequential(nn.Linear(16, 4096), nn.ReLU(), nn.Linear(4096, 10)).to(device)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
 criterion = nn.CrossEntropyLoss()
-micro = 32
+micro = BATCH
 step = 0
 batches = iter(loader)
 x, y = next(batches)

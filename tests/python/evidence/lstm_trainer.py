@@ -1,6 +1,7 @@
-"""A sequence classifier on nn.LSTM without batch_first: its input is (time, batch, features), as PyTorch's
-RNN examples write it. On an out-of-memory error it halves the batch along dimension 1 and redoes the
-failed batch in pieces. --no-halve is the bug: it retries at the same batch size.
+"""A word-level language model in the style of PyTorch's word_language_model example: the data is batchified
+into (sequence, batch) columns, and nn.LSTM runs without batch_first, so the batch is dimension 1. On an
+out-of-memory error it halves the batch and redoes the failed one as pieces along dimension 1. --no-halve is
+the bug: it retries at the same batch size.
 
     python lstm_trainer.py [--no-halve] [--steps 8]
 """
@@ -16,38 +17,41 @@ args = parser.parse_args()
 
 torch.manual_seed(0)
 device = "cuda"
-SEQ, BATCH, FEATURES = 12, 32, 16
+VOCAB, BPTT, BATCH = 8192, 16, 32  # the decoder's (16, 32, 8192) logits: 16 MiB a step
 
 
-class Classifier(nn.Module):
+class RNNModel(nn.Module):
     def __init__(self):
         super().__init__()
-        self.lstm = nn.LSTM(FEATURES, 64, num_layers=2)  # batch_first=False: (seq, batch, feature)
-        self.head = nn.Linear(64, 5)
+        self.encoder = nn.Embedding(VOCAB, 64)
+        self.rnn = nn.LSTM(64, 64, num_layers=2)  # batch_first=False: (seq, batch, feature)
+        self.decoder = nn.Linear(64, VOCAB)
 
-    def forward(self, x):
-        out, _ = self.lstm(x)
-        return self.head(out[-1])
-
-
-def batch(index):
-    g = torch.Generator().manual_seed(1000 + index)
-    return torch.randn(SEQ, BATCH, FEATURES, generator=g), torch.randint(0, 5, (BATCH,), generator=g)
+    def forward(self, tokens):
+        output, _ = self.rnn(self.encoder(tokens))
+        return self.decoder(output)
 
 
-model = Classifier().to(device)
+def batchify(data, batch):
+    columns = data.size(0) // batch
+    return data[:columns * batch].view(batch, -1).t().contiguous()  # (sequence, batch)
+
+
+corpus = torch.randint(0, VOCAB, ((args.steps + 1) * BPTT * BATCH + 1,), generator=torch.Generator().manual_seed(1))
+train_data = batchify(corpus, BATCH).to(device)
+model = RNNModel().to(device)
 optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
 criterion = nn.CrossEntropyLoss()
 micro = BATCH
 step = 0
 while step < args.steps:
-    x, y = batch(step)
-    x, y = x.to(device), y.to(device)
+    i = step * BPTT
+    data, targets = train_data[i:i + BPTT], train_data[i + 1:i + 1 + BPTT]
     try:
         optimizer.zero_grad(set_to_none=True)
         total = 0.0
-        for xs, ys in zip(x.split(micro, dim=1), y.split(micro)):
-            loss = criterion(model(xs), ys) * (ys.shape[0] / BATCH)
+        for d, t in zip(data.split(micro, dim=1), targets.split(micro, dim=1)):
+            loss = criterion(model(d).view(-1, VOCAB), t.reshape(-1)) * (d.size(1) / BATCH)
             loss.backward()
             total += loss.item()
         optimizer.step()

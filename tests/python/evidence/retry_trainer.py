@@ -15,12 +15,13 @@ parser.add_argument("--steps", type=int, default=8)
 parser.add_argument("--skip", action="store_true", help="drop the batch that ran out of memory")
 args = parser.parse_args()
 
+BATCH = 1024  # 16 MiB of activations: a step asks the allocator for new memory
 torch.manual_seed(0)
 device = "cuda"
 gen = torch.Generator().manual_seed(1)
-dataset = TensorDataset(torch.randn(args.steps * 32, 64, generator=gen), torch.randint(0, 10, (args.steps * 32,), generator=gen))
-loader = DataLoader(dataset, batch_size=32, shuffle=True, generator=torch.Generator().manual_seed(2))
-model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10)).to(device)
+dataset = TensorDataset(torch.randn(args.steps * BATCH, 16, generator=gen), torch.randint(0, 10, (args.steps * BATCH,), generator=gen))
+loader = DataLoader(dataset, batch_size=BATCH, shuffle=True, generator=torch.Generator().manual_seed(2))
+model = nn.Sequential(nn.Linear(16, 4096), nn.ReLU(), nn.Linear(4096, 10)).to(device)
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
 criterion = nn.CrossEntropyLoss()
 
