@@ -576,7 +576,10 @@ std::optional<Verdict> resume_by_content(const Trace& trace, size_t i, const std
   lost_total += lost;
   if (resumed.empty())
     resumed = who + " resumed from " + loaded->path + " (the state saved at step " + std::to_string(newest.step) +
-              (loaded->path != newest.path ? " as " + newest.path : std::string()) + (model_state ? ", which its model held" : "") +
+              (loaded->digest != newest.digest ? ", with " + std::to_string(newest_digests.size() - 1) + " more saved beside it"
+               : loaded->path != newest.path   ? " as " + newest.path
+                                               : std::string()) +
+              (model_state ? ", which its model held" : "") +
               ") " + (by_data ? "on the batch that followed it" : "at step " + std::to_string(first.step)) + " after the OOM ended " +
               attempt_name(a.index);
   return std::nullopt;
