@@ -506,7 +506,10 @@ std::optional<Verdict> resume_by_content(const Trace& trace, size_t i, const std
                                             state_text(newest) + " saved before the OOM", ev);
   }
   ev.push_back({next.index, loaded->t, "loaded " + loaded->path + ", the state saved as " + newest.path + " at step " + std::to_string(newest.step)});
-  // The model's state at its first training forward.
+  // The model's state at its first training forward. Tensors no loaded object names (`unseen`: weights
+  // loaded by other means, safetensors beside an optimizer.pt) are not judged; when none is named at all,
+  // there is nothing to compare.
+  if (model_state && model_state->integer("unseen", 0) >= model_state->integer("tensors", 0)) model_state = nullptr;
   if (model_state) {
     int64_t tensors = model_state->integer("tensors", 0);
     int64_t unmatched = model_state->integer("unmatched", 0);

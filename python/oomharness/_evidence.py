@@ -37,8 +37,9 @@ that the object holds. The object loaded back from any copy of the bytes has the
 Beside it, at the first training forward of each model after one or more loads, the probe compares the
 model's state_dict with the tensors of the objects loaded (`model_state`): each of the model's tensors is
 looked up by its dtype, shape and sampled values among the loaded tensors, and the event says, for each set
-of loaded objects that hold the same tensors, how many of the model's tensors they hold (`from`), and how
-many no loaded object holds (`unmatched`). A resume that loaded the file but did not put it into the model,
+of loaded objects that hold the same tensors, how many of the model's tensors they hold (`from`), how many no
+loaded object holds though one has a tensor of that name (`unmatched`), and how many no loaded object names
+(`unseen`: loaded by other means, such as safetensors). A resume that loaded the file but did not put it into the model,
 or put an older or pretrained state into it, shows there. Not seen: checkpoints written by other means
 than torch.save (safetensors, numpy), and a state saved in another dtype than the model's.
 """
@@ -277,39 +278,48 @@ def walk_state(torch, obj, path="", out=None, depth=0):
 
 
 def state_digest(torch, obj):
-    """(digest, {tensor fingerprint}, tensors): Note [A checkpoint is its content]."""
+    """(digest, {tensor fingerprint}, tensors, {tensor key path}): Note [A checkpoint is its content]."""
     h = _text_hash(type(obj).__name__)
     fingerprints = set()
+    paths = set()
     tensors = 0
     for path, leaf in walk_state(torch, obj):
         if isinstance(leaf, torch.Tensor):
             f = tensor_hash(torch, leaf)
             fingerprints.add(f)
+            paths.add(path)
             tensors += 1
         else:
             f = _text_hash(repr(leaf))
         h = _mix(h ^ _mix(_text_hash(path) ^ f))
-    return h, fingerprints, tensors
+    return h, fingerprints, tensors, paths
 
 
 def model_state(torch, module, loaded):
     """The `model_state` fields: which loaded objects hold the model's tensors. `loaded`: [(digest,
-    fingerprints)] in load order."""
+    fingerprints, key paths)] in load order. A tensor that no loaded object holds counts as `unmatched`
+    when a loaded object has a tensor under its name (`.../encoder.weight`: the state was there, with other
+    values), else as `unseen` (its state came by other means than torch.load: safetensors, as Hugging Face's
+    Trainer loads model weights beside an optimizer.pt)."""
     groups = {}
-    unmatched = 0
+    unmatched = unseen = 0
     count = 0
-    for t in module.state_dict().values():
+    for name, t in module.state_dict().items():
         if not isinstance(t, torch.Tensor):
             continue
         count += 1
         f = tensor_hash(torch, t)
-        holders = sorted(set(hex64(d) for d, prints in loaded if f in prints))
+        holders = sorted(set(hex64(entry[0]) for entry in loaded if f in entry[1]))
         if not holders:
-            unmatched += 1
+            ends = ("/" + name, "." + name)
+            if any(p.endswith(ends) for entry in loaded for p in entry[2]):
+                unmatched += 1
+            else:
+                unseen += 1
             continue
         key = ",".join(holders)
         groups[key] = groups.get(key, 0) + 1
-    return {"tensors": count, "unmatched": unmatched,
+    return {"tensors": count, "unmatched": unmatched, "unseen": unseen,
             "from": [{"digests": k.split(","), "tensors": n} for k, n in sorted(groups.items())]}
 
 

@@ -256,7 +256,7 @@ class _Probe:
         self.last_shape = weakref.WeakKeyDictionary()   # model -> shape of its last training input
         self.changed = weakref.WeakKeyDictionary()      # model -> the dimension seen changing
         self.rnn = weakref.WeakKeyDictionary()          # model -> holds a sequence-first recurrent module
-        self.loaded = []                     # (digest, tensor fingerprints) of each torch.load, in order
+        self.loaded = []                     # (digest, tensor fingerprints, key paths) of each torch.load, in order
         self.state_checked = weakref.WeakSet()  # models compared with the loaded state since the last load
         self.quiet_content = None            # what a torch.save/load inside quiet() saw, for the caller's report
 
@@ -988,7 +988,7 @@ def _make_load(original):
         content = _safely(p.digest_of, obj)
         if content is not None:
             fields.update(digest=_evidence.hex64(content[0]), tensors=content[2])
-            p.loaded.append((content[0], content[1]))
+            p.loaded.append((content[0], content[1], content[3]))
             p.state_checked = weakref.WeakSet()
         if p.quiet:
             p.quiet_content = fields

@@ -233,6 +233,19 @@ TEST(EvidenceResume, AStateLoadedButNotUsedFails) {
   EXPECT_VERDICT(check("checkpoint_resume", b.build()), fail, "4 of its model's 4 tensors at its first step match no loaded checkpoint");
 }
 
+TEST(EvidenceResume, WeightsLoadedByOtherMeansAreNotJudged) {
+  // Hugging Face's Trainer: the weights from model.safetensors, optimizer.pt through torch.load.
+  TraceBuilder b = died_after_atomic_saves();
+  b.attempt().event("probe", "checkpoint_load", {{"path", "ckpt/last.pt"}, {"step", 6}, {"digest", "c6"}});
+  nlohmann::json state = model_state({});
+  state["tensors"] = 4;
+  state["unseen"] = 4;
+  b.event("probe", "model_state", state);
+  for (int k = 6; k < 10; ++k) step(b, k + 1, 16, data(16, batch(k)));
+  b.exit(0);
+  EXPECT_VERDICT(check("checkpoint_resume", b.build()), pass, "(the state saved at step 6 as ckpt/last.pt.tmp) on the batch");
+}
+
 TEST(EvidenceResume, APretrainedInitPutOverTheCheckpointFails) {
   TraceBuilder b = died_after_atomic_saves(true);
   b.attempt().event("probe", "checkpoint_load", {{"path", "ckpt/last.pt"}, {"step", 6}, {"digest", "c6"}});

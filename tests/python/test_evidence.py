@@ -51,7 +51,7 @@ class CheckpointDigest(unittest.TestCase):
         model(torch.randn(2, 8)).sum().backward()
         opt.step()
         state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": 6}
-        saved, prints, tensors = E.state_digest(torch, state)
+        saved, prints, tensors, _ = E.state_digest(torch, state)
         self.assertGreaterEqual(tensors, 4)
         with tempfile.TemporaryDirectory() as tmp:
             tmp_path = os.path.join(tmp, "last.pt.tmp")
@@ -72,12 +72,19 @@ class CheckpointDigest(unittest.TestCase):
         with torch.no_grad():
             model.weight.add_(1.0)
         trained = E.state_digest(torch, {"model": model.state_dict()})
-        loaded = [(init[0], init[1]), (trained[0], trained[1])]
+        loaded = [init[:2] + (init[3],), trained[:2] + (trained[3],)]
         got = E.model_state(torch, model, loaded)
         self.assertEqual(got["unmatched"], 0)
         self.assertIn(E.hex64(trained[0]), got["from"][0]["digests"])
         fresh = torch.nn.Linear(8, 4)
-        self.assertEqual(E.model_state(torch, fresh, loaded)["unmatched"], 2)
+        self.assertEqual(E.model_state(torch, fresh, loaded)["unmatched"], 2, "loaded under its names, other values")
+        # Weights that came by other means (safetensors) beside an optimizer.pt: not judged.
+        opt = torch.optim.Adam(fresh.parameters())
+        fresh(torch.randn(2, 8)).sum().backward()
+        opt.step()
+        optimizer_only = E.state_digest(torch, opt.state_dict())
+        got = E.model_state(torch, fresh, [optimizer_only[:2] + (optimizer_only[3],)])
+        self.assertEqual((got["unmatched"], got["unseen"]), (0, 2))
 
 
 if __name__ == "__main__":
