@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <set>
 #include <re2/re2.h>
 
 #include "checks.h"
@@ -129,6 +130,26 @@ Verdict nothing_completed(const Trace& trace, const std::vector<OomPoint>& ooms,
   return verdict(VerdictStatus::inconclusive, s, ev);
 }
 
+// Note [The batch dimension from evidence]
+// The probe reads the batch from the dimension its evidence names (Note [Which dimension is the batch] in
+// python/oomharness/_evidence.py). Where it could only guess (dimension 0), the shapes of the failed
+// step's input and of the next step's say more: when they differ in exactly one dimension, that one is
+// the batch, and both batch sizes are read from it (a sequence-first model that halves: (128, 32) then
+// (128, 16)).
+std::pair<int64_t, int64_t> batches_from_shapes(const OomPoint& o, const StepPoint& next) {
+  const auto& a = o.data.shape;
+  const auto& b = next.data.shape;
+  if (o.data.from != "guess" || a.empty() || a.size() != b.size()) return {o.batch, next.batch};
+  int changed = -1;
+  for (size_t d = 0; d < a.size(); ++d)
+    if (a[d] != b[d]) {
+      if (changed >= 0) return {o.batch, next.batch};
+      changed = static_cast<int>(d);
+    }
+  if (changed < 0 || changed == o.data.dim) return {o.batch, next.batch};
+  return {a[static_cast<size_t>(changed)], b[static_cast<size_t>(changed)]};
+}
+
 }  // namespace
 
 Verdict batch_halving(const Trace& trace, const nlohmann::json& args) {
@@ -139,14 +160,22 @@ Verdict batch_halving(const Trace& trace, const nlohmann::json& args) {
   auto ooms = view::ooms_of(trace);
   std::vector<Evidence> ev;
   std::string chain;
-  for (const OomPoint& o : ooms) {
+  for (const OomPoint& seen : ooms) {
+    OomPoint o = seen;
     ev.push_back({o.attempt, o.t, oom_text(o)});
     if (o.batch <= 0)
       return verdict(VerdictStatus::inconclusive, "the OOM at " + view::step_text(o.step) +
                                                       " has no batch size: report batch_size with the probe's step() or an `observe:` regex",
                      ev);
-    const StepPoint* next = next_step(trace, steps, o);
-    if (!next) return nothing_completed(trace, ooms, o, factor, floor_batch, ev);
+    const StepPoint* next_found = next_step(trace, steps, o);
+    if (!next_found) return nothing_completed(trace, ooms, o, factor, floor_batch, ev);
+    // Both batches from the dimension that changed, when the probe's was a guess.
+    auto [failed_batch, next_batch] = batches_from_shapes(o, *next_found);
+    o.batch = failed_batch;
+    StepPoint next_fixed = *next_found;
+    next_fixed.batch = next_batch;
+    const StepPoint* next = &next_fixed;
+    ev.back().what = oom_text(o);
     ev.push_back({next->attempt, next->t, step_name(*next, o) + " ran at batch " + std::to_string(next->batch)});
     if (next->batch < 0)
       return verdict(VerdictStatus::inconclusive, step_name(*next, o) + " after the " + oom_text(o) +
@@ -167,6 +196,22 @@ Verdict batch_halving(const Trace& trace, const nlohmann::json& args) {
                                               " ran at batch " + std::to_string(next->batch) + ", below the floor of " +
                                               std::to_string(floor_batch), ev);
     if (no_sample_loss) {
+      // Note [A step is its data]: where the probe fingerprinted the data, the failed batch must be trained
+      // on again, whole or in pieces that add up to it; counts of samples cannot tell it from other samples.
+      std::vector<const StepPoint*> after;
+      for (size_t i = position_of(trace, o.attempt); i < steps.size(); ++i)
+        for (const StepPoint& s : steps[i])
+          if (s.t > o.t) after.push_back(&s);
+      if (auto redone = view::redone_by(o.data, after)) {
+        if (*redone == 0)
+          return verdict(VerdictStatus::fail, oom_text(o) + " " + oom_outcome(o) + " and the batch went down to " +
+                                                  std::to_string(next->batch) + ", but the failed batch (" + o.data.text() +
+                                                  ") was never trained on again: the steps after the OOM trained on other samples, so " +
+                                                  std::to_string(o.data.samples) + " samples were dropped", ev);
+        if (chain.empty()) chain = std::to_string(o.batch);
+        chain += " -> " + std::to_string(next->batch);
+        continue;
+      }
       bool redone = false;
       for (size_t i = position_of(trace, o.attempt); i < steps.size() && !redone; ++i)
         for (const StepPoint& s : steps[i]) redone = redone || (s.t > o.t && s.step == o.step);
@@ -261,6 +306,7 @@ Verdict empty_cache_retry(const Trace& trace, const nlohmann::json& args) {
   std::vector<Evidence> ev;
   size_t checked = 0, already_empty = 0;
   int64_t freed_total = 0;
+  bool any_data = false;  // some retried step was matched by its data, not only by its number
   for (const Attempt& a : trace.attempts) {
     auto steps = view::steps_of(a);
     auto ooms = view::ooms_of(a);
@@ -323,8 +369,24 @@ Verdict empty_cache_retry(const Trace& trace, const nlohmann::json& args) {
       }
       const OomPoint& last = ooms[j - 1];
       const StepPoint* done = nullptr;
+      // Note [The retried step is its data]: where the probe fingerprinted the data, "the same step" is the
+      // same batch; a step number completing again proves nothing (optimizer steps are counted, so the next
+      // batch completes the failed step's number). Without data, the step number has to do.
+      std::vector<const StepPoint*> after;
       for (const StepPoint& s : steps)
-        if (s.t > last.t && s.step == last.step) { done = &s; break; }
+        if (s.t > last.t) after.push_back(&s);
+      // (With no step after it, the step never completed: the sentence below says why, as without data.)
+      if (auto redone = after.empty() ? std::nullopt : view::redone_by(last.data, after)) {
+        if (*redone == 0)
+          return verdict(VerdictStatus::fail, "after the " + oom_text(last) + " the code emptied the cache but never trained on the failed batch again: "
+                                                  "the next step that completed (step " + std::to_string(after.front()->step) + ") trained on " +
+                                                  after.front()->data.text() + ", so " + last.data.text() + " was dropped instead of retried", ev);
+        done = after[*redone - 1];
+        any_data = true;
+      } else {
+        for (const StepPoint& s : steps)
+          if (s.t > last.t && s.step == last.step) { done = &s; break; }
+      }
       if (!done) {
         const StepPoint* next = view::step_after(steps, last.t);
         std::string then = next ? "; it went on with step " + std::to_string(next->step) + ": it skipped the step instead of retrying it"
@@ -332,7 +394,8 @@ Verdict empty_cache_retry(const Trace& trace, const nlohmann::json& args) {
         return verdict(VerdictStatus::fail, "after the " + oom_text(last) + " the code emptied the cache but step " +
                                                 std::to_string(last.step) + " never completed" + then, ev);
       }
-      ev.push_back({a.index, done->t, "step " + std::to_string(done->step) + " completed"});
+      ev.push_back({a.index, done->t, "step " + std::to_string(done->step) + " completed" +
+                                          (last.data.known() ? " on the failed batch" : "")});
       checked += static_cast<size_t>(count);
       i = j;
     }
@@ -349,7 +412,7 @@ Verdict empty_cache_retry(const Trace& trace, const nlohmann::json& args) {
     what = "an empty_cache, which freed " + bytes_text(freed_total) + " in all (the cache held no free blocks before " +
             std::to_string(already_empty) + " of them: nothing was left to free)";
   return verdict(VerdictStatus::pass, (checked == 1 ? std::string("the OOM was") : "each of the " + std::to_string(checked) + " OOMs was") +
-                                          " followed by " + what + ", and the same step then completed within " +
+                                          " followed by " + what + ", and the same step then completed" + (any_data ? " on the same data" : "") + " within " +
                                           std::to_string(max_retries) + " retries", ev);
 }
 
@@ -360,7 +423,13 @@ struct Checkpoint {
   double t = 0;
   std::string path;
   int64_t step = -1;
+  std::string digest;        // what was written (Note [A checkpoint is its content]); empty: not reported
+  int64_t completed = -1;    // the saving process's count of completed steps when it saved
 };
+
+Checkpoint checkpoint_of(const Attempt& a, const Event& e) {
+  return {a.index, e.t, e.text("path"), e.integer("step"), e.text("digest"), e.integer("completed", -1)};
+}
 
 bool same_path(const std::string& a, const std::string& b) {
   return a == b || std::filesystem::path(a).lexically_normal() == std::filesystem::path(b).lexically_normal();
@@ -440,6 +509,154 @@ Verdict checkpoint_resume(const Trace& trace, const nlohmann::json& args) {
 }
 
 namespace {
+
+// Note [A checkpoint is its content]
+// Where the probe reported digests (python/oomharness/_evidence.py), a checkpoint is what was written, not
+// where: the atomic save (torch.save to last.pt.tmp, os.replace to last.pt), a copy to best.pt, a save to an
+// in-memory stream written out by the code, a relative path saved and an absolute one loaded are all the
+// same state. The state saved last before the death is the newest save and every save of the same process
+// made with no step completed between (shards, last.pt and best.pt). The restarted attempt passes when:
+//   - among what it loaded before its first step is one of those states (a pretrained init loaded beside
+//     it is fine; an older state or only a state this job never saved is not);
+//   - its model's state at its first training forward holds that state (`model_state`: no tensor of the
+//     model matches no loaded object, and none matches only objects outside the newest state): a file
+//     loaded and then not put into the model fails, as a pretrained init put into it does;
+//   - its first step trained on the data that followed the checkpoint in the attempt that saved it (the
+//     first step, or the OOM, after the save there: Note [A step is its data]). A loop restarted at step 1
+//     trains on step 1's batch again. Where the data is not fingerprinted, the step numbers have to do;
+//     where the resumed batch matches no batch trained before (data drawn at random, unseeded), where it
+//     went on cannot be told: inconclusive.
+std::string short_digest(const std::string& d) { return d.substr(0, 8); }
+
+std::string state_text(const Checkpoint& c) {
+  return c.path + " (step " + std::to_string(c.step) + ", content " + short_digest(c.digest) + ")";
+}
+
+std::optional<Verdict> resume_by_content(const Trace& trace, size_t i, const std::vector<Checkpoint>& saves,
+                                         std::vector<Evidence>& ev, int64_t& lost_total, std::string& resumed,
+                                         std::optional<int64_t> max_lost) {
+  const Attempt& a = trace.attempts[i];
+  const Attempt& next = trace.attempts[i + 1];
+  const Checkpoint& newest = saves.back();
+  // The newest state: the newest save and those of its process with no step completed between.
+  std::set<std::string> newest_digests;
+  for (auto it = saves.rbegin(); it != saves.rend(); ++it) {
+    if (it->attempt != newest.attempt || it->completed != newest.completed || it->digest.empty()) break;
+    newest_digests.insert(it->digest);
+  }
+  auto next_steps = view::steps_of(next);
+  double first_t = next_steps.empty() ? std::numeric_limits<double>::infinity() : next_steps.front().t;
+  std::vector<Checkpoint> loads;
+  const Event* model_state = nullptr;
+  for (const Event& e : next.events) {
+    if (e.src != events::kSrcProbe) continue;
+    if (e.kind == events::kLoad && e.t <= first_t) loads.push_back(checkpoint_of(next, e));
+    if (e.kind == events::kModelState && !model_state) model_state = &e;
+  }
+  std::string who = attempt_name(next.index);
+  if (loads.empty())
+    return verdict(VerdictStatus::fail, who + " started from scratch: it loaded no checkpoint, though " + state_text(newest) +
+                                            " was saved before the OOM", ev);
+  const Checkpoint* loaded = nullptr;
+  for (const Checkpoint& l : loads)
+    if (newest_digests.count(l.digest)) { loaded = &l; break; }
+  std::string paths;
+  for (const Checkpoint& l : loads) paths += (paths.empty() ? "" : ", ") + l.path;
+  if (!loaded) {
+    ev.push_back({next.index, loads.front().t, "loaded " + paths});
+    for (const Checkpoint& l : loads)
+      for (const Checkpoint& s : saves)
+        if (!l.digest.empty() && s.digest == l.digest)
+          return verdict(VerdictStatus::fail, who + " loaded " + l.path + ", which holds the state saved at step " + std::to_string(s.step) +
+                                                  " (" + s.path + ", " + attempt_name(s.attempt) + "), not the newest state " +
+                                                  state_text(newest) + " saved before the OOM", ev);
+    return verdict(VerdictStatus::fail, who + " loaded only " + paths + ", which " + (loads.size() == 1 ? "holds" : "hold") +
+                                            " no state this job saved (a pretrained init?), not the newest checkpoint " +
+                                            state_text(newest) + " saved before the OOM", ev);
+  }
+  ev.push_back({next.index, loaded->t, "loaded " + loaded->path + ", the state saved as " + newest.path + " at step " + std::to_string(newest.step)});
+  // The model's state at its first training forward. Tensors no loaded object names (`unseen`: weights
+  // loaded by other means, safetensors beside an optimizer.pt) are not judged; when none is named at all,
+  // there is nothing to compare.
+  if (model_state && model_state->integer("unseen", 0) >= model_state->integer("tensors", 0)) model_state = nullptr;
+  if (model_state) {
+    int64_t tensors = model_state->integer("tensors", 0);
+    int64_t unmatched = model_state->integer("unmatched", 0);
+    if (unmatched > 0)
+      return verdict(VerdictStatus::fail, who + " loaded " + loaded->path + " (step " + std::to_string(newest.step) + ") but " +
+                                              std::to_string(unmatched) + " of its model's " + std::to_string(tensors) +
+                                              " tensors at its first step match no loaded checkpoint: the state was read but not put "
+                                              "into the model (load_state_dict), so training went on from the model's own weights", ev);
+    const nlohmann::json& from = model_state->fields.contains("from") ? model_state->fields["from"] : nlohmann::json::array();
+    for (const auto& group : from.is_array() ? from : nlohmann::json::array()) {
+      bool in_newest = false;
+      std::string other;
+      if (group.contains("digests") && group["digests"].is_array())
+        for (const auto& d : group["digests"])
+          if (d.is_string()) {
+            if (newest_digests.count(d.get<std::string>())) in_newest = true;
+            for (const Checkpoint& l : loads)
+              if (l.digest == d.get<std::string>() && other.find(l.path) == std::string::npos) other += (other.empty() ? "" : ", ") + l.path;
+          }
+      if (!in_newest)
+        return verdict(VerdictStatus::fail, who + " loaded " + loaded->path + " (step " + std::to_string(newest.step) + ") but " +
+                                                std::to_string(group.value("tensors", int64_t{0})) + " of its model's " + std::to_string(tensors) +
+                                                " tensors at its first step are those of " + (other.empty() ? "another checkpoint" : other) +
+                                                ", not of the newest state: the model took an older or pretrained state", ev);
+    }
+    ev.push_back({next.index, model_state->t, "the model held the loaded state at its first step"});
+  }
+  if (next_steps.empty())
+    return verdict(VerdictStatus::fail, who + " loaded " + state_text(newest) + " but completed no step: it " + view::end_text(next), ev);
+  const StepPoint& first = next_steps.front();
+  ev.push_back({next.index, first.t, "first step " + std::to_string(first.step)});
+  // The data that followed the checkpoint where it was saved: the first step (or OOM) after the save.
+  const Attempt& saver = trace.attempts[position_of(trace, newest.attempt)];
+  view::BatchData after_save;
+  int64_t after_step = -1;
+  double after_t = std::numeric_limits<double>::infinity();
+  for (const StepPoint& s : view::steps_of(saver))
+    if (s.t > newest.t) { after_save = s.data; after_step = s.step; after_t = s.t; break; }
+  for (const OomPoint& o : view::ooms_of(saver))  // an OOM before that step: the batch it was training on
+    if (o.t > newest.t) {
+      if (o.t < after_t && o.data.known()) { after_save = o.data; after_step = o.step; }
+      break;
+    }
+  bool by_data = after_save.known() && first.data.known();
+  if (by_data && !first.data.same(after_save)) {
+    for (size_t k = 0; k <= i; ++k)
+      for (const StepPoint& s : view::steps_of(trace.attempts[k]))
+        if (s.data.same(first.data))
+          return verdict(VerdictStatus::fail, who + " loaded " + state_text(newest) + " but its first step trained on the batch that " +
+                                                  attempt_name(trace.attempts[k].index) + " trained on at its step " + std::to_string(s.step) +
+                                                  ", not the one that followed the checkpoint (" + attempt_name(saver.index) + "'s " +
+                                                  view::step_text(after_step) + "): " +
+                                                  (s.step < after_step ? "its loop went back (restarted at step 1?)" : "its loop skipped ahead") +
+                                                  "; restore the step and the data position with the weights", ev);
+    return verdict(VerdictStatus::inconclusive, who + " loaded " + state_text(newest) + " but its first step trained on a batch that no earlier "
+                                                    "attempt trained on, so whether it went on after the checkpoint cannot be told (is the data order seeded?)", ev);
+  }
+  if (!by_data && first.step != newest.step + 1)
+    return verdict(VerdictStatus::fail, who + " resumed at step " + std::to_string(first.step) + ", expected step " +
+                                            std::to_string(newest.step + 1) + " (the checkpoint was saved at step " + std::to_string(newest.step) + ")", ev);
+  auto reached = view::highest_step(view::steps_of(a));
+  int64_t lost = reached ? std::max<int64_t>(0, *reached - newest.step) : 0;
+  if (max_lost && lost > *max_lost)
+    return verdict(VerdictStatus::fail, attempt_name(a.index) + " reached step " + std::to_string(reached.value_or(0)) +
+                                            " but its newest checkpoint was at step " + std::to_string(newest.step) + ": " +
+                                            std::to_string(lost) + " steps lost (limit " + std::to_string(*max_lost) + "); checkpoint more often", ev);
+  lost_total += lost;
+  if (resumed.empty())
+    resumed = who + " resumed from " + loaded->path + " (the state saved at step " + std::to_string(newest.step) +
+              (loaded->digest != newest.digest ? ", with " + std::to_string(newest_digests.size() - 1) + " more saved beside it"
+               : loaded->path != newest.path   ? " as " + newest.path
+                                               : std::string()) +
+              (model_state ? ", which its model held" : "") +
+              ") " + (by_data ? "on the batch that followed it" : "at step " + std::to_string(first.step)) + " after the OOM ended " +
+              attempt_name(a.index);
+  return std::nullopt;
+}
+
 Verdict checkpoint_resume_one(const Trace& trace, const nlohmann::json& args) {
   std::optional<int64_t> max_lost;
   if (args.contains("max_lost_steps") && args["max_lost_steps"].is_number()) max_lost = args["max_lost_steps"].get<int64_t>();
@@ -451,7 +668,7 @@ Verdict checkpoint_resume_one(const Trace& trace, const nlohmann::json& args) {
   for (size_t i = 0; i < trace.attempts.size(); ++i) {
     const Attempt& a = trace.attempts[i];
     for (const Event& e : a.events)
-      if (e.src == events::kSrcProbe && e.kind == events::kSave) saves.push_back({a.index, e.t, e.text("path"), e.integer("step")});
+      if (e.src == events::kSrcProbe && e.kind == events::kSave) saves.push_back(checkpoint_of(a, e));
     if (!a.ended_by_oom()) continue;
     any_died = true;
     auto steps = view::steps_of(a);
@@ -468,6 +685,12 @@ Verdict checkpoint_resume_one(const Trace& trace, const nlohmann::json& args) {
     const Checkpoint& newest = saves.back();
     ev.push_back({newest.attempt, newest.t, "checkpoint " + checkpoint_text(newest) + " saved"});
     const Attempt& next = trace.attempts[i + 1];
+    if (!newest.digest.empty()) {
+      // Note [A checkpoint is its content]: the probe said what was written and what was loaded.
+      std::optional<Verdict> v = resume_by_content(trace, i, saves, ev, lost_total, resumed, max_lost);
+      if (v) return *v;
+      continue;
+    }
     const Event* load = nullptr;
     for (const Event& e : next.events)
       if (e.src == events::kSrcProbe && e.kind == events::kLoad) { load = &e; break; }

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cctype>
 #include <cstdlib>
+#include <set>
 
 #include "oomharness/events.h"
 #include "oomharness/units.h"
@@ -43,6 +44,73 @@ void set_known(StepPoint& p, const std::string& key, double value) {
   else p.metrics[key] = value;
 }
 
+}  // namespace
+
+BatchData batch_data(const Event& e) {
+  BatchData d;
+  if (!e.has("data") || !e.fields["data"].is_object()) return d;
+  const nlohmann::json& j = e.fields["data"];
+  if (j.contains("samples") && j["samples"].is_number_integer()) d.samples = j["samples"].get<int64_t>();
+  if (j.contains("digest") && j["digest"].is_string()) {
+    const std::string hex = j["digest"].get<std::string>();
+    char* end = nullptr;
+    d.digest = std::strtoull(hex.c_str(), &end, 16);
+    if (hex.empty() || end != hex.c_str() + hex.size()) d.samples = -1;  // unreadable: no evidence
+  } else {
+    d.samples = -1;
+  }
+  d.per_sample = j.value("per_sample", false);
+  if (j.contains("shape") && j["shape"].is_array())
+    for (const auto& v : j["shape"])
+      if (v.is_number_integer()) d.shape.push_back(v.get<int64_t>());
+  if (j.contains("dim") && j["dim"].is_number_integer()) d.dim = j["dim"].get<int>();
+  if (j.contains("from") && j["from"].is_string()) d.from = j["from"].get<std::string>();
+  if (j.contains("loader") && j["loader"].is_string()) d.loader = j["loader"].get<std::string>();
+  if (j.contains("parts") && j["parts"].is_array())
+    for (const auto& v : j["parts"])
+      if (v.is_string()) d.parts.push_back(std::strtoull(v.get<std::string>().c_str(), nullptr, 16));
+  return d;
+}
+
+std::string BatchData::text() const {
+  if (!loader.empty()) return "the batch of samples " + loader;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(digest));
+  return "a batch of " + std::to_string(samples) + " samples (fingerprint " + std::string(hex, 8) + ")";
+}
+
+std::optional<size_t> redone_by(const BatchData& failed, const std::vector<const StepPoint*>& after) {
+  if (!failed.known()) return std::nullopt;
+  int64_t samples = 0;
+  uint64_t sum = 0;
+  for (size_t k = 0; k < after.size(); ++k) {
+    const BatchData& d = after[k]->data;
+    if (!d.known()) return std::nullopt;
+    if (k == 0 && d.same(failed)) return 1;
+    if (k == 0 && !d.parts.empty()) {
+      // Each failed forward among the step's forwards, or (per-sample digests) among the sums of runs of
+      // them: a piece that failed and was redone as smaller pieces within the step.
+      std::set<uint64_t> have(d.parts.begin(), d.parts.end());
+      if (failed.per_sample && d.per_sample)
+        for (size_t from = 0; from < d.parts.size(); ++from) {
+          uint64_t run = d.parts[from];
+          for (size_t to = from + 1; to < d.parts.size(); ++to) have.insert(run += d.parts[to]);
+        }
+      std::vector<uint64_t> want = failed.parts.empty() ? std::vector<uint64_t>{failed.digest} : failed.parts;
+      bool all = true;
+      for (uint64_t w : want) all = all && have.count(w) > 0;
+      if (all) return 1;
+    }
+    if (!failed.per_sample || !d.per_sample) return 0;
+    samples += d.samples;
+    sum += d.digest;  // modulo 2^64, as the probe adds
+    if (samples >= failed.samples) return samples == failed.samples && sum == failed.digest ? std::optional<size_t>(k + 1) : 0;
+  }
+  return 0;
+}
+
+namespace {
+
 std::vector<StepPoint> probe_steps(const Attempt& a) {
   std::vector<StepPoint> out;
   for (const Event& e : a.events) {
@@ -54,6 +122,7 @@ std::vector<StepPoint> probe_steps(const Attempt& a) {
     p.batch = e.integer("batch_size", -1);
     p.allocated = e.integer("allocated", -1);
     p.reserved = e.integer("reserved", -1);
+    p.data = batch_data(e);
     for (auto it = e.fields.begin(); it != e.fields.end(); ++it) {
       if (!it->is_number()) continue;
       const std::string& k = it.key();
@@ -176,6 +245,7 @@ std::vector<OomPoint> ooms_of(const Attempt& attempt) {
     if (o.batch <= 0) o.batch = before ? before->batch : -1;
     o.phase = e.text("phase");
     if (o.phase == "none") o.phase.clear();
+    o.data = batch_data(e);
     out.push_back(std::move(o));
   }
   bool died = attempt.ended_by_oom();

@@ -31,6 +31,26 @@
 
 namespace oomh::view {
 
+// Note [A step is its data] (python/oomharness/_evidence.py): what the training forwards of a step (or, at
+// an OOM, those since the last step) trained on, as the probe fingerprinted it: the samples, a digest that
+// is the sum of one hash per sample (so that pieces add up to the whole) or, on a GPU, of the batch as a
+// whole, and the first input's shape with its batch dimension and how that was found.
+struct BatchData {
+  int64_t samples = -1;          // -1: not reported
+  uint64_t digest = 0;
+  bool per_sample = false;       // the digests of a batch's pieces add up to the batch's
+  std::vector<int64_t> shape;    // the first input's shape
+  int dim = -1;                  // its batch dimension
+  std::string from;              // how the dimension was found: loader, rnn, change, guess
+  std::string loader;            // the DataLoader's indices: "160-191"
+  std::vector<uint64_t> parts;   // each training forward's digest, when there were several (accumulation)
+  bool known() const { return samples > 0; }
+  bool same(const BatchData& o) const { return known() && o.known() && samples == o.samples && digest == o.digest; }
+  // "the batch of samples 160-191" / "a batch of 32 samples (fingerprint 1a2b3c4d)"
+  std::string text() const;
+};
+BatchData batch_data(const Event& e);  // the event's `data` field
+
 struct StepPoint {
   int attempt = 0;
   double t = 0;
@@ -39,6 +59,7 @@ struct StepPoint {
   int64_t allocated = -1;    // bytes, -1: not reported
   int64_t reserved = -1;
   std::map<std::string, double> metrics;  // "loss" and any other numeric value reported with the step
+  BatchData data;            // what it trained on (probe steps only)
 };
 
 struct OomPoint {
@@ -49,7 +70,16 @@ struct OomPoint {
   bool caught = false;       // the code caught it and went on
   bool from_probe = false;   // a probe `oom` event (else deduced from the attempt's end or output)
   std::string phase;         // empty: unknown
+  BatchData data;            // what the failed step was training on (probe OOMs only)
 };
+
+// Whether the steps `after` (in order, each completed after an OOM) trained on `failed` again: the first
+// one's data equals it or holds each of its forwards, alone or as the sum of a run of the step's forwards (a
+// step of several forwards redone whole, a piece that failed redone in smaller pieces), or, with per-sample digests, the data of the first k steps add up to it (a batch
+// redone in pieces). The number of steps that did; 0 when they did not (the samples reached the failed
+// count without adding up, or the steps ran out first); nullopt when the data cannot tell (the OOM or a
+// step has no data).
+std::optional<size_t> redone_by(const BatchData& failed, const std::vector<const StepPoint*>& after);
 
 // The steps an attempt completed, in time order.
 std::vector<StepPoint> steps_of(const Attempt& attempt);

@@ -7,10 +7,14 @@ job to import torch and calls install() (docs/probe.md). From then on the probe
     block, so that `when: {step: N}` faults fire during the Nth step (Note [Step convention]);
   - writes the training phase into the control block (forward, backward, optimizer, eval, checkpoint, data)
     for phase-triggered faults;
-  - takes the batch size from the leading dimension of the first tensor given to the top-level module;
+  - takes the batch size from the batch dimension of the first tensor given to the top-level module, found
+    from evidence (Note [Which dimension is the batch] in _evidence.py), and reports with each step and OOM
+    what data it trained on (Note [A step is its data]);
   - reports every out-of-memory error the code saw (the caching allocator's OOM observer, and OOM exceptions
     passing the places the probe wraps), and whether the code caught it (Note [Caught or not]);
-  - records torch.cuda.empty_cache(), torch.save and torch.load, and memory at each step;
+  - records torch.cuda.empty_cache(), torch.save and torch.load (with a digest of what was saved or
+    loaded, and whether the model's state then equals it: Note [A checkpoint is its content]), and memory
+    at each step;
   - with OOMH_SNAPSHOT=<dir>, records PyTorch's memory history (with Python stacks), reads the largest blocks
     and their lines from it at each OOM, and dumps a memory snapshot at the first OOM;
   - writes what held the memory (`memory_breakdown`) at each OOM the code saw (with memory_summary()), at
@@ -39,6 +43,7 @@ import time
 import weakref
 
 from oomharness import _breakdown
+from oomharness import _evidence
 
 from oomharness._control import ControlBlock, PHASES, UNKNOWN_STEP
 from oomharness._events import EventLog
@@ -100,6 +105,7 @@ _probe = None
 GROWTH = 1 << 20              # Note [The growth breakdown]
 MAX_GROWTH_BREAKDOWNS = 64
 MAX_AFTER_LOOP = 16           # Note [After the loop]
+MAX_PARTS = 64                # forwards of one step whose digests a step event lists (Note [A step is its data])
 
 
 def _oom_types(torch):
@@ -264,6 +270,23 @@ class _Probe:
         self.after_loop_written = 0          # Note [After the loop]
         self.trained_since_look = False      # a training step completed since the last after-loop look
         self.rank = _rank_from_env()         # a distributed rank: every event carries it (Note [Ranks seen in events])
+        # Note [A step is its data] (_evidence.py): the data of the training forwards since the last step
+        self.data_samples = 0
+        self.data_digest = 0
+        self.data_per_sample = True
+        self.data_parts = []                 # the digest of each training forward (gradient accumulation)
+        self.data_shape = None               # the first input's shape, its batch dimension and how it was found
+        self.data_dim = None
+        self.data_from = None
+        self.loader_indices = None           # the DataLoader batch handed out last (Note [The DataLoader's indices])
+        self.loader_fresh = False            # ... and not used by a training forward yet
+        self.data_loader = ""                # indices text of the batches trained on since the last step
+        self.last_shape = weakref.WeakKeyDictionary()   # model -> shape of its last training input
+        self.changed = weakref.WeakKeyDictionary()      # model -> the dimension seen changing
+        self.rnn = weakref.WeakKeyDictionary()          # model -> holds a sequence-first recurrent module
+        self.loaded = []                     # (digest, tensor fingerprints, key paths) of each torch.load, in order
+        self.state_checked = weakref.WeakSet()  # models compared with the loaded state since the last load
+        self.quiet_content = None            # what a torch.save/load inside quiet() saw, for the caller's report
 
     # ---- output --------------------------------------------------------------------------------------
     def emit(self, kind, **fields):
@@ -430,6 +453,9 @@ class _Probe:
         self.loss_parts = []
         if loss is not None:
             fields["loss"] = float(loss)
+        data = self.take_data()
+        if data is not None:
+            fields["data"] = data
         if self.grads_cleared is not None:
             fields["grads_cleared"] = self.grads_cleared
             if not self.grads_cleared:
@@ -519,12 +545,17 @@ class _Probe:
         if module is not self.top:  # a WeakSet look-up costs a weak reference: only when the model changes
             self.models.add(module)
         self.top = module
-        bs = _leading_dim(args, kwargs)
+        training = module.training and self.torch.is_grad_enabled()
+        bs = _safely(self.batch_of, module, args, kwargs, training)
+        if bs is None:
+            bs = _leading_dim(args, kwargs)
         if bs is not None:
             self.current_batch = bs
             if self.cb is not None:
                 self.cb.batch_size = bs
-        if module.training and self.torch.is_grad_enabled():
+        if training:
+            if self.loaded and module not in self.state_checked:
+                _safely(self.check_state, module)
             if bs is not None:
                 self.batch_size = bs
                 if not self.manual_samples:
@@ -539,6 +570,88 @@ class _Probe:
                           training=bool(module.training), batch_size=self.current_batch, site=site)
                 _safely(self.after_loop, args, kwargs, site)
             self.set_phase("eval")
+
+    # ---- what a step trained on (Note [A step is its data] in _evidence.py) -------------------------------
+    def batch_of(self, module, args, kwargs, training):
+        """The batch size of a top-level forward, from its batch dimension; for a training forward, its data
+        is added to the step's."""
+        torch = self.torch
+        t, tensors = _evidence.first_tensor(torch, args, kwargs)
+        if t is None or t.dim() == 0:
+            return None
+        shape = tuple(t.shape)
+        rnn = self.rnn.get(module)
+        if rnn is None:
+            rnn = _evidence.has_sequence_first_rnn(torch, module)
+            _safely(self.rnn.__setitem__, module, rnn)
+        if training:
+            changed = _evidence.changed_dim(self.last_shape.get(module), shape)
+            if changed is not None and module not in self.changed:
+                _safely(self.changed.__setitem__, module, changed)
+            _safely(self.last_shape.__setitem__, module, shape)
+        loader = len(self.loader_indices) if self.loader_fresh and self.loader_indices else None
+        dim, how = _evidence.batch_dim(t, loader, rnn, self.changed.get(module))
+        count = int(shape[dim])
+        if not training:
+            return count
+        with _evidence.off_books(self.device):
+            samples, digest, per_sample = 0, 0, True
+            for u in tensors:
+                if u.dim() <= dim or int(u.shape[dim]) != count:
+                    continue
+                got = _evidence.batch_hash(torch, u, dim)
+                if got is None:
+                    continue
+                if not samples:
+                    samples = got[0]
+                digest = (digest + got[1]) & _evidence.MASK
+                per_sample = per_sample and got[2]
+        self.data_samples += samples
+        self.data_parts.append(digest)
+        self.data_digest = (self.data_digest + digest) & _evidence.MASK
+        self.data_per_sample = self.data_per_sample and per_sample
+        if self.data_shape is None:
+            self.data_shape, self.data_dim, self.data_from = list(shape), dim, how
+        if self.loader_fresh and self.loader_indices:
+            text = _evidence.indices_text(self.loader_indices)
+            if text:
+                self.data_loader = text if not self.data_loader else self.data_loader + "; " + text
+        self.loader_fresh = False
+        return count
+
+    def take_data(self):
+        """The `data` field of a step or OOM event (None when no training forward was fingerprinted), and
+        the count starts again."""
+        data = None
+        if self.data_shape is not None:
+            data = {"samples": self.data_samples, "digest": _evidence.hex64(self.data_digest),
+                    "per_sample": self.data_per_sample, "shape": self.data_shape, "dim": self.data_dim,
+                    "from": self.data_from}
+            if self.data_loader:
+                data["loader"] = self.data_loader
+            if 1 < len(self.data_parts) <= MAX_PARTS:
+                data["parts"] = [_evidence.hex64(d) for d in self.data_parts]
+        self.data_samples, self.data_digest, self.data_per_sample, self.data_parts = 0, 0, True, []
+        self.data_shape = self.data_dim = self.data_from = None
+        self.data_loader = ""
+        return data
+
+    def loader_batch(self, indices):
+        """The DataLoader handed out a batch (Note [The DataLoader's indices])."""
+        self.loader_indices = list(indices) if indices is not None else None
+        self.loader_fresh = self.loader_indices is not None
+
+    # ---- what a checkpoint holds (Note [A checkpoint is its content] in _evidence.py) --------------------
+    def digest_of(self, obj):
+        with _evidence.off_books(self.device):
+            return _evidence.state_digest(self.torch, obj)
+
+    def check_state(self, module):
+        """The first training forward of `module` after a load: does its state equal what was loaded?"""
+        self.state_checked.add(module)
+        with _evidence.off_books(self.device):
+            fields = _evidence.model_state(self.torch, module, self.loaded)
+        self.emit("model_state", step=self.current_step(), model=type(module).__name__, **fields)
 
     def forward_post(self, module, args, *rest):
         if self.depth > 0:
@@ -573,6 +686,9 @@ class _Probe:
             fields["size"] = int(size)
         if caught is not None:
             fields["caught"] = bool(caught)
+        data = self.take_data()
+        if data is not None:
+            fields["data"] = data
         self.emit("oom", **fields)
         bd = _safely(self.breakdown, oom=True)
         if bd is not None:
@@ -745,19 +861,25 @@ def uncaught(exc):
 
 
 def checkpoint_saved(path, step):
+    """A checkpoint of step `step` was written to `path`. Inside quiet(), what the last torch.save wrote is
+    reported with it (its digest: Note [A checkpoint is its content])."""
     p = _get()
     if p.active:
-        _safely(p.emit, "checkpoint_save", path=os.fsdecode(os.fspath(path)), step=int(step))
+        fields, p.quiet_content = p.quiet_content or {"completed": p.completed}, None
+        _safely(p.emit, "checkpoint_save", path=os.fsdecode(os.fspath(path)), step=int(step), **fields)
 
 
-def checkpoint_loaded(path, step):
+def checkpoint_loaded(path, step, **fields):
     """A checkpoint of step `step` (completed steps) was loaded: step counting goes on from there."""
     p = _get()
     if p.active:
+        if not fields and p.quiet_content:
+            fields = p.quiet_content
+        p.quiet_content = None
         p.completed = int(step)
         if p.started and p.cb is not None:
             _safely(setattr, p.cb, "step", int(step) + 1)
-        _safely(p.emit, "checkpoint_load", path=os.fsdecode(os.fspath(path)), step=int(step))
+        _safely(p.emit, "checkpoint_load", path=os.fsdecode(os.fspath(path)), step=int(step), **fields)
 
 
 def memory(allocated=None, reserved=None):
@@ -873,9 +995,15 @@ def _make_save(original):
     def save(obj, f, *args, **kwargs):
         p = _probe
         result = _in_checkpoint_phase(p, original, obj, f, *args, **kwargs)
-        if not p.quiet:
+        content = _safely(p.digest_of, obj)
+        fields = {"completed": p.completed}
+        if content is not None:
+            fields.update(digest=_evidence.hex64(content[0]), tensors=content[2])
+        if p.quiet:  # the caller reports it (checkpoint_saved), with what was written
+            p.quiet_content = fields
+        else:
             s = _checkpoint_step(obj)
-            _safely(p.emit, "checkpoint_save", path=_path_of(f), step=p.completed if s is None else s)
+            _safely(p.emit, "checkpoint_save", path=_path_of(f), step=p.completed if s is None else s, **fields)
         return result
     return save
 
@@ -884,12 +1012,20 @@ def _make_load(original):
     def load(f, *args, **kwargs):
         p = _probe
         obj = _in_checkpoint_phase(p, original, f, *args, **kwargs)
-        if not p.quiet:
+        fields = {}
+        content = _safely(p.digest_of, obj)
+        if content is not None:
+            fields.update(digest=_evidence.hex64(content[0]), tensors=content[2])
+            p.loaded.append((content[0], content[1], content[3]))
+            p.state_checked = weakref.WeakSet()
+        if p.quiet:
+            p.quiet_content = fields
+        else:
             s = _checkpoint_step(obj)
             if s is not None:
-                checkpoint_loaded(_path_of(f), s)
+                checkpoint_loaded(_path_of(f), s, **fields)
             else:
-                _safely(p.emit, "checkpoint_load", path=_path_of(f))
+                _safely(p.emit, "checkpoint_load", path=_path_of(f), **fields)
         return obj
     return load
 
@@ -982,6 +1118,7 @@ def install(torch):
         lambda: _wrap(torch.optim.Optimizer, "__init__", _make_optimizer_init),
         lambda: _wrap(torch.nn.Module, "zero_grad", _make_zero_grad),
         lambda: _attach_device(p),
+        lambda: _evidence.wrap_dataloader(torch, p.loader_batch, _safely),
     ]
     for s in steps:
         _safely(s)

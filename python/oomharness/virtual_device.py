@@ -670,6 +670,9 @@ class VirtualDevice:
             "empty_cache", "memory_allocated", "memory_reserved", "memory_stats", "max_memory_allocated",
             "max_memory_reserved", "reset_peak_memory_stats")})
         answers["get_memory_info"] = lambda device=None: torch.cuda.mem_get_info()
+        # Adam and AdamW (PyTorch >= 2.10) ask the accelerator's current stream whether a graph is being
+        # captured, before every step: none is (torch.cuda.is_current_stream_capturing says the same).
+        answers["current_stream"] = lambda device=None: _NotCapturing()
         for owner in (accel, getattr(accel, "memory", None)):
             if owner is not None:
                 for name, value in answers.items():

@@ -1,0 +1,385 @@
+"""What a step trained on and what a checkpoint holds, told by content (DESIGN.md, "Evidence"; issue 26).
+
+Note [A step is its data]
+Counting optimizer steps cannot tell a retried step from the next one: code that empties the cache and
+goes on with the next batch completes "step 5" on batch 6. So the probe fingerprints the inputs of each
+training forward (the top-level module's tensor arguments) and reports, with each step and each OOM, the
+data trained on since the last step: `samples` (the batch dimension's sizes added up) and `digest`, the sum
+modulo 2**64 of one 64-bit hash per sample. A sample's hash mixes its dtype, its shape without the batch
+dimension and up to SAMPLE_VALUES of its values, strided over it. A sum of per-sample hashes does not depend
+on the order of the samples or on how a batch was cut: a failed batch of 32 redone as two halves of 16 adds
+up to the failed batch's digest, and any other 32 samples almost surely do not (a policy compares digests,
+never recomputes them). Two samples equal in every sampled value look the same; a sample that differs only
+between the sampled values is taken for the other.
+
+The hashes are computed with torch on the host: on the virtual device the tensors live on the CPU, and the
+probe's own operations are kept off its books (VirtualDevice.copying_to_host). On a GPU the probe never
+computes on the device (an injected fault could land on it): it reads up to WHOLE_VALUES single elements of
+the batch (one small copy to the host each) and the digest covers the batch as a whole (`per_sample`
+false: a redone batch gives the same digest, its halves do not add up to it).
+
+Note [Which dimension is the batch]
+A batch is not always dimension 0: nn.LSTM, nn.GRU and nn.RNN without batch_first take (seq, batch, ...).
+The probe takes the batch dimension from evidence, in this order: the DataLoader's batch (the number of
+indices its sampler gave for the batch in hand: the first dimension of that size; `from: "loader"`); a
+recurrent module without batch_first inside the model (dimension 1; `from: "rnn"`); the one dimension whose
+size changed between two training forwards of the model with the same number of dimensions, once seen
+(`from: "change"`); else dimension 0 (`from: "guess"`). A policy that sees a guessed dimension and two
+shapes that differ in one other dimension reads the batch from that one (batch_halving). A model that
+transposes its input before its recurrent layer is misread.
+
+Note [A checkpoint is its content]
+A path says little: the best code saves to `last.pt.tmp` and renames it, copies `last.pt` to `best.pt`,
+saves to an in-memory stream and writes the bytes itself, saves by a relative path and loads by an absolute
+one. So torch.save and torch.load report `digest`: a hash of what was saved or loaded, the tensors (by key
+path, dtype, shape and up to TENSOR_VALUES sampled values) and the plain values (ints, floats, strings)
+that the object holds. The object loaded back from any copy of the bytes has the digest the save reported.
+Beside it, at the first training forward of each model after one or more loads, the probe compares the
+model's state_dict with the tensors of the objects loaded (`model_state`): each of the model's tensors is
+looked up by its dtype, shape and sampled values among the loaded tensors, and the event says, for each set
+of loaded objects that hold the same tensors, how many of the model's tensors they hold (`from`), how many no
+loaded object holds though one has a tensor of that name (`unmatched`), and how many no loaded object names
+(`unseen`: loaded by other means, such as safetensors). A resume that loaded the file but did not put it into the model,
+or put an older or pretrained state into it, shows there. Not seen: checkpoints written by other means
+than torch.save (safetensors, numpy), and a state saved in another dtype than the model's.
+"""
+
+import struct
+
+SAMPLE_VALUES = 16   # values hashed per sample (Note [A step is its data])
+WHOLE_VALUES = 8     # elements read from a batch on a GPU
+TENSOR_VALUES = 8    # values hashed per tensor of a checkpoint or a model's state
+MASK = (1 << 64) - 1
+
+# Odd 63-bit multipliers: torch's int64 arithmetic wraps, which is all a hash needs.
+_MULT = [0x1F3D5B79A2C4E6F1, 0x5851F42D4C957F2D, 0x2545F4914F6CDD1D, 0x14057B7EF767814F,
+         0x3C6EF372FE94F82B, 0x27BB2EE687B0B0FD, 0x0BF58476D1CE4E5B, 0x14A8A5D8A4C2B7E9,
+         0x61C8864680B583EB, 0x0C2B2AE3D27D4EB5, 0x165667B19E3779F9, 0x2127599BF4325C37,
+         0x4CF5AD432745937F, 0x1B873593ACB4C3E5, 0x6A09E667F3BCC909, 0x3C6EF372FE94F83B]
+
+
+def _mix(h):
+    """A 64-bit finalizer (splitmix64's) for a Python int."""
+    h &= MASK
+    h = ((h ^ (h >> 30)) * 0xBF58476D1CE4E5B9) & MASK
+    h = ((h ^ (h >> 27)) * 0x94D049BB133111EB) & MASK
+    return h ^ (h >> 31)
+
+
+def _text_hash(text):
+    h = 1469598103934665603
+    for b in text.encode("utf-8", "replace"):
+        h = ((h ^ b) * 1099511628211) & MASK
+    return h
+
+
+def hex64(h):
+    return "%016x" % (h & MASK)
+
+
+class _OffBooks:
+    """Keeps the probe's own operations off the virtual device's books (they are the host's work)."""
+
+    def __init__(self, device):
+        self.local = getattr(device, "_local", None)
+
+    def __enter__(self):
+        if self.local is not None:
+            self.local.host = getattr(self.local, "host", 0) + 1
+
+    def __exit__(self, *exc):
+        if self.local is not None:
+            self.local.host -= 1
+
+
+def _positions(n, k):
+    return sorted(set(j * n // k for j in range(k))) if n > 0 else []
+
+
+def _unravel(flat, shape):
+    index = []
+    for size in reversed(shape):
+        index.append(flat % size)
+        flat //= size
+    return tuple(reversed(index))
+
+
+def _bits(torch, values):
+    """The values as int64 bit patterns (floats through float64, so that equal values give equal bits)."""
+    if values.is_complex():
+        values = torch.view_as_real(values)
+    if values.is_floating_point():
+        return values.to(torch.float64).view(torch.int64)
+    return values.to(torch.int64)
+
+
+def _on_gpu(t):
+    return bool(getattr(t, "is_cuda", False)) and t.device.type == "cuda"
+
+
+def _element_bits(torch, t, positions):
+    """Single elements read one by one (a GPU tensor: no operation runs on the device)."""
+    out = []
+    shape = tuple(t.shape)
+    for p in positions:
+        v = t[_unravel(p, shape)].item() if shape else t.item()
+        if isinstance(v, float):
+            out.append(struct.unpack("<q", struct.pack("<d", v))[0])
+        elif isinstance(v, complex):
+            out.append(_text_hash(repr(v)))
+        else:
+            out.append(int(v))
+    return out
+
+
+def tensor_hash(torch, t):
+    """One tensor's 64-bit fingerprint: dtype, shape and up to TENSOR_VALUES values strided over it."""
+    h = _text_hash("%s%s" % (t.dtype, tuple(t.shape)))
+    n = t.numel()
+    if n == 0 or t.is_sparse or t.is_quantized:
+        return _mix(h)
+    t = t.detach()
+    positions = _positions(n, min(n, TENSOR_VALUES))
+    if _on_gpu(t):
+        values = _element_bits(torch, t, positions)
+    else:
+        flat = t.reshape(-1) if t.is_contiguous() else None
+        if flat is not None:
+            values = _bits(torch, flat[torch.tensor(positions, dtype=torch.long)]).tolist()
+        else:
+            values = _element_bits(torch, t, positions)
+    for i, v in enumerate(values):
+        h = _mix(h ^ ((v * _MULT[i % len(_MULT)]) & MASK))
+    return h
+
+
+def batch_hash(torch, t, dim):
+    """(samples, digest, per_sample) of one input tensor whose batch is dimension `dim` (Note [A step is its
+    data]), or None when it cannot be read."""
+    if t.dim() <= dim or t.is_sparse or t.is_quantized:
+        return None
+    t = t.detach()
+    count = int(t.shape[dim])
+    rest = tuple(t.shape[:dim]) + tuple(t.shape[dim + 1:])
+    salt = _text_hash("%s%s" % (t.dtype, rest))
+    if count == 0:
+        return 0, 0, True
+    if _on_gpu(t):
+        n = t.numel()
+        values = _element_bits(torch, t, _positions(n, min(n, WHOLE_VALUES)))
+        h = salt ^ count
+        for i, v in enumerate(values):
+            h = _mix(h ^ ((v * _MULT[i % len(_MULT)]) & MASK))
+        return count, h, False
+    xs = t.movedim(dim, 0) if dim else t
+    per = 1
+    for s in rest:
+        per *= s
+    positions = _positions(per, min(per, SAMPLE_VALUES))
+    if not rest:
+        vals = xs.reshape(count, 1)
+    else:
+        index = [[] for _ in rest]
+        for p in positions:
+            for d, i in enumerate(_unravel(p, rest)):
+                index[d].append(i)
+        vals = xs[(slice(None),) + tuple(torch.tensor(ix, dtype=torch.long) for ix in index)]
+    bits = _bits(torch, vals)
+    mult = torch.tensor(_MULT[:bits.shape[1]] if bits.shape[1] <= len(_MULT)
+                        else [_MULT[i % len(_MULT)] for i in range(bits.shape[1])], dtype=torch.int64)
+    # A per-sample hash: a weighted sum of the bits, mixed; then summed over the samples (order-free).
+    h = (bits * mult).sum(1) ^ (salt >> 1)
+    h = h ^ (h >> 29)
+    h = h * 0x5851F42D4C957F2D
+    h = h ^ (h >> 32)
+    total = int(h.sum().item())
+    return count, total & MASK, True
+
+
+def first_tensor(torch, args, kwargs=None):
+    """The first tensor among the arguments (one level into lists, tuples, dicts), and all of them."""
+    Tensor = torch.Tensor
+    found = []
+
+    def collect(values):
+        for v in values:
+            if isinstance(v, Tensor):
+                found.append(v)
+            elif isinstance(v, (list, tuple)):
+                found.extend(w for w in v if isinstance(w, Tensor))
+            elif isinstance(v, dict):
+                found.extend(w for w in v.values() if isinstance(w, Tensor))
+    collect(args)
+    if kwargs:
+        collect(kwargs.values())
+    return (found[0] if found else None), found
+
+
+def has_sequence_first_rnn(torch, module):
+    """Whether the model holds a recurrent module that takes (seq, batch, ...): Note [Which dimension is the
+    batch]."""
+    rnn = getattr(torch.nn.modules, "rnn", None)
+    base = getattr(rnn, "RNNBase", None) if rnn is not None else None
+    if base is None:
+        return False
+    try:
+        for m in module.modules():
+            if isinstance(m, base) and not getattr(m, "batch_first", False):
+                return True
+    except Exception:
+        return False
+    return False
+
+
+def batch_dim(t, loader_count, rnn, changed):
+    """(dimension, how it was found): Note [Which dimension is the batch]."""
+    shape = tuple(t.shape)
+    if loader_count is not None and loader_count > 0:
+        for d, s in enumerate(shape):
+            if s == loader_count:
+                return d, "loader"
+    if rnn and len(shape) >= 2:
+        return 1, "rnn"
+    if changed is not None and changed < len(shape):
+        return changed, "change"
+    return 0, "guess"
+
+
+def changed_dim(before, after):
+    """The one dimension whose size differs between two shapes of the same rank, else None."""
+    if before is None or len(before) != len(after):
+        return None
+    diff = [d for d, (a, b) in enumerate(zip(before, after)) if a != b]
+    return diff[0] if len(diff) == 1 else None
+
+
+# ---- checkpoints ---------------------------------------------------------------------------------------
+
+def walk_state(torch, obj, path="", out=None, depth=0):
+    """(key path, leaf) pairs of a saved object: tensors and plain values, through dicts, lists, tuples and
+    objects' __dict__ (an argparse.Namespace), at most 32 levels deep."""
+    if out is None:
+        out = []
+    if depth > 32:
+        return out
+    if isinstance(obj, torch.Tensor):
+        out.append((path, obj))
+    elif isinstance(obj, dict):
+        for k in obj:
+            walk_state(torch, obj[k], "%s/%s" % (path, k), out, depth + 1)
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            walk_state(torch, v, "%s/%d" % (path, i), out, depth + 1)
+    elif isinstance(obj, (int, float, str, bool)) or obj is None:
+        out.append((path, obj))
+    elif hasattr(obj, "__dict__") and not callable(obj):
+        walk_state(torch, vars(obj), path + "/" + type(obj).__name__, out, depth + 1)
+    return out
+
+
+def state_digest(torch, obj):
+    """(digest, {tensor fingerprint}, tensors, {tensor key path}): Note [A checkpoint is its content]."""
+    h = _text_hash(type(obj).__name__)
+    fingerprints = set()
+    paths = set()
+    tensors = 0
+    for path, leaf in walk_state(torch, obj):
+        if isinstance(leaf, torch.Tensor):
+            f = tensor_hash(torch, leaf)
+            fingerprints.add(f)
+            paths.add(path)
+            tensors += 1
+        else:
+            f = _text_hash(repr(leaf))
+        h = _mix(h ^ _mix(_text_hash(path) ^ f))
+    return h, fingerprints, tensors, paths
+
+
+def model_state(torch, module, loaded):
+    """The `model_state` fields: which loaded objects hold the model's tensors. `loaded`: [(digest,
+    fingerprints, key paths)] in load order. A tensor that no loaded object holds counts as `unmatched`
+    when a loaded object has a tensor under its name (`.../encoder.weight`: the state was there, with other
+    values), else as `unseen` (its state came by other means than torch.load: safetensors, as Hugging Face's
+    Trainer loads model weights beside an optimizer.pt)."""
+    groups = {}
+    unmatched = unseen = 0
+    count = 0
+    for name, t in module.state_dict().items():
+        if not isinstance(t, torch.Tensor):
+            continue
+        count += 1
+        f = tensor_hash(torch, t)
+        holders = sorted(set(hex64(entry[0]) for entry in loaded if f in entry[1]))
+        if not holders:
+            ends = ("/" + name, "." + name)
+            if any(p.endswith(ends) for entry in loaded for p in entry[2]):
+                unmatched += 1
+            else:
+                unseen += 1
+            continue
+        key = ",".join(holders)
+        groups[key] = groups.get(key, 0) + 1
+    return {"tensors": count, "unmatched": unmatched, "unseen": unseen,
+            "from": [{"digests": k.split(","), "tensors": n} for k, n in sorted(groups.items())]}
+
+
+# ---- the DataLoader ------------------------------------------------------------------------------------
+# Note [The DataLoader's indices]
+# The indices the sampler gave for each batch are taken where the DataLoader asks for them
+# (_BaseDataLoaderIter._next_index) and handed out in the same order as the batches come out of __next__
+# (workers keep that order unless in_order=False). They give the batch dimension (Note [Which dimension
+# is the batch]) and name a dropped batch in a verdict ("samples 160-191").
+
+def indices_text(indices):
+    """"160-191" for a run, else the first few and a count."""
+    try:
+        ints = [int(i) for i in indices]
+    except Exception:
+        return ""
+    if not ints:
+        return ""
+    if ints == list(range(ints[0], ints[0] + len(ints))):
+        return "%d-%d" % (ints[0], ints[-1]) if len(ints) > 1 else str(ints[0])
+    head = ", ".join(str(i) for i in ints[:4])
+    return head + (", ... (%d in all)" % len(ints) if len(ints) > 4 else "")
+
+
+def wrap_dataloader(torch, on_batch, safely):
+    """Wraps the DataLoader's iterator so that on_batch(indices) runs as each batch is handed out."""
+    import collections
+    import importlib
+    mod = importlib.import_module("torch.utils.data.dataloader")
+    Base = getattr(mod, "_BaseDataLoaderIter", None)
+    if Base is None or getattr(Base._next_index, "_oomh_original", None) is not None:
+        return
+    original_index = Base._next_index
+    original_next = Base.__next__
+
+    def _next_index(self):
+        indices = original_index(self)
+        try:
+            q = self.__dict__.setdefault("_oomh_indices", collections.deque())
+            q.append(indices if isinstance(indices, (list, tuple)) else None)
+        except Exception:
+            pass
+        return indices
+
+    def __next__(self):
+        batch = original_next(self)
+        q = getattr(self, "_oomh_indices", None)
+        indices = q.popleft() if q else None
+        safely(on_batch, indices)
+        return batch
+
+    _next_index._oomh_original = original_index
+    __next__._oomh_original = original_next
+    Base._next_index = _next_index
+    Base.__next__ = __next__
+
+
+def off_books(device):
+    return _OffBooks(device)
+
+
+__all__ = ["batch_hash", "tensor_hash", "state_digest", "model_state", "batch_dim", "changed_dim",
+           "has_sequence_first_rnn", "first_tensor", "wrap_dataloader", "indices_text", "hex64", "off_books"]

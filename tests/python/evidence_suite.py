@@ -1,0 +1,76 @@
+"""Issue 26 on the virtual CUDA device: pairs of trainers in the public style (tests/python/evidence/), one
+correct and one broken per class, run by `oomharness run evidence.yaml --simulate`; each check must get
+its verdict, and each failure must name what went wrong. Exit 0 passed, 1 failed, 125 skipped (no torch).
+
+    evidence_suite.py [OUT] [-k EXPR]
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_env import require_torch  # noqa: E402
+
+require_torch("evidence suite")
+
+build = os.environ["OOMH_BUILD_DIR"]
+source = os.environ["OOMH_SOURCE_DIR"]
+argv_rest = sys.argv[1:]
+only = None
+if "-k" in argv_rest:
+    i = argv_rest.index("-k")
+    only = argv_rest[i + 1]
+    del argv_rest[i:i + 2]
+out = argv_rest[0] if argv_rest else tempfile.mkdtemp(prefix="oomh-evidence-")
+binary = os.path.join(build, "runner", "oomharness")
+env = dict(os.environ)
+env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+
+CORRECT_CKPT = ["ckpt-" + s for s in ("plain", "atomic", "best", "init", "stream", "relative", "shards")]
+# job -> {check: (status, words its reason must hold)}
+WANT = {
+    "retry-ok": {"empty_cache_retry": ("pass", "on the same data"), "completes": ("pass", "")},
+    "retry-skip": {"empty_cache_retry": ("fail", "was dropped instead of retried")},
+    "halve-ok": {"batch_halving": ("pass", "1024 -> 512"), "completes": ("pass", "")},
+    "halve-drop": {"batch_halving": ("fail", "was never trained on again")},
+    "lstm-halve": {"batch_halving": ("pass", "32 -> 16"), "completes": ("pass", "")},
+    "lstm-no-halve": {"batch_halving": ("fail", "no halving")},
+    "ckpt-bug-restart-loop": {"checkpoint_resume": ("fail", "its loop went back")},
+    "ckpt-bug-ignore-load": {"checkpoint_resume": ("fail", "match no loaded checkpoint")},
+    "ckpt-bug-init-only": {"checkpoint_resume": ("fail", "init.pt")},
+}
+for name in CORRECT_CKPT:
+    WANT[name] = {"checkpoint_resume": ("pass", "on the batch that followed it"), "completes": ("pass", ""), "exit": ("pass", "")}
+if only:
+    WANT = {k: v for k, v in WANT.items() if only in k}
+
+argv = [binary, "run", os.path.join(source, "tests", "python", "evidence", "evidence.yaml"), "--simulate",
+        "-j", "1", "--out", out]
+if only:
+    argv += ["-k", only]
+print(" ".join(argv), flush=True)
+proc = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1700)
+print(proc.stdout)
+with open(os.path.join(out, "results.json")) as f:
+    results = json.load(f)
+jobs = {j["name"]: j for s in results["suites"] for j in s["jobs"]}
+problems = []
+for name, checks in WANT.items():
+    j = jobs.get(name)
+    if j is None:
+        problems.append("%s did not run" % name)
+        continue
+    verdicts = {v["policy"]: v for v in j["verdicts"]}
+    for check, (status, words) in checks.items():
+        v = verdicts.get(check)
+        if v is None or v["status"] != status or words not in v["reason"]:
+            problems.append("%s: %s is %s (%s), want %s with %r" % (name, check, v and v["status"], v and v["reason"],
+                                                                   status, words))
+    if j["status"] != "passed":
+        problems.append("%s: %s (%s)" % (name, j["status"], j.get("message", "")))
+for p in problems:
+    print("FAIL:", p)
+print("evidence suite: %d jobs, %d problems" % (len(WANT), len(problems)))
+sys.exit(1 if problems else 0)
