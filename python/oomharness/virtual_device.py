@@ -663,16 +663,14 @@ class VirtualDevice:
                    "current_device_index": lambda: 0, "current_device_idx": lambda: 0,
                    "set_device_index": lambda device: None, "set_device_idx": lambda device: None,
                    "synchronize": lambda device=None: None,
-                   # Optimizers on PyTorch 2.13 ask the accelerator's stream whether it is capturing a graph.
+                   # Adam and AdamW (PyTorch >= 2.10) ask the accelerator's current stream whether a graph is
+                   # being captured, before every step: the virtual device's stream never is.
                    "current_stream": lambda device=None: torch.cuda.current_stream(),
                    "set_stream": lambda stream: torch.cuda.set_stream(stream)}
         answers.update({name: getattr(torch.cuda, name) for name in (
             "empty_cache", "memory_allocated", "memory_reserved", "memory_stats", "max_memory_allocated",
             "max_memory_reserved", "reset_peak_memory_stats")})
         answers["get_memory_info"] = lambda device=None: torch.cuda.mem_get_info()
-        # Adam and AdamW (PyTorch >= 2.10) ask the accelerator's current stream whether a graph is being
-        # captured, before every step: none is (torch.cuda.is_current_stream_capturing says the same).
-        answers["current_stream"] = lambda device=None: _NotCapturing()
         for owner in (accel, getattr(accel, "memory", None)):
             if owner is not None:
                 for name, value in answers.items():
