@@ -79,8 +79,10 @@ if j:
 j = jobs.get("rank1-oom-rank0-finishes")
 if j:
     ranks = j["attempts"][0].get("ranks", [])
-    expect([r["outcome"] for r in ranks] == ["ok", "oom"], "rank1-oom: rank outcomes %s" % [r["outcome"] for r in ranks])
-    expect(j["attempts"][0]["outcome"] == "oom", "rank1-oom: the attempt's outcome is %s, not oom" % j["attempts"][0]["outcome"])
+    # Shell ranks that only print an OOM message: no shim refusal and no probe recorded one, so the rank
+    # exited non-zero, not of an OOM (Note [An OOM is an event] in policies/src/trace.cpp, issue 26).
+    expect([r["outcome"] for r in ranks] == ["ok", "nonzero"], "rank1-oom: rank outcomes %s" % [r["outcome"] for r in ranks])
+    expect(j["attempts"][0]["outcome"] == "nonzero", "rank1-oom: the attempt's outcome is %s, not nonzero" % j["attempts"][0]["outcome"])
     for policy in ("exit", "completes"):
         v = verdict(j, policy)
         expect(v is not None and v["status"] == "fail", "rank1-oom: %s did not fail: %s" % (policy, v))
@@ -100,8 +102,10 @@ if j:
 j = jobs.get("restart-restarts-every-rank")
 if j:
     attempts = j["attempts"]
-    expect([a["outcome"] for a in attempts] == ["oom", "ok"], "restart: attempt outcomes %s" % [a["outcome"] for a in attempts])
-    expect([[r["outcome"] for r in a.get("ranks", [])] for a in attempts] == [["ok", "oom"], ["ok", "ok"]],
+    # restart: {on: [oom]} still restarts on the printed OOM (a behaviour, not a verdict); the outcome is the
+    # recorded one: non-zero (see rank1-oom above).
+    expect([a["outcome"] for a in attempts] == ["nonzero", "ok"], "restart: attempt outcomes %s" % [a["outcome"] for a in attempts])
+    expect([[r["outcome"] for r in a.get("ranks", [])] for a in attempts] == [["ok", "nonzero"], ["ok", "ok"]],
            "restart: every rank of each attempt %s" % [a.get("ranks") for a in attempts])
     expect(all(os.path.exists(os.path.join(os.path.dirname(attempts[0]["ranks"][0]["log_path"]), "attempt-1.rank%d.log" % k))
                for k in (0, 1)) if attempts and attempts[0].get("ranks") else False, "restart: attempt 2 did not start both ranks")
