@@ -51,9 +51,9 @@ _oomharness() {
                    --restart-on --clear-faults --target-step --name --env $reports --summary -o --out --simulate --strict
                    --device -q --quiet -v --verbose --help" ;;
     validate) flags="--max-jobs --help" ;;
-    report) flags="$reports --help" ;;
-    explain) flags="-k --help" ;;
-    compare) flags="--fail-on --markdown --help" ;;
+    report) flags="$reports --max-file-size --help" ;;
+    explain) flags="-k --max-file-size --help" ;;
+    compare) flags="--fail-on --markdown --max-file-size --help" ;;
     demo) flags="-o --out --help" ;;
   esac
   if [[ $cur == -* ]]; then
