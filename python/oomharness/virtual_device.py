@@ -599,21 +599,13 @@ class VirtualDevice:
                 cuda = {k for k, v in where.items() if _is_cuda(v) or isinstance(v, torch.device) and v.type == "cuda"}
                 return {k: ("cpu" if k in cuda else v) for k, v in where.items()}, bool(cuda)
             if callable(where):
-                def restore(storage, location):
-                    local.load_moved = False
-                    out = where(storage, location)
-                    return out
-                return restore, None  # known after the load: did the function move anything to the device?
+                return where, None  # known after the load: did the function move a storage (storage.cuda())?
             return where, False
 
         def load(f, map_location=None, *args, **kwargs):
             target, to_device = host_location(map_location)
             local.load_moved = False
-            local.loading = getattr(local, "loading", 0) + 1
-            try:
-                out = original_load(f, target, *args, **kwargs)
-            finally:
-                local.loading -= 1
+            out = original_load(f, target, *args, **kwargs)
             if to_device or (to_device is None and getattr(local, "load_moved", False)):
                 for t in _tensors_in(out):
                     dev.book(t)

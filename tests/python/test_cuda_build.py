@@ -58,9 +58,17 @@ class PublicCudaCode(unittest.TestCase):
             print(dev.on_device(torch.load(buf, map_location="cuda")["bias"]))
             cpu_state = torch.load(path, map_location="cpu")
             print(dev.on_device(cpu_state["model"]["weight"]))
+            # A function that moves only some storages: what it moved goes on the device, whichever came last.
+            first = []
+            def some(storage, loc):
+                if not first:
+                    first.append(loc)
+                    return storage.cuda()
+                return storage
+            print(any(dev.on_device(t) for t in torch.load(path, map_location=some)["model"].values()))
             model.load_state_dict(torch.load(path, map_location="cuda")["model"]); opt.load_state_dict(state["opt"])
             print("loaded")
-        """, "True True 3 " * 6 + "True False loaded")
+        """, "True True 3 " * 6 + "True False True loaded")
 
     def test_events_streams_synchronize_and_device_guards(self):
         self.check("""
