@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 
@@ -125,6 +126,17 @@ Found find_torch_python_dir() {
     }
   }
   candidates.push_back("/usr/bin/python3");
+  // From a build tree: the environments scripts/venv.sh makes in the checkout's .venv/ (scripts/demo.sh and
+  // scripts/test.sh make them), in name order (the CPU build first), so that `build/runner/oomharness demo` finds the torch
+  // the README's commands installed.
+  if (*source_dir()) {
+    std::vector<std::string> envs;
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(fs::path(source_dir()) / ".venv", ec))
+      envs.push_back((entry.path() / "bin" / "python3").string());
+    std::sort(envs.begin(), envs.end());  // torch-2.13.0-cpu before torch-2.14.1-cuda
+    candidates.insert(candidates.end(), envs.begin(), envs.end());
+  }
   for (const std::string& c : candidates) {
     f.tried.push_back(c);
     if (access(c.c_str(), X_OK) != 0) continue;

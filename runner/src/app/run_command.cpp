@@ -800,8 +800,8 @@ ExitCode command_demo(const std::string& out_dir, const std::vector<std::string>
       put_first_on_path(*python.path);
     } else {
       out << "No python3 that can import torch (" << python.tried_text()
-          << "): the demo's PyTorch jobs are left out (pip install torch, or run scripts/demo.sh, which makes an "
-             "environment with it)\n";
+          << "): the demo's PyTorch jobs are left out (pip install torch, or in a checkout run scripts/demo.sh, or "
+             "scripts/venv.sh torch-2.13.0-cpu)\n";
       args.filters = {"not torch"};
       torch_left_out = true;
     }
