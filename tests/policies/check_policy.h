@@ -2,6 +2,7 @@
 // One check of the registry run on a trace, as a suite would run it: its arguments normalised (a bad one
 // fails the test), its verdict named after it. Shared by the policies' tests.
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <string>
@@ -24,3 +25,11 @@ inline Verdict check(const std::string& name, const Trace& trace, nlohmann::json
 }
 
 }  // namespace oomh::testing
+
+// A verdict's status (a VerdictStatus enumerator) and a phrase its reason must contain.
+#define EXPECT_VERDICT(v, want, phrase)                                 \
+  do {                                                                  \
+    ::oomh::Verdict v_ = (v);                                           \
+    EXPECT_EQ(v_.status, ::oomh::VerdictStatus::want) << v_.reason;     \
+    EXPECT_THAT(v_.reason, ::testing::HasSubstr(phrase));               \
+  } while (0)

@@ -16,13 +16,6 @@ using ::testing::HasSubstr;
 using testing::TraceBuilder;
 using testing::check;
 
-#define EXPECT_VERDICT(v, want, phrase)                      \
-  do {                                                       \
-    Verdict v_ = (v);                                        \
-    EXPECT_EQ(v_.status, VerdictStatus::want) << v_.reason;  \
-    EXPECT_THAT(v_.reason, HasSubstr(phrase));               \
-  } while (0)
-
 // A `data` field: `samples` samples whose digests add up to `digest`.
 nlohmann::json data(int64_t samples, uint64_t digest, nlohmann::json shape = nullptr, const std::string& loader = "",
                     const std::string& from = "loader", int dim = 0) {

@@ -24,13 +24,6 @@ using testing::TraceBuilder;
 constexpr int64_t MiB = 1024 * 1024;
 constexpr int64_t GiB = 1024 * MiB;
 
-#define EXPECT_VERDICT(v, want, phrase)                      \
-  do {                                                       \
-    Verdict v_ = (v);                                        \
-    EXPECT_EQ(v_.status, VerdictStatus::want) << v_.reason;  \
-    EXPECT_THAT(v_.reason, HasSubstr(phrase));               \
-  } while (0)
-
 // What the shim writes as it starts: its rules and the cap on device 0.
 TraceBuilder& shim_start(TraceBuilder& b, int rules, int64_t cap) {
   return b.event("shim", "shim_start", {{"rules", rules}, {"cap", cap}, {"plan", "accepted"}});

@@ -21,13 +21,6 @@ constexpr int64_t MiB = 1024 * 1024;
 constexpr int64_t GiB = 1024 * MiB;
 
 
-#define EXPECT_VERDICT(v, want, phrase)                      \
-  do {                                                       \
-    Verdict v_ = (v);                                        \
-    EXPECT_EQ(v_.status, VerdictStatus::want) << v_.reason;  \
-    EXPECT_THAT(v_.reason, HasSubstr(phrase));               \
-  } while (0)
-
 // Steps first..last at one batch size.
 TraceBuilder& steps(TraceBuilder& b, int64_t first, int64_t last, int64_t batch = -1) {
   for (int64_t s = first; s <= last; ++s) b.step(s, batch);
