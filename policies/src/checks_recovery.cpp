@@ -474,6 +474,12 @@ Trace rank_view(const Trace& trace, int k) {
       a.events = std::move(kept);
       a.ranks.clear();
       a.oom_message = died;
+      // Another rank's OOM tells this rank that the attempt died, not what this rank trained on: its batch
+      // is that rank's (DistributedSampler gives each rank its own), so it goes (ranks_test.cpp:
+      // AnotherRanksBatchIsNotThisRanksData). This rank, stopped inside the step, is then judged by its step
+      // numbers, or by its own data where it recorded the step.
+      for (Event& e : others_ooms)
+        if (e.fields.is_object()) e.fields.erase("data");
       if (died && !a.ended_by_oom()) {
         a.events.insert(a.events.end(), others_ooms.begin(), others_ooms.end());
         std::stable_sort(a.events.begin(), a.events.end(), [](const Event& x, const Event& y) { return x.t < y.t; });
@@ -623,18 +629,22 @@ std::optional<Verdict> resume_by_content(const Trace& trace, size_t i, const std
       break;
     }
   bool by_data = after_save.known() && first.data.known();
-  if (by_data && !first.data.same(after_save)) {
+  // A first batch that an earlier attempt trained on is evidence on its own, also where the batch after
+  // the checkpoint was not recorded (a rank stopped inside that step: Note [Checkpoints per rank]).
+  if (first.data.known() && !(by_data && first.data.same(after_save))) {
+    int64_t expected = after_step >= 0 ? after_step : newest.step + 1;
     for (size_t k = 0; k <= i; ++k)
       for (const StepPoint& s : view::steps_of(trace.attempts[k]))
         if (s.data.same(first.data))
           return verdict(VerdictStatus::fail, who + " loaded " + state_text(newest) + " but its first step trained on the batch that " +
                                                   attempt_name(trace.attempts[k].index) + " trained on at its step " + std::to_string(s.step) +
                                                   ", not the one that followed the checkpoint (" + attempt_name(saver.index) + "'s " +
-                                                  view::step_text(after_step) + "): " +
-                                                  (s.step < after_step ? "its loop went back (restarted at step 1?)" : "its loop skipped ahead") +
+                                                  view::step_text(expected) + "): " +
+                                                  (s.step < expected ? "its loop went back (restarted at step 1?)" : "its loop skipped ahead") +
                                                   "; restore the step and the data position with the weights", ev);
-    return verdict(VerdictStatus::inconclusive, who + " loaded " + state_text(newest) + " but its first step trained on a batch that no earlier "
-                                                    "attempt trained on, so whether it went on after the checkpoint cannot be told (is the data order seeded?)", ev);
+    if (by_data)
+      return verdict(VerdictStatus::inconclusive, who + " loaded " + state_text(newest) + " but its first step trained on a batch that no earlier "
+                                                      "attempt trained on, so whether it went on after the checkpoint cannot be told (is the data order seeded?)", ev);
   }
   if (!by_data && first.step != newest.step + 1)
     return verdict(VerdictStatus::fail, who + " resumed at step " + std::to_string(first.step) + ", expected step " +

@@ -106,6 +106,58 @@ TEST(CheckpointResume, EveryRankMustResume) {
   EXPECT_THAT(v.reason, HasSubstr("rank 1: attempt 2 started from scratch"));
 }
 
+// Issue 33, found on the virtual device with a DDP trainer: rank 1 dies of an OOM in step 5's forward and
+// rank 0 is stopped inside step 5 (its step never completes, so its batch is not recorded). Rank 1's OOM,
+// which rank 0's view carries to know the attempt died, holds rank 1's batch: rank 0's first resumed step
+// must not be compared with it (another rank's data), or every correct DDP resume reads "a batch no earlier
+// attempt trained on" and is inconclusive. Rank 0 is then judged by step numbers; a rank 0 that went back
+// to its first batch still fails by data.
+TEST(CheckpointResume, AnotherRanksBatchIsNotThisRanksData) {
+  auto attempt = [](std::vector<TraceBuilder> ranks, int index) {
+    std::vector<Attempt> per_rank;
+    for (auto& b : ranks) per_rank.push_back(b.build().attempts.at(0));
+    Attempt a = merge_ranks(std::move(per_rank));
+    a.index = index;
+    return a;
+  };
+  auto data = [](const std::string& digest) {  // digests are hex
+    return nlohmann::json{{"samples", 64}, {"digest", digest}, {"per_sample", true}};
+  };
+  auto step = [&](TraceBuilder& b, int64_t s, const std::string& digest) {
+    b.event("probe", "step", {{"step", s}, {"batch_size", 64}, {"data", data(digest)}});
+  };
+  TraceBuilder saver, dies;
+  saver.attempt();
+  for (int s = 1; s <= 4; ++s) step(saver, s, "a00" + std::to_string(s));
+  saver.event("probe", "checkpoint_save", {{"path", "last.pt.tmp"}, {"step", 4}, {"completed", 4}, {"digest", "feed0004"}});
+  saver.wait(5).killed(15);  // stopped inside step 5 after rank 1 died
+  dies.attempt();
+  for (int s = 1; s <= 4; ++s) step(dies, s, "b00" + std::to_string(s));
+  dies.event("probe", "oom", {{"step", 5}, {"batch_size", 64}, {"phase", "forward"}, {"message", "CUDA out of memory"},
+                               {"caught", false}, {"data", data("b005")}});
+  dies.exit(1, true);
+  auto resumed = [&](const std::string& rank_tag, const std::string& first) {
+    TraceBuilder b;
+    b.attempt().event("probe", "checkpoint_load", {{"path", "last.pt"}, {"step", 4}, {"digest", "feed0004"}});
+    step(b, 5, first);
+    for (int s = 6; s <= 6; ++s) step(b, s, rank_tag + std::to_string(s));
+    b.exit(0);
+    return b;
+  };
+  Trace good;
+  good.attempts = {attempt({saver, dies}, 0), attempt({resumed("c00", "c005"), resumed("d00", "b005")}, 1)};
+  good.target_step = 6;
+  Verdict v = check("checkpoint_resume", good);
+  EXPECT_EQ(v.status, VerdictStatus::pass) << v.reason;
+
+  Trace back = good;
+  back.attempts[1] = attempt({resumed("c00", "a001"), resumed("d00", "b005")}, 1);  // rank 0 restarted its loop
+  v = check("checkpoint_resume", back);
+  EXPECT_EQ(v.status, VerdictStatus::fail) << v.reason;
+  EXPECT_THAT(v.reason, HasSubstr("rank 0:"));
+  EXPECT_THAT(v.reason, HasSubstr("went back"));
+}
+
 // Note [Ranks seen in events]: a job that starts torchrun itself is one process to the runner; its ranks'
 // probes tag their events with RANK, and the attempt is folded as if the runner had run the ranks.
 TEST(SplitRanksFromEvents, ATorchrunJobIsJudgedRankByRank) {

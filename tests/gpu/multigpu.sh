@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# Issue 33, on a machine with 2 or more GPUs (tests/gpu/run_all.sh multigpu; docs/distributed.md):
+#   nccl-oom      an OOM inside NCCL's own allocations (cuMemCreate, the `vmm` entry group: NCCL's buffers
+#                 come through the driver's VMM calls, PyTorch's tensors through cuMemAlloc), at start-up on
+#                 rank 1, and at step 3 on every rank: what each rank saw, and that the run ends with a verdict
+#   resume        all ranks restarting together from a DDP checkpoint after rank 1's OOM (restart scope all);
+#                 a broken twin where rank 1 never loads must fail checkpoint_resume
+#   ranksN        one rank per GPU over every GPU: rank N-1's OOM, recovery together, a real NCCL hang found
+#   packing       8 capped jobs over the GPUs with --jobs 8 against --jobs 1, and over a subset of GPUs
+#                 (--gpus 1..N-1): no job on a GPU it was not given (each job prints its GPU's PCI bus id)
+# Judged by tests/gpu/multigpu.py, which prints RESULT lines; logs under OUT_DIR.
+#
+#   tests/gpu/multigpu.sh BUILD_DIR OUT_DIR [--simulate]
+# With --simulate, the suites run on the virtual device with gloo (a CPU machine; no packing part).
+set -u
+build=$(cd "$1" && pwd)
+out=$2
+sim=${3:-}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+bin=$build/runner/oomharness
+mkdir -p "$out"
+if [ -n "$sim" ]; then
+  ngpu=2
+  gpus=""
+else
+  ngpu=$(nvidia-smi -L | wc -l)
+  gpus="--gpus $(seq -s, 0 $((ngpu - 1)))"
+  nvidia-smi --query-gpu=index,pci.bus_id --format=csv,noheader >"$out/gpus.csv"
+fi
+last=$((ngpu - 1))
+export NCCL_NVLS_ENABLE=0
+# Hostile to a hang: NCCL's own watchdog would take 10 minutes; the harness's stall limit must act first.
+
+cat >"$out/multigpu.yaml" <<YAML
+version: 1
+name: multigpu
+defaults:
+  timeout: 4m
+  ranks: 2
+  env: {PYTHONUNBUFFERED: "1", NCCL_NVLS_ENABLE: "0"}
+  observe: {step: '^step (\d+) ', batch_size: 'bs=(\d+)', loss: 'loss=([0-9.e+-]+)'}
+jobs:
+  # NCCL's communicator buffers refused on rank 1: every allocation through cuMemCreate fails there.
+  - name: nccl-oom-init
+    run: python3 $root/examples/python/ddp_train.py --steps 6 --batch 1024 --recovery consistent --collective-timeout 60
+    faults:
+      - {name: nccl-buffers-rank1, when: {rank: 1, entry: [vmm]}, fail: {forever: true}}
+    expect:
+      - no_hang: {stall: 30s}
+  # The same at step 3, on every rank: NCCL allocates little after its start, so this may never fire;
+  # the report must then say the fault was not reached, not pass.
+  - name: nccl-oom-step3
+    run: python3 $root/examples/python/ddp_train.py --steps 6 --batch 1024 --recovery consistent --collective-timeout 60
+    faults:
+      - {name: nccl-buffers-step3, when: {step: 3, entry: [vmm]}, fail: {forever: true}}
+    expect:
+      - no_hang: {stall: 30s}
+  # DDP with a checkpoint every 2 steps on rank 0, rank 1 dies of an OOM at step 5 (not caught); every rank
+  # restarts and resumes. The fault persists in the first attempt only (clear_faults).
+  - name: resume-all-ranks
+    run: python3 $root/tests/gpu/ddp_checkpoint.py --ckpt {workdir}/last.pt --steps 10
+    restart: {max: 2, on: [oom], scope: all, clear_faults: true}
+    faults:
+      - {name: oom-rank1-step5, when: {step: 5, phase: forward, rank: 1}, fail: {forever: true}}
+    expect:
+      - oom_visible
+      - checkpoint_resume
+      - completes: 10
+      - no_hang: {stall: 60s}
+  - name: resume-rank1-never-loads
+    run: python3 $root/tests/gpu/ddp_checkpoint.py --ckpt {workdir}/last.pt --steps 10 --no-load-rank 1
+    restart: {max: 2, on: [oom], scope: all, clear_faults: true}
+    faults:
+      - {name: oom-rank1-step5, when: {step: 5, phase: forward, rank: 1}, fail: {forever: true}}
+    expect:
+      - checkpoint_resume:
+        must_fail: true
+  # One rank per GPU over all of them: the last rank faulted at step 5, every rank halves together.
+  - name: ranks-all-consistent
+    ranks: $ngpu
+    run: python3 $root/examples/python/ddp_train.py --steps 8 --batch 4096 --recovery consistent
+    memory: {limit: 4GiB}
+    faults:
+      - {name: oom-last-rank-step5, when: {step: 5, phase: forward, rank: $last}, fail: {times: 2}}
+    expect:
+      - exit: 0
+      - oom_visible
+      - completes: 8
+      - ranks_recover_together
+      - no_hang: {stall: 30s}
+  - name: ranks-all-hang
+    ranks: $ngpu
+    run: python3 $root/examples/python/ddp_train.py --steps 8 --batch 4096 --recovery none --keepalive
+    memory: {limit: 4GiB}
+    faults:
+      - {name: oom-last-rank-step5, when: {step: 5, phase: forward, rank: $last}, fail: {times: 2}}
+    expect:
+      - no_hang: {stall: 10s}
+        must_fail: true
+      - completes: 8
+        must_fail: true
+YAML
+t0=$(date +%s)
+if [ -n "$sim" ]; then
+  "$bin" run "$out/multigpu.yaml" --simulate --out "$out/run" >"$out/run.log" 2>&1
+else
+  # shellcheck disable=SC2086
+  "$bin" run "$out/multigpu.yaml" $gpus --out "$out/run" >"$out/run.log" 2>&1
+fi
+echo "multigpu suite: exit $? in $(( $(date +%s) - t0 )) s"
+tail -40 "$out/run.log"
+
+if [ -z "$sim" ]; then
+  # Packing over the GPUs: each job prints the PCI bus id of the one GPU it sees.
+  pack=$out/packing.yaml
+  {
+    echo "version: 1"
+    echo "name: packing"
+    echo "defaults: {timeout: 5m, probe: none, memory: {limit: 2GiB}, env: {PYTHONUNBUFFERED: \"1\"}}"
+    echo "jobs:"
+    for i in 1 2 3 4 5 6 7 8; do
+      echo "  - {name: mlp-$i, shell: true, run: 'python3 $root/tests/gpu/which_gpu.py && python3 $root/examples/python/train.py --model mlp --steps 60 --batch 512 --seed $i', expect: [{exit: 0}]}"
+    done
+  } >"$pack"
+  timed() {  # timed NAME ARGS...
+    local name=$1 t0 t1; shift
+    t0=$(date +%s.%N)
+    "$bin" run "$pack" "$@" --out "$out/$name" >"$out/$name.log" 2>&1
+    echo "$name exit $?" >&2
+    t1=$(date +%s.%N)
+    python3 -c "import sys; print(round(float(sys.argv[2]) - float(sys.argv[1]), 1))" "$t0" "$t1"
+  }
+  all=$(seq -s, 0 $last)
+  sub=$(seq -s, 1 $last)
+  t_one=$(timed pack-jobs1 --jobs 1 --gpus 0)
+  t_all=$(timed pack-all --jobs 8 --gpus "$all")
+  t_sub=$(timed pack-sub --jobs 8 --gpus "$sub")
+  echo "PACKING one_gpu_jobs1=$t_one all_gpus_jobs8=$t_all subset_jobs8=$t_sub gpus_all=$all gpus_sub=$sub"
+fi
+python3 "$root/tests/gpu/multigpu.py" "$out" ${sim:+--simulate}
