@@ -41,21 +41,30 @@ CapSchedule::CapSchedule(std::vector<CapEntry> entries)
     changes_ = changes_ || entries_[i].at != CapEntry::At::start;
     needs_time_ = needs_time_ || entries_[i].at == CapEntry::At::after;
     reached_[i].store(entries_[i].at == CapEntry::At::start, std::memory_order_relaxed);
+    has_host_ = has_host_ || entries_[i].memory == MemoryKind::host;
   }
 }
 
 bool CapSchedule::covers(int device) const noexcept {
   for (const auto& e : entries_)
-    if (e.device < 0 || e.device == device) return true;
+    if (e.memory == MemoryKind::device && (e.device < 0 || e.device == device)) return true;
   return false;
 }
 
 uint64_t CapSchedule::limit_for(int device, int64_t step, double job_elapsed_s, const char** why) noexcept {
+  return limit_of(MemoryKind::device, device, step, job_elapsed_s, why);
+}
+
+uint64_t CapSchedule::host_limit(int64_t step, double job_elapsed_s) noexcept {
+  return has_host_ ? limit_of(MemoryKind::host, -1, step, job_elapsed_s, nullptr) : 0;
+}
+
+uint64_t CapSchedule::limit_of(MemoryKind memory, int device, int64_t step, double job_elapsed_s, const char** why) noexcept {
   uint64_t limit = 0;
   const char* reason = "start";
   for (size_t i = 0; i < entries_.size(); ++i) {
     const CapEntry& e = entries_[i];
-    if (e.device >= 0 && e.device != device) continue;
+    if (e.memory != memory || (e.device >= 0 && e.device != device)) continue;
     bool reached = reached_[i].load(std::memory_order_relaxed);
     if (!reached) {
       reached = e.at == CapEntry::At::step ? (step != kUnknownStep && step >= e.at_step) : job_elapsed_s >= e.at_after_s;

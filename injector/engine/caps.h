@@ -53,12 +53,18 @@ class CapSchedule {
   // The limit for `device` at this step and job time: the last entry (in order) for the device or for every
   // device that applies, 0 when none. `why` is "start", "step" or "time": how the winning entry applied.
   uint64_t limit_for(int device, int64_t step, double job_elapsed_s, const char** why) noexcept;
+  // The same for the process's pinned host memory (`memory: host` entries, Note [Host memory]).
+  uint64_t host_limit(int64_t step, double job_elapsed_s) noexcept;
+  bool has_host() const { return has_host_; }
 
  private:
   std::vector<CapEntry> entries_;
   std::unique_ptr<std::atomic<bool>[]> reached_;
   bool changes_ = false;
   bool needs_time_ = false;
+  bool has_host_ = false;
+
+  uint64_t limit_of(MemoryKind memory, int device, int64_t step, double job_elapsed_s, const char** why) noexcept;
 };
 
 }  // namespace oomh::inject

@@ -367,6 +367,73 @@ AllocDecision Engine::begin_alloc(Entry entry, const char* symbol, int device, u
   return d;
 }
 
+AllocDecision Engine::begin_host_alloc(Entry entry, const char* symbol, uint64_t size) noexcept {
+  AllocDecision d;
+  note_driver_call(symbol);
+  if (finished_.load(std::memory_order_relaxed)) return d;
+  d.tracked = true;
+  d.device = kHostDevice;
+  uint64_t call = host_calls_.fetch_add(1, std::memory_order_relaxed) + 1;
+  poll_plan();
+  Plan& plan = *plan_.load(std::memory_order_acquire);
+  int64_t step = cb_->step.load(std::memory_order_relaxed);
+  auto phase = static_cast<Phase>(cb_->phase.load(std::memory_order_relaxed));
+  if (plan.rules.size() != 0) {
+    CallFacts facts;
+    facts.memory = MemoryKind::host;
+    facts.entry = entry;
+    facts.size = size;
+    facts.device = kHostDevice;
+    facts.rank = rank_;
+    facts.local_rank = local_rank_;
+    facts.step = step;
+    facts.phase = phase;
+    facts.elapsed_s = plan.rules.needs_time() ? process_elapsed() : 0.0;
+    facts.freed_total = freed_.load(std::memory_order_relaxed);
+    int rule = plan.rules.decide(facts);
+    if (rule >= 0) {
+      host_failures_.fetch_add(1, std::memory_order_relaxed);
+      report_inject(symbol, size, kHostDevice, plan.rules.rule(static_cast<size_t>(rule)).name.c_str(), "rule", step,
+                    phase, call, MemoryKind::host);
+      d.fail = true;
+      return d;
+    }
+  }
+  // The host cap: this process's pinned bytes, reserved before the driver call like a device cap's.
+  uint64_t limit = plan.caps.has_host() ? plan.caps.host_limit(step, plan.caps.needs_time() ? job_elapsed() : 0.0) : 0;
+  uint64_t held = host_held_.load(std::memory_order_relaxed), now = 0;
+  do {
+    now = held + size;
+    if (limit != 0 && (now < held || now > limit)) {
+      host_failures_.fetch_add(1, std::memory_order_relaxed);
+      report_inject(symbol, size, kHostDevice, "cap", "cap", step, phase, call, MemoryKind::host);
+      d.fail = true;
+      return d;
+    }
+  } while (!host_held_.compare_exchange_weak(held, now, std::memory_order_relaxed));
+  d.reserved = size;
+  d.process_held = now;
+  return d;
+}
+
+void Engine::end_host_alloc(const AllocDecision& d, bool succeeded, Space space, uint64_t key, uint64_t size) noexcept {
+  if (!d.tracked || d.fail) return;
+  if (!succeeded) {
+    sub_saturating(host_held_, d.reserved);
+    return;
+  }
+  std::optional<Allocation> replaced = ledger_.record(space, key, Allocation{size, kHostDevice});
+  if (replaced) {  // freed through a path the shim did not see
+    if (replaced->device == kHostDevice) sub_saturating(host_held_, replaced->size);
+    else if (valid_device(replaced->device)) {
+      release_bytes(cb_->devices[replaced->device], replaced->size);
+      unhold(replaced->device, replaced->size);
+    }
+    count_freed(replaced->size);
+  }
+  raise_peak(host_peak_, host_held_.load(std::memory_order_relaxed));
+}
+
 uint64_t Engine::hold(int device, uint64_t bytes) noexcept {
   return slot_->held[device].fetch_add(bytes, std::memory_order_relaxed) + bytes;
 }
@@ -428,6 +495,8 @@ void Engine::end_free(Space space, uint64_t key, const std::optional<Allocation>
   if (valid_device(taken->device)) {
     release_bytes(cb_->devices[taken->device], taken->size);
     unhold(taken->device, taken->size);
+  } else if (taken->device == kHostDevice) {
+    sub_saturating(host_held_, taken->size);
   }
   count_freed(taken->size);
 }
@@ -470,7 +539,7 @@ void Engine::note_physical_total(int device, uint64_t bytes) noexcept {
 }
 
 void Engine::report_inject(const char* symbol, uint64_t size, int device, const char* rule, const char* reason,
-                           int64_t step, Phase phase, uint64_t call) noexcept {
+                           int64_t step, Phase phase, uint64_t call, MemoryKind memory) noexcept {
   log(LogLevel::debug, "failing %s of %llu bytes on device %d (%s %s, call %llu)", symbol,
       static_cast<unsigned long long>(size), device, reason, rule, static_cast<unsigned long long>(call));
   if (inject_events_.fetch_add(1, std::memory_order_relaxed) >= kInjectEventLimit) {
@@ -486,7 +555,8 @@ void Engine::report_inject(const char* symbol, uint64_t size, int device, const 
       .add("step", step)
       .add("phase", phase_name(phase))
       .add("tid", static_cast<int64_t>(syscall(SYS_gettid)))
-      .add("call", call);
+      .add("call", call)
+      .add("memory", memory_kind_name(memory));
   emit(line);
 }
 
@@ -576,6 +646,8 @@ void Engine::after_fork_child() noexcept {
 
   int parent = static_cast<int>(slot_->pid.load(std::memory_order_relaxed));
   ledger_.clear();
+  host_held_.store(0, std::memory_order_relaxed);  // pinned by the parent, not this process
+  host_peak_.store(0, std::memory_order_relaxed);
   for (int d = 0; d < kMaxDevices; ++d) {
     alloc_calls_[d].store(0, std::memory_order_relaxed);
     failures_[d].store(0, std::memory_order_relaxed);

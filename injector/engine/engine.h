@@ -136,6 +136,14 @@ class Engine {
   AllocDecision begin_alloc(Entry entry, const char* symbol, int device, uint64_t size) noexcept;
   void end_alloc(const AllocDecision& d, bool succeeded, Space space, uint64_t key, uint64_t actual_size) noexcept;
 
+  // Pinned host memory (Note [Host memory] in fault_plan.h): the host rules and the host cap decide, and the
+  // bytes are booked on this process's host count only. Frees of host memory go through begin_free/end_free
+  // like any other (the ledger knows a host record by its device, kHostDevice).
+  AllocDecision begin_host_alloc(Entry entry, const char* symbol, uint64_t size) noexcept;
+  void end_host_alloc(const AllocDecision& d, bool succeeded, Space space, uint64_t key, uint64_t size) noexcept;
+  uint64_t host_held() const noexcept { return host_held_.load(std::memory_order_relaxed); }
+  uint64_t host_peak() const noexcept { return host_peak_.load(std::memory_order_relaxed); }
+
   std::optional<Allocation> begin_free(Space space, uint64_t key) noexcept;
   void end_free(Space space, uint64_t key, const std::optional<Allocation>& taken, bool succeeded) noexcept;
 
@@ -200,7 +208,7 @@ class Engine {
   void unhold(int device, uint64_t bytes) noexcept;
   void count_freed(uint64_t bytes) noexcept;
   void report_inject(const char* symbol, uint64_t size, int device, const char* rule, const char* reason,
-                     int64_t step, Phase phase, uint64_t call) noexcept;
+                     int64_t step, Phase phase, uint64_t call, MemoryKind memory = MemoryKind::device) noexcept;
   // Counts this process as armed or as having rejected its plan, and writes shim_start.
   void write_start_event() noexcept;
   void record_first_driver_call(const char* symbol) noexcept;
@@ -240,6 +248,10 @@ class Engine {
   std::atomic<uint64_t> alloc_calls_[kMaxDevices]{};
   std::atomic<uint64_t> failures_[kMaxDevices]{};
   std::atomic<uint64_t> peak_[kMaxDevices]{};  // highest slot_->held[d] once the driver gave the bytes
+  std::atomic<uint64_t> host_calls_{0};     // pinned host allocation calls (Note [Host memory])
+  std::atomic<uint64_t> host_failures_{0};
+  std::atomic<uint64_t> host_held_{0};      // bytes this process has pinned through the shim
+  std::atomic<uint64_t> host_peak_{0};
   std::atomic<uint64_t> freed_{0};  // bytes freed, counted only while a rule needs it (until_freed)
   std::atomic<uint32_t> used_devices_{0};
   std::atomic<uint32_t> physical_known_{0};

@@ -31,6 +31,7 @@ constexpr EntryGroup kGroups[] = {
     {"async", entry_bit(Entry::mem_alloc_async) | entry_bit(Entry::mem_alloc_from_pool_async)},
     {"vmm", entry_bit(Entry::mem_create)},
     {"managed", entry_bit(Entry::mem_alloc_managed)},
+    {"host", entry_bit(Entry::mem_host_alloc) | entry_bit(Entry::mem_alloc_host) | entry_bit(Entry::mem_host_register)},
 };
 
 // A parse failure: carries the message up to parse_fault_plan, which is the only place that catches it.
@@ -122,7 +123,8 @@ EntryMask entry_value(const json& name, const std::string& where) {
     if (s == g.name) return g.mask;
   fail(where, "unknown entry point '" + s +
                   "' (use cuMemAlloc, cuMemAllocPitch, cuMemAllocManaged, cuMemAllocAsync, cuMemAllocFromPoolAsync, "
-                  "cuMemCreate, or a group: alloc, sync, async, vmm, managed)");
+                  "cuMemCreate, cuMemHostAlloc, cuMemAllocHost, cuMemHostRegister, or a group: alloc, sync, async, "
+                  "vmm, managed, host)");
   static_assert(std::size(kEntryChoices) == kEntryCount + std::size(kGroups), "kEntryChoices lists every entry and group");
 }
 
@@ -145,11 +147,26 @@ void parse_steps(const json& v, const std::string& where, RuleWhen& w) {
   w.has_steps = true;
 }
 
+MemoryKind memory_value(const json& v, const std::string& where) {
+  if (v.is_string() && v.get<std::string>() == "device") return MemoryKind::device;
+  if (v.is_string() && v.get<std::string>() == "host") return MemoryKind::host;
+  fail(where, "unknown memory " + v.dump() + " (use device or host)");
+}
+
 RuleWhen parse_when(const json& v, const std::string& where) {
   require_object(v, where);
   check_keys(v, where, kWhenKeys);
   RuleWhen w;
-  if (v.contains("entry")) w.entries = entries_value(v["entry"], join(where, "entry"));
+  if (v.contains("memory")) w.memory = memory_value(v["memory"], join(where, "memory"));
+  if (v.contains("entry")) {
+    w.entries = entries_value(v["entry"], join(where, "entry"));
+    // A rule that names only entry points of the other kind could never fire (Note [Host memory]).
+    if ((w.entries & entries_of(w.memory)) == 0)
+      fail(join(where, "entry"), w.memory == MemoryKind::host
+                                     ? "names no entry point that allocates host memory (use cuMemHostAlloc, "
+                                       "cuMemAllocHost, cuMemHostRegister, cuMemCreate or the group host)"
+                                     : "names only host entry points: add memory: host to the rule");
+  }
   if (v.contains("min_size")) w.min_size = bytes_value(v["min_size"], join(where, "min_size"));
   if (v.contains("max_size")) w.max_size = bytes_value(v["max_size"], join(where, "max_size"));
   if (w.min_size > w.max_size) fail(where, "min_size is larger than max_size");
@@ -233,11 +250,14 @@ Rule parse_rule(const json& v, size_t index) {
 CapEntry parse_cap(const json& v, size_t index) {
   std::string where = "caps[" + std::to_string(index) + "]";
   require_object(v, where);
-  check_keys(v, where, {"limit", "device", "at"});
+  check_keys(v, where, {"memory", "limit", "device", "at"});
   CapEntry c;
   if (!v.contains("limit")) fail(where, "missing 'limit'");
   c.limit = bytes_value(v["limit"], where + ".limit");
+  if (v.contains("memory")) c.memory = memory_value(v["memory"], where + ".memory");
   if (v.contains("device")) c.device = static_cast<int>(int_at_least(v["device"], where + ".device", -1));
+  if (c.memory == MemoryKind::host && c.device >= 0)
+    fail(where + ".device", "a host cap is not a device's: leave 'device' out (Note [Host memory])");
   if (c.device >= kMaxDevices) fail(where + ".device", "must be below " + std::to_string(kMaxDevices));
   if (v.contains("at")) {
     const json& at = require_object(v["at"], where + ".at");
@@ -297,6 +317,7 @@ std::string json_error_text(const char* what) {
 json rule_to_json(const Rule& r) {
   const RuleWhen& w = r.when;
   json when = json::object();
+  if (w.memory != MemoryKind::device) when["memory"] = memory_kind_name(w.memory);
   if (w.entries != kAllEntries) {
     json list = json::array();
     for (int i = 0; i < kEntryCount; ++i)
@@ -339,6 +360,7 @@ json rule_to_json(const Rule& r) {
 
 json cap_to_json(const CapEntry& c) {
   json cap = {{"limit", c.limit}};
+  if (c.memory != MemoryKind::device) cap["memory"] = memory_kind_name(c.memory);
   if (c.device >= 0) cap["device"] = c.device;
   if (c.at == CapEntry::At::step) cap["at"] = {{"step", c.at_step}};
   if (c.at == CapEntry::At::after) cap["at"] = {{"after", c.at_after_s}};
@@ -354,6 +376,8 @@ std::optional<CapCounting> parse_cap_counting(std::string_view text) {
   if (text == "footprint") return CapCounting::footprint;
   return std::nullopt;
 }
+
+const char* memory_kind_name(MemoryKind m) { return m == MemoryKind::host ? "host" : "device"; }
 
 const char* entry_name(Entry e) {
   auto i = static_cast<unsigned>(e);

@@ -17,12 +17,39 @@ namespace oomh::inject {
 // The allocation entry points by base name (docs/fault-plan.md, `entry`). The versioned and per-thread
 // variants (cuMemAlloc_v2, cuMemAllocAsync_ptsz) count as their base name.
 // (Not the driver's names: cuda.h defines cuMemAlloc and friends as macros.)
-enum class Entry : uint8_t { mem_alloc, mem_alloc_pitch, mem_alloc_managed, mem_alloc_async, mem_alloc_from_pool_async, mem_create };
-inline constexpr int kEntryCount = 6;
+// The last three allocate pinned host memory (Note [Host memory]); cuMemCreate allocates either kind.
+enum class Entry : uint8_t {
+  mem_alloc, mem_alloc_pitch, mem_alloc_managed, mem_alloc_async, mem_alloc_from_pool_async, mem_create,
+  mem_host_alloc, mem_alloc_host, mem_host_register
+};
+inline constexpr int kEntryCount = 9;
 using EntryMask = uint32_t;
 constexpr EntryMask entry_bit(Entry e) { return EntryMask{1} << static_cast<unsigned>(e); }
 inline constexpr EntryMask kAllEntries = (EntryMask{1} << kEntryCount) - 1;
 const char* entry_name(Entry e);
+
+// Note [Host memory]
+// Pinned host memory (cudaHostAlloc, `pin_memory=True` DataLoaders, cudaHostRegister) runs out too, and
+// NVIDIA's own fault injectors and spark-rapids' CI inject it; a job that pins its batches should survive a
+// refused pin (fall back to pageable memory) as much as a refused device allocation. The shim intercepts
+// the driver's entry points for it: cuMemHostAlloc, cuMemAllocHost, cuMemHostRegister, and cuMemCreate with
+// a host location; and their frees, cuMemFreeHost, cuMemHostUnregister, cuMemRelease.
+// A rule or a cap names which memory it targets with `memory: host` or `memory: device` (the default, so
+// that every plan written before keeps its meaning: a device rule never fails a pin, and a host rule never a
+// device allocation). Host memory is not a device's: it is not booked on any device's counters, shown by
+// memory queries or counted by the runner's samples; a host cap is a limit on the bytes *this process* has
+// pinned through the shim (the control block has no host counters), refused with CUDA_ERROR_OUT_OF_MEMORY
+// as the driver does when the pinned limit is reached. Each refusal is an `inject` event with
+// `memory: "host"` and `device: -1`.
+enum class MemoryKind : uint8_t { device, host };
+const char* memory_kind_name(MemoryKind m);
+// The entry points that can allocate each kind (cuMemCreate can allocate either).
+inline constexpr EntryMask kDeviceEntries = entry_bit(Entry::mem_alloc) | entry_bit(Entry::mem_alloc_pitch) |
+                                            entry_bit(Entry::mem_alloc_managed) | entry_bit(Entry::mem_alloc_async) |
+                                            entry_bit(Entry::mem_alloc_from_pool_async) | entry_bit(Entry::mem_create);
+inline constexpr EntryMask kHostEntries = entry_bit(Entry::mem_host_alloc) | entry_bit(Entry::mem_alloc_host) |
+                                          entry_bit(Entry::mem_host_register) | entry_bit(Entry::mem_create);
+constexpr EntryMask entries_of(MemoryKind m) { return m == MemoryKind::host ? kHostEntries : kDeviceEntries; }
 
 enum class Trigger : uint8_t { first, nth, every, probability };
 enum class Duration : uint8_t { times, until_freed, forever };
@@ -46,6 +73,7 @@ struct RuleWhen {
   uint64_t n = 1;                 // nth / every
   double probability = 0;
   uint64_t repeat = 1;            // 0: unlimited
+  MemoryKind memory = MemoryKind::device;  // Note [Host memory]
 };
 
 struct RuleFail {
@@ -67,6 +95,7 @@ struct CapEntry {
   At at = At::start;
   int64_t at_step = 0;
   double at_after_s = 0;
+  MemoryKind memory = MemoryKind::device;  // host: this process's pinned host memory (Note [Host memory])
 };
 
 // What a cap counts (docs/fault-plan.md, `cap_counts`; Note [Counting the footprint] in engine.h):
@@ -83,14 +112,17 @@ std::optional<CapCounting> parse_cap_counting(std::string_view text);
 // exactly what the shim accepts. The front ends only translate their syntax (YAML, key=value items) into
 // the plan's JSON; the keys below are what they offer as suggestions.
 inline constexpr const char* kRuleKeys[] = {"name", "when", "fail"};
-inline constexpr const char* kWhenKeys[] = {"entry", "min_size", "max_size", "device", "rank", "local_rank", "step",
+inline constexpr const char* kWhenKeys[] = {"memory", "entry", "min_size", "max_size", "device", "rank", "local_rank", "step",
                                             "steps", "phase", "after", "nth", "every", "probability", "repeat"};
 inline constexpr const char* kStepsKeys[] = {"from", "to"};
 inline constexpr const char* kFailKeys[] = {"times", "until_freed", "forever"};
 // What `entry` may name: an entry point, or a group of them.
 inline constexpr const char* kEntryChoices[] = {"cuMemAlloc", "cuMemAllocPitch", "cuMemAllocManaged", "cuMemAllocAsync",
-                                                "cuMemAllocFromPoolAsync", "cuMemCreate", "alloc", "sync", "async",
-                                                "vmm", "managed"};
+                                                "cuMemAllocFromPoolAsync", "cuMemCreate", "cuMemHostAlloc",
+                                                "cuMemAllocHost", "cuMemHostRegister", "alloc", "sync", "async",
+                                                "vmm", "managed", "host"};
+// What `memory` may name (Note [Host memory]).
+inline constexpr const char* kMemoryChoices[] = {"device", "host"};
 
 struct FaultPlan {
   uint64_t seed = 0;

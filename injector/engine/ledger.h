@@ -28,7 +28,10 @@
 
 namespace oomh::inject {
 
-enum class Space : uint8_t { device_pointer = 0, vmm_handle = 1 };
+// host_pointer: pinned host memory (cuMemHostAlloc, cuMemAllocHost, cuMemHostRegister), recorded with device
+// kHostDevice (Note [Host memory] in fault_plan.h); a host cuMemCreate handle lives with the other handles.
+enum class Space : uint8_t { device_pointer = 0, vmm_handle = 1, host_pointer = 2 };
+inline constexpr int kHostDevice = -1;
 
 struct Allocation {
   uint64_t size = 0;
@@ -87,7 +90,7 @@ class Ledger {
                      std::optional<Allocation>& replaced) noexcept;
   static bool erase(Table& t, uint64_t key, uint64_t hash, Allocation& out) noexcept;
 
-  Table tables_[2][kShards];
+  Table tables_[3][kShards];
 };
 
 }  // namespace oomh::inject

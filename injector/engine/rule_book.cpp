@@ -10,7 +10,7 @@ uint64_t splitmix64(uint64_t& state) noexcept {
 }
 
 bool target_matches(const RuleWhen& w, const CallFacts& call) noexcept {
-  return (w.entries & entry_bit(call.entry)) != 0 && call.size >= w.min_size && call.size <= w.max_size &&
+  return w.memory == call.memory && (w.entries & entry_bit(call.entry)) != 0 && call.size >= w.min_size && call.size <= w.max_size &&
          (w.device < 0 || w.device == call.device) && (w.rank < 0 || w.rank == call.rank) &&
          (w.local_rank < 0 || w.local_rank == call.local_rank);
 }

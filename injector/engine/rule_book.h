@@ -31,6 +31,7 @@ namespace oomh::inject {
 
 // What the rule book needs to know about one allocation call.
 struct CallFacts {
+  MemoryKind memory = MemoryKind::device;  // Note [Host memory] in fault_plan.h
   Entry entry = Entry::mem_alloc;
   uint64_t size = 0;
   int device = 0;

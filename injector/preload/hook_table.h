@@ -44,6 +44,12 @@ inline constexpr HookSpec kHookTable[] = {
     {"cuMemFreeAsync", "cuMemFreeAsync", 0, false, HookLibrary::cuda, HookRole::free, true},
     {"cuMemFreeAsync_ptsz", "cuMemFreeAsync", 0, true, HookLibrary::cuda, HookRole::free, false},
     {"cuMemRelease", "cuMemRelease", 0, false, HookLibrary::cuda, HookRole::free, true},
+    // Pinned host memory (Note [Host memory] in injector/engine/fault_plan.h).
+    {"cuMemHostAlloc", "cuMemHostAlloc", 0, false, HookLibrary::cuda, HookRole::alloc, true},
+    {"cuMemAllocHost_v2", "cuMemAllocHost", 3020, false, HookLibrary::cuda, HookRole::alloc, true},
+    {"cuMemHostRegister_v2", "cuMemHostRegister", 6050, false, HookLibrary::cuda, HookRole::alloc, true},
+    {"cuMemFreeHost", "cuMemFreeHost", 0, false, HookLibrary::cuda, HookRole::free, true},
+    {"cuMemHostUnregister", "cuMemHostUnregister", 0, false, HookLibrary::cuda, HookRole::free, true},
     {"cuMemGetInfo_v2", "cuMemGetInfo", 3020, false, HookLibrary::cuda, HookRole::query, true},
     {"cuDeviceTotalMem_v2", "cuDeviceTotalMem", 3020, false, HookLibrary::cuda, HookRole::query, true},
     {"nvmlDeviceGetMemoryInfo", "", 0, false, HookLibrary::nvml, HookRole::query, false},
@@ -80,5 +86,7 @@ static_assert(hook_for_proc_address("cuMemAllocAsync", 13000, true) == hook_inde
 static_assert(hook_for_proc_address("cuMemFree", 13000, true) == hook_index("cuMemFree_v2"));
 static_assert(hook_for_proc_address("cuGetProcAddress", 13000, false) == hook_index("cuGetProcAddress_v2"));
 static_assert(hook_for_proc_address("cuGetProcAddress", 11080, false) == hook_index("cuGetProcAddress"));
+static_assert(hook_for_proc_address("cuMemHostRegister", 13000, false) == hook_index("cuMemHostRegister_v2"));
+static_assert(hook_for_proc_address("cuMemHostRegister", 4000, false) == -1);
 
 }  // namespace oomh::inject

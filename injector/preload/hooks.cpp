@@ -101,6 +101,11 @@ void* hook_address(int index) {
     case hook_index("cuMemFreeAsync"): return reinterpret_cast<void*>(&::cuMemFreeAsync);
     case hook_index("cuMemFreeAsync_ptsz"): return reinterpret_cast<void*>(&::cuMemFreeAsync_ptsz);
     case hook_index("cuMemRelease"): return reinterpret_cast<void*>(&::cuMemRelease);
+    case hook_index("cuMemHostAlloc"): return reinterpret_cast<void*>(&::cuMemHostAlloc);
+    case hook_index("cuMemAllocHost_v2"): return reinterpret_cast<void*>(&::cuMemAllocHost_v2);
+    case hook_index("cuMemHostRegister_v2"): return reinterpret_cast<void*>(&::cuMemHostRegister_v2);
+    case hook_index("cuMemFreeHost"): return reinterpret_cast<void*>(&::cuMemFreeHost);
+    case hook_index("cuMemHostUnregister"): return reinterpret_cast<void*>(&::cuMemHostUnregister);
     case hook_index("cuMemGetInfo_v2"): return reinterpret_cast<void*>(&::cuMemGetInfo_v2);
     case hook_index("cuDeviceTotalMem_v2"): return reinterpret_cast<void*>(&::cuDeviceTotalMem_v2);
     case hook_index("nvmlDeviceGetMemoryInfo"): return reinterpret_cast<void*>(&hook_nvmlDeviceGetMemoryInfo);
@@ -108,7 +113,7 @@ void* hook_address(int index) {
     default: return nullptr;
   }
 }
-static_assert(kHookCount == 18, "a new kHookTable entry needs its replacement in hook_address()");
+static_assert(kHookCount == 23, "a new kHookTable entry needs its replacement in hook_address()");
 
 bool is_our_hook(void* p) {
   for (int i = 0; i < kHookCount; ++i)
@@ -449,6 +454,19 @@ CUresult intercept_alloc(Engine& e, Entry entry, const char* symbol, int device,
   return rc;
 }
 
+// One pinned host allocation through the engine (Note [Host memory] in engine/fault_plan.h).
+template <typename Call, typename Key>
+CUresult intercept_host_alloc(Engine& e, Entry entry, const char* symbol, uint64_t size, Space space, Call&& call,
+                              Key&& key) {
+  HookGuard guard;
+  AllocDecision d = e.begin_host_alloc(entry, symbol, size);
+  if (d.fail) return CUDA_ERROR_OUT_OF_MEMORY;
+  CUresult rc = call();
+  bool ok = rc == CUDA_SUCCESS;
+  e.end_host_alloc(d, ok, space, ok ? key() : 0, size);
+  return rc;
+}
+
 template <typename Call>
 CUresult intercept_free(Engine& e, Space space, uint64_t key, Call&& call) {
   HookGuard guard;
@@ -720,8 +738,15 @@ OOMH_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t si
   auto real = real_fn<decltype(&cuMemCreate)>("cuMemCreate");
   if (!real) return missing();
   Engine* e = engine();
-  // Only device memory counts, on the device the properties name (not the current context's).
-  if (!e || !prop || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) return real(handle, size, prop, flags);
+  if (!e || !prop) return real(handle, size, prop, flags);
+  // Host memory (Note [Host memory]): a host location of any kind (the host, one of its NUMA nodes).
+  if (prop->location.type == CU_MEM_LOCATION_TYPE_HOST || prop->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA ||
+      prop->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT)
+    return intercept_host_alloc(*e, Entry::mem_create, "cuMemCreate", size, Space::vmm_handle,
+                                [&] { return real(handle, size, prop, flags); },
+                                [&] { return static_cast<uint64_t>(*handle); });
+  // Device memory counts on the device the properties name (not the current context's).
+  if (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) return real(handle, size, prop, flags);
   return intercept_alloc(*e, Entry::mem_create, "cuMemCreate", prop->location.id, size, Space::vmm_handle,
                          [&] { return real(handle, size, prop, flags); }, [&] { return static_cast<uint64_t>(*handle); },
                          [&] { return static_cast<uint64_t>(size); });
@@ -749,6 +774,53 @@ OOMH_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   Engine* e = engine();
   if (!e) return real(handle);
   return intercept_free(*e, Space::vmm_handle, handle, [&] { return real(handle); });
+}
+
+// ---- Pinned host memory (Note [Host memory] in engine/fault_plan.h).
+OOMH_EXPORT CUresult cuMemHostAlloc(void** pp, size_t bytesize, unsigned int Flags) {
+  auto real = real_fn<decltype(&cuMemHostAlloc)>("cuMemHostAlloc");
+  if (!real) return missing();
+  Engine* e = engine();
+  if (!e) return real(pp, bytesize, Flags);
+  return intercept_host_alloc(*e, Entry::mem_host_alloc, "cuMemHostAlloc", bytesize, Space::host_pointer,
+                              [&] { return real(pp, bytesize, Flags); },
+                              [&] { return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(*pp)); });
+}
+
+OOMH_EXPORT CUresult cuMemAllocHost_v2(void** pp, size_t bytesize) {
+  auto real = real_fn<decltype(&cuMemAllocHost_v2)>("cuMemAllocHost_v2");
+  if (!real) return missing();
+  Engine* e = engine();
+  if (!e) return real(pp, bytesize);
+  return intercept_host_alloc(*e, Entry::mem_alloc_host, "cuMemAllocHost_v2", bytesize, Space::host_pointer,
+                              [&] { return real(pp, bytesize); },
+                              [&] { return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(*pp)); });
+}
+
+OOMH_EXPORT CUresult cuMemHostRegister_v2(void* p, size_t bytesize, unsigned int Flags) {
+  auto real = real_fn<decltype(&cuMemHostRegister_v2)>("cuMemHostRegister_v2");
+  if (!real) return missing();
+  Engine* e = engine();
+  if (!e) return real(p, bytesize, Flags);
+  return intercept_host_alloc(*e, Entry::mem_host_register, "cuMemHostRegister_v2", bytesize, Space::host_pointer,
+                              [&] { return real(p, bytesize, Flags); },
+                              [&] { return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p)); });
+}
+
+OOMH_EXPORT CUresult cuMemFreeHost(void* p) {
+  auto real = real_fn<decltype(&cuMemFreeHost)>("cuMemFreeHost");
+  if (!real) return missing();
+  Engine* e = engine();
+  if (!e) return real(p);
+  return intercept_free(*e, Space::host_pointer, reinterpret_cast<uintptr_t>(p), [&] { return real(p); });
+}
+
+OOMH_EXPORT CUresult cuMemHostUnregister(void* p) {
+  auto real = real_fn<decltype(&cuMemHostUnregister)>("cuMemHostUnregister");
+  if (!real) return missing();
+  Engine* e = engine();
+  if (!e) return real(p);
+  return intercept_free(*e, Space::host_pointer, reinterpret_cast<uintptr_t>(p), [&] { return real(p); });
 }
 
 // Note [The site of a recorded call] in injector/engine/engine.h: the virtual device's allocator model names

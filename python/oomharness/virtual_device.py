@@ -39,6 +39,7 @@ import threading
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from . import _pinned
 from ._events import EventLog
 from ._breakdown import SITE_MIN_BYTES, user_site
 from .caching_allocator import BudgetSegments, CachingAllocatorModel
@@ -340,8 +341,15 @@ class VirtualDevice:
         def is_cuda(self):
             return dev.on_device(self)
 
+        # Note [Host memory] (injector/engine/fault_plan.h): a pin asks the driver double for pinned host memory
+        # through the shim, so a `memory: host` fault refuses it as cudaHostAlloc is refused on a GPU
+        # (python/oomharness/_pinned.py). Without the driver, host memory stays where it is.
+        pinned_host = _pinned.pinned_host_for(self.model)
+
         def pin_memory(self, *args, **kwargs):
-            return self  # host memory stays where it is: a CPU build has no pinned memory to give
+            if pinned_host is None or dev.on_device(self):
+                return self
+            return pinned_host.pin(self)
 
         self._set(torch.Tensor, "cuda", cuda)
         self._set(torch.Tensor, "to", to)

@@ -20,6 +20,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "proc_table.h"
 
 namespace {
@@ -111,6 +113,11 @@ struct Api {
   PFN_cuMemcpyHtoD_v3020 htod = proc<PFN_cuMemcpyHtoD_v3020>("cuMemcpyHtoD", 3020);
   PFN_cuMemcpyDtoH_v3020 dtoh = proc<PFN_cuMemcpyDtoH_v3020>("cuMemcpyDtoH", 3020);
   PFN_cuMemsetD8_v3020 memset8 = proc<PFN_cuMemsetD8_v3020>("cuMemsetD8", 3020);
+  PFN_cuMemHostAlloc_v2020 host_alloc = proc<PFN_cuMemHostAlloc_v2020>("cuMemHostAlloc", 2020);
+  PFN_cuMemAllocHost_v3020 alloc_host = proc<PFN_cuMemAllocHost_v3020>("cuMemAllocHost", 3020);
+  PFN_cuMemFreeHost_v2000 free_host = proc<PFN_cuMemFreeHost_v2000>("cuMemFreeHost", 2000);
+  PFN_cuMemHostRegister_v6050 host_register = proc<PFN_cuMemHostRegister_v6050>("cuMemHostRegister", 6050);
+  PFN_cuMemHostUnregister_v4000 host_unregister = proc<PFN_cuMemHostUnregister_v4000>("cuMemHostUnregister", 4000);
   PFN_cuGetErrorName_v6000 error_name = proc<PFN_cuGetErrorName_v6000>("cuGetErrorName", 6000);
   PFN_cuGetErrorString_v6000 error_string = proc<PFN_cuGetErrorString_v6000>("cuGetErrorString", 6000);
 };
@@ -169,7 +176,8 @@ TEST(CudaDoubleExports, HasTheDriversVersionedAndLegacyNames) {
         "cuCtxPushCurrent_v2", "cuCtxPopCurrent_v2", "cuStreamDestroy_v2", "cuDevicePrimaryCtxRelease_v2",
         "cuDevicePrimaryCtxReset_v2", "cuDeviceGetUuid_v2", "cuMemAllocAsync", "cuMemAllocAsync_ptsz",
         "cuMemFreeAsync_ptsz", "cuMemAllocFromPoolAsync_ptsz", "cuStreamSynchronize_ptsz", "cuMemcpyHtoD_v2",
-        "cuMemcpyDtoH_v2", "cuMemsetD8_v2", "cuMemCreate", "cuMemMap", "cuMemSetAccess"})
+        "cuMemcpyDtoH_v2", "cuMemsetD8_v2", "cuMemCreate", "cuMemMap", "cuMemSetAccess", "cuMemHostAlloc",
+        "cuMemAllocHost_v2", "cuMemFreeHost", "cuMemHostRegister_v2", "cuMemHostUnregister"})
     EXPECT_NE(sym(name), nullptr) << name;
   // Names the driver does not have, and the double's own C++ internals, are not exported.
   EXPECT_EQ(sym("cuMemAlloc_v3"), nullptr);
@@ -334,6 +342,48 @@ TEST_F(FreshProcess, LargeDevicesCostNothingUntilTouched) {
         CHILD_EXPECT_EQ(a.free(p), CUDA_SUCCESS);
         CHILD_EXPECT_EQ(a.free(q), CUDA_SUCCESS);
         std::_Exit(0);};
+  EXPECT_EXIT(child(), ::testing::ExitedWithCode(0), "");
+}
+
+// Pinned host memory (the comment at the top of driver_double.h): counted against CUDA_DOUBLE_HOST_MEMORY by
+// every way of pinning, refused past it with exactly CUDA_ERROR_OUT_OF_MEMORY, and the driver's codes for a
+// pointer it never pinned.
+TEST_F(FreshProcess, PinnedHostMemoryStopsAtItsLimit) {
+  auto child = [&] {
+    setenv("CUDA_DOUBLE_HOST_MEMORY", "8MiB", 1);
+    const Api& a = api();
+    CHILD_EXPECT_EQ(a.init(0), CUDA_SUCCESS);
+    void* p = nullptr;
+    void* q = nullptr;
+    CHILD_EXPECT_EQ(a.host_alloc(&p, 4 * kMiB, CU_MEMHOSTALLOC_PORTABLE), CUDA_SUCCESS);
+    std::memset(p, 1, 4 * kMiB);  // real, writable host memory
+    CHILD_EXPECT_EQ(a.alloc_host(&q, 4 * kMiB + 1), CUDA_ERROR_OUT_OF_MEMORY);
+    CHILD_EXPECT_EQ(q == nullptr, true);
+    CHILD_EXPECT_EQ(a.alloc_host(&q, 2 * kMiB), CUDA_SUCCESS);
+    static char buffer[2 * kMiB];
+    CHILD_EXPECT_EQ(a.host_register(buffer, sizeof buffer, 0), CUDA_SUCCESS);
+    CHILD_EXPECT_EQ(a.host_register(buffer, sizeof buffer, 0), CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
+    CHILD_EXPECT_EQ(a.host_alloc(&p, 1, 0x100), CUDA_ERROR_INVALID_VALUE);  // an unknown flag
+    void* full = nullptr;
+    CHILD_EXPECT_EQ(a.host_alloc(&full, 1, 0), CUDA_ERROR_OUT_OF_MEMORY);  // 8 MiB pinned
+    CHILD_EXPECT_EQ(a.free_host(buffer), CUDA_ERROR_INVALID_VALUE);       // registered, not allocated
+    CHILD_EXPECT_EQ(a.host_unregister(q), CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
+    CHILD_EXPECT_EQ(a.host_unregister(buffer), CUDA_SUCCESS);
+    CHILD_EXPECT_EQ(a.free_host(q), CUDA_SUCCESS);
+    CHILD_EXPECT_EQ(a.free_host(q), CUDA_ERROR_INVALID_VALUE);  // twice
+    // A host cuMemCreate takes from the same limit.
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_HOST;
+    CUmemGenericAllocationHandle h = 0;
+    CHILD_EXPECT_EQ(a.create(&h, 6 * kMiB, &prop, 0), CUDA_ERROR_OUT_OF_MEMORY);
+    CHILD_EXPECT_EQ(a.create(&h, 4 * kMiB, &prop, 0), CUDA_SUCCESS);
+    CHILD_EXPECT_EQ(a.host_alloc(&full, 1, 0), CUDA_ERROR_OUT_OF_MEMORY);
+    CHILD_EXPECT_EQ(a.release_handle(h), CUDA_SUCCESS);
+    CHILD_EXPECT_EQ(a.free_host(p), CUDA_SUCCESS);
+    CHILD_EXPECT_EQ(a.host_alloc(&full, 8 * kMiB, 0), CUDA_SUCCESS);
+    std::_Exit(0);
+  };
   EXPECT_EXIT(child(), ::testing::ExitedWithCode(0), "");
 }
 

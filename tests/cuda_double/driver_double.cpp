@@ -120,7 +120,8 @@ CUresult Driver::init(unsigned int flags) {
   uint64_t memory = 0;
   int devices = 0;
   if (!read_size("CUDA_DOUBLE_MEMORY", uint64_t{8} << 30, memory) || !read_devices(devices) ||
-      !read_size("CUDA_DOUBLE_CONTEXT_MEMORY", 0, context_memory_))
+      !read_size("CUDA_DOUBLE_CONTEXT_MEMORY", 0, context_memory_) ||
+      !read_size("CUDA_DOUBLE_HOST_MEMORY", uint64_t{64} << 30, host_limit_))
     return CUDA_ERROR_INVALID_VALUE;
   if (devices == 0) return CUDA_ERROR_NO_DEVICE;
   total_memory_ = memory;
@@ -301,13 +302,74 @@ CUresult Driver::pool_device(CUmemoryPool handle, int& device) {
 // --- memory ---------------------------------------------------------------------------------------------
 
 CUresult Driver::charge(int device, size_t bytes) {
+  if (device < 0) {  // pinned host memory
+    if (bytes > host_limit_ - host_used_) return CUDA_ERROR_OUT_OF_MEMORY;
+    host_used_ += bytes;
+    return CUDA_SUCCESS;
+  }
   uint64_t& used = used_[static_cast<size_t>(device)];
   if (bytes > total_memory_ - used) return CUDA_ERROR_OUT_OF_MEMORY;
   used += bytes;
   return CUDA_SUCCESS;
 }
 
-void Driver::refund(int device, size_t bytes) { used_[static_cast<size_t>(device)] -= bytes; }
+void Driver::refund(int device, size_t bytes) {
+  if (device < 0) host_used_ -= bytes;
+  else used_[static_cast<size_t>(device)] -= bytes;
+}
+
+CUresult Driver::host_alloc(size_t bytes, void** out) {
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  *out = nullptr;
+  if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  {
+    std::lock_guard lock(mu_);
+    if (CUresult r = charge(-1, bytes); r != CUDA_SUCCESS) return r;
+  }
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  std::lock_guard lock(mu_);
+  if (p == MAP_FAILED) {
+    refund(-1, bytes);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  host_allocations_[reinterpret_cast<uintptr_t>(p)] = bytes;
+  *out = p;
+  return CUDA_SUCCESS;
+}
+
+CUresult Driver::host_free(void* p) {
+  std::lock_guard lock(mu_);
+  auto it = host_allocations_.find(reinterpret_cast<uintptr_t>(p));
+  if (it == host_allocations_.end()) return CUDA_ERROR_INVALID_VALUE;
+  munmap(p, it->second);
+  refund(-1, it->second);
+  host_allocations_.erase(it);
+  return CUDA_SUCCESS;
+}
+
+CUresult Driver::host_register(void* p, size_t bytes) {
+  if (!p || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard lock(mu_);
+  auto key = reinterpret_cast<uintptr_t>(p);
+  if (host_registered_.count(key)) return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+  if (CUresult r = charge(-1, bytes); r != CUDA_SUCCESS) return r;
+  host_registered_[key] = bytes;
+  return CUDA_SUCCESS;
+}
+
+CUresult Driver::host_unregister(void* p) {
+  std::lock_guard lock(mu_);
+  auto it = host_registered_.find(reinterpret_cast<uintptr_t>(p));
+  if (it == host_registered_.end()) return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+  refund(-1, it->second);
+  host_registered_.erase(it);
+  return CUDA_SUCCESS;
+}
+
+uint64_t Driver::host_used() {
+  std::lock_guard lock(mu_);
+  return host_used_;
+}
 
 // Under mu_. The first context of a device takes its memory; like the driver, creating it fails with
 // CUDA_ERROR_OUT_OF_MEMORY when the device has no room for it.
@@ -392,10 +454,11 @@ bool Driver::addressable(CUdeviceptr ptr, size_t bytes) {
 
 CUresult Driver::create_physical(CUmemGenericAllocationHandle* out, size_t size, const CUmemAllocationProp* prop) {
   if (!out || !prop || size == 0 || size % kVmmGranularity != 0) return CUDA_ERROR_INVALID_VALUE;
-  if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+  bool host = prop->location.type == CU_MEM_LOCATION_TYPE_HOST;
+  if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE && !host))
     return CUDA_ERROR_INVALID_VALUE;
-  int device = prop->location.id;
-  if (!valid_device(device)) return CUDA_ERROR_INVALID_DEVICE;
+  int device = host ? -1 : prop->location.id;
+  if (!host && !valid_device(device)) return CUDA_ERROR_INVALID_DEVICE;
   {
     std::lock_guard lock(mu_);
     if (CUresult r = charge(device, size); r != CUDA_SUCCESS) return r;

@@ -25,6 +25,11 @@
 // Environment: CUDA_DOUBLE_MEMORY (bytes per device, "8GiB" by default, any size oomh::parse_bytes reads),
 // CUDA_DOUBLE_DEVICES (device count, 1 by default) and CUDA_DOUBLE_CONTEXT_MEMORY (0 by default). All are
 // read once, by cuInit.
+//
+// Pinned host memory (cuMemHostAlloc, cuMemAllocHost, cuMemHostRegister, a host cuMemCreate) is real host
+// memory here too, counted against CUDA_DOUBLE_HOST_MEMORY (the pinned limit, "64GiB" by default): past it
+// the double answers CUDA_ERROR_OUT_OF_MEMORY as the driver does when it cannot pin. Freeing or
+// unregistering a pointer the double did not pin, or twice, is CUDA_ERROR_INVALID_VALUE, as in the driver.
 
 #include <cuda.h>
 
@@ -67,7 +72,7 @@ struct Allocation {
 // What cuMemCreate made: memory that counts against the device until it is released and unmapped.
 struct PhysicalMemory {
   size_t size = 0;
-  int device = 0;
+  int device = 0;       // -1: host memory (a host location), counted against the pinned limit
   int fd = -1;          // a sparse memfd, so several mappings of one handle share the bytes
   int mappings = 0;
   bool released = false;
@@ -130,6 +135,13 @@ class Driver {
   CUresult unmap(CUdeviceptr ptr, size_t size);
   CUresult set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count);
 
+  // Pinned host memory (the comment at the top of this file).
+  CUresult host_alloc(size_t bytes, void** out);
+  CUresult host_free(void* p);
+  CUresult host_register(void* p, size_t bytes);
+  CUresult host_unregister(void* p);
+  uint64_t host_used();
+
   // True when [ptr, ptr + bytes) lies inside one allocation or one accessible mapping: copies and memsets
   // outside them fail with CUDA_ERROR_INVALID_VALUE instead of crashing the program.
   bool addressable(CUdeviceptr ptr, size_t bytes);
@@ -164,6 +176,10 @@ class Driver {
   CUmemGenericAllocationHandle next_handle_ = 1;
   std::map<CUdeviceptr, size_t> reservations_;
   std::map<CUdeviceptr, Mapping> mappings_;
+  uint64_t host_limit_ = 0;
+  uint64_t host_used_ = 0;
+  std::map<uintptr_t, size_t> host_allocations_;  // cuMemHostAlloc, cuMemAllocHost: what was mapped
+  std::map<uintptr_t, size_t> host_registered_;   // cuMemHostRegister
 };
 
 // The calling thread's context stack, under the driver's rules (cuCtxPushCurrent/PopCurrent push and pop,

@@ -386,6 +386,34 @@ DRIVER_API cuMemGetInfo(unsigned int* free, unsigned int* total) {
   return r;
 }
 
+// --- pinned host memory --------------------------------------------------------------------------------
+
+DRIVER_API cuMemHostAlloc(void** pp, size_t bytesize, unsigned int Flags) {
+  REQUIRE_INIT();
+  if (Flags & ~(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED))
+    return CUDA_ERROR_INVALID_VALUE;
+  return drv().host_alloc(bytesize, pp);
+}
+DRIVER_API cuMemAllocHost_v2(void** pp, size_t bytesize) {
+  REQUIRE_INIT();
+  return drv().host_alloc(bytesize, pp);
+}
+DRIVER_API cuMemFreeHost(void* p) {
+  REQUIRE_INIT();
+  return drv().host_free(p);
+}
+DRIVER_API cuMemHostRegister_v2(void* p, size_t bytesize, unsigned int Flags) {
+  REQUIRE_INIT();
+  if (Flags & ~(CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_IOMEMORY |
+                CU_MEMHOSTREGISTER_READ_ONLY))
+    return CUDA_ERROR_INVALID_VALUE;
+  return drv().host_register(p, bytesize);
+}
+DRIVER_API cuMemHostUnregister(void* p) {
+  REQUIRE_INIT();
+  return drv().host_unregister(p);
+}
+
 // --- virtual memory management --------------------------------------------------------------------------
 
 DRIVER_API cuMemGetAllocationGranularity(size_t* granularity, const CUmemAllocationProp* prop,
@@ -585,6 +613,11 @@ const OomhDoubleProc kProcs[] = {
     PROC(cuMemGetAllocationGranularity, 10020, cuMemGetAllocationGranularity),
     PROC(cuMemCreate, 10020, cuMemCreate),
     PROC(cuMemRelease, 10020, cuMemRelease),
+    PROC(cuMemHostAlloc, 2020, cuMemHostAlloc),
+    PROC(cuMemAllocHost, 3020, cuMemAllocHost_v2),
+    PROC(cuMemFreeHost, 2000, cuMemFreeHost),
+    PROC(cuMemHostRegister, 6050, cuMemHostRegister_v2),
+    PROC(cuMemHostUnregister, 4000, cuMemHostUnregister),
     PROC(cuMemAddressReserve, 10020, cuMemAddressReserve),
     PROC(cuMemAddressFree, 10020, cuMemAddressFree),
     PROC(cuMemMap, 10020, cuMemMap),

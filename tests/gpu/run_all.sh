@@ -17,6 +17,11 @@
 #   ecosystem only when named: Accelerate's, Transformers' and Lightning's own OOM helpers under a cap and a
 #           step fault, judged (tests/gpu/ecosystem.yaml; findings in docs/ecosystem.md); its verdicts are
 #           findings, so the phase fails only when the run could not judge them (exit 3, 4 or 5)
+#   realworld only when named (issue 27): the corpus of training styles (tests/realworld/corpus.yaml) on this
+#           GPU and on the virtual device (CUDA_VISIBLE_DEVICES=, this machine's python3 and PyTorch), compared
+#           job by job into $OUT/realworld-compare.txt (tests/realworld/corpus_check.py --compare), and the GPU's
+#           verdicts against the corpus's expected ones (--results --gpu); like ecosystem, it fails only when a
+#           run could not judge its jobs (exit 3, 4 or 5)
 #   fragment only when named: the reservation sidecar's fragmentation mode (reserve_chunk) against a whole
 #           reservation of the same size, and what PyTorch can allocate at once beside each (issue 19)
 #   probecost only when named: the Python probe's cost per step on the GPU, its .item() wait told apart
@@ -32,7 +37,7 @@
 #           memory_summary() and the memory history at OOMs of a leaky and an oversized trainer, with the
 #           history on and off, and the history's per-step cost; its log also lands in $OUT/explaingpu.log
 #
-#   PHASE: build pytests virtual ecosystem ctest injector libtorch probe fidelity-caps selftest demo armed reservation reservesuite
+#   PHASE: build pytests virtual ecosystem realworld ctest injector libtorch probe fidelity-caps selftest demo armed reservation reservesuite
 #          fidelity-reserve compat drivercalls shimbench runnerbench packing throughput ranks2gpu
 #   (no PHASE: all but pytests, in that order; named phases of one wave still run at once)
 #
@@ -61,9 +66,9 @@ bin=$build/runner/oomharness
 inject=$build/injector/liboomharness_inject.so
 summary=$work/summary.txt
 budget=${RUN_ALL_BUDGET:-575}
-all_phases="build pytests virtual ecosystem ctest injector libtorch probe fidelity-caps selftest demo armed reservation reservesuite fidelity-reserve
+all_phases="build pytests virtual ecosystem realworld ctest injector libtorch probe fidelity-caps selftest demo armed reservation reservesuite fidelity-reserve
             compat drivercalls shimbench runnerbench packing throughput scale virtualsuite sweep budget explain fragment probecost explaingpu ranks2gpu"
-phases=${*:-${all_phases/pytests virtual ecosystem /}}
+phases=${*:-${all_phases/pytests virtual ecosystem realworld /}}
 [ $# -eq 0 ] && phases=${phases/ scale virtualsuite sweep budget explain fragment probecost explaingpu ranks2gpu/}  # by name only
 wave1="ctest injector libtorch probe fidelity-caps"
 wave2="selftest demo armed"
@@ -71,7 +76,7 @@ timing="drivercalls shimbench runnerbench packing throughput scale"
 
 # Seconds each phase usually takes on the H100 (measured, 2026-11-22; bench/RESULTS.md's GPU section), a
 # little over; the budget check uses them.
-declare -A EST=([build]=80 [pytests]=200 [virtual]=240 [ecosystem]=200 [ctest]=60 [injector]=30 [libtorch]=30 [probe]=40 [fidelity-caps]=30
+declare -A EST=([build]=80 [pytests]=200 [virtual]=240 [ecosystem]=200 [realworld]=240 [ctest]=60 [injector]=30 [libtorch]=30 [probe]=40 [fidelity-caps]=30
                 [selftest]=60 [demo]=60 [armed]=60 [reservation]=55 [reservesuite]=30 [fidelity-reserve]=20 [throughput]=145
                 [packing]=150 [drivercalls]=35 [shimbench]=30 [runnerbench]=10 [compat]=5 [scale]=200 [virtualsuite]=120 [sweep]=120 [budget]=120 [explain]=5 [fragment]=60 [probecost]=90 [explaingpu]=150 [ranks2gpu]=120)
 
@@ -158,6 +163,19 @@ run_phase() {  # run_phase NAME: the phase's command, its output to stdout
     pytests) CUDA_VISIBLE_DEVICES= ctest --test-dir "$build" -L python --output-on-failure -j3 --timeout 400 ;;
     ecosystem) "$bin" run "$root/tests/gpu/ecosystem.yaml" --jobs 3 --out "$work/ecosystem"
                local rc=$?; [ $rc -le 1 ] ;;
+    realworld)  # issue 27: the corpus on the GPU, then on the virtual device, compared job by job
+      "$bin" run "$root/tests/realworld/corpus.yaml" --jobs 3 --out "$work/realworld-gpu"
+      local rc=$?
+      CUDA_VISIBLE_DEVICES= "$bin" run "$root/tests/realworld/corpus.yaml" --simulate --jobs 4 --out "$work/realworld-virtual"
+      local rc_virtual=$?
+      python3 "$root/tests/realworld/corpus_check.py" --compare "$work/realworld-gpu/results.json" \
+        "$work/realworld-virtual/results.json" | tee "$out/realworld-compare.txt"
+      echo "== the GPU's verdicts against the corpus's expected ones" | tee -a "$out/realworld-compare.txt"
+      python3 "$root/tests/realworld/corpus_check.py" --results "$work/realworld-gpu/results.json" --gpu \
+        | tee -a "$out/realworld-compare.txt"
+      cp "$work/realworld-gpu/results.json" "$out/realworld-gpu-results.json" 2>/dev/null
+      cp "$work/realworld-virtual/results.json" "$out/realworld-virtual-results.json" 2>/dev/null
+      [ $rc -le 1 ] && [ $rc_virtual -le 1 ] ;;
     virtual) python3 "$root/bench/python/virtual_fidelity.py" --device both --json-out "$work/virtual_fidelity.json" &&
              CUDA_VISIBLE_DEVICES= python3 "$root/bench/python/virtual_device_cost.py" --rounds 5 > "$work/virtual_cost.json";
              local rc=$?; cat "$work/virtual_cost.json"; return $rc ;;

@@ -62,6 +62,11 @@ const Exported kExported[] = {
     {"cuMemFreeAsync", reinterpret_cast<void*>(&cuMemFreeAsync)},
     {"cuMemFreeAsync_ptsz", reinterpret_cast<void*>(&cuMemFreeAsync_ptsz)},
     {"cuMemRelease", reinterpret_cast<void*>(&cuMemRelease)},
+    {"cuMemHostAlloc", reinterpret_cast<void*>(&cuMemHostAlloc)},
+    {"cuMemAllocHost_v2", reinterpret_cast<void*>(&cuMemAllocHost_v2)},
+    {"cuMemHostRegister_v2", reinterpret_cast<void*>(&cuMemHostRegister_v2)},
+    {"cuMemFreeHost", reinterpret_cast<void*>(&cuMemFreeHost)},
+    {"cuMemHostUnregister", reinterpret_cast<void*>(&cuMemHostUnregister)},
     {"cuMemGetInfo_v2", reinterpret_cast<void*>(&cuMemGetInfo_v2)},
     {"cuDeviceTotalMem_v2", reinterpret_cast<void*>(&cuDeviceTotalMem_v2)},
 };
@@ -167,6 +172,11 @@ int reach(const std::string& path) {
   auto release = get<decltype(&cuMemRelease)>(path, "cuMemRelease");
   auto get_info = get<decltype(&cuMemGetInfo_v2)>(path, "cuMemGetInfo_v2");
   auto total_mem = get<decltype(&cuDeviceTotalMem_v2)>(path, "cuDeviceTotalMem_v2");
+  auto host_alloc = get<decltype(&cuMemHostAlloc)>(path, "cuMemHostAlloc");
+  auto alloc_host = get<decltype(&cuMemAllocHost_v2)>(path, "cuMemAllocHost_v2");
+  auto host_register = get<decltype(&cuMemHostRegister_v2)>(path, "cuMemHostRegister_v2");
+  auto free_host = get<decltype(&cuMemFreeHost)>(path, "cuMemFreeHost");
+  auto host_unregister = get<decltype(&cuMemHostUnregister)>(path, "cuMemHostUnregister");
 
   // Address space is not memory: the shim must not count this.
   CUdeviceptr reserved = 0;
@@ -245,12 +255,39 @@ int reach(const std::string& path) {
     size = 8 * MiB;
     CUresult rc = create(&h, size, &prop, 0);
     if (attempt == 1) handle = h;
-    // Host memory through cuMemCreate is not device memory: never counted, never failed.
-    CUmemAllocationProp host = prop;
-    host.location.type = CU_MEM_LOCATION_TYPE_HOST;
-    CUmemGenericAllocationHandle host_handle = 0;
-    if (create(&host_handle, 2 * MiB, &host, 0) == CUDA_SUCCESS) release(host_handle);
     return rc;
+  });
+  // Pinned host memory (Note [Host memory]): the tests' plan has a host rule `every: 2` of its own, so each
+  // host entry fails on its second call too, and host calls never move the device rule's count.
+  CUmemAllocationProp host = prop;
+  host.location.type = CU_MEM_LOCATION_TYPE_HOST;
+  CUmemGenericAllocationHandle host_handle = 0;
+  void* pinned[2] = {};
+  static char registered[2][MiB];
+  twice("cuMemCreate(host)", [&](int attempt, size_t& size) {
+    CUmemGenericAllocationHandle h = 0;
+    size = 2 * MiB;
+    CUresult rc = create(&h, size, &host, 0);
+    if (attempt == 1) host_handle = h;
+    return rc;
+  });
+  twice("cuMemHostAlloc", [&](int attempt, size_t& size) {
+    void* p = nullptr;
+    size = 1 * MiB;
+    CUresult rc = host_alloc(&p, size, 0);
+    if (attempt == 1) pinned[0] = p;
+    return rc;
+  });
+  twice("cuMemAllocHost_v2", [&](int attempt, size_t& size) {
+    void* p = nullptr;
+    size = 2 * MiB;
+    CUresult rc = alloc_host(&p, size);
+    if (attempt == 1) pinned[1] = p;
+    return rc;
+  });
+  twice("cuMemHostRegister_v2", [&](int attempt, size_t& size) {
+    size = MiB;
+    return host_register(registered[attempt - 1], size, 0);
   });
   size_t free_bytes = 0, total_bytes = 0;
   check(get_info(&free_bytes, &total_bytes), "cuMemGetInfo_v2");
@@ -263,6 +300,12 @@ int reach(const std::string& path) {
   std::printf("free cuMemFreeAsync rc=%d\n", static_cast<int>(free_async(kept[5], stream)));
   std::printf("free cuMemFreeAsync_ptsz rc=%d\n", static_cast<int>(free_async_ptsz(kept[6], stream)));
   std::printf("free cuMemRelease rc=%d\n", static_cast<int>(release(handle)));
+  std::printf("free cuMemRelease rc=%d\n", static_cast<int>(release(host_handle)));
+  std::printf("free cuMemFreeHost rc=%d\n", static_cast<int>(free_host(pinned[0])));
+  std::printf("free cuMemFreeHost rc=%d\n", static_cast<int>(free_host(pinned[1])));
+  std::printf("free cuMemHostUnregister rc=%d\n", static_cast<int>(host_unregister(registered[0])));
+  // Freeing what was never pinned is the driver's error, passed through.
+  std::printf("bad cuMemFreeHost rc=%d\n", static_cast<int>(free_host(registered[1])));
   check(get_info(&free_bytes, &total_bytes), "cuMemGetInfo_v2");
   std::printf("info free=%zu total=%zu\n", free_bytes, total_bytes);
   size_t total = 0;

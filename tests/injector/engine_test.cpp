@@ -644,3 +644,81 @@ TEST(Footprint, NoProbeMeansAllocationsAndAWarning) {
   EXPECT_EQ(e.cap_counting(), CapCounting::allocations);
   EXPECT_EQ(events.read("warning").size(), 1u);
 }
+
+namespace {
+bool pin(Engine& e, uint64_t key, uint64_t size, Entry entry = Entry::mem_host_alloc) {
+  AllocDecision d = e.begin_host_alloc(entry, "cuMemHostAlloc", size);
+  if (d.fail) return false;
+  e.end_host_alloc(d, true, entry == Entry::mem_create ? Space::vmm_handle : Space::host_pointer, key, size);
+  return true;
+}
+void unpin(Engine& e, uint64_t key) {
+  auto taken = e.begin_free(Space::host_pointer, key);
+  e.end_free(Space::host_pointer, key, taken, true);
+}
+}  // namespace
+
+// Note [Host memory]: a host rule fails pins and never a device allocation; a device rule (the default)
+// never fails a pin; each refused pin is an inject event with memory "host" and device -1.
+TEST(Engine, HostRulesTargetPinnedMemoryOnly) {
+  Block block;
+  EventFile events;
+  EngineSetup s = setup(block.get(), events.fd());
+  s.plan = plan(R"({"rules":[{"name":"pin-fault","when":{"memory":"host","nth":2},"fail":{"times":2}},
+                             {"name":"device-fault","when":{"min_size":"1MiB"},"fail":{"forever":true}}]})");
+  Engine e(std::move(s));
+  EXPECT_TRUE(pin(e, 0x1000, 4 * MiB));   // 1st pin: the host rule waits for its 2nd; the device rule ignores it
+  EXPECT_FALSE(pin(e, 0x2000, 4 * MiB));  // 2nd: triggered
+  EXPECT_FALSE(pin(e, 0x3000, 64, Entry::mem_alloc_host));  // times: 2
+  EXPECT_TRUE(pin(e, 0x4000, 64, Entry::mem_host_register));
+  EXPECT_TRUE(allocate(e, 0x10, 1024));       // the host rule never fails a device allocation
+  EXPECT_FALSE(allocate(e, 0x20, 2 * MiB));   // the device rule does
+  EXPECT_EQ(e.host_held(), 4 * MiB + 64);
+  EXPECT_EQ(e.held(0), 1024u);                // pinned bytes are no device's
+  auto injects = events.read("inject");
+  ASSERT_EQ(injects.size(), 3u);
+  EXPECT_EQ(injects[0]["fields"]["rule"], "pin-fault");
+  EXPECT_EQ(injects[0]["fields"]["memory"], "host");
+  EXPECT_EQ(injects[0]["fields"]["device"], -1);
+  EXPECT_EQ(injects[0]["fields"]["entry"], "cuMemHostAlloc");
+  EXPECT_EQ(injects[0]["fields"]["size"], 4 * MiB);
+  EXPECT_EQ(injects[1]["fields"]["memory"], "host");
+  EXPECT_EQ(injects[2]["fields"]["rule"], "device-fault");
+  EXPECT_EQ(injects[2]["fields"]["memory"], "device");
+  EXPECT_EQ(injects[2]["fields"]["device"], 0);
+}
+
+// A host cap limits the bytes this process has pinned; unpinning gives them back; device caps and host
+// caps do not see each other's bytes.
+TEST(Engine, HostCapLimitsPinnedBytes) {
+  Block block;
+  EventFile events;
+  EngineSetup s = setup(block.get(), events.fd());
+  s.plan = plan(R"({"caps":[{"memory":"host","limit":"8MiB"},{"limit":"4MiB"}]})");
+  Engine e(std::move(s));
+  EXPECT_TRUE(pin(e, 0x1000, 6 * MiB));
+  EXPECT_FALSE(pin(e, 0x2000, 4 * MiB));      // 10 MiB > 8 MiB
+  EXPECT_TRUE(allocate(e, 0x10, 3 * MiB));    // the device cap counts device bytes only
+  EXPECT_FALSE(allocate(e, 0x20, 2 * MiB));
+  EXPECT_TRUE(pin(e, 0x3000, 2 * MiB));       // exactly 8 MiB
+  EXPECT_EQ(e.host_peak(), 8 * MiB);
+  unpin(e, 0x1000);
+  EXPECT_EQ(e.host_held(), 2 * MiB);
+  EXPECT_TRUE(pin(e, 0x2000, 4 * MiB));
+  EXPECT_TRUE(pin(e, 0x5000, 2 * MiB, Entry::mem_create));  // a host cuMemCreate counts too
+  EXPECT_FALSE(pin(e, 0x6000, 1, Entry::mem_create));
+  auto release_handle = [&](uint64_t key) {
+    auto taken = e.begin_free(Space::vmm_handle, key);
+    ASSERT_TRUE(taken.has_value());
+    EXPECT_EQ(taken->device, kHostDevice);
+    e.end_free(Space::vmm_handle, key, taken, true);
+  };
+  release_handle(0x5000);
+  EXPECT_EQ(e.host_held(), 6 * MiB);
+  auto injects = events.read("inject");
+  ASSERT_EQ(injects.size(), 3u);
+  EXPECT_EQ(injects[0]["fields"]["reason"], "cap");
+  EXPECT_EQ(injects[0]["fields"]["memory"], "host");
+  EXPECT_EQ(injects[1]["fields"]["memory"], "device");
+  EXPECT_EQ(injects[2]["fields"]["entry"], "cuMemHostAlloc");
+}

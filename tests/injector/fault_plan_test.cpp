@@ -105,6 +105,32 @@ TEST(FaultPlan, EntryNamesAndGroups) {
   EXPECT_EQ(r.plan->rules[0].name, "rules[0]");  // unnamed rules are named by position
 }
 
+// Note [Host memory]: `memory` picks the kind a rule or a cap targets; device is the default, and the plan
+// written back reads as the same plan.
+TEST(FaultPlan, MemoryKindOfRulesAndCaps) {
+  PlanResult r = parse_fault_plan(R"({"rules":[{"when":{"memory":"host","step":3}},{"when":{"memory":"host","entry":"cuMemHostRegister"}},
+    {"when":{"entry":"vmm"}},{}], "caps":[{"limit":"1GiB","memory":"host"},{"limit":"8GiB"}]})");
+  ASSERT_TRUE(r) << r.error;
+  const FaultPlan& p = *r.plan;
+  EXPECT_EQ(p.rules[0].when.memory, MemoryKind::host);
+  EXPECT_EQ(p.rules[0].when.entries, kAllEntries);
+  EXPECT_EQ(p.rules[1].when.entries, entry_bit(Entry::mem_host_register));
+  EXPECT_EQ(p.rules[2].when.memory, MemoryKind::device);
+  EXPECT_EQ(p.rules[3].when.memory, MemoryKind::device);
+  EXPECT_EQ(p.caps[0].memory, MemoryKind::host);
+  EXPECT_EQ(p.caps[1].memory, MemoryKind::device);
+  PlanResult again = parse_fault_plan(fault_plan_json(p));
+  ASSERT_TRUE(again) << again.error;
+  EXPECT_EQ(again.plan->rules[0].when.memory, MemoryKind::host);
+  EXPECT_EQ(again.plan->rules[1].when.entries, entry_bit(Entry::mem_host_register));
+  EXPECT_EQ(again.plan->rules[3].when.memory, MemoryKind::device);
+  EXPECT_EQ(again.plan->caps[0].memory, MemoryKind::host);
+  EXPECT_EQ(again.plan->caps[1].memory, MemoryKind::device);
+  RuleCheck check = check_rule(R"({"when":{"memory":"host"},"fail":{"forever":true}})");
+  ASSERT_TRUE(check.ok()) << check.error;
+  EXPECT_NE(check.json.find(R"("memory":"host")"), std::string::npos) << check.json;
+}
+
 TEST(FaultPlan, DefaultsAndOptionalParts) {
   PlanResult r = parse_fault_plan(R"({"rules":[{"when":{"nth":3,"repeat":2,"steps":{"from":4}}, "fail":{"forever":true}}]})");
   ASSERT_TRUE(r) << r.error;
@@ -150,8 +176,19 @@ INSTANTIATE_TEST_SUITE_P(
         BadPlan{R"({"rules":[{"when":[]}]})", "rules[0].when: must be an object"},
         BadPlan{R"({"rules":[{},{"when":{"entry":["alloc","cuMemAloc"]}}]})",
                 "rules[1].when.entry[1]: unknown entry point 'cuMemAloc' (use cuMemAlloc, cuMemAllocPitch, "
-                "cuMemAllocManaged, cuMemAllocAsync, cuMemAllocFromPoolAsync, cuMemCreate, or a group: alloc, sync, "
-                "async, vmm, managed)"},
+                "cuMemAllocManaged, cuMemAllocAsync, cuMemAllocFromPoolAsync, cuMemCreate, cuMemHostAlloc, cuMemAllocHost, "
+                "cuMemHostRegister, or a group: alloc, sync, async, vmm, managed, host)"},
+        BadPlan{R"({"rules":[{"when":{"memory":"pinned"}}]})",
+                "rules[0].when.memory: unknown memory \"pinned\" (use device or host)"},
+        BadPlan{R"({"rules":[{"when":{"memory":1}}]})", "rules[0].when.memory: unknown memory 1 (use device or host)"},
+        BadPlan{R"({"rules":[{"when":{"entry":"cuMemHostAlloc"}}]})",
+                "rules[0].when.entry: names only host entry points: add memory: host to the rule"},
+        BadPlan{R"({"rules":[{"when":{"memory":"host","entry":["sync"]}}]})",
+                "rules[0].when.entry: names no entry point that allocates host memory (use cuMemHostAlloc, "
+                "cuMemAllocHost, cuMemHostRegister, cuMemCreate or the group host)"},
+        BadPlan{R"({"caps":[{"limit":"1GiB","memory":"hots"}]})", "caps[0].memory: unknown memory \"hots\" (use device or host)"},
+        BadPlan{R"({"caps":[{"limit":"1GiB","memory":"host","device":0}]})",
+                "caps[0].device: a host cap is not a device's: leave 'device' out (Note [Host memory])"},
         BadPlan{R"({"rules":[{"when":{"entry":[]}}]})", "rules[0].when.entry: must name at least one entry point or group"},
         BadPlan{R"({"rules":[{"when":{"entry":5}}]})", "rules[0].when.entry: must be a list of entry points or groups"},
         BadPlan{R"({"rules":[{"when":{"min_size":"12XB"}}]})",

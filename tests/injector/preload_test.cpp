@@ -185,13 +185,19 @@ TEST_P(PreloadPaths, EveryHookTableEntryIsReachable) {
 // the control block and the event log say so.
 TEST_P(PreloadPaths, EveryEntryFaultsAndTheLedgerCounts) {
   Job job;
-  Child c = run({kClient, "reach", GetParam()}, job.env({R"(OOMH_PLAN={"rules":[{"name":"second","when":{"every":2}}]})"}));
+  Child c = run({kClient, "reach", GetParam()},
+                job.env({R"(OOMH_PLAN={"rules":[{"name":"second","when":{"every":2}},)"
+                         R"({"name":"second-pin","when":{"memory":"host","every":2}}]})"}));
   ASSERT_EQ(c.code, 0) << c.err << c.out;
-  std::set<std::string> allocs, frees;
+  // Note [Host memory]: the pinned host entries, and cuMemCreate once more with a host location.
+  const std::set<std::string> host_only = {"cuMemHostAlloc", "cuMemAllocHost_v2", "cuMemHostRegister_v2"};
+  std::set<std::string> allocs, frees, device_allocs;
   for (const auto& h : kHookTable) {
     if (h.role == HookRole::alloc) allocs.insert(h.name);
+    if (h.role == HookRole::alloc && !host_only.count(h.name)) device_allocs.insert(h.name);
     if (h.role == HookRole::free) frees.insert(h.name);
   }
+  allocs.insert("cuMemCreate(host)");
   std::set<std::string> called, failed, freed;
   uint64_t kept_bytes = 0;
   for (const auto& line : lines(c.out)) {
@@ -206,25 +212,35 @@ TEST_P(PreloadPaths, EveryEntryFaultsAndTheLedgerCounts) {
     } else if (std::sscanf(line.c_str(), "free %63s rc=%d", name, &rc) == 2) {
       EXPECT_EQ(rc, 0) << line;
       freed.insert(name);
+    } else if (std::sscanf(line.c_str(), "bad %63s rc=%d", name, &rc) == 2) {
+      EXPECT_EQ(rc, 1) << line;
+    } else {
+      continue;
+    }
+    if (host_only.count(name) || std::string(name) == "cuMemCreate(host)") {
+      if (std::sscanf(line.c_str(), "call %63s %d rc=%d size=%zu", name, &attempt, &rc, &size) == 4 && attempt == 1)
+        kept_bytes -= size;  // host bytes are no device's
     }
   }
   EXPECT_EQ(called, allocs);
   EXPECT_EQ(failed, allocs);
   EXPECT_EQ(freed, frees);
 
-  std::set<std::string> injected;
+  std::set<std::string> injected, injected_host;
   for (const auto& e : job.events("inject")) {
     const auto& f = e["fields"];
-    injected.insert(f["entry"].get<std::string>());
-    EXPECT_EQ(f["rule"], "second");
+    bool host = f["memory"] == "host";
+    (host ? injected_host : injected).insert(f["entry"].get<std::string>());
+    EXPECT_EQ(f["rule"], host ? "second-pin" : "second");
     EXPECT_EQ(f["reason"], "rule");
-    EXPECT_EQ(f["device"], 0);
+    EXPECT_EQ(f["device"], host ? -1 : 0);
   }
-  EXPECT_EQ(injected, allocs);
+  EXPECT_EQ(injected, device_allocs);
+  EXPECT_EQ(injected_host, (std::set<std::string>{"cuMemCreate", "cuMemHostAlloc", "cuMemAllocHost_v2", "cuMemHostRegister_v2"}));
   const oomh::DeviceCounters& d = job.block()->devices[0];
-  EXPECT_EQ(d.alloc_calls.load(), 2 * allocs.size());  // cuMemAddressReserve and host cuMemCreate not counted
-  EXPECT_EQ(d.failures_injected.load(), allocs.size());
-  EXPECT_EQ(d.free_calls.load(), allocs.size());
+  EXPECT_EQ(d.alloc_calls.load(), 2 * device_allocs.size());  // cuMemAddressReserve and host memory not counted
+  EXPECT_EQ(d.failures_injected.load(), device_allocs.size());
+  EXPECT_EQ(d.free_calls.load(), device_allocs.size());
   EXPECT_EQ(d.peak.load(), kept_bytes);
   EXPECT_EQ(d.held.load(), 0u);
   EXPECT_EQ(d.physical_total.load(), 256 * MiB);

@@ -95,6 +95,8 @@ void suggest_choice(RuleProblem& problem, const std::string& written) {
     for (uint32_t i = 1; i <= 6; ++i) choices.emplace_back(phase_name(static_cast<Phase>(i)));
   } else if ((!path.empty() && path.back() == "entry") || (path.size() >= 2 && path[path.size() - 2] == "entry")) {
     choices = names(inject::kEntryChoices);
+  } else if (!path.empty() && path.back() == "memory") {
+    choices = names(inject::kMemoryChoices);
   }
   if (choices.empty() || problem.message.rfind("unknown", 0) != 0) return;
   std::string near = nearest_name(written, choices);
