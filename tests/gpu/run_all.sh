@@ -28,6 +28,9 @@
 #           (bench/python/probe_overhead.py --device cuda)
 #   ranks2gpu only when named, on a machine with 2 GPUs or more: tests/gpu/ranks2gpu.yaml with --gpus 0,1 (one
 #           GPU per rank, NCCL, a real hang), judged by tests/gpu/ranks2gpu.py (docs/distributed.md)
+#   multigpu only when named, on a machine with 2 GPUs or more (issue 33): tests/gpu/multigpu.sh: faults in
+#           NCCL's own buffers, all ranks resuming from a DDP checkpoint (and a broken twin), one rank per GPU
+#           over every GPU, 8 capped jobs packed over the GPUs and over a subset; judged by tests/gpu/multigpu.py
 #   pytests only when named: the Python probe's and recovery code's unit tests with this machine's PyTorch,
 #           on the CPU, in the background until the timing phases (CI runs them on every change with
 #           Debian's PyTorch; here they took 177-279 s and held the timing phases back by 35-90 s)
@@ -67,9 +70,9 @@ inject=$build/injector/liboomharness_inject.so
 summary=$work/summary.txt
 budget=${RUN_ALL_BUDGET:-575}
 all_phases="build pytests virtual ecosystem realworld ctest injector libtorch probe fidelity-caps selftest demo armed reservation reservesuite fidelity-reserve
-            compat drivercalls shimbench runnerbench packing throughput scale virtualsuite sweep budget explain fragment probecost explaingpu ranks2gpu"
+            compat drivercalls shimbench runnerbench packing throughput scale virtualsuite sweep budget explain fragment probecost explaingpu ranks2gpu multigpu"
 phases=${*:-${all_phases/pytests virtual ecosystem realworld /}}
-[ $# -eq 0 ] && phases=${phases/ scale virtualsuite sweep budget explain fragment probecost explaingpu ranks2gpu/}  # by name only
+[ $# -eq 0 ] && phases=${phases/ scale virtualsuite sweep budget explain fragment probecost explaingpu ranks2gpu multigpu/}  # by name only
 wave1="ctest injector libtorch probe fidelity-caps"
 wave2="selftest demo armed"
 timing="drivercalls shimbench runnerbench packing throughput scale"
@@ -78,7 +81,7 @@ timing="drivercalls shimbench runnerbench packing throughput scale"
 # little over; the budget check uses them.
 declare -A EST=([build]=80 [pytests]=200 [virtual]=240 [ecosystem]=200 [realworld]=240 [ctest]=60 [injector]=30 [libtorch]=30 [probe]=40 [fidelity-caps]=30
                 [selftest]=60 [demo]=60 [armed]=60 [reservation]=55 [reservesuite]=30 [fidelity-reserve]=20 [throughput]=145
-                [packing]=150 [drivercalls]=35 [shimbench]=30 [runnerbench]=10 [compat]=5 [scale]=200 [virtualsuite]=120 [sweep]=120 [budget]=120 [explain]=5 [fragment]=60 [probecost]=90 [explaingpu]=150 [ranks2gpu]=120)
+                [packing]=150 [drivercalls]=35 [shimbench]=30 [runnerbench]=10 [compat]=5 [scale]=200 [virtualsuite]=120 [sweep]=120 [budget]=120 [explain]=5 [fragment]=60 [probecost]=90 [explaingpu]=150 [ranks2gpu]=120 [multigpu]=420)
 
 # RE2 (Debian's libre2-dev) is not on the GPU machine, where nothing can be installed: carry Debian's two
 # packages in .re2/ (`apt-get download libre2-9 libre2-dev`, name .re2 in the device call's carry) and they
@@ -238,6 +241,8 @@ run_phase() {  # run_phase NAME: the phase's command, its output to stdout
       echo "oomharness run exited $?"
       cp "$work/ranks2gpu/results.json" "$out/ranks2gpu-results.json" 2>/dev/null
       python3 "$root/tests/gpu/ranks2gpu.py" "$work/ranks2gpu/results.json" ;;
+    multigpu) bash "$root/tests/gpu/multigpu.sh" "$build" "$work/multigpu"
+              local rc=$?; cp "$work/multigpu/run/results.json" "$out/multigpu-results.json" 2>/dev/null; return $rc ;;
     explain) "$bin" explain "$work/self-test/results.json" ;;  # issue 19: the findings of the GPU self-test
     fragment) fragment_suite ;;
     probecost)  # issue 19: the probe's cost per step on the GPU, its .item() wait told apart
