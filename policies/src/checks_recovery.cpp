@@ -495,20 +495,26 @@ Trace rank_view(const Trace& trace, int k) {
 // rank on its own view of the trace: its own events, the attempt's death (any rank's OOM ends the attempt
 // for all), and the checkpoints it saved itself, or, when it saved none (DDP code usually saves on rank 0
 // only and every rank loads that file), those every rank saved. The job passes when every rank passes; the
-// first rank that fails (or, short of that, is inconclusive) gives the verdict, named.
+// ranks that fail (or, short of that, the first that is inconclusive) give the verdict, named.
 Verdict checkpoint_resume(const Trace& trace, const nlohmann::json& args) {
   int ranks = 0;
   for (const Attempt& a : trace.attempts) ranks = std::max(ranks, static_cast<int>(a.ranks.size()));
   if (ranks < 2) return checkpoint_resume_one(trace, args);
-  std::optional<Verdict> first_inconclusive;
+  std::optional<Verdict> first_inconclusive, failed;
   Verdict rank0;
   for (int k = 0; k < ranks; ++k) {
     Verdict v = checkpoint_resume_one(rank_view(trace, k), args);
     v.reason = "rank " + std::to_string(k) + ": " + v.reason;
-    if (v.status == VerdictStatus::fail) return v;
-    if (v.status != VerdictStatus::pass && !first_inconclusive) first_inconclusive = v;
+    // Every failing rank is named: the first may fail only by the consequence (its peers' collectives broke
+    // when rank 1 started from scratch) while a later one shows the cause.
+    if (v.status == VerdictStatus::fail) {
+      if (!failed) failed = v;
+      else failed->reason += "; " + v.reason;
+    }
+    if (v.status != VerdictStatus::pass && v.status != VerdictStatus::fail && !first_inconclusive) first_inconclusive = v;
     if (k == 0) rank0 = v;
   }
+  if (failed) return *failed;
   if (first_inconclusive) return *first_inconclusive;
   rank0.reason = "every rank resumed; " + rank0.reason;
   return rank0;
