@@ -44,9 +44,9 @@ jobs:
 
 TEST(AgentPlan, JobRoundTripsFieldForField) {
   JobSpec job = every_field_job();
-  nlohmann::json once = to_json_value(job);
-  JobSpec back = job_spec_from_json(nlohmann::json::parse(once.dump()));
-  EXPECT_EQ(to_json_value(back), once);
+  nlohmann::json once = nlohmann::json(job);
+  JobSpec back = model_from_json<JobSpec>(nlohmann::json::parse(once.dump()), "job");
+  EXPECT_EQ(nlohmann::json(back), once);
   EXPECT_EQ(back.env.at("A"), "a,b,c=d");
   EXPECT_EQ(back.plan(), job.plan());
   EXPECT_EQ(back.flush_steps(), job.flush_steps());
@@ -146,7 +146,7 @@ TEST(AgentPlan, OutcomeRoundTripsFieldForField) {
 TEST(AgentPlan, CarriesThinnedLogRanksOfSamplesSweepAndGpus) {
   JobSpec job = every_field_job();
   job.sweep = SweepSpec{"2..4", {"transient"}, 3};
-  JobSpec job_back = job_spec_from_json(nlohmann::json::parse(to_json_value(job).dump()));
+  JobSpec job_back = model_from_json<JobSpec>(nlohmann::json::parse(nlohmann::json(job).dump()), "job");
   ASSERT_TRUE(job_back.sweep) << "the job's sweep was dropped";
   EXPECT_EQ(job_back.sweep->steps, "2..4");
   EXPECT_EQ(job_back.sweep->modes, std::vector<std::string>{"transient"});
