@@ -96,7 +96,7 @@ struct ControlBlock {
   std::atomic<int64_t> batch_size;         // @40  current batch size (probe), -1 until known
   std::atomic<uint32_t> process_count;     // @48  processes that ever registered
   std::atomic<uint32_t> device_count;      // @52  devices the shim has seen (highest ordinal + 1)
-  std::atomic<uint64_t> events_written;    // @56  event lines appended by the shim and the probes
+  std::atomic<uint64_t> events_written;    // @56  event lines appended by the shims and the C++ probes
   std::atomic<uint64_t> ooms_seen;         // @64  out-of-memory errors the training code saw (probe)
   std::atomic<uint64_t> ooms_caught;       // @72  ... of which the code caught and went on
   std::atomic<uint64_t> empty_cache_calls; // @80  (probe)
@@ -106,7 +106,11 @@ struct ControlBlock {
   std::atomic<uint32_t> ways_in;           // @96  kWayExport | kWayDlsym | kWayProcAddress, as seen
   uint32_t reserved_armed;                 // @100
   std::atomic<uint64_t> first_driver_call_ns;  // @104 CLOCK_REALTIME of the first intercepted driver call; 0: none
-  uint64_t reserved[2];                    // @112
+  // Event lines appended by the Python probes: their own counter, because Python cannot add atomically
+  // to events_written beside the shim (Note [Counters from Python] in python/oomharness/_control.py).
+  // A block's events are events_written + probe_events_written.
+  std::atomic<uint64_t> probe_events_written;  // @112
+  uint64_t reserved[1];                    // @120
   DeviceCounters devices[kMaxDevices];     // @128
   ProcessSlot processes[kMaxProcesses];    // @1152
   std::atomic<uint32_t> plan_size;         // bytes of plan_text in use
@@ -142,6 +146,7 @@ static_assert(offsetof(ControlBlock, shims_armed) == 88);
 static_assert(offsetof(ControlBlock, plans_rejected) == 92);
 static_assert(offsetof(ControlBlock, ways_in) == 96);
 static_assert(offsetof(ControlBlock, first_driver_call_ns) == 104);
+static_assert(offsetof(ControlBlock, probe_events_written) == 112);
 static_assert(offsetof(ControlBlock, devices) == 128);
 static_assert(offsetof(ControlBlock, processes) == 128 + 64 * kMaxDevices);
 static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<int64_t>::is_always_lock_free &&

@@ -1,5 +1,6 @@
 """What the runner does for a job, done by hand: a real control block in /dev/shm, an event log, the probe's
 environment, and a child Python process to run a script in."""
+import importlib.util
 import json
 import os
 import re
@@ -14,10 +15,14 @@ SOURCE = os.environ.get("OOMH_SOURCE_DIR") or os.path.abspath(os.path.join(HERE,
 PROBE_DIR = os.path.join(SOURCE, "python")
 EXAMPLES = os.path.join(SOURCE, "examples", "python")
 
-# sizeof(oomh::ControlBlock): header, 16 devices, 256 process slots, plan size + reserved, plan text.
-CONTROL_SIZE = 128 + 64 * 16 + 256 * (16 + 8 * 16) + 8 + 64 * 1024
+# The layout is the probe's own (python/oomharness/_control.py, checked against control_block.h by
+# tests/runner/model/control_layout_test.cpp), loaded by path so that the package's __init__ is not run.
+_spec = importlib.util.spec_from_file_location("_oomh_control", os.path.join(PROBE_DIR, "oomharness", "_control.py"))
+CB = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(CB)
+CONTROL_SIZE = CB.CONTROL_BYTES
 LINE = re.compile(r'^\{"t":\d+\.\d{6},"pid":\d+,"src":"probe","kind":"[a-z_]+","fields":\{.*\}\}\n$')
-PHASES = ["none", "forward", "backward", "optimizer", "eval", "checkpoint", "data"]
+PHASES = [CB.PHASE_NAMES[i] for i in range(len(CB.PHASE_NAMES))]
 
 
 class Job:
@@ -27,9 +32,11 @@ class Job:
         self.name = "/oomh-pytest-%s" % uuid.uuid4().hex[:12]
         self.shm = "/dev/shm" + self.name
         buf = bytearray(CONTROL_SIZE)
-        struct.pack_into("<IIII", buf, 0, 0x484D4F4F, 1, CONTROL_SIZE, 0)
-        struct.pack_into("<q", buf, 24, -1)
-        struct.pack_into("<q", buf, 40, -1)
+        struct.pack_into("<I", buf, CB._OFF_MAGIC, CB.MAGIC)
+        struct.pack_into("<I", buf, CB._OFF_VERSION, CB.VERSION)
+        struct.pack_into("<I", buf, CB._OFF_SIZE, CONTROL_SIZE)
+        struct.pack_into("<q", buf, CB._OFF_STEP, CB.UNKNOWN_STEP)
+        struct.pack_into("<q", buf, CB._OFF_BATCH_SIZE, -1)
         with open(self.shm, "wb") as f:
             f.write(buf)
 
@@ -75,9 +82,14 @@ class Job:
 
     def block(self):
         with open(self.shm, "rb") as f:
-            b = f.read(128)
-        step, phase = struct.unpack_from("<qI", b, 24)
-        (batch,) = struct.unpack_from("<q", b, 40)
-        written, seen, caught, empty = struct.unpack_from("<QQQQ", b, 56)
+            b = f.read(CB._HEADER_BYTES)
+        (step,) = struct.unpack_from("<q", b, CB._OFF_STEP)
+        (phase,) = struct.unpack_from("<I", b, CB._OFF_PHASE)
+        (batch,) = struct.unpack_from("<q", b, CB._OFF_BATCH_SIZE)
+        field = lambda off: struct.unpack_from("<Q", b, off)[0]
+        # A block's events: the shims' and the Python probes' (Note [Counters from Python]).
+        written = field(CB._OFF_EVENTS_WRITTEN) + field(CB._OFF_PROBE_EVENTS_WRITTEN)
         return {"step": step, "phase": PHASES[phase], "batch_size": batch, "events_written": written,
-                "ooms_seen": seen, "ooms_caught": caught, "empty_cache_calls": empty}
+                "probe_events_written": field(CB._OFF_PROBE_EVENTS_WRITTEN),
+                "ooms_seen": field(CB._OFF_OOMS_SEEN), "ooms_caught": field(CB._OFF_OOMS_CAUGHT),
+                "empty_cache_calls": field(CB._OFF_EMPTY_CACHE_CALLS)}

@@ -356,6 +356,101 @@ matrix:
     print("squeue calls (calls, seconds): %s" % counts)
 
 
+# A job whose event log the runner thins (past kMaxRoutineEvents routine events, Note [Thinned event logs]
+# in policies/src/trace.cpp): 70,000 probe steps, every 7,000th without its gradients cleared (only the
+# first three of those are pinned, so zero_grad's count of ten comes from the log's folded figures), memory
+# growing by 1 KiB a step. And a 2-rank job whose ranks write their own steps and memory.
+SAME_WRITER = r"""
+import json, os, sys, time
+rank = int(os.environ.get("RANK", "0"))
+steps = int(sys.argv[1])
+t0 = time.time()
+with open(os.environ["OOMH_EVENTS"], "a") as f:
+    for s in range(1, steps + 1):
+        e = {"t": round(t0 + s * 1e-6, 6), "pid": os.getpid(), "src": "probe", "kind": "step",
+             "fields": {"step": s, "batch_size": 8, "allocated": (1 << 20) + 1024 * s * (rank + 1),
+                        "grads_cleared": s % 7000 != 0}}
+        f.write(json.dumps(e) + "\n")
+print("rank %d wrote %d steps" % (rank, steps))
+"""
+
+SAME_SUITE = """version: 1
+name: same
+defaults:
+  timeout: 2m
+  probe: none
+jobs:
+  - name: thinned-log
+    run: python3 {suite_dir}/writer.py 70000
+    expect:
+      - exit: 0
+      - completes: 70000
+      - zero_grad: {}
+        must_fail: true
+      - memory_stable: {}
+        must_fail: true
+  - name: two-ranks
+    run: python3 {suite_dir}/writer.py 6
+    ranks: 2
+    expect:
+      - exit: 0
+      - completes: 6
+"""
+
+# What may differ between two runs of the same suite: when things happened, how long they took, where
+# the output went, the host, and what the runner sampled on its clock (timelines).
+VOLATILE = {"start", "duration", "t", "recovery_seconds", "timeline", "rank_timeline", "environment",
+            "log_path", "hostname", "command_line"}
+
+
+def normalised(out):
+    with open(os.path.join(out, "results.json")) as f:
+        text = f.read()
+    text = text.replace(os.path.realpath(out), "<out>").replace(out, "<out>")
+
+    def strip(v):
+        if isinstance(v, dict):
+            return {k: strip(x) for k, x in v.items() if k not in VOLATILE}
+        if isinstance(v, list):
+            return [strip(x) for x in v]
+        return v
+    return json.dumps(strip(json.loads(text)), sort_keys=True, indent=1)
+
+
+def case_same_results(tmp):
+    """A Slurm run and a local run of the same suite give the same results.json, byte for byte once the
+    times, durations, output paths and sampled timelines are taken out: a thinned event log (its folded
+    figures decide zero_grad) and a 2-rank job included (issue 30: the agent's codec dropped both)."""
+    with open(os.path.join(tmp, "writer.py"), "w") as f:
+        f.write(SAME_WRITER)
+    suite = write_suite(tmp, SAME_SUITE)
+    outs = {}
+    for name, extra in [("local-1", []), ("local-2", []), ("slurm", ["--backend", "slurm", "--slurm-poll", "0.2"])]:
+        out = os.path.join(tmp, name)
+        r = run([BIN, "run", suite, "--simulate", "-o", out] + extra)
+        if r.returncode != 0:
+            fail("%s run: exit %d" % (name, r.returncode))
+        outs[name] = normalised(out)
+    res = results(os.path.join(tmp, "slurm"))
+    jobs = jobs_of(res)
+    thinned = jobs["same::thinned-log"]
+    if not any("were thinned" in w for w in thinned.get("warnings", [])):
+        fail("the thinned-log job's log was not thinned: %s" % thinned.get("warnings"))
+    zg = [v for v in thinned["verdicts"] if v["policy"] == "zero_grad"]
+    if not zg or "10" not in zg[0].get("reason", json.dumps(zg[0])):
+        fail("zero_grad did not count the ten uncleared steps of the whole log: %s" % zg)
+    ranks = jobs["same::two-ranks"]
+    if len(ranks["attempts"][0].get("ranks", [])) != 2:
+        fail("the two-rank job's attempt has no two ranks: %s" % ranks["attempts"][0])
+    if outs["local-1"] != outs["local-2"]:
+        diff = [l for l in zip(outs["local-1"].splitlines(), outs["local-2"].splitlines()) if l[0] != l[1]]
+        fail("two local runs differ (the comparison is not deterministic): %s" % diff[:10])
+    if outs["local-1"] != outs["slurm"]:
+        diff = [l for l in zip(outs["local-1"].splitlines(), outs["slurm"].splitlines()) if l[0] != l[1]]
+        fail("the Slurm run's results differ from the local run's: %s" % diff[:10])
+    print("same results (%d bytes normalised) locally and through Slurm" % len(outs["slurm"]))
+
+
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@
 
 #include "app/commands.h"
 #include "exec/signals.h"
+#include "oomharness/names.h"
 #include "oomharness/runner/app.h"
 #include "oomharness/version.h"
 
@@ -70,6 +71,45 @@ void add_job_flags(CLI::App* cmd, app::ExecArgs& a, Verbosity& v, bool with_faul
   cmd->add_flag("--strict", a.strict, "An inconclusive job fails the run");
   cmd->add_option("--device", a.device, "Where the job's CUDA work runs: auto (default), gpu or virtual");
   add_verbosity_flags(cmd, v);
+}
+
+// Note [Did you mean, on the command line]
+// CLI11 says "The following arguments were not expected: --simulte" or "A subcommand is required" for a
+// misspelt flag or command; the suite reader, --fault and --expect name the word they meant. After a failed
+// parse this looks at the words given: the first that is not an option must be a command (`oomharness
+// rnu` -> "did you mean 'run'?"), and each `--long` option must be one of that command's (or the top
+// level's) (`--simulte` -> "did you mean '--simulate'?"). The one suggestion function decides
+// (Note [One typo threshold] in include/oomharness/names.h). Words after a command's `--` are never ours.
+std::string command_line_suggestion(const CLI::App& app, const std::vector<std::string>& args) {
+  const CLI::App* where = &app;
+  bool command_seen = false;
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string& word = args[i];
+    if (word == "--") break;
+    if (word.rfind("--", 0) == 0 && word.size() > 2) {
+      std::string name = word.substr(0, word.find('='));
+      std::vector<std::string> known;
+      for (const CLI::App* a : {where, &app})
+        for (const CLI::Option* o : a->get_options())
+          for (const std::string& l : o->get_lnames()) known.push_back("--" + l);
+      if (std::find(known.begin(), known.end(), name) != known.end()) continue;
+      std::string near = nearest_name(name, known);
+      if (!near.empty()) return "unknown option '" + name + "' (did you mean '" + near + "'?)";
+      continue;
+    }
+    if (word[0] == '-' || command_seen) continue;
+    command_seen = true;
+    std::vector<std::string> commands;
+    for (const CLI::App* sub : app.get_subcommands([](const CLI::App* a) { return !a->get_group().empty(); }))
+      commands.push_back(sub->get_name());
+    for (const CLI::App* sub : app.get_subcommands({}))
+      if (sub->get_name() == word) where = sub;
+    if (where != &app) continue;
+    std::string near = nearest_name(word, commands);
+    if (!near.empty()) return "unknown command '" + word + "' (did you mean '" + near + "'?)";
+    return "";
+  }
+  return "";
 }
 
 int parse_and_run(std::vector<std::string> args) {
@@ -237,6 +277,10 @@ int parse_and_run(std::vector<std::string> args) {
     app.parse(static_cast<int>(argv.size()), argv.data());
   } catch (const CLI::ParseError& e) {
     int code = app.exit(e);  // prints help, the version, or the error with a hint
+    if (code != 0) {
+      std::string hint = command_line_suggestion(app, args);  // Note [Did you mean, on the command line]
+      if (!hint.empty()) std::cerr << "oomharness: " << hint << "\n";
+    }
     return code == 0 ? 0 : to_int(ExitCode::usage_error);
   }
   if (!command.empty() && !exec->parsed() && !sweep->parsed() && !budget->parsed()) {

@@ -68,15 +68,9 @@ std::optional<bool> parse_boolean(std::string_view text) {
 }
 
 std::optional<std::string> closest(const std::string& word, const std::vector<std::string>& known) {
-  std::optional<std::string> best;
-  size_t best_distance = 0;
-  for (const auto& k : known) {
-    size_t d = edit_distance(word, k);
-    if (!best || d < best_distance) { best = k; best_distance = d; }
-  }
-  // A typo changes a few letters; anything further is a different word.
-  if (best && best_distance <= std::max<size_t>(2, word.size() / 3)) return best;
-  return std::nullopt;
+  std::string near = nearest_name(word, known);  // Note [One typo threshold] in include/oomharness/names.h
+  if (near.empty()) return std::nullopt;
+  return near;
 }
 
 std::string join(const std::vector<std::string>& items, const char* separator) {

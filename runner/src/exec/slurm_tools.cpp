@@ -2,17 +2,10 @@
 
 #include "exec/slurm_tools.h"
 
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <sstream>
+
+#include "oomharness/runner/command.h"
 
 extern char** environ;
 
@@ -37,80 +30,18 @@ std::vector<std::string> tool_environment() {
 }
 
 ToolResult run_tool(const std::vector<std::string>& argv, const std::vector<std::string>& env, double timeout_seconds) {
+  // Note [One way to spawn a helper] in oomharness/runner/command.h.
+  SpawnOptions o;
+  o.env = env;
+  o.own_process_group = true;
+  o.keep_stderr = true;
+  SpawnResult s = spawn_and_wait(argv, timeout_seconds, o);
   ToolResult r;
-  if (argv.empty()) {
-    r.start_error = "no command";
-    return r;
-  }
-  int out[2] = {-1, -1}, err[2] = {-1, -1};
-  if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
-    r.start_error = std::string("pipe: ") + std::strerror(errno);
-    for (int fd : {out[0], out[1], err[0], err[1]})
-      if (fd >= 0) close(fd);
-    return r;
-  }
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, out[1], 1);
-  posix_spawn_file_actions_adddup2(&actions, err[1], 2);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none, all;
-  sigemptyset(&none);
-  sigfillset(&all);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &all);
-  posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
-  std::vector<char*> args, envp;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
-  // posix_spawnp looks argv[0] up in the caller's PATH, which is the PATH of `env` too (tool_environment).
-  pid_t pid = -1;
-  int rc = posix_spawnp(&pid, argv[0].c_str(), &actions, &attr, args.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
-  close(out[1]);
-  close(err[1]);
-  if (rc != 0) {
-    r.start_error = "cannot run " + argv[0] + ": " + std::strerror(rc);
-    close(out[0]);
-    close(err[0]);
-    return r;
-  }
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
-  pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
-  int open_fds = 2;
-  char buf[65536];
-  while (open_fds > 0) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
-    if (left <= 0) {
-      r.timed_out = true;
-      kill(pid, SIGKILL);
-      break;
-    }
-    int n = poll(fds, 2, static_cast<int>(std::min<long long>(left, 1000)));
-    if (n < 0 && errno != EINTR) break;
-    for (int i = 0; i < 2; ++i) {
-      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      ssize_t got = read(fds[i].fd, buf, sizeof buf);
-      if (got > 0) {
-        (i == 0 ? r.out : r.err).append(buf, static_cast<size_t>(got));
-      } else if (got == 0 || errno != EINTR) {
-        close(fds[i].fd);
-        fds[i].fd = -1;
-        --open_fds;
-      }
-    }
-  }
-  for (auto& f : fds)
-    if (f.fd >= 0) close(f.fd);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
-  if (!r.timed_out) r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.start_error = std::move(s.start_error);
+  r.timed_out = s.timed_out;
+  r.out = std::move(s.out);
+  r.err = std::move(s.err);
+  if (!r.timed_out && r.start_error.empty()) r.exit_code = s.exit_code ? *s.exit_code : 128 + s.signal.value_or(0);
   return r;
 }
 

@@ -44,9 +44,9 @@ jobs:
 
 TEST(AgentPlan, JobRoundTripsFieldForField) {
   JobSpec job = every_field_job();
-  nlohmann::json once = to_json_value(job);
-  JobSpec back = job_spec_from_json(nlohmann::json::parse(once.dump()));
-  EXPECT_EQ(to_json_value(back), once);
+  nlohmann::json once = nlohmann::json(job);
+  JobSpec back = model_from_json<JobSpec>(nlohmann::json::parse(once.dump()), "job");
+  EXPECT_EQ(nlohmann::json(back), once);
   EXPECT_EQ(back.env.at("A"), "a,b,c=d");
   EXPECT_EQ(back.plan(), job.plan());
   EXPECT_EQ(back.flush_steps(), job.flush_steps());
@@ -139,6 +139,44 @@ TEST(AgentPlan, OutcomeRoundTripsFieldForField) {
   EXPECT_TRUE(back.interrupted);
   // Apart from the invalid UTF-8 replaced on the way, it is the same outcome.
   EXPECT_EQ(to_json_value(back).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), text);
+}
+
+// issue 30: the codec dropped Attempt::thinned, MemorySample::rank, the job's sweep and JobOutcome::gpus, so a
+// thinned log came back as a complete one through --backend slurm and per-rank timelines came back empty.
+TEST(AgentPlan, CarriesThinnedLogRanksOfSamplesSweepAndGpus) {
+  JobSpec job = every_field_job();
+  job.sweep = SweepSpec{"2..4", {"transient"}, 3};
+  JobSpec job_back = model_from_json<JobSpec>(nlohmann::json::parse(nlohmann::json(job).dump()), "job");
+  ASSERT_TRUE(job_back.sweep) << "the job's sweep was dropped";
+  EXPECT_EQ(job_back.sweep->steps, "2..4");
+  EXPECT_EQ(job_back.sweep->modes, std::vector<std::string>{"transient"});
+  EXPECT_EQ(job_back.sweep->transient_times, 3);
+
+  JobOutcome o;
+  Attempt a;
+  MemorySample s;
+  s.t = 1.5;
+  s.held = 10;
+  s.rank = 1;
+  a.samples.push_back(s);
+  LogFold fold;
+  fold.routine = 70000;
+  fold.routine_dropped = 5000;
+  fold.steps = 9000;
+  fold.grads_asked = 9000;
+  fold.grads_uncleared = 2;
+  a.thinned = fold;
+  o.trace.attempts.push_back(a);
+  o.gpus = {2, 3};
+  JobOutcome back = job_outcome_from_json(nlohmann::json::parse(to_json_value(o).dump()));
+  ASSERT_EQ(back.trace.attempts.size(), 1u);
+  const Attempt& b = back.trace.attempts[0];
+  ASSERT_EQ(b.samples.size(), 1u);
+  EXPECT_EQ(b.samples[0].rank, 1) << "MemorySample::rank was dropped";
+  ASSERT_TRUE(b.thinned) << "Attempt::thinned was dropped: a thinned log would be judged as complete";
+  EXPECT_EQ(b.thinned->routine_dropped, 5000u);
+  EXPECT_EQ(b.thinned->grads_uncleared, 2u);
+  EXPECT_EQ(back.gpus, (std::vector<int>{2, 3})) << "JobOutcome::gpus was dropped";
 }
 
 TEST(AgentPlan, AnotherVersionIsRefusedByName) {

@@ -205,6 +205,25 @@ TEST_F(E2E, VersionHelpAndUsageErrors) {
   EXPECT_NE(missing.err.find("no-such-suite.yaml"), std::string::npos) << missing.err;
 }
 
+// Note [Did you mean, on the command line] in runner/src/app/cli.cpp: a misspelt command or flag is named
+// with what was meant; a word near nothing gets no guess.
+TEST_F(E2E, MisspeltCommandsAndFlagsSayWhatWasMeant) {
+  NEED("APP_E2E_BIN", bin);
+  Result cmd = run({bin, "rnu", "a.yaml"}, dir_, dir_);
+  EXPECT_EQ(cmd.code, 4);
+  EXPECT_NE(cmd.err.find("unknown command 'rnu' (did you mean 'run'?)"), std::string::npos) << cmd.err;
+  Result flag = run({bin, "run", "--simulte", "a.yaml"}, dir_, dir_);
+  EXPECT_EQ(flag.code, 4);
+  EXPECT_NE(flag.err.find("unknown option '--simulte' (did you mean '--simulate'?)"), std::string::npos) << flag.err;
+  Result top = run({bin, "--verison"}, dir_, dir_);
+  EXPECT_NE(top.err.find("did you mean '--version'?"), std::string::npos) << top.err;
+  Result far = run({bin, "frobnicate"}, dir_, dir_);
+  EXPECT_EQ(far.code, 4);
+  EXPECT_EQ(far.err.find("did you mean"), std::string::npos) << far.err;
+  Result hidden = run({bin, "agnet", "plan.json"}, dir_, dir_);  // the internal `agent` is never offered
+  EXPECT_EQ(hidden.err.find("'agent'"), std::string::npos) << hidden.err;
+}
+
 TEST_F(E2E, ValidateReportsEveryMalformedSuiteAsFileLineCol) {
   NEED("APP_E2E_BIN", bin);
   NEED("APP_E2E_SOURCE_DIR", src);

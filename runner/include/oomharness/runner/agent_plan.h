@@ -6,9 +6,13 @@
 // Note [Agent plan and results]
 // The plan carries the job itself (JobSpec, every field), its environment included: values go through a
 // JSON file, never through `sbatch --export=K=V`, which cuts a value at its first comma. The results carry
-// the JobOutcome exactly (attempts, events, samples, the shim's armed record), so that the submitting side
-// judges and reports it with the same code as a local run. Each file is written to a temporary name and
-// renamed. `version` changes when a field changes meaning; a reader refuses another version by name.
+// the JobOutcome exactly (attempts, events, samples, rank ends, a thinned log's folded figures, the shim's
+// armed record), so that the submitting side judges and reports it with the same code as a local run. The
+// job and the outcome are written by the model layer's one codec per type (Note [One codec per boundary
+// type] in model.h); this file only adds the envelope (`version`) and the plan's own fields. Each file is
+// written to a temporary name and renamed. `version` changes when a field changes meaning or shape; a
+// reader refuses another version by name. Version 2: the codec of the model layer (samples as objects,
+// with their rank; the attempt's `thinned`; the job's `sweep`; the outcome's `gpus` and `not_started`).
 
 #include <optional>
 #include <string>
@@ -16,11 +20,12 @@
 #include <nlohmann/json.hpp>
 
 #include "oomharness/runner/job_runner.h"
+#include "oomharness/runner/model.h"
 #include "oomharness/runner/suite.h"
 
 namespace oomh {
 
-inline constexpr int kAgentFormatVersion = 1;
+inline constexpr int kAgentFormatVersion = 2;
 
 struct AgentPlan {
   JobSpec job;
@@ -31,12 +36,12 @@ struct AgentPlan {
   std::optional<std::string> ld_preload; // the submitter's own LD_PRELOAD (kept out of sbatch's environment)
 };
 
-nlohmann::json to_json_value(const JobSpec& job);
+// The outcome and the plan with their envelope (`version`). The job inside the plan and the outcome are the
+// model layer's codecs (model.h).
 nlohmann::json to_json_value(const JobOutcome& outcome);
 nlohmann::json to_json_value(const AgentPlan& plan);
 
-// Each throws std::runtime_error (naming the field) for JSON that is not one of ours.
-JobSpec job_spec_from_json(const nlohmann::json& j);
+// Each throws std::runtime_error (naming the field's path) for JSON that is not one of ours.
 JobOutcome job_outcome_from_json(const nlohmann::json& j);
 AgentPlan agent_plan_from_json(const nlohmann::json& j);
 
