@@ -26,8 +26,12 @@ if ! "$python" -c 'import scikit_build_core' 2>/dev/null; then
 fi
 echo "== pip wheel . (scikit-build-core, build-dir $wheel_build)"
 args=(-C "build-dir=$wheel_build")
-launcher=$(sed -n 's/^CMAKE_CXX_COMPILER_LAUNCHER:[A-Z]*=//p' "$build/CMakeCache.txt" 2>/dev/null || true)
+cached() { sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt" 2>/dev/null || true; }
+launcher=$(cached CMAKE_CXX_COMPILER_LAUNCHER)
 if [ -n "$launcher" ]; then
+  # The same compiler commands as the main build's, the compiler's path included (ccache hashes it;
+  # scikit-build-core would pick g++ where CMake alone picks c++).
+  args+=(-C "cmake.define.CMAKE_CXX_COMPILER=$(cached CMAKE_CXX_COMPILER)" -C "cmake.define.CMAKE_C_COMPILER=$(cached CMAKE_C_COMPILER)")
   args+=(-C "cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=$launcher" -C "cmake.define.CMAKE_C_COMPILER_LAUNCHER=$launcher")
   export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$(dirname "$source")} CCACHE_NOHASHDIR=1
 fi
@@ -123,7 +127,8 @@ def test_does_not_halve():
 EOF
 start=$(now)
 rc=0
-(cd "$user" && clean python -m pytest -p no:cacheprovider -rA tests >"$work/pytest.log" 2>&1) || rc=$?
+# (COLUMNS: pytest cuts its short summary's lines to the terminal's width.)
+(cd "$user" && clean env COLUMNS=400 python -m pytest -p no:cacheprovider -rA tests >"$work/pytest.log" 2>&1) || rc=$?
 [ $rc = 1 ] || { cat "$work/pytest.log"; fail "pytest exited $rc, not 1 (one test passes, one fails)"; }
 grep -qE "^PASSED \S*test_oom.py::test_halves" "$work/pytest.log" || { cat "$work/pytest.log"; fail "test_halves did not pass"; }
 grep -qE "^FAILED \S*test_oom.py::test_does_not_halve - exec::test_does_not_halve failed: OOM at step" "$work/pytest.log" ||
