@@ -228,3 +228,43 @@ def test_without_the_binary_the_test_errs_saying_what_to_do(installed, user_dir)
             "OOMH_BINARY is not set") in out, out
     rc, out = run_pytest(user_dir, installed, "-k", "fixture_halving", binary="/nonexistent/oomharness")
     assert "OOMH_BINARY=/nonexistent/oomharness is not an executable file" in out, out
+
+
+BAD_USES = '''
+import sys
+import pytest
+
+@pytest.mark.oomharness(cap="128MiB")
+def test_old_marker():
+    pass
+
+@pytest.mark.oom("128MiB")
+def test_positional():
+    pass
+
+@pytest.mark.oom(cap=128, expect="batch_halving")
+def test_cap_not_text():
+    pass
+
+def test_fixture_misspelt(oomharness):
+    oomharness.exec([sys.executable, "-c", "pass"], expect="exit=0", timeot=30)
+'''
+
+
+def test_malformed_uses_name_the_test_and_the_argument(installed, tmp_path):
+    """Each refused before any job runs: the old marker name (which must not quietly run the test without the
+    harness), a positional argument, a cap that is not a text, a misspelt fixture argument."""
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_bad.py").write_text(BAD_USES)
+    (tmp_path / "elsewhere").mkdir()
+    rc, out = run_pytest(tmp_path, installed, "--oomh-out", str(tmp_path / "reports"))
+    assert rc == 1, out
+    assert outcomes(out) == {"test_old_marker": "ERROR", "test_positional": "ERROR", "test_cap_not_text": "ERROR",
+                             "test_fixture_misspelt": "FAILED"}, out
+    assert "tests/test_bad.py::test_old_marker: @pytest.mark.oomharness is now @pytest.mark.oom" in out, out
+    assert "@pytest.mark.oom on tests/test_bad.py::test_positional: takes keyword arguments only" in out, out
+    assert ("@pytest.mark.oom on tests/test_bad.py::test_cap_not_text: cap=128 is not a size text, as --cap: "
+            "'2GiB', '512MiB'") in out, out
+    assert ("oomharness.exec() in tests/test_bad.py::test_fixture_misspelt: unknown argument timeot= (did you mean "
+            "timeout=?)") in out, out
+    assert not (tmp_path / "reports").exists(), "a job ran: %s" % list((tmp_path / "reports").iterdir())
