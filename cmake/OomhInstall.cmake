@@ -12,42 +12,70 @@
 #
 # lib/oomharness, not ${CMAKE_INSTALL_LIBDIR}: GNUInstallDirs gives lib/<multiarch> under /usr, and these
 # are the command's private helpers, found next to it, not libraries for the linker.
+#
+# Two components: `runtime` (what the command runs with: bin, lib/oomharness, share/oomharness) and `docs`
+# (README, docs, man page, completion). `cmake --install` and the Debian package take both; the Python wheel
+# (pyproject.toml, Note [One wheel] in CMakeLists.txt) takes `runtime` into oomharness/_native/.
 
 include(GNUInstallDirs)
 
+# The wheel bundles every shared library its programs need beyond glibc, libstdc++ and libgcc_s (none where
+# Debian ships static archives of them: cmake/OomhDependencies.cmake) into lib/oomharness/bundled, found
+# through an RPATH of $ORIGIN.
+set(_oomh_deps "")
+if(OOMH_WHEEL)
+  set(_oomh_deps RUNTIME_DEPENDENCY_SET oomh_bundled)
+  set(_oomh_bundled "${OOMH_INSTALL_PKGLIBDIR}/bundled")
+  foreach(_t oomharness oomh-reserve oomharness_inject)
+    if(TARGET ${_t})
+      get_target_property(_type ${_t} TYPE)
+      if(_type STREQUAL "EXECUTABLE" AND _t STREQUAL "oomharness")
+        set_target_properties(${_t} PROPERTIES INSTALL_RPATH "$ORIGIN/../${_oomh_bundled}")
+      else()
+        set_target_properties(${_t} PROPERTIES INSTALL_RPATH "$ORIGIN/bundled")
+      endif()
+    endif()
+  endforeach()
+endif()
 if(TARGET oomharness)
-  install(TARGETS oomharness RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+  install(TARGETS oomharness ${_oomh_deps} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
 endif()
 if(TARGET oomharness_inject)
-  install(TARGETS oomharness_inject LIBRARY DESTINATION ${OOMH_INSTALL_PKGLIBDIR})
+  install(TARGETS oomharness_inject ${_oomh_deps} LIBRARY DESTINATION ${OOMH_INSTALL_PKGLIBDIR} COMPONENT runtime)
 endif()
 if(TARGET oomh-reserve)
-  install(TARGETS oomh-reserve RUNTIME DESTINATION ${OOMH_INSTALL_PKGLIBDIR})
+  install(TARGETS oomh-reserve ${_oomh_deps} RUNTIME DESTINATION ${OOMH_INSTALL_PKGLIBDIR} COMPONENT runtime)
+endif()
+if(OOMH_WHEEL)
+  install(RUNTIME_DEPENDENCY_SET oomh_bundled DESTINATION ${_oomh_bundled} COMPONENT runtime
+    PRE_EXCLUDE_REGEXES "^ld-linux" "^linux-vdso" "^lib(c|m|dl|rt|pthread|util|resolv)\\.so" "^libstdc\\+\\+\\.so"
+      "^libgcc_s\\.so" "^libcuda\\.so" "^libnvidia-ml\\.so"
+    POST_EXCLUDE_REGEXES "^/lib(64)?/ld-linux")
 endif()
 # The simulated demo (and --simulate) needs the CPU driver double and the emulated trainer; both are
-# defined under tests/ and exist when OOMH_BUILD_TESTS is on (the default, and what the package builds).
+# defined under tests/ and built with or without the tests (CMakeLists.txt).
 if(TARGET oomh_cuda_double)
-  install(TARGETS oomh_cuda_double LIBRARY DESTINATION ${OOMH_INSTALL_PKGLIBDIR}/cuda_double)
-  install(FILES "${OOMH_CUDA_DOUBLE_DIR}/libcuda.so" DESTINATION ${OOMH_INSTALL_PKGLIBDIR}/cuda_double)
+  install(TARGETS oomh_cuda_double LIBRARY DESTINATION ${OOMH_INSTALL_PKGLIBDIR}/cuda_double COMPONENT runtime)
+  install(FILES "${OOMH_CUDA_DOUBLE_DIR}/libcuda.so" DESTINATION ${OOMH_INSTALL_PKGLIBDIR}/cuda_double COMPONENT runtime)
   # The NVML double, in nvml/ beside it: jobs on the virtual device find it there (Note [The context on the
   # virtual device] in runner/src/exec/launch.cpp).
-  install(TARGETS oomh_nvml_double LIBRARY DESTINATION ${OOMH_INSTALL_PKGLIBDIR}/cuda_double/nvml)
+  install(TARGETS oomh_nvml_double LIBRARY DESTINATION ${OOMH_INSTALL_PKGLIBDIR}/cuda_double/nvml COMPONENT runtime)
 endif()
 if(TARGET emulated_trainer)
-  install(TARGETS emulated_trainer RUNTIME DESTINATION ${OOMH_INSTALL_PKGLIBDIR})
+  install(TARGETS emulated_trainer RUNTIME DESTINATION ${OOMH_INSTALL_PKGLIBDIR} COMPONENT runtime)
 endif()
 
-install(DIRECTORY python/ DESTINATION ${OOMH_INSTALL_PKGDATADIR}/python
+install(DIRECTORY python/ DESTINATION ${OOMH_INSTALL_PKGDATADIR}/python COMPONENT runtime
   FILES_MATCHING PATTERN "*.py" PATTERN "pyproject.toml" PATTERN "README.md"
-  PATTERN "__pycache__" EXCLUDE PATTERN "build" EXCLUDE PATTERN "*.egg-info" EXCLUDE)
-install(DIRECTORY suites/ DESTINATION ${OOMH_INSTALL_PKGDATADIR}/suites FILES_MATCHING PATTERN "*.yaml")
-install(DIRECTORY examples/python DESTINATION ${OOMH_INSTALL_PKGDATADIR}/examples
+  PATTERN "__pycache__" EXCLUDE PATTERN "build" EXCLUDE PATTERN "*.egg-info" EXCLUDE PATTERN "requirements" EXCLUDE)
+install(DIRECTORY suites/ DESTINATION ${OOMH_INSTALL_PKGDATADIR}/suites COMPONENT runtime FILES_MATCHING PATTERN "*.yaml")
+install(DIRECTORY examples/python DESTINATION ${OOMH_INSTALL_PKGDATADIR}/examples COMPONENT runtime
   FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE)
-install(FILES README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
-install(DIRECTORY docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR} FILES_MATCHING PATTERN "*.md" PATTERN "*.json")
-install(FILES docs/oomharness.1 DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
+install(FILES README.md DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT docs)
+install(DIRECTORY docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT docs FILES_MATCHING PATTERN "*.md" PATTERN "*.json")
+install(FILES docs/oomharness.1 DESTINATION ${CMAKE_INSTALL_MANDIR}/man1 COMPONENT docs)
 install(FILES scripts/completion/oomharness.bash DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions
-  RENAME oomharness)
+  COMPONENT docs RENAME oomharness)
 
 # The Debian package: `cpack -G DEB --config build/CPackConfig.cmake` (scripts/package.sh).
 set(CPACK_PACKAGE_NAME oomharness)

@@ -27,7 +27,14 @@ phase "Python environments ($matrix), beside the build"
 venvs_pid=$!
 trap 'kill "$venvs_pid" 2>/dev/null || true' EXIT  # a failed build leaves no pip behind
 phase "build"
-"$root/scripts/build.sh"
+# Through ccache where it is installed: the wheel's build (tests/install/check_wheel.sh, a sibling build
+# folder at the same depth) then compiles only what differs from this one.
+ccache_args=()
+if command -v ccache >/dev/null 2>&1; then
+  export CCACHE_BASEDIR="$root" CCACHE_NOHASHDIR=1
+  ccache_args=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+fi
+"$root/scripts/build.sh" "${ccache_args[@]}"
 if ! wait "$venvs_pid"; then
   echo "scripts/test.sh: making the Python environments failed (above)" >&2
   exit 1

@@ -52,7 +52,8 @@ inline constexpr OptionSpec kOptionTable[] = {
     {"OOMH_EMULATED_TRAINER", false, "runner: the emulated trainer the simulated demo runs"},
     {"OOMH_HEARTBEAT", false, "runner: seconds between heartbeat lines in non-terminal output (default 30)"},
     // The Python package's settings (python/oomharness/harness.py, pytest_plugin.py).
-    {"OOMH_BINARY", false, "Python package and pytest plugin: the oomharness command (default: the first on PATH)"},
+    {"OOMH_BINARY", false, "Python package and pytest plugin: the oomharness command (default: the wheel's, else the first on PATH)"},
+    {"OOMH_TORCH_PYTHON", false, "the wheel's console script: the Python it runs under, tried first for the demo's PyTorch jobs"},
     {"OOMH_PYTEST_INNER", false, "pytest plugin: set in the subprocess that runs a marked test under the harness"},
     {"OOMH_BUILD_DIR", false, "scripts: the build directory"},
     {"OOMH_JOBS", false, "scripts: parallel build and test jobs"},

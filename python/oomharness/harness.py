@@ -19,14 +19,26 @@ import tempfile
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INTERNAL, EXIT_USAGE, EXIT_NOTHING_TESTED = 0, 1, 2, 3, 4, 5
 
 BINARY_VARIABLE = "OOMH_BINARY"
+# The Python the wheel's console script runs under, tried first for the demo's PyTorch jobs (__main__.py).
+TORCH_PYTHON_VARIABLE = "OOMH_TORCH_PYTHON"
+# Where the wheel keeps the C++ command and its pieces: CMake's installed layout under the package.
+NATIVE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_native")
 
 
 class HarnessNotFound(RuntimeError):
     """The `oomharness` command is neither where OOMH_BINARY says nor on PATH."""
 
 
+def packaged_binary():
+    """The C++ command the wheel carries beside this package (oomharness/_native/bin/oomharness), or None
+    when the package was installed without it (from python/ alone)."""
+    path = os.path.join(NATIVE_DIR, "bin", "oomharness")
+    return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
+
+
 def find_binary():
-    """The path of the `oomharness` command: $OOMH_BINARY when set, else the first on PATH.
+    """The path of the `oomharness` command: $OOMH_BINARY when set, else the one the wheel carries beside
+    this package, else the first on PATH (the Debian package, `cmake --install`).
 
     Raises HarnessNotFound with a message that says where it looked and what to do."""
     named = os.environ.get(BINARY_VARIABLE)
@@ -36,13 +48,16 @@ def find_binary():
         raise HarnessNotFound(
             "%s=%s is not an executable file: point it at the oomharness command (a build's "
             "build/runner/oomharness, or an installed bin/oomharness)" % (BINARY_VARIABLE, named))
+    packaged = packaged_binary()
+    if packaged:
+        return packaged
     found = shutil.which("oomharness")
     if found:
         return found
     raise HarnessNotFound(
-        "cannot find the oomharness command: it is not on PATH and %s is not set. Install it (the Debian "
-        "package, or `cmake --install build --prefix ~/.local`) or set %s to build/runner/oomharness"
-        % (BINARY_VARIABLE, BINARY_VARIABLE))
+        "cannot find the oomharness command: this package was installed without it, it is not on PATH and "
+        "%s is not set. Install the wheel (`pip install .` in a checkout of oomharness), or the Debian "
+        "package, or set %s to build/runner/oomharness" % (BINARY_VARIABLE, BINARY_VARIABLE))
 
 
 def gpu_present():
@@ -85,6 +100,13 @@ class Outcome:
         return os.path.join(self.out_dir, "report.html") if self.out_dir else None
 
     @property
+    def findings(self):
+        """The job's findings, what held the memory (docs/diagnosis.md), as `explain` words them:
+        "finding (kept_with_graph): tensors made at train.py:80 ... stay alive step after step ..."."""
+        return ["finding (%s): %s" % (f.get("rule", "?"), f.get("sentence", ""))
+                for f in (self.job.get("findings") or []) if isinstance(f, dict)]
+
+    @property
     def output_tail(self):
         attempts = self.job.get("attempts") or []
         tail = attempts[-1].get("output_tail") or "" if attempts else ""
@@ -94,9 +116,13 @@ class Outcome:
         return "Outcome(%s, %r)" % (self.status, self.message)
 
 
-def exec_command(command, cap=None, faults=(), expect=(), name=None, out_dir=None, simulate=None, device=None,
-                 timeout=None, restart=None, env=None, extra_args=(), binary=None, cwd=None):
+def exec_command(command, cap=None, fault=(), expect=(), name=None, out_dir=None, simulate=None, device=None,
+                 timeout=None, restart=None, env=None, extra_args=(), binary=None, cwd=None, restart_on=None,
+                 target_step=None):
     """Runs `oomharness exec [flags] -- command` and returns its Outcome.
+
+    fault, expect: one rule or check (--fault, --expect syntax) or a list of them. cwd: the job's working
+    folder (default: this process's).
 
     simulate: True runs on the CPU (Python jobs on the virtual CUDA device), False on the GPU, None: on the
     CPU when this machine has no GPU. out_dir: where results.json, report.html and the logs go (default: a
@@ -113,16 +139,21 @@ def exec_command(command, cap=None, faults=(), expect=(), name=None, out_dir=Non
         argv += ["--device", device]
     if cap:
         argv += ["--cap", str(cap)]
-    for f in ([faults] if isinstance(faults, str) else faults):
+    for f in ([fault] if isinstance(fault, str) else fault):
         argv += ["--fault", f]
     for e in ([expect] if isinstance(expect, str) else expect):
         argv += ["--expect", e]
     if name:
         argv += ["--name", name]
     if timeout:
-        argv += ["--timeout", str(timeout)]
+        # A number is seconds; a text is the command's duration syntax ("30s", "10m").
+        argv += ["--timeout", "%gs" % timeout if isinstance(timeout, (int, float)) else str(timeout)]
     if restart:
         argv += ["--restart", str(restart)]
+    if restart_on:
+        argv += ["--restart-on", str(restart_on)]
+    if target_step is not None:
+        argv += ["--target-step", str(target_step)]
     for k, v in (env or {}).items():
         argv += ["--env", "%s=%s" % (k, v)]
     argv += list(extra_args)

@@ -45,7 +45,8 @@ TEST(Options, TheScriptsAndTestsVariablesAreAcceptedSilently) {
   Options o = read({"OOMH_REQUIRE_SLURM=1", "OOMH_SLURM_DIR=/tmp/s", "OOMH_SLURM_PORT=6817", "OOMH_BUILD_DIR=/b",
                     "OOMH_JOBS=2", "OOMH_SOURCE_DIR=/s", "OOMH_SANITIZERS=0", "OOMH_FUZZ=0", "OOMH_FUZZ_SECONDS=30",
                     "OOMH_FUZZ_BUILD_DIR=/f", "OOMH_FUZZ_WORK=/w", "OOMH_FUZZ_CXX=clang++", "OOMH_UPDATE_GOLDEN=1",
-                    "OOMH_BENCH_DIR=/x", "OOMH_HEARTBEAT=30", "OOMH_BINARY=/bin/oomharness"});
+                    "OOMH_BENCH_DIR=/x", "OOMH_HEARTBEAT=30", "OOMH_BINARY=/bin/oomharness",
+                    "OOMH_TORCH_PYTHON=/venv/bin/python"});  // set by the wheel's console script
   EXPECT_TRUE(o.problems.empty()) << o.problems.front();
   EXPECT_FALSE(o.active());
 }

@@ -112,6 +112,10 @@ Found find_demo_suite(bool simulated) {
 Found find_torch_python_dir() {
   Found f;
   std::vector<std::string> candidates;
+  // The Python the wheel's console script ran under (Note [The command of the wheel] in
+  // python/oomharness/__main__.py): the environment the user installed oomharness into.
+  if (const char* wheel_python = std::getenv("OOMH_TORCH_PYTHON"); wheel_python && *wheel_python)
+    candidates.push_back(wheel_python);
   if (const char* path = std::getenv("PATH")) {
     std::string p = path;
     for (size_t start = 0; start <= p.size();) {

@@ -31,8 +31,9 @@ Found find_demo_suite(bool simulated);
 // The folder of the emulated trainer, which the simulated demo runs (put on PATH for its jobs).
 Found find_emulated_trainer_dir();
 // The folder of a `python3` that can import torch, for the simulated demo's PyTorch jobs (they call
-// `python3`): the first python3 on PATH, then Debian's /usr/bin/python3 (when the first is another, e.g.
-// pyenv's). Each is asked to import torch (one process, at most 60 s).
+// `python3`): $OOMH_TORCH_PYTHON (the wheel's console script sets it to the Python it runs under), the first
+// python3 on PATH, then Debian's /usr/bin/python3 (when the first is another, e.g. pyenv's). Each is asked
+// to import torch (one process, at most 60 s).
 Found find_torch_python_dir();
 
 // The shim (required), the probe and the sidecar (optional), and the driver double when `simulate`.
