@@ -55,6 +55,9 @@ need_file libgtest-dev /usr/include/gtest/gtest.h
 need_file libgmock-dev /usr/include/gmock/gmock.h
 if [ "$what" = test ]; then
   want_file libbenchmark-dev /usr/include/benchmark/benchmark.h /usr/local/include/benchmark/benchmark.h
+  # The wheel's test (tests/install/check_wheel.sh) builds the C++ again in a sibling folder; through ccache
+  # (scripts/test.sh uses it where installed) that build takes its objects from the main one.
+  want_cmd ccache ccache
   # Reports' screenshot test renders the HTML report in headless Chromium.
   want_cmd chromium chromium
   # The Slurm backend's end-to-end tests bring up a one-node Slurm (scripts/slurm-local.sh; auth/none, no munge).
