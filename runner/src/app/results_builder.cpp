@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "oomharness/events.h"
+#include "oomharness/reports/tracebacks.h"
 #include "oomharness/units.h"
 
 namespace oomh {
@@ -330,7 +331,7 @@ JobResult build_job_result(const std::string& display_name, const JobOutcome& ou
     ar.faults_enabled = a.faults_enabled;
     for (const Event& e : a.events)
       if (completes_a_step(e)) ar.last_step = std::max(ar.last_step, step_of(e));
-    ar.output_tail = a.output_tail;
+    ar.output_tail = fold_harness_frames(a.output_tail);  // Note [The user's traceback]
     ar.log_path = a.log_path;
     for (const RankEnd& re : a.ranks)
       ar.ranks.push_back({re.rank, end_outcome(re.end_kind, re.exit_code, re.ended_by_oom), re.exit_code, re.signal,
