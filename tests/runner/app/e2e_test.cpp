@@ -406,6 +406,48 @@ TEST_F(E2E, TorchVersionComesFromTheJobsProbeNotFromAnotherPython) {
   EXPECT_FALSE(fs::exists(asked)) << "python3 was asked for torch's version although the job's probe said it";
 }
 
+// Note [The cap, visible] in runner/src/app/results_builder.cpp: a capped job's results and terminal say
+// what the fixed part took at the first step and what the cap left for the batch; an uncapped job says
+// nothing of it. The job writes the probe's breakdowns itself (as the probe does at a step's peak).
+TEST_F(E2E, CappedJobSaysWhatTheFixedPartTookAndWhatWasLeft) {
+  NEED("APP_E2E_BIN", bin);
+  NEED("APP_E2E_INJECT", inject);
+  NEED("APP_E2E_DOUBLE", dbl);
+  const std::string breakdown =
+      "printf '{\"t\":1,\"pid\":1,\"src\":\"probe\",\"kind\":\"memory_breakdown\",\"fields\":{\"at\":\"peak\",\"step\":%d,"
+      "\"phase\":\"%s\",\"parameters\":%d,\"gradients\":%d,\"optimizer_state\":%d,\"workspace\":33554432,\"other\":1024}}}}\\n' ";
+  // (`}}` is a literal `}` in a job's command: {workdir} and the like are substituted there.)
+  // Step 1's forward (no gradients yet) and its optimizer phase (all of them), then step 2 with more: the
+  // first step's largest fixed part counts, 16 + 16 + 32 + 32 MiB = 96 MiB.
+  const std::string script = breakdown + "1 forward 16777216 0 0 >> \"$OOMH_EVENTS\"; " + breakdown +
+                             "1 optimizer 16777216 16777216 33554432 >> \"$OOMH_EVENTS\"; " + breakdown +
+                             "2 optimizer 16777216 16777216 67108864 >> \"$OOMH_EVENTS\"";
+  Result capped = run({bin, "exec", "--simulate", "--device", "gpu", "--cap", "128MiB", "--name", "capped", "--", "sh", "-c", script},
+                      dir_, dir_);
+  nlohmann::json results = load_json(dir_ / "oomh-exec" / "results.json");
+  const auto& job = *jobs_by_name(results).at("capped");
+  const std::string want =
+      "cap 128.00 MiB: at step 1 (the harness's count, from 1) the fixed part took 96.00 MiB (parameters 16.00 MiB, "
+      "gradients 16.00 MiB, optimizer state 32.00 MiB, workspaces 32.00 MiB), leaving 32.00 MiB for the batch "
+      "(activations and the rest)";
+  EXPECT_EQ(job.value("cap_use", ""), want) << capped.out << capped.err;
+  EXPECT_NE(capped.out.find("    " + want), std::string::npos) << capped.out;
+
+  Result over = run({bin, "exec", "--simulate", "--device", "gpu", "--cap", "64MiB", "--name", "over", "--", "sh", "-c", script},
+                    dir_, dir_);
+  nlohmann::json over_results = load_json(dir_ / "oomh-exec" / "results.json");
+  const auto& over_job = *jobs_by_name(over_results).at("over");
+  EXPECT_NE(over_job.value("cap_use", "").find("the fixed part took 96.00 MiB"), std::string::npos) << over.out;
+  EXPECT_NE(over_job.value("cap_use", "").find("more than the cap by 32.00 MiB: nothing was left for the batch"),
+            std::string::npos) << over.out;
+
+  Result uncapped = run({bin, "exec", "--simulate", "--device", "gpu", "--name", "free", "--", "sh", "-c", script}, dir_, dir_);
+  nlohmann::json free_results = load_json(dir_ / "oomh-exec" / "results.json");
+  const auto& free_job = *jobs_by_name(free_results).at("free");
+  EXPECT_FALSE(free_job.contains("cap_use")) << uncapped.out;
+  EXPECT_EQ(uncapped.out.find("the fixed part took"), std::string::npos) << uncapped.out;
+}
+
 // Every process whose command line mentions `needle` (our temporary folder): what a run may leave behind.
 std::vector<std::string> processes_mentioning(const std::string& needle) {
   std::vector<std::string> found;
