@@ -358,6 +358,7 @@ void to_json(json& j, const JobResult& v) {
   put(j, "snapshot", v.snapshot);
   put(j, "recovery_seconds", v.recovery_seconds);
   put(j, "virtual_device", v.virtual_device);
+  put(j, "cap_use", v.cap_use);
   if (!v.divergences.empty()) j["divergences"] = v.divergences;
   if (!v.warnings.empty()) j["warnings"] = v.warnings;
   if (!v.findings.empty()) j["findings"] = v.findings;
@@ -427,6 +428,7 @@ void from_json(const json& j, JobResult& v) {
   get(j, "snapshot", v.snapshot);
   get(j, "recovery_seconds", v.recovery_seconds);
   get(j, "virtual_device", v.virtual_device);
+  get(j, "cap_use", v.cap_use);
   get(j, "divergences", v.divergences);
   get(j, "warnings", v.warnings);
   get_list(j, "findings", v.findings);

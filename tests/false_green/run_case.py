@@ -89,7 +89,9 @@ def main():
         os.makedirs(cwd, exist_ok=True)
         proc = subprocess.run(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                               timeout=600)
-        results_path = os.path.join(cwd, "oomh-out", "results.json")
+        # exec writes its own default folder (oomh-exec), run and the others oomh-out.
+        default_out = "oomh-exec" if len(argv) > 1 and argv[1] == "exec" else "oomh-out"
+        results_path = os.path.join(cwd, default_out, "results.json")
         results = None
         if os.path.exists(results_path):
             with open(results_path, encoding="utf-8") as f:

@@ -66,7 +66,7 @@ void add_job_flags(CLI::App* cmd, app::ExecArgs& a, Verbosity& v, bool with_faul
   cmd->add_option("--env", a.env, "NAME=VALUE for the job's environment (repeatable)")->allow_extra_args(false);
   add_report_flags(cmd, a.reports);
   cmd->add_flag("--summary", a.summary, "Append the Markdown summary to $GITHUB_STEP_SUMMARY");
-  cmd->add_option("-o,--out", a.out_dir, "Output folder (default oomh-out)");
+  cmd->add_option("-o,--out", a.out_dir, "Output folder (default " + a.out_dir + ")");
   cmd->add_flag("--simulate", a.simulate, "Run on the CPU driver double instead of a GPU");
   cmd->add_flag("--strict", a.strict, "An inconclusive job fails the run");
   cmd->add_option("--device", a.device, "Where the job's CUDA work runs: auto (default), gpu or virtual");
@@ -157,7 +157,11 @@ int parse_and_run(std::vector<std::string> args) {
   run->add_option("--maxfail", run_args.maxfail, "Start no new job after N failed or erred ones")
       ->check(CLI::Range(1, 1'000'000));
   run->add_flag("--lf,--last-failed", run_args.last_failed,
-                "Only the jobs that failed or erred in the previous results (OUT/results.json); all when none did");
+                "Only the jobs that failed, erred or were left unfinished by an interrupt in the last runs of these suites "
+                "(.oomharness-cache/ in this folder, or $OOMH_CACHE_DIR); all when there are none");
+  run->add_flag("--collect-only", run_args.collect_only,
+                "List the jobs that would run (after -k and --lf) and run none; exit 5 when none is selected");
+  run_args.keep_state = true;
   Verbosity run_verbosity;
   add_verbosity_flags(run, run_verbosity);
   std::string run_backend;
@@ -186,6 +190,7 @@ int parse_and_run(std::vector<std::string> args) {
   };
   app::ExecArgs exec_args;
   exec_args.command_line = job_command_line();
+  exec_args.out_dir = "oomh-exec";  // its own: an exec never overwrites a suite's results (Note [Run state])
   CLI::App* exec = app.add_subcommand("exec", "Stress one command: oomharness exec [flags] -- CMD ARGS...");
   Verbosity exec_verbosity;
   add_job_flags(exec, exec_args, exec_verbosity, true);

@@ -43,7 +43,9 @@ struct RunArgs {
   std::optional<DeviceChoice> device; // --device: for every job; unset: each job's own `device:`
   size_t max_jobs = SuiteLimits::default_max_jobs;  // --max-jobs: jobs a suite may expand to
   int maxfail = 0;                    // -x (1), --maxfail N: start no job after N failed or erred; 0: no limit
-  bool last_failed = false;           // --lf: only the jobs that failed or erred in <out>/results.json
+  bool last_failed = false;           // --lf: only the jobs that failed, erred or did not finish (Note [Run state])
+  bool collect_only = false;          // --collect-only: list the jobs that would run, run none
+  bool keep_state = false;            // record the run state (`run` only; not exec, demo, a sweep's golden run)
   int verbosity = 0;                  // -q: -1, -v: 1
   std::vector<std::string> command_line;
   // The machine's GPUs when the caller surveyed them already (the demo, to choose its suite): a command
@@ -71,7 +73,7 @@ struct ExecArgs {
   std::vector<std::string> command;
   ReportFlags reports;
   bool summary = false;
-  std::string out_dir = "oomh-out";
+  std::string out_dir = "oomh-out";  // exec: oomh-exec (cli.cpp), so that it never overwrites a suite's results
   bool simulate = false;
   bool strict = false;
   std::string device;                 // --device auto|gpu|virtual

@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 
 #include "oomharness/events.h"
+#include "oomharness/reports/tracebacks.h"
 #include "oomharness/units.h"
 
 namespace oomh {
@@ -281,6 +283,46 @@ nlohmann::json breakdowns(const Trace& trace, double job_start) {
   return out;
 }
 
+// Note [The cap, visible]
+// Picking a cap was trial and error (issue 29): a job under 8 GiB fails, and only a report shows that the
+// modelled cuBLAS workspaces or Adam's state had taken most of it before the first batch. So the results say,
+// for a job with a cap, what the part no batch size changes took at its first step (the probe's breakdowns of
+// that step: parameters, gradients, optimizer state, workspaces; the largest of them, since gradients and
+// optimizer state appear only in the step's backward and optimizer phases) and what the cap left for the
+// batch. The cap is the one the shim accepted (its shim_start event); a job without the probe's breakdowns
+// says only the cap.
+std::optional<std::string> cap_use(const Trace& trace) {
+  uint64_t cap = 0;
+  const Event* best = nullptr;
+  double best_fixed = -1;
+  int64_t first_step = INT64_MAX;
+  for (const Attempt& a : trace.attempts) {
+    for (const Event& e : a.events) {
+      if (e.src == events::kSrcShim && e.kind == events::kShimStart && cap == 0 && e.number("cap") > 0)
+        cap = static_cast<uint64_t>(e.number("cap"));
+      if (!is_probe(e, events::kMemoryBreakdown) || !e.has("step")) continue;
+      const int64_t step = e.integer("step", INT64_MAX);
+      double fixed = e.number("parameters") + e.number("gradients") + e.number("optimizer_state") + e.number("workspace");
+      if (step < first_step || (step == first_step && fixed > best_fixed)) {
+        first_step = step;
+        best = &e;
+        best_fixed = fixed;
+      }
+    }
+    if (best) break;  // the first attempt that reached a step
+  }
+  if (cap == 0) return std::nullopt;
+  std::string out = "cap " + format_bytes(cap);
+  if (!best) return out + ": no memory breakdown was recorded (no probe, or no step began), so what it left for the batch is unknown";
+  const auto bytes = [&](const char* key) { return format_bytes(static_cast<uint64_t>(std::max(0.0, best->number(key)))); };
+  const uint64_t fixed = static_cast<uint64_t>(best_fixed);
+  out += ": at step " + std::to_string(first_step) + " (the harness's count, from 1) the fixed part took " + format_bytes(fixed) +
+         " (parameters " + bytes("parameters") + ", gradients " + bytes("gradients") + ", optimizer state " +
+         bytes("optimizer_state") + ", workspaces " + bytes("workspace") + "), ";
+  if (fixed >= cap) return out + "more than the cap by " + format_bytes(fixed - cap) + ": nothing was left for the batch";
+  return out + "leaving " + format_bytes(cap - fixed) + " for the batch (activations and the rest)";
+}
+
 std::optional<double> recovery_seconds(const Trace& trace) {
   std::optional<double> first_oom;
   for (const Attempt& a : trace.attempts) {
@@ -330,7 +372,7 @@ JobResult build_job_result(const std::string& display_name, const JobOutcome& ou
     ar.faults_enabled = a.faults_enabled;
     for (const Event& e : a.events)
       if (completes_a_step(e)) ar.last_step = std::max(ar.last_step, step_of(e));
-    ar.output_tail = a.output_tail;
+    ar.output_tail = fold_harness_frames(a.output_tail);  // Note [The user's traceback]
     ar.log_path = a.log_path;
     for (const RankEnd& re : a.ranks)
       ar.ranks.push_back({re.rank, end_outcome(re.end_kind, re.exit_code, re.ended_by_oom), re.exit_code, re.signal,
@@ -363,6 +405,7 @@ JobResult build_job_result(const std::string& display_name, const JobOutcome& ou
   for (Finding& f : r.findings)
     if (job_start > 0 && f.t >= job_start) f.t -= job_start;
   r.breakdowns = breakdowns(trace, job_start);
+  r.cap_use = cap_use(trace);
   return r;
 }
 

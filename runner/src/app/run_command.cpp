@@ -19,6 +19,7 @@
 #include "app/sweep_plan.h"
 #include "app/interrupts.h"
 #include "app/paths.h"
+#include "app/run_state.h"
 #include "app/spec_text.h"
 #include "exec/cpu_share.h"
 #include "exec/run_folder.h"
@@ -183,50 +184,74 @@ void append_step_summary(const RunResult& run, std::ostream& out, std::ostream& 
   if (!f) err << "oomharness: could not append to $GITHUB_STEP_SUMMARY (" << path << "): " << std::strerror(errno) << "\n";
 }
 
+// The torch version a job's probe (probe_start) or virtual device reported, or "" (Note [Torch's version
+// from the jobs]).
+std::string torch_version_reported(const Trace& trace) {
+  for (const Attempt& a : trace.attempts)
+    for (const Event& e : a.events) {
+      if (e.src != events::kSrcProbe) continue;
+      if (e.kind == events::kProbeStart && e.has("version") && e.text("version") != "") return e.text("version");
+      if (e.kind == events::kVirtualDevice && e.has("torch") && e.text("torch") != "") return e.text("torch");
+    }
+  return "";
+}
+
 // What --maxfail counts, --lf reruns and GitHub gets an annotation for: pytest's failures and errors.
 bool failed_or_erred(JobStatus s) { return s == JobStatus::failed || s == JobStatus::error; }
 
-// --lf, as pytest's: keep the jobs that failed or erred in the previous results of this output folder;
-// when none did, every job runs (saying so). Returns an exit code when nothing should run.
-std::optional<ExitCode> keep_last_failed(std::vector<Suite>& suites, const RunArgs& args, std::ostream& out,
-                                         std::ostream& err) {
-  const std::string previous = (fs::path(args.out_dir) / "results.json").string();
-  std::error_code ec;
-  if (!fs::exists(previous, ec)) {
-    err << "oomharness: --lf: no previous results in " << previous
-        << " (run without --lf first, with the same --out)\n";
+// --lf, as pytest's: keep the jobs that failed, erred or were left unfinished by an interrupt, as the run
+// state of this suite set remembers them (Note [Run state] in run_state.h); when there are none, every job
+// runs (saying so). Returns an exit code when nothing should run.
+std::optional<ExitCode> keep_last_failed(std::vector<Suite>& suites, std::ostream& out, std::ostream& err) {
+  RunState state = load_run_state(suites);
+  if (!state.problem.empty()) {
+    err << "oomharness: --lf: " << state.problem << "\n";
     return ExitCode::usage_error;
   }
-  auto last = load_results(previous);
-  if (!last) {
-    err << "oomharness: --lf: " << last.error() << "\n";
-    return ExitCode::usage_error;
+  if (!state.found) {
+    out << "--lf: no previous run of these suites in " << state.path << ": running every selected job\n";
+    return std::nullopt;
   }
-  std::set<std::string> failed;
-  for (const auto& s : last.value().suites)
-    for (const auto& j : s.jobs)
-      if (failed_or_erred(j.status)) failed.insert(s.name + "::" + j.name);
-  if (failed.empty()) {
-    out << "--lf: no job failed or erred in " << previous << ": running every selected job\n";
+  size_t failed = 0, unrun = 0;
+  for (const auto& [name, memory] : state.jobs) (memory == JobMemory::failed ? failed : unrun) += 1;
+  if (state.jobs.empty()) {
+    out << "--lf: no job failed or erred in the last runs of these suites (" << state.path
+        << "): running every selected job\n";
     return std::nullopt;
   }
   size_t kept = 0;
   for (auto& s : suites) {
     std::vector<JobSpec> chosen;
     for (auto& job : s.jobs)
-      if (failed.count(s.name + "::" + job.name)) chosen.push_back(std::move(job));
+      if (state.jobs.count(s.name + "::" + job.name)) chosen.push_back(std::move(job));
     kept += chosen.size();
     s.jobs = std::move(chosen);
   }
+  std::string what = std::to_string(failed) + (failed == 1 ? " job" : " jobs") + " that failed or erred";
+  if (unrun > 0) what += " and " + std::to_string(unrun) + (unrun == 1 ? " job" : " jobs") + " an interrupted run did not finish";
   if (kept == 0) {
-    err << "oomharness: --lf: none of the " << failed.size() << " jobs that failed or erred in " << previous
-        << " is among the selected jobs (" << *failed.begin() << (failed.size() > 1 ? ", ..." : "")
-        << "): nothing was tested\n";
+    err << "oomharness: --lf: none of the " << what << " (" << state.jobs.begin()->first
+        << (state.jobs.size() > 1 ? ", ..." : "") << ") is among the selected jobs: nothing was tested\n";
     return ExitCode::nothing_tested;
   }
-  out << "--lf: rerunning " << kept << " of the " << failed.size() << (failed.size() == 1 ? " job" : " jobs")
-      << " that failed or erred in " << previous << "\n";
+  out << "--lf: rerunning " << kept << " of the " << what << " in the last runs of these suites (" << state.path
+      << ")\n";
   return std::nullopt;
+}
+
+// --collect-only, as pytest's: the jobs `run` would run, after -k and --lf, one per line; exit 0, or 5 when
+// none is selected.
+ExitCode print_collected(const std::vector<Suite>& suites, std::ostream& out) {
+  size_t n = 0;
+  for (const auto& s : suites)
+    for (const auto& job : s.jobs) {
+      out << s.name << "::" << job.name;
+      if (job.sweep) out << "  (a sweep: its faulted runs are planned from a golden run when it runs)";
+      out << "\n";
+      ++n;
+    }
+  out << n << (n == 1 ? " job" : " jobs") << " collected\n";
+  return n == 0 ? ExitCode::nothing_tested : ExitCode::ok;
 }
 
 // In GitHub Actions, an error annotation per failed or erred job on its suite file and line (the job's
@@ -333,12 +358,23 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
       origin.emplace_back(s, j);
     }
 
-  EnvironmentOptions env_options{args.simulate, python, args.command_line, std::nullopt};
+  // Note [Torch's version from the jobs]
+  // The results name the torch the jobs ran. A job under the probe or on the virtual device says it itself
+  // (its probe_start or virtual_device event), and that is the torch of the Python the job really ran, not
+  // of whichever `python3` is first on PATH. Asking `python3 -c 'import torch'` costs a whole import of
+  // torch (2 s of CPU for a CPU build, 3-10 s for a CUDA one on the 2-core CI machine): beside a short job
+  // it doubled the job's time, and the run waited for it at the end (issue 29: a trivial script took 5.5 s
+  // under `exec` against 1.9 s bare). So python3 is asked only when some Python job runs without the probe.
+  bool python_unprobed = false;
+  for (const JobSpec& job : jobs)
+    python_unprobed = python_unprobed ||
+                      (uses_python(job) && job.probe == ProbeMode::none && job.device != DeviceChoice::virtual_device);
+  EnvironmentOptions env_options{args.simulate, python_unprobed, args.command_line, std::nullopt};
   if (survey) env_options.gpu = GpuIdentity{survey->name, survey->driver_version, survey->cuda_version};
   RunResult run;
-  // The environment's versions are for the results only, and asking python3 for torch's version takes
-  // seconds (it imports torch): it runs beside the jobs, not before them (on the H100 it held a packed run
-  // of eight small jobs back by about 4 s, a third of their time).
+  std::string torch_reported;  // the first version a job's probe or virtual device reported
+  // The environment's versions are for the results only: asked beside the jobs, not before them (on the
+  // H100 it held a packed run of eight small jobs back by about 4 s, a third of their time).
   std::future<Environment> environment = std::async(std::launch::async, detect_environment, env_options);
   run.start = events::now_seconds();
 
@@ -393,6 +429,7 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
     options.on_progress = [&view](const JobProgress& p) { view.on_progress(p); };
     Backend* running = nullptr;
     options.on_job_done = [&](size_t i, JobOutcome& done) {
+      if (torch_reported.empty()) torch_reported = torch_version_reported(done.trace);  // Note [Torch's version from the jobs]
       judged[i] = judge_job(i, done);
       if (!done.not_started) {
         SuiteResult suite;
@@ -438,6 +475,7 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
   run.duration = events::now_seconds() - run.start;
   stream.write(job_stream_end(run));
   run.environment = environment.get();
+  if (!torch_reported.empty()) run.environment.frameworks["torch"] = torch_reported;
 
   for (auto& suite : suites) {
     SuiteResult sr;
@@ -463,6 +501,9 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
     sr.duration = last > first ? last - first : 0;
   }
 
+  // Note [Run state] in run_state.h: before the reports, so that a report that cannot be written costs no memory.
+  if (args.keep_state)
+    if (auto problem = record_run_state(suites, run)) err << "oomharness: the run state (--lf) was not saved: " << *problem << "\n";
   std::string html;
   bool written = write_reports(run, out_dir, out_fd.get(), args.reports, html, err);
   if (args.summary) append_step_summary(run, out, err);
@@ -629,8 +670,9 @@ ExitCode command_run(const RunArgs& args, std::ostream& out, std::ostream& err) 
     }
   }
   if (args.last_failed) {
-    if (auto code = keep_last_failed(suites, args, out, err)) return *code;
+    if (auto code = keep_last_failed(suites, out, err)) return *code;
   }
+  if (args.collect_only) return print_collected(suites, out);
   return run_with_sweeps(std::move(suites), args, out, err);
 }
 

@@ -312,6 +312,7 @@ std::vector<std::string> explanation(const JobResult& job, int verbosity) {
   if (shown < job.warnings.size())
     lines.push_back("    (" + std::to_string(job.warnings.size() - shown) + " more warning(s) in the reports; -v shows them)");
   for (const std::string& f : finding_lines(job)) lines.push_back("    -> " + f);  // docs/diagnosis.md
+  if (job.cap_use && verbosity >= 0) lines.push_back("    " + *job.cap_use);  // Note [The cap, visible]
   const bool show_output = (s == JobStatus::failed && !job.unexpected_pass()) || s == JobStatus::error;
   if (show_output && !job.attempts.empty()) {
     const AttemptResult& last = job.attempts.back();

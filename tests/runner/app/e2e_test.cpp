@@ -389,7 +389,9 @@ TEST_F(E2E, JobsDoNotWaitForTheEnvironmentToBeDetected) {
   fs::create_directories(fake);
   std::ofstream(fake / "python3") << "#!/bin/sh\ncase \"$*\" in *'import torch'*) sleep 3; echo 9.9.9;; *) echo job-ran;; esac\n";
   fs::permissions(fake / "python3", fs::perms::owner_all);
-  std::string suite = write_suite(dir_, "env", "  - {name: py, run: python3 train.py, timeout: 60s, probe: none}\n");
+  // On the CPU driver double without the probe: nothing in the job reports torch's version, so python3 is asked
+  // (Note [Torch's version from the jobs] in run_command.cpp).
+  std::string suite = write_suite(dir_, "env", "  - {name: py, run: python3 train.py, timeout: 60s, probe: none, device: gpu}\n");
   const char* path = std::getenv("PATH");
   const double launched = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   Result r = run({bin, "run", suite, "--simulate", "--out", (dir_ / "out").string()}, dir_, dir_,
@@ -399,6 +401,70 @@ TEST_F(E2E, JobsDoNotWaitForTheEnvironmentToBeDetected) {
   EXPECT_EQ(results["environment"]["frameworks"]["torch"], "9.9.9");
   const auto& job = *jobs_by_name(results).at("py");
   EXPECT_LT(job["start"].get<double>() - launched, 2.5) << "the job waited for the 3 s detection";
+}
+
+// A job whose probe reports torch's version (its probe_start event) names the torch of the results, and
+// python3 is never asked: asking it imports torch again beside the job (seconds of CPU), and the answer
+// could name another Python's torch (Note [Torch's version from the jobs] in run_command.cpp).
+TEST_F(E2E, TorchVersionComesFromTheJobsProbeNotFromAnotherPython) {
+  NEED("APP_E2E_BIN", bin);
+  fs::path fake = dir_ / "fakebin";
+  fs::create_directories(fake);
+  const fs::path asked = dir_ / "python3-was-asked";
+  std::ofstream(fake / "python3")
+      << "#!/bin/sh\ncase \"$*\" in *'import torch'*) touch '" << asked.string() << "'; echo 9.9.9;; "
+      << "*) printf '{\"t\":1,\"pid\":%d,\"src\":\"probe\",\"kind\":\"probe_start\",\"fields\":{\"framework\":\"torch\","
+         "\"version\":\"7.7.7+job\",\"allocator\":\"native\"}}\\n' $$ >> \"$OOMH_EVENTS\"; echo job-ran;; esac\n";
+  fs::permissions(fake / "python3", fs::perms::owner_all);
+  std::string suite = write_suite(dir_, "env", "  - {name: py, run: python3 train.py, timeout: 60s, device: gpu}\n");
+  const char* path = std::getenv("PATH");
+  Result r = run({bin, "run", suite, "--simulate", "--out", (dir_ / "out").string()}, dir_, dir_,
+                 {"PATH=" + fake.string() + ":" + (path ? path : "/usr/bin:/bin")});
+  nlohmann::json results = load_json(dir_ / "out" / "results.json");
+  EXPECT_EQ(results["environment"]["frameworks"]["torch"], "7.7.7+job") << r.out << r.err;
+  EXPECT_FALSE(fs::exists(asked)) << "python3 was asked for torch's version although the job's probe said it";
+}
+
+// Note [The cap, visible] in runner/src/app/results_builder.cpp: a capped job's results and terminal say
+// what the fixed part took at the first step and what the cap left for the batch; an uncapped job says
+// nothing of it. The job writes the probe's breakdowns itself (as the probe does at a step's peak).
+TEST_F(E2E, CappedJobSaysWhatTheFixedPartTookAndWhatWasLeft) {
+  NEED("APP_E2E_BIN", bin);
+  NEED("APP_E2E_INJECT", inject);
+  NEED("APP_E2E_DOUBLE", dbl);
+  const std::string breakdown =
+      "printf '{\"t\":1,\"pid\":1,\"src\":\"probe\",\"kind\":\"memory_breakdown\",\"fields\":{\"at\":\"peak\",\"step\":%d,"
+      "\"phase\":\"%s\",\"parameters\":%d,\"gradients\":%d,\"optimizer_state\":%d,\"workspace\":33554432,\"other\":1024}}}}\\n' ";
+  // (`}}` is a literal `}` in a job's command: {workdir} and the like are substituted there.)
+  // Step 1's forward (no gradients yet) and its optimizer phase (all of them), then step 2 with more: the
+  // first step's largest fixed part counts, 16 + 16 + 32 + 32 MiB = 96 MiB.
+  const std::string script = breakdown + "1 forward 16777216 0 0 >> \"$OOMH_EVENTS\"; " + breakdown +
+                             "1 optimizer 16777216 16777216 33554432 >> \"$OOMH_EVENTS\"; " + breakdown +
+                             "2 optimizer 16777216 16777216 67108864 >> \"$OOMH_EVENTS\"";
+  Result capped = run({bin, "exec", "--simulate", "--device", "gpu", "--cap", "128MiB", "--name", "capped", "--", "sh", "-c", script},
+                      dir_, dir_);
+  nlohmann::json results = load_json(dir_ / "oomh-exec" / "results.json");
+  const auto& job = *jobs_by_name(results).at("capped");
+  const std::string want =
+      "cap 128.00 MiB: at step 1 (the harness's count, from 1) the fixed part took 96.00 MiB (parameters 16.00 MiB, "
+      "gradients 16.00 MiB, optimizer state 32.00 MiB, workspaces 32.00 MiB), leaving 32.00 MiB for the batch "
+      "(activations and the rest)";
+  EXPECT_EQ(job.value("cap_use", ""), want) << capped.out << capped.err;
+  EXPECT_NE(capped.out.find("    " + want), std::string::npos) << capped.out;
+
+  Result over = run({bin, "exec", "--simulate", "--device", "gpu", "--cap", "64MiB", "--name", "over", "--", "sh", "-c", script},
+                    dir_, dir_);
+  nlohmann::json over_results = load_json(dir_ / "oomh-exec" / "results.json");
+  const auto& over_job = *jobs_by_name(over_results).at("over");
+  EXPECT_NE(over_job.value("cap_use", "").find("the fixed part took 96.00 MiB"), std::string::npos) << over.out;
+  EXPECT_NE(over_job.value("cap_use", "").find("more than the cap by 32.00 MiB: nothing was left for the batch"),
+            std::string::npos) << over.out;
+
+  Result uncapped = run({bin, "exec", "--simulate", "--device", "gpu", "--name", "free", "--", "sh", "-c", script}, dir_, dir_);
+  nlohmann::json free_results = load_json(dir_ / "oomh-exec" / "results.json");
+  const auto& free_job = *jobs_by_name(free_results).at("free");
+  EXPECT_FALSE(free_job.contains("cap_use")) << uncapped.out;
+  EXPECT_EQ(uncapped.out.find("the fixed part took"), std::string::npos) << uncapped.out;
 }
 
 // Every process whose command line mentions `needle` (our temporary folder): what a run may leave behind.
@@ -774,31 +840,106 @@ TEST_F(E2E, ExitFirstAndMaxfailStopStartingJobs) {
   EXPECT_NE(zero.err.find("--maxfail"), std::string::npos) << zero.err;
 }
 
-TEST_F(E2E, LastFailedRerunsWhatFailedInThePreviousResults) {
+// Note [Run state] in runner/src/app/run_state.h: --lf remembers per suite set, in .oomharness-cache/ of the
+// folder the command runs in, across other commands (exec), -x and other output folders.
+TEST_F(E2E, LastFailedRemembersAcrossExecAndExitFirst) {
   NEED("APP_E2E_BIN", bin);
   NEED("APP_E2E_TRAINER", trainer);
   NEED("APP_E2E_INJECT", inject);
   NEED("APP_E2E_DOUBLE", dbl);
   std::string suite = habit_suite(dir_, trainer);
   const std::string out = (dir_ / "out").string();
+  // No run of these suites yet: every job runs, as pytest's --lf does.
   Result none = run({bin, "run", suite, "--simulate", "--lf", "--out", out}, dir_, dir_);
-  EXPECT_EQ(none.code, 4) << none.out << none.err;
-  EXPECT_NE(none.err.find("--lf: no previous results in " + out + "/results.json"), std::string::npos) << none.err;
+  EXPECT_EQ(none.code, 1) << none.out << none.err;
+  EXPECT_NE(none.out.find("--lf: no previous run of these suites in .oomharness-cache/lastfailed.json: running every selected job"),
+            std::string::npos) << none.out;
+  EXPECT_EQ(statuses(fs::path(out) / "results.json").size(), 3u);
+  EXPECT_TRUE(fs::exists(dir_ / ".oomharness-cache" / "lastfailed.json"));
 
-  Result first = run({bin, "run", suite, "--simulate", "--out", out}, dir_, dir_);
-  EXPECT_EQ(first.code, 1) << first.out << first.err;
-  Result lf = run({bin, "run", "--lf", suite, "--simulate", "--out", out}, dir_, dir_);
+  // An exec in the same folder writes its own folder, and the suite's memory stays.
+  Result e = run({bin, "exec", "--simulate", "--", "true"}, dir_, dir_);
+  EXPECT_TRUE(fs::exists(dir_ / "oomh-exec" / "results.json")) << e.out << e.err;
+  EXPECT_FALSE(fs::exists(dir_ / "oomh-out"));
+  // Another output folder: the memory is the suite set's, not the folder's.
+  const std::string other = (dir_ / "other").string();
+  Result lf = run({bin, "run", "--lf", suite, "--simulate", "--out", other}, dir_, dir_);
   EXPECT_EQ(lf.code, 1) << lf.out << lf.err;
-  EXPECT_NE(lf.out.find("--lf: rerunning 2 of the 2 jobs that failed or erred in"), std::string::npos) << lf.out;
-  EXPECT_EQ(statuses(fs::path(out) / "results.json"),
+  EXPECT_NE(lf.out.find("--lf: rerunning 2 of the 2 jobs that failed or erred in the last runs of these suites"), std::string::npos)
+      << lf.out;
+  EXPECT_EQ(statuses(fs::path(other) / "results.json"),
             (std::map<std::string, std::string>{{"habits::bad1", "failed"}, {"habits::bad2", "failed"}}));
 
-  // A previous run with no failure: every job runs, as pytest's --lf does.
-  Result good = run({bin, "run", suite, "-k", "good", "--simulate", "--out", out}, dir_, dir_);
+  // --lf -x stops after bad1; bad2 was skipped, not forgotten: the next --lf runs both again.
+  Result x = run({bin, "run", "--lf", "-x", suite, "--simulate", "--out", out}, dir_, dir_);
+  EXPECT_EQ(x.code, 1) << x.out << x.err;
+  EXPECT_EQ(statuses(fs::path(out) / "results.json"),
+            (std::map<std::string, std::string>{{"habits::bad1", "failed"}, {"habits::bad2", "skipped"}}));
+  Result again = run({bin, "run", "--lf", suite, "--simulate", "--collect-only"}, dir_, dir_);
+  EXPECT_EQ(again.code, 0) << again.out << again.err;
+  EXPECT_EQ(again.out.find("habits::good"), std::string::npos) << again.out;
+  EXPECT_NE(again.out.find("habits::bad1\nhabits::bad2\n2 jobs collected\n"), std::string::npos) << again.out;
+
+  // A suite set with no failure remembered: every job runs. (Another cache folder, as another checkout has.)
+  const std::string cache = "OOMH_CACHE_DIR=" + (dir_ / "cache2").string();
+  Result good = run({bin, "run", suite, "-k", "good", "--simulate", "--out", out}, dir_, dir_, {cache});
   EXPECT_EQ(good.code, 0) << good.out << good.err;
-  Result all = run({bin, "run", suite, "--simulate", "--lf", "--out", out}, dir_, dir_);
-  EXPECT_NE(all.out.find("--lf: no job failed or erred in"), std::string::npos) << all.out;
+  Result all = run({bin, "run", suite, "--simulate", "--lf", "--out", out}, dir_, dir_, {cache});
+  EXPECT_NE(all.out.find("--lf: no job failed or erred in the last runs of these suites"), std::string::npos) << all.out;
   EXPECT_EQ(statuses(fs::path(out) / "results.json").size(), 3u);
+}
+
+// --collect-only lists what run would run (after -k and --lf), runs nothing, and exits 5 when nothing is
+// selected, as pytest's does.
+TEST_F(E2E, CollectOnlyListsTheSelectedJobs) {
+  NEED("APP_E2E_BIN", bin);
+  NEED("APP_E2E_TRAINER", trainer);
+  std::string suite = habit_suite(dir_, trainer);
+  Result all = run({bin, "run", suite, "--collect-only"}, dir_, dir_);
+  EXPECT_EQ(all.code, 0) << all.out << all.err;
+  EXPECT_EQ(all.out, "habits::bad1\nhabits::good\nhabits::bad2\n3 jobs collected\n");
+  Result one = run({bin, "run", suite, "-k", "good", "--collect-only"}, dir_, dir_);
+  EXPECT_EQ(one.code, 0) << one.out << one.err;
+  EXPECT_EQ(one.out, "habits::good\n1 job collected\n");
+  Result nothing = run({bin, "run", suite, "-k", "nosuchjob", "--collect-only"}, dir_, dir_);
+  EXPECT_EQ(nothing.code, 5) << nothing.out << nothing.err;
+  EXPECT_FALSE(fs::exists(dir_ / "oomh-out"));
+  EXPECT_FALSE(fs::exists(dir_ / ".oomharness-cache"));
+}
+
+// After Ctrl-C, --lf runs the jobs the interrupted run did not finish (and the failed ones), not the ones
+// that passed before the interrupt.
+TEST_F(E2E, LastFailedAfterAnInterruptRerunsOnlyWhatDidNotFinish) {
+  NEED("APP_E2E_BIN", bin);
+  NEED("APP_E2E_TRAINER", trainer);
+  NEED("APP_E2E_INJECT", inject);
+  NEED("APP_E2E_DOUBLE", dbl);
+  const std::string fault = std::string(kFaultAtStep3) + "    expect:\n      - batch_halving: {factor: 0.5, min: 2}\n";
+  std::string suite = write_suite(dir_, "irq",
+                                  trainer_job(trainer, "quick", "halve", 6, fault) + trainer_job(trainer, "bad", "none", 6, fault) +
+                                      trainer_job(trainer, "long0", "none", 4000, "", 20) +
+                                      trainer_job(trainer, "long1", "none", 4000, "", 20));
+  fs::path out = dir_ / "out";
+  Child c = spawn({bin, "run", suite, "--simulate", "--out", out.string()}, dir_, dir_);
+  // Ctrl-C once quick and bad are judged (jobs.jsonl has them) and long0 runs.
+  auto judged = [&] {
+    std::string lines = read_file(out / "jobs.jsonl");
+    return lines.find("\"bad\"") != std::string::npos && fs::exists(out / "jobs" / "irq__long0");
+  };
+  for (int i = 0; i < 600 && !judged(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(judged()) << read_file(out / "jobs.jsonl");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_EQ(kill(c.pid, SIGINT), 0);
+  Result r = wait_for(c, 60);
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_EQ(statuses(out / "results.json"),
+            (std::map<std::string, std::string>{{"irq::quick", "passed"}, {"irq::bad", "failed"},
+                                                {"irq::long0", "interrupted"}, {"irq::long1", "interrupted"}}));
+  Result lf = run({bin, "run", "--lf", suite, "--collect-only"}, dir_, dir_);
+  EXPECT_EQ(lf.code, 0) << lf.out << lf.err;
+  EXPECT_NE(lf.out.find("--lf: rerunning 3 of the 1 job that failed or erred and 2 jobs an interrupted run did not finish"),
+            std::string::npos) << lf.out;
+  EXPECT_NE(lf.out.find("irq::bad\nirq::long0\nirq::long1\n3 jobs collected\n"), std::string::npos) << lf.out;
 }
 
 TEST_F(E2E, QuietAndVerbose) {

@@ -102,6 +102,9 @@ struct JobResult {
   // (PyTorch 1.13.1 on the CPU, caching-allocator model)"), with what the device saw this job do that a GPU
   // would not (kind -> sentence). Note [Saying what was simulated].
   std::optional<std::string> virtual_device;
+  // A capped job: what the fixed part (parameters, gradients, optimizer state, workspaces) took at its first
+  // step, and what the cap left for the batch (Note [The cap, visible] in runner/src/app/results_builder.cpp).
+  std::optional<std::string> cap_use;
   std::map<std::string, std::string> divergences;
   // What the runner, the shim or the event reader warned about in this job's attempts ("attempt 1: the
   // output log ... was cut: ..."), at most kMaxWarnings, the last one saying how many more there were.
