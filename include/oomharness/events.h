@@ -64,11 +64,6 @@ inline constexpr const char* kEvalForward = "eval_forward";  // step, grad, trai
 // Written by the virtual CUDA device (python/oomharness/virtual_device.py), with src "probe".
 inline constexpr const char* kVirtualDevice = "virtual_device";  // description, torch, model, cublas_workspace
 inline constexpr const char* kDivergence = "divergence";         // kind, detail (Note [Divergences] there)
-// Written by the shape-only mode (python/oomharness/shape_only.py, `oomharness predict`), with src "probe".
-inline constexpr const char* kShapeOnly = "shape_only";                  // kernels, context
-inline constexpr const char* kValuesNotComputed = "values_not_computed"; // site: the first stand-in value
-inline constexpr const char* kPrediction = "prediction";                 // peak_allocated, peak_reserved, breakdown, ...
-
 
 // Kinds the runner adds to the trace (never written by a job).
 inline constexpr const char* kAttemptStart = "attempt_start";  // attempt, argv

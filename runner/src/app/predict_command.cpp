@@ -24,7 +24,6 @@
 #include "oomharness/reports/terminal_text.h"
 #include "oomharness/reports/writers.h"
 #include "oomharness/runner/cli_specs.h"
-#include "oomharness/events.h"
 #include "oomharness/units.h"
 
 namespace fs = std::filesystem;
@@ -37,6 +36,10 @@ namespace {
 // 80: A100-80/H100, 94: H100 NVL, 141: H200). What a card lets a process allocate is its memory less the
 // context, which the table counts.
 constexpr int kCardsGiB[] = {16, 24, 40, 48, 80, 94, 141};
+
+// The event the shape-only device writes at exit (src "probe"; python/oomharness/shape_only.py), beside
+// `shape_only` at its start and `values_not_computed` at the first stand-in value.
+constexpr const char* kPredictionEvent = "prediction";
 
 struct PredictRun {
   std::optional<uint64_t> cap;
@@ -226,7 +229,7 @@ ExitCode command_predict(const PredictArgs& args, std::ostream& out, std::ostrea
     if (!capture.outcomes.empty())
       for (const auto& a : capture.outcomes[0].trace.attempts)
         for (const auto& e : a.events)
-          if (e.kind == events::kPrediction && e.fields.is_object()) r.prediction = e.fields;
+          if (e.kind == kPredictionEvent && e.fields.is_object()) r.prediction = e.fields;
     return r;
   };
 
