@@ -5,6 +5,7 @@ under 4 GB of host memory, measured with /usr/bin/time -v (wall clock, and the l
 process of the run: the runner, or the job's Python).
 
     python3 bench/python/predict_7b.py [--build build] [--python PY] [--steps 2] [--json OUT]
+    /usr/bin/time -v python3 bench/python/predict_7b.py --in-process   # the device alone, without the runner
 """
 import argparse
 import json
@@ -17,6 +18,23 @@ import tempfile
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
+def in_process(args):
+    import runpy
+    import time
+    t0 = time.time()
+    sys.path.insert(0, os.path.join(ROOT, "python"))
+    import torch  # noqa: F401
+    from oomharness import shape_only
+    dev = shape_only.install_with_budget(200 << 30)
+    sys.argv = ["llama_train.py", "--config", args.config, "--batch-size", "1", "--seq", "2048", "--steps",
+                str(args.steps)]
+    runpy.run_path(os.path.join(ROOT, "bench", "python", "llama_train.py"), run_name="__main__")
+    p = dev.prediction()
+    print("peak allocated %.2f GiB, reserved %.2f GiB, %.1f s" % (p["peak_allocated"] / 2**30,
+                                                                  p["peak_reserved"] / 2**30, time.time() - t0))
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
@@ -24,7 +42,11 @@ def main():
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--config", default="7b")
     ap.add_argument("--json")
+    ap.add_argument("--in-process", action="store_true",
+                    help="run the trainer in this process under shape_only.install_with_budget(200 GiB)")
     args = ap.parse_args()
+    if args.in_process:
+        return in_process(args)
     out = tempfile.mkdtemp(prefix="oomh-predict-7b-")
     pred = os.path.join(out, "prediction.json")
     command = ["/usr/bin/time", "-v", os.path.join(args.build, "runner", "oomharness"), "predict", "--timeout", "30m",
