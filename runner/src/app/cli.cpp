@@ -14,6 +14,7 @@
 #include <iostream>
 
 #include "app/commands.h"
+#include "app/predict_command.h"
 #include "exec/signals.h"
 #include "oomharness/runner/app.h"
 #include "oomharness/version.h"

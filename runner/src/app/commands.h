@@ -102,14 +102,6 @@ struct BudgetArgs {
   int64_t max_batch = 4096;           // --max-batch: the largest batch considered
 };
 
-// `oomharness predict`: exec's flags describe the job; these, what to predict (docs/predict.md).
-struct PredictArgs {
-  ExecArgs exec;                      // --cap: predict under it (the OOM the job would see); --json: the prediction
-  std::optional<int64_t> batch;       // --batch N: written into {batch} for the prediction (default 1)
-  std::string batch_under;            // --batch-under CAP: the largest {batch} that completes under CAP
-  int64_t max_batch = 4096;           // --max-batch
-};
-
 struct CompareArgs {
   std::string base, now;
   std::vector<std::string> fail_on;
@@ -133,7 +125,6 @@ ExitCode command_explain(const std::string& results, const std::vector<std::stri
                          std::ostream& err, const std::string& max_size = "");
 ExitCode command_sweep(const SweepArgs& args, std::ostream& out, std::ostream& err);
 ExitCode command_budget(const BudgetArgs& args, std::ostream& out, std::ostream& err);
-ExitCode command_predict(const PredictArgs& args, std::ostream& out, std::ostream& err);
 ExitCode command_compare(const CompareArgs& args, std::ostream& out, std::ostream& err);
 // `oomharness agent PLAN`: what a Slurm job runs on its node (Note [Backends]).
 ExitCode command_agent(const std::string& plan_path, std::ostream& out, std::ostream& err);

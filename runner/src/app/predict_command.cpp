@@ -20,7 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "app/commands.h"
+#include "app/predict_command.h"
 #include "oomharness/reports/terminal_text.h"
 #include "oomharness/reports/writers.h"
 #include "oomharness/runner/cli_specs.h"
