@@ -80,7 +80,8 @@ class Predict(unittest.TestCase):
         command = [sys.executable, TRAIN, "--model", "mlp", "--steps", "2", "--batch", "{batch}", "--hidden", "4096"]
         _, free = self.predict("free", command, ["--batch", "8192"])
         need = free["prediction"]["peak_reserved"]
-        r, doc = self.predict("capped", command, ["--batch", "8192", "--cap", str(need - (8 << 20))])
+        # Well under the peak: emptying the cache (the allocator's retry) cannot make up the difference.
+        r, doc = self.predict("capped", command, ["--batch", "8192", "--cap", str(need * 3 // 4)])
         self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
         self.assertFalse(doc["completed"])
         self.assertIn("out of memory at step 1", r.stdout)
@@ -90,20 +91,20 @@ class Predict(unittest.TestCase):
         self.assertTrue(doc["halved"]["completed"], r.stdout)
         self.assertLess(doc["halved"]["peak_reserved"], need)
 
-    def test_the_largest_batch_under_a_cap_grows_with_the_cap(self):
+    def test_the_largest_batch_under_a_cap(self):
         command = [sys.executable, TRAIN, "--model", "mlp", "--steps", "2", "--batch", "{batch}"]
-        found = []
-        for cap in ("160MiB", "320MiB"):
-            r, doc = self.predict("under-" + cap, command, ["--batch-under", cap, "--max-batch", "65536"])
-            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-            largest = doc["batch_under"]["largest_batch"]
-            self.assertIsNotNone(largest, r.stdout)
-            runs = doc["batch_under"]["runs"]
-            # The answer completed and the next batch did not (the bisection's evidence).
-            self.assertIn({"batch": largest, "completed": True}, [{k: x[k] for k in ("batch", "completed")} for x in runs])
-            self.assertTrue(any(x["batch"] == largest + 1 and not x["completed"] for x in runs), runs)
-            found.append(largest)
-        self.assertGreater(found[1], found[0])
+        cap = 128 << 20
+        r, doc = self.predict("under", command, ["--batch-under", str(cap), "--max-batch", "8192"])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        largest = doc["batch_under"]["largest_batch"]
+        self.assertIsNotNone(largest, r.stdout)
+        self.assertLess(largest, 8192, r.stdout)  # the cap decided, not --max-batch
+        runs = {x["batch"]: x for x in doc["batch_under"]["runs"]}
+        # The bisection's evidence: the answer completed under the cap, one more did not.
+        self.assertTrue(runs[largest]["completed"], runs)
+        self.assertFalse(runs[largest + 1]["completed"], runs)
+        self.assertLessEqual(runs[largest].get("peak_reserved", 0), cap)
+        self.assertIn("largest batch under 128.00 MiB: %d" % largest, r.stdout)
 
     def test_malformed_input_is_refused(self):
         mlp = TRAINERS["mlp"]

@@ -96,17 +96,18 @@ void print_prediction(const PredictRun& r, std::ostream& out) {
     const uint64_t workspace = u64(b, "workspace"), other = u64(b, "other");
     for (auto [name, key] : {std::pair{"parameters", "parameters"}, {"gradients", "gradients"},
                              {"optimizer state", "optimizer_state"}}) {
-      out << "    " << pad(name, 30) << format_bytes(u64(b, key)) << "\n";
+      out << "    " << pad(name, 31) << format_bytes(u64(b, key)) << "\n";
     }
-    out << "    " << pad("activations and other tensors", 30) << format_bytes(other) << "\n";
+    out << "    " << pad("activations and other tensors", 31) << format_bytes(other) << "\n";
     if (b.contains("sites") && b["sites"].is_array())
       for (const auto& s : b["sites"]) {
         std::string site = text_of(s, "site");
-        out << "      " << pad(site.empty() ? std::string("(small tensors, no line)") : site, 40)
-            << format_bytes(u64(s, "bytes")) << " in " << s.value("count", 0) << " tensors\n";
+        const int count = s.value("count", 0);
+        out << "      " << pad(site.empty() ? std::string("(small tensors, no line)") : site, 38) << "  "
+            << format_bytes(u64(s, "bytes")) << " in " << count << (count == 1 ? " tensor\n" : " tensors\n");
       }
-    out << "    " << pad("cuBLAS workspaces", 30) << format_bytes(workspace) << "\n"
-        << "    " << pad("cached but free", 30) << format_bytes(u64(b, "cached_free")) << "\n";
+    out << "    " << pad("cuBLAS workspaces", 31) << format_bytes(workspace) << "\n"
+        << "    " << pad("cached but free", 31) << format_bytes(u64(b, "cached_free")) << "\n";
   }
   out << "  fits on (peak reserved + context):\n";
   for (const auto& row : fits_table(reserved + context)) {
