@@ -41,6 +41,13 @@ constexpr int kCardsGiB[] = {16, 24, 40, 48, 80, 94, 141};
 // `shape_only` at its start and `values_not_computed` at the first stand-in value.
 constexpr const char* kPredictionEvent = "prediction";
 
+// Note [A device larger than any card]
+// The prediction's device has 1 TiB (the driver double maps its segments MAP_NORESERVE, so no host memory is
+// taken for them): larger than any card of the table, so that the peak is the job's own and not the
+// default 80 GiB device's. A job that sizes its batch from mem_get_info() sees that 1 TiB; give --cap (or
+// --env CUDA_DOUBLE_MEMORY=SIZE) to predict it on a given card.
+constexpr const char* kPredictDeviceMemory = "1TiB";
+
 struct PredictRun {
   std::optional<uint64_t> cap;
   std::optional<int64_t> batch;
@@ -182,6 +189,11 @@ ExitCode command_predict(const PredictArgs& args, std::ostream& out, std::ostrea
     e.device = "virtual";
     e.simulate = true;
     e.env.push_back("OOMH_SHAPE_ONLY=1");
+    // Note [A device larger than any card]: the driver double is an 80 GiB H100 by default, which would cap
+    // the prediction at 80 GiB; uncapped, the job must find room for what it needs, and a cap is --cap's.
+    bool sized = false;
+    for (const auto& kv : e.env) sized = sized || kv.rfind("CUDA_DOUBLE_MEMORY=", 0) == 0;
+    if (!sized) e.env.push_back(std::string("CUDA_DOUBLE_MEMORY=") + kPredictDeviceMemory);
     if (b)
       for (auto& a : e.command) a = with_batch(a, *b);
     std::optional<JobSpec> job = job_from_exec_args(e, "predict", err);
@@ -279,7 +291,8 @@ ExitCode command_predict(const PredictArgs& args, std::ostream& out, std::ostrea
     }
   } else if (!first->completed) {
     code = ExitCode::tests_failed;
-    out << "  the job did not complete: " << terminal_text(first->message) << "\n";
+    out << "  the job did not complete, so the figures above are up to where it stopped, not its needs: "
+        << terminal_text(first->message) << "\n";
   }
   const uint64_t stand_ins = u64(p, "stand_ins");
   if (stand_ins > 0) {
