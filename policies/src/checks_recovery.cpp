@@ -756,6 +756,15 @@ Verdict checkpoint_resume_one(const Trace& trace, const nlohmann::json& args) {
     const nlohmann::json& ref = args["reference"];
     std::string metric = ref.value("metric", std::string("loss"));
     double rtol = ref.value("rtol", 1e-5), atol = ref.value("atol", 0.0);
+    // Note [Shape-only mode] (python/oomharness/shape_only.py): a run whose values were stand-ins compares
+    // nothing, so it can never pass a comparison of values.
+    for (const auto* attempts : {&trace.attempts, &trace.reference})
+      for (const Attempt& at : *attempts)
+        for (const Event& e : at.events)
+          if (e.kind == "shape_only" || e.kind == "values_not_computed")
+            return verdict(VerdictStatus::inconclusive, "resuming worked, but the run was shape-only (oomharness "
+                                                        "predict): its " + metric + " values were not computed, so "
+                                                        "they cannot be compared with the uninterrupted run's", ev);
     if (trace.reference.empty())
       return verdict(VerdictStatus::inconclusive, "resuming worked, but there is no reference run in the trace to compare " +
                                                       metric + " with: the runner did not run the job without faults", ev);

@@ -63,8 +63,12 @@ def _after_torch(module):
     if os.environ.get("OOMH_DEVICE") == "virtual":
         # First, so that the probe wraps the virtual device's torch.cuda (its empty_cache, its figures).
         try:
-            from oomharness import virtual_device
-            virtual_device.install_for_job()
+            if os.environ.get("OOMH_SHAPE_ONLY") == "1":  # `oomharness predict` (Note [Shape-only mode])
+                from oomharness import shape_only
+                shape_only.install_for_job()
+            else:
+                from oomharness import virtual_device
+                virtual_device.install_for_job()
         except Exception as e:  # the job then fails on its first CUDA request, and the harness says why
             sys.stderr.write("oomharness: the virtual CUDA device could not start: %s: %s\n" % (type(e).__name__, e))
     if os.environ.get("OOMH_PROBE") != "1":

@@ -213,8 +213,11 @@ class VirtualDevice:
                           "device: its tensors are booked, but the operations it runs are not seen")
 
     # ---- installing
+    def _make_mode(self):
+        return _DeviceMode(self)  # shape_only.py gives its own (Note [Shape-only mode])
+
     def install(self):
-        self._mode = _DeviceMode(self)
+        self._mode = self._make_mode()
         self._mode.__enter__()
         self._patch()
         self.events.write("virtual_device", {"description": DESCRIPTION % torch.__version__,

@@ -9,12 +9,12 @@ _oomharness() {
   cmd=""
   for ((i = 1; i < COMP_CWORD; i++)); do
     case ${COMP_WORDS[i]} in
-      run|exec|sweep|budget|validate|report|explain|compare|demo) cmd=${COMP_WORDS[i]}; break ;;
+      run|exec|sweep|budget|predict|validate|report|explain|compare|demo) cmd=${COMP_WORDS[i]}; break ;;
       --) return 0 ;;
     esac
   done
   # After `exec ... --` (or sweep's, budget's) the words are the job's command: complete commands and files.
-  if [ "$cmd" = exec ] || [ "$cmd" = sweep ] || [ "$cmd" = budget ]; then
+  if [ "$cmd" = exec ] || [ "$cmd" = sweep ] || [ "$cmd" = budget ] || [ "$cmd" = predict ]; then
     for ((i = 1; i < COMP_CWORD; i++)); do
       if [ "${COMP_WORDS[i]}" = -- ]; then
         COMPREPLY=($(compgen -c -f -- "$cur"))
@@ -39,7 +39,7 @@ _oomharness() {
 
   local flags
   case $cmd in
-    "") COMPREPLY=($(compgen -W "run exec sweep budget validate report explain compare demo --help --version" -- "$cur")); return 0 ;;
+    "") COMPREPLY=($(compgen -W "run exec sweep budget predict validate report explain compare demo --help --version" -- "$cur")); return 0 ;;
     run) flags="-k -x --exitfirst --maxfail --lf --last-failed -q --quiet -v --verbose -j --jobs --threads-per-job
                 --gpus $reports --summary -o --out --simulate --strict --device --max-jobs --backend --slurm-partition --slurm-gres --slurm-cpus --slurm-mem --slurm-arg --slurm-poll --slurm-agent --help" ;;
     exec) flags="--cap --cap-counts --fault --expect --timeout --restart --restart-on --clear-faults --target-step
@@ -50,6 +50,9 @@ _oomharness() {
     budget) flags="--low --high --tolerance --batch-under --max-batch --cap --cap-counts --expect --timeout --restart
                    --restart-on --clear-faults --target-step --name --env $reports --summary -o --out --simulate --strict
                    --device -q --quiet -v --verbose --help" ;;
+    predict) flags="--batch --batch-under --max-batch --cap --cap-counts --expect --timeout --restart --restart-on
+                    --clear-faults --target-step --name --env --json -o --out --strict --device -q --quiet -v --verbose
+                    --help" ;;
     validate) flags="--max-jobs --help" ;;
     report) flags="$reports --max-file-size --help" ;;
     explain) flags="-k --max-file-size --help" ;;

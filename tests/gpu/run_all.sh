@@ -36,6 +36,10 @@
 #           Debian's PyTorch; here they took 177-279 s and held the timing phases back by 35-90 s)
 #
 #   tests/gpu/run_all.sh [PHASE...]
+#   predict only when named (issues 31, 32 item 3): tests/gpu/predict_check.py: `oomharness predict` on this
+#           machine's CPU against the GPU's max_memory_reserved() for an MLP, a GPT-style transformer and a CNN
+#           at three batch sizes each, and the largest batch under a cap both ways; predict.json and predict.md
+#           land in $OUT (RESULT lines say PASS within 10%, MISS otherwise: findings, not failures)
 #   explaingpu only when named (issue 14): tests/gpu/explain_check.py: breakdowns beside memory_stats(),
 #           memory_summary() and the memory history at OOMs of a leaky and an oversized trainer, with the
 #           history on and off, and the history's per-step cost; its log also lands in $OUT/explaingpu.log
@@ -70,9 +74,9 @@ inject=$build/injector/liboomharness_inject.so
 summary=$work/summary.txt
 budget=${RUN_ALL_BUDGET:-575}
 all_phases="build pytests virtual ecosystem realworld ctest injector libtorch probe fidelity-caps selftest demo armed reservation reservesuite fidelity-reserve
-            compat drivercalls shimbench runnerbench packing throughput scale virtualsuite sweep budget explain fragment probecost explaingpu ranks2gpu multigpu"
+            compat drivercalls shimbench runnerbench packing throughput scale virtualsuite sweep budget explain fragment probecost explaingpu ranks2gpu multigpu predict"
 phases=${*:-${all_phases/pytests virtual ecosystem realworld /}}
-[ $# -eq 0 ] && phases=${phases/ scale virtualsuite sweep budget explain fragment probecost explaingpu ranks2gpu multigpu/}  # by name only
+[ $# -eq 0 ] && phases=${phases/ scale virtualsuite sweep budget explain fragment probecost explaingpu ranks2gpu multigpu predict/}  # by name only
 wave1="ctest injector libtorch probe fidelity-caps"
 wave2="selftest demo armed"
 timing="drivercalls shimbench runnerbench packing throughput scale"
@@ -81,7 +85,7 @@ timing="drivercalls shimbench runnerbench packing throughput scale"
 # little over; the budget check uses them.
 declare -A EST=([build]=80 [pytests]=200 [virtual]=240 [ecosystem]=200 [realworld]=240 [ctest]=60 [injector]=30 [libtorch]=30 [probe]=40 [fidelity-caps]=30
                 [selftest]=60 [demo]=60 [armed]=60 [reservation]=55 [reservesuite]=30 [fidelity-reserve]=20 [throughput]=145
-                [packing]=150 [drivercalls]=35 [shimbench]=30 [runnerbench]=10 [compat]=5 [scale]=200 [virtualsuite]=120 [sweep]=120 [budget]=120 [explain]=5 [fragment]=60 [probecost]=90 [explaingpu]=150 [ranks2gpu]=120 [multigpu]=420)
+                [packing]=150 [drivercalls]=35 [shimbench]=30 [runnerbench]=10 [compat]=5 [scale]=200 [virtualsuite]=120 [sweep]=120 [budget]=120 [explain]=5 [fragment]=60 [probecost]=90 [explaingpu]=150 [ranks2gpu]=120 [multigpu]=420 [predict]=420)
 
 # RE2 (Debian's libre2-dev) is not on the GPU machine, where nothing can be installed: carry Debian's two
 # packages in .re2/ (`apt-get download libre2-9 libre2-dev`, name .re2 in the device call's carry) and they
@@ -253,6 +257,9 @@ ok = (a, r) == (torch.cuda.memory_allocated(), torch.cuda.memory_reserved())
 print("RESULT probe_memory_fields", "PASS" if ok else "FAIL", a, r, torch.cuda.memory_allocated(), torch.cuda.memory_reserved())' &&
       python3 "$root/bench/python/probe_overhead.py" --device cuda --model tiny --steps 2000 --reps 3 &&
       python3 "$root/bench/python/probe_overhead.py" --device cuda --model mlp --steps 500 --reps 3 ;;
+    predict)  # issues 31/32: shape-only predictions (this CPU) against the GPU's max_memory_reserved and largest batch
+      python3 "$root/tests/gpu/predict_check.py" "$build" "$work/predict" &&
+      cp "$work/predict/predict.json" "$work/predict/predict.md" "$out/" ;;
     explaingpu)  # issue 14: breakdown vs memory_stats, memory_summary, the memory history and its per-step cost
       python3 "$root/tests/gpu/explain_check.py" "$build" "$work/explaingpu" ;;
     scale) python3 "$root/bench/runner_scale.py" --bin "$bin" -n 10000 --nofile 256 ;;  # issue 12, a quiet machine

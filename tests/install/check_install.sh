@@ -73,7 +73,7 @@ else
 fi
 
 echo "== the man page and the completion offer every flag of every command's --help"
-for cmd in run exec sweep budget validate report explain compare demo; do
+for cmd in run exec sweep budget predict validate report explain compare demo; do
   for flag in $("$prefix/bin/oomharness" $cmd --help | grep -oE -- '(^|[ ,])--?[a-z][a-z-]*' | sed 's/^[ ,]*//' | sort -u); do
     case $flag in -h|--help) continue ;; esac
     grep -qF -- "$(printf '%s' "$flag" | sed 's/-/\\-/g')" "$prefix/share/man/man1/oomharness.1" ||

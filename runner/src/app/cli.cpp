@@ -14,6 +14,7 @@
 #include <iostream>
 
 #include "app/commands.h"
+#include "app/predict_command.h"
 #include "exec/signals.h"
 #include "oomharness/names.h"
 #include "oomharness/runner/app.h"
@@ -118,7 +119,7 @@ int parse_and_run(std::vector<std::string> args) {
   std::vector<std::string> command;
   auto dashdash = std::find(args.begin(), args.end(), "--");
   auto exec_word = std::find_if(args.begin() + (args.empty() ? 0 : 1), dashdash, [](const std::string& a) {
-    return a == "exec" || a == "sweep" || a == "budget";
+    return a == "exec" || a == "sweep" || a == "budget" || a == "predict";
   });
   if (dashdash != args.end() && exec_word != dashdash) {
     command.assign(dashdash + 1, args.end());
@@ -230,6 +231,18 @@ int parse_and_run(std::vector<std::string> args) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   budget->footer(kFooter);
 
+  app::PredictArgs predict_args;
+  predict_args.exec.command_line = job_command_line();
+  CLI::App* predict = app.add_subcommand(
+      "predict", "Predict the memory the job needs from one shape-only run on the virtual device: oomharness predict [flags] -- CMD ARGS...");
+  Verbosity predict_verbosity;
+  add_job_flags(predict, predict_args.exec, predict_verbosity, false);
+  predict->add_option("--batch", predict_args.batch, "With {batch} in the command: the batch to predict (default 1)");
+  predict->add_option("--batch-under", predict_args.batch_under,
+                      "With {batch} in the command: also find the largest batch that completes under this cap");
+  predict->add_option("--max-batch", predict_args.max_batch, "With --batch-under: the largest batch tried (default 4096)");
+  predict->footer(kFooter);
+
   std::vector<std::string> validate_suites;
   CLI::App* validate = app.add_subcommand("validate", "Check suite files without running them");
   validate->add_option("suites", validate_suites, "Suite files (YAML)")->required();
@@ -288,8 +301,8 @@ int parse_and_run(std::vector<std::string> args) {
     }
     return code == 0 ? 0 : to_int(ExitCode::usage_error);
   }
-  if (!command.empty() && !exec->parsed() && !sweep->parsed() && !budget->parsed()) {
-    std::cerr << "oomharness: '--' and a command belong to `oomharness exec`, `sweep` or `budget`\n";
+  if (!command.empty() && !exec->parsed() && !sweep->parsed() && !budget->parsed() && !predict->parsed()) {
+    std::cerr << "oomharness: '--' and a command belong to `oomharness exec`, `sweep`, `budget` or `predict`\n";
     return to_int(ExitCode::usage_error);
   }
 
@@ -329,6 +342,11 @@ int parse_and_run(std::vector<std::string> args) {
     sweep_args.exec.command = command;
     sweep_args.exec.verbosity = sweep_verbosity.level();
     return to_int(app::command_sweep(sweep_args, out, err));
+  }
+  if (predict->parsed()) {
+    predict_args.exec.command = command;
+    predict_args.exec.verbosity = predict_verbosity.level();
+    return to_int(app::command_predict(predict_args, out, err));
   }
   if (budget->parsed()) {
     budget_args.exec.command = command;

@@ -1,0 +1,310 @@
+"""The shape-only mode of the virtual CUDA device: the user's unchanged training runs with tensors that carry
+shape, dtype and storage but no data, so that a 7B model's step costs seconds and no real memory, while every
+"GPU" storage is still booked in the caching-allocator model through the shim (issue 31; docs/predict.md).
+
+Note [Shape-only mode]
+PyTorch's FakeTensorMode (torch/_subclasses/fake_tensor.py) runs every ATen operation on meta storages: the
+outputs have the shapes, dtypes and strides the real kernels would give, and no bytes. It sits below the
+virtual device's dispatch mode (entered first, so the device's mode sees each operation first and calls down
+into it), and its fake device is the CPU, so that everything the virtual device does stays as it is: `.cuda()`
+still lands "on the CPU" (now a fake CPU tensor), autocast still runs as CPU autocast (FakeTensors carry the
+CPU dispatch keys, so AutocastCPU applies), and the caching-allocator model, the shim's caps, faults and events,
+the probe and its breakdowns see the same bookings. Two things change:
+  - a storage's identity is its StorageImpl's address (`untyped_storage()._cdata`), since a fake storage has
+    no data pointer (the full device uses the data pointer, which is cheaper where there is one);
+  - an operation that must produce a value for Python (`_local_scalar_dense`: `.item()`, `float(t)`,
+    `bool(t)`, `if torch.isnan(loss)`) gets a stand-in (Note [Stand-in values]), and the run says so: a
+    `values_not_computed` event, which makes every check that compares values inconclusive.
+Host-side data is faked too: once the mode is on, a tensor made on the host (a factory, a DataLoader's
+collate, torch.from_numpy) is a fake CPU tensor, so a dataset's tensors cost no memory either and nothing
+reads their values; Python and NumPy objects stay real. Nothing can be printed or saved with its values.
+
+Note [Stand-in values]
+A stand-in should let the training loop go on as it would on healthy numbers: a floating value is 1.0 (a
+finite, positive loss), an integer 0, and a boolean False, except where the device can tell what a healthy
+run computes: the outputs of isnan/isinf are all-False and of isfinite all-True, any/all/logical_not carry
+that on. So both `if torch.isnan(loss).any(): skip` and `if not torch.isfinite(loss).all(): skip` go on
+training. Every stand-in is counted by the user's line that asked for it.
+
+Note [The exact peak]
+The full device takes a peak breakdown when allocated first passes 17/16 of the last one (Note [The peak
+breakdown] in probe.py). A prediction wants the breakdown at the peak itself, and shape-only steps are cheap,
+so this device takes it at each local maximum that is a new high: when a storage is about to be given back
+while allocated is above the last breakdown taken (by more than 1/1024), the breakdown is gathered before the
+free, without sweeping (the sweep would free storages first and change what is measured).
+
+Note [Kernels a GPU runs]
+Where PyTorch picks a different kernel on a GPU than on the CPU and the choice changes memory, shape-only mode
+picks the GPU's by default, since it predicts a GPU run: optimizers that would default to the foreach
+implementation on CUDA (Adam, AdamW, SGD, ...: all parameters on the device, not differentiable, not fused)
+take it here too, and foreach keeps whole-model temporaries (Adam's sqrt(v) for every parameter at once) that
+the per-tensor loop does not. OOMH_SHAPE_KERNELS=cpu keeps the CPU's choices, so that a prediction compares
+with the full virtual device's figure (tests/python/test_predict.py).
+"""
+
+import atexit
+import os
+import sys
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from . import _breakdown
+from . import virtual_device as vd
+from .caching_allocator import CachingAllocatorModel
+
+_aten = torch.ops.aten
+_SCALAR = _aten._local_scalar_dense.default
+_ALWAYS = {"isnan": False, "isinf": False, "isposinf": False, "isneginf": False, "isfinite": True}
+_CARRY = {"any": False, "all": False, "logical_not": True, "bitwise_not": True}  # name -> flips the value
+MAX_OOMS = 4
+SNAP_FRACTION = 1024  # Note [The exact peak]
+
+
+class ShapeOnlyDevice(vd.VirtualDevice):
+    """Note [Shape-only mode]."""
+
+    values_computed = False
+
+    def __init__(self, model):
+        super().__init__(model)
+        self.fake = None
+        self.stand_ins = 0
+        self.stand_in_sites = {}   # the user's line -> stand-ins it asked for
+        self.assumed = {}          # storage key -> the boolean a healthy run computes there (Note [Stand-in values])
+        self.snap_at = 0           # allocated at the last peak breakdown (Note [The exact peak])
+        self.rising = False
+        self.snapping = False
+        self.peak = None           # the breakdown at the highest allocated seen
+        self.ooms = []             # the first OOMs the model raised: where and when
+        self.context = 0           # the driver's memory in use before the first segment (the CUDA context)
+        self.kernels = os.environ.get("OOMH_SHAPE_KERNELS", "gpu")
+
+    @staticmethod
+    def _key(t):
+        try:
+            return t.untyped_storage()._cdata
+        except Exception:  # noqa: BLE001 - sparse and other layouts have no plain storage
+            return None
+
+    def _make_mode(self):
+        return _ShapeOnlyMode(self)
+
+    def install(self):
+        self.fake = FakeTensorMode(allow_non_fake_inputs=True)
+        self.fake.__enter__()  # below the device's mode: entered first
+        try:
+            free, total = self.model.source.mem_info()
+            self.context = max(0, total - free - self.model.reserved)
+        except Exception:  # noqa: BLE001 - a budget without a driver
+            self.context = 0
+        original_oom = self.model.oom_error
+
+        def oom_error(message):
+            self._note_oom(message)
+            return original_oom(message)
+
+        self.model.oom_error = oom_error
+        super().install()
+        self._patch_swap()
+        self._patch_checks()
+        if self.kernels == "gpu":
+            self._patch_optimizer_defaults()
+        self.events.write("shape_only", {"kernels": self.kernels, "context": self.context})
+        atexit.register(self.write_prediction)
+        return self
+
+    # ---- Note [The exact peak]
+    def book(self, t):
+        self.peak_mark = 1 << 62  # the full device's 1/16 trigger stays off: peaks are taken at local maxima
+        super().book(t)
+        if self.model.allocated > self.snap_at:
+            self.rising = True
+
+    def _release(self, key):
+        if self.rising and not self.snapping and key in self.tracked:
+            self.take_peak()
+        super()._release(key)
+
+    def sweep(self, young_only=False):
+        # Note [The exact peak]: every storage that died gives its block back before the next booking, not only
+        # the youngest ones: a shape-only step is cheap enough, and allocated then follows the GPU's frees.
+        if self.snapping:
+            return
+        super().sweep(False)
+
+    def take_peak(self):
+        self.rising = False
+        allocated = self.model.allocated
+        self.snap_at = allocated + allocated // SNAP_FRACTION
+        if self.peak is not None and allocated <= self.peak["allocated"]:
+            return
+        self.snapping = True
+        try:
+            models, optimizers, probe = _probe_objects()
+            fields = _breakdown.virtual(self, models, optimizers)
+            if probe is not None:
+                fields.update(step=probe.current_step(), phase=probe.phase_name)
+            fields["reserved_peak"] = self.model.peak_reserved
+            self.peak = fields
+        except Exception as e:  # noqa: BLE001 - a prediction without its breakdown still has its figures
+            self.peak = {"allocated": allocated, "reserved": self.model.reserved, "error": repr(e)}
+        finally:
+            self.snapping = False
+
+    # ---- what the code sees
+    def stand_in(self, t):
+        """Note [Stand-in values]."""
+        self.stand_ins += 1
+        site = _breakdown.site_text(_breakdown.user_site(sys._getframe(2), 1)) or "?"
+        first = not self.stand_in_sites
+        self.stand_in_sites[site] = self.stand_in_sites.get(site, 0) + 1
+        if first:
+            self.events.write("values_not_computed", {"site": site})
+        if t.dtype == torch.bool:
+            return bool(self.assumed.get(self._key(t), False))
+        if t.dtype.is_floating_point or t.dtype.is_complex:
+            return 1.0
+        return 0
+
+    def _note_oom(self, message):
+        if len(self.ooms) >= MAX_OOMS:
+            return
+        _, _, probe = _probe_objects()
+        self.ooms.append({
+            "site": _breakdown.site_text(_breakdown.user_site(sys._getframe(2))),
+            "step": probe.current_step() if probe is not None else -1,
+            "phase": probe.phase_name if probe is not None else "",
+            "allocated": self.model.allocated, "reserved": self.model.reserved, "message": message})
+
+    def _patch_swap(self):
+        """Module._apply (`model.cuda()`, `.to(dtype)`) swaps a FakeTensor parameter with its converted copy,
+        which fails when anything holds a weak reference to it (the fake mode does, for every Parameter made
+        under it); then the parameter takes the copy's data in place, as `_apply` does for plain tensors."""
+        original = torch.utils.swap_tensors
+
+        def swap_tensors(t1, t2):
+            try:
+                return original(t1, t2)
+            except RuntimeError:
+                if not (isinstance(t1, torch.Tensor) and isinstance(t2, torch.Tensor)):
+                    raise
+                with torch.no_grad():
+                    t1.data = t2.detach()
+
+        swap_tensors.__wrapped__ = original
+        self._set(torch.utils, "swap_tensors", swap_tensors)
+
+    def _patch_checks(self):
+        """isfinite and isinf are composite (made of eq, abs, ne, ...): the value a healthy run computes is set
+        on their result here (Note [Stand-in values])."""
+        dev = self
+        for owner in (torch, torch.Tensor):
+            for name, value in _ALWAYS.items():
+                original = getattr(owner, name, None)
+                if original is None:
+                    continue
+
+                def check(*args, _original=original, _value=value, **kwargs):
+                    out = _original(*args, **kwargs)
+                    if isinstance(out, torch.Tensor):
+                        dev.assume(out, _value)
+                    return out
+
+                check.__wrapped__ = original
+                self._set(owner, name, check)
+
+    def assume(self, t, value):
+        if len(self.assumed) > 4096:  # keys of dead storages: the newest matter
+            self.assumed.clear()
+        self.assumed[self._key(t)] = value
+
+    def _patch_optimizer_defaults(self):
+        """Note [Kernels a GPU runs]: the foreach optimizers a GPU would run."""
+        import torch.optim as optim
+        dev = self
+        seen = {}
+        for mod in list(sys.modules.values()):
+            name = getattr(mod, "__name__", "") or ""
+            if not (name == "torch.optim" or name.startswith("torch.optim.")):
+                continue
+            original = getattr(mod, "_default_to_fused_or_foreach", None)
+            if original is None:
+                continue
+            wrapper = seen.get(original)
+            if wrapper is None:
+                def wrapper(params, differentiable, use_fused=False, _original=original):
+                    fused, foreach = _original(params, differentiable, use_fused)
+                    if fused or foreach or differentiable or torch.jit.is_scripting():
+                        return fused, foreach
+                    on_device = all(p is None or dev.on_device(p) for p in params)
+                    return False, bool(params) and on_device
+                seen[original] = wrapper
+            self._set(mod, "_default_to_fused_or_foreach", wrapper)
+        del optim
+
+    # ---- the prediction
+    def prediction(self):
+        if self.rising:
+            self.take_peak()
+        m = self.model
+        return {
+            "peak_allocated": m.peak_allocated, "peak_reserved": m.peak_reserved, "context": self.context,
+            "breakdown": self.peak or {}, "ooms": self.ooms, "values_computed": False,
+            "stand_ins": self.stand_ins,
+            "stand_in_sites": [{"site": s, "count": n} for s, n in
+                               sorted(self.stand_in_sites.items(), key=lambda kv: -kv[1])[:8]],
+            "kernels": self.kernels, "divergences": sorted(self.divergences),
+            "segments": m.segment_count, "torch": torch.__version__,
+        }
+
+    def write_prediction(self):
+        try:
+            self.events.write("prediction", self.prediction())
+        except Exception as e:  # noqa: BLE001 - at exit: say it, never raise
+            sys.stderr.write("oomharness: the shape-only prediction could not be written: %r\n" % (e,))
+
+
+def _probe_objects():
+    probe_mod = sys.modules.get("oomharness.probe")
+    p = getattr(probe_mod, "_probe", None) if probe_mod is not None else None
+    if p is None:
+        return [], [], None
+    return list(p.models), list(p.optimizers), p
+
+
+class _ShapeOnlyMode(vd._DeviceMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        dev = self.device
+        if func is _SCALAR:
+            return dev.stand_in(args[0])
+        out = super().__torch_dispatch__(func, types, args, kwargs)
+        if isinstance(out, torch.Tensor) and out.dtype == torch.bool:
+            name = func.overloadpacket.__name__.rstrip("_")
+            if name in _ALWAYS:
+                dev.assume(out, _ALWAYS[name])
+            elif name in _CARRY and args and isinstance(args[0], torch.Tensor):
+                value = dev.assumed.get(dev._key(args[0]))
+                if value is not None:
+                    dev.assume(out, (not value) if _CARRY[name] else value)
+        return out
+
+
+_installed = None
+
+
+def install_for_job():
+    """Shape-only mode for a job the runner started with OOMH_DEVICE=virtual and OOMH_SHAPE_ONLY=1: as
+    virtual_device.install_for_job, with fake tensors underneath (Note [Shape-only mode])."""
+    global _installed
+    if _installed is None:
+        from .caching_allocator import DriverSegments
+        _installed = ShapeOnlyDevice(CachingAllocatorModel(DriverSegments(), oom_error=vd.oom_error)).install()
+        vd._installed = _installed  # the probe attaches to the device it finds there
+    return _installed
+
+
+def install_with_budget(total_bytes):
+    """Shape-only mode on a plain byte budget (tests, and `python -m oomharness.predict` without the runner)."""
+    from .caching_allocator import BudgetSegments
+    return ShapeOnlyDevice(CachingAllocatorModel(BudgetSegments(total_bytes), oom_error=vd.oom_error)).install()

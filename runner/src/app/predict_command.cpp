@@ -1,0 +1,344 @@
+// `oomharness predict`: the memory a training needs, from one shape-only run on the virtual device
+// (docs/predict.md; python/oomharness/shape_only.py).
+//
+// Note [Predicting from a shape-only run]
+// The job runs as `exec --device virtual` would, with OOMH_SHAPE_ONLY=1: its tensors carry shapes and no
+// data (Note [Shape-only mode] in shape_only.py), every device storage is still booked in the caching-
+// allocator model through the shim, and at exit the device writes one `prediction` event: the model's peak
+// allocated and reserved, the breakdown at the peak allocated (Note [The exact peak] there), the CUDA context
+// the driver double holds, the first OOMs the model raised (step, phase, the user's line) and the stand-in
+// values the code asked for. This command reads that event and says what it means for cards of the usual
+// sizes: a card fits the job when peak reserved + context <= its memory. Under --cap the run is capped as
+// exec's is, so the OOM it reports is the one the user would see; with `{batch}` in the command the batch
+// is halved once more to say what halving would reach. With --batch-under the largest batch that completes
+// under the cap is found by the bisection of Note [Budget of a batch] (budget_command.cpp), each run a
+// shape-only one, so it costs seconds where budget's runs cost real training steps.
+
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "app/predict_command.h"
+#include "oomharness/reports/terminal_text.h"
+#include "oomharness/reports/writers.h"
+#include "oomharness/runner/cli_specs.h"
+#include "oomharness/units.h"
+
+namespace fs = std::filesystem;
+
+namespace oomh::app {
+
+namespace {
+
+// Cards of the usual sizes, in GiB as sold (16: V100/T4-class, 24: L4/4090/A10, 40: A100-40, 48: L40S/A6000,
+// 80: A100-80/H100, 94: H100 NVL, 141: H200). What a card lets a process allocate is its memory less the
+// context, which the table counts.
+constexpr int kCardsGiB[] = {16, 24, 40, 48, 80, 94, 141};
+
+// The event the shape-only device writes at exit (src "probe"; python/oomharness/shape_only.py), beside
+// `shape_only` at its start and `values_not_computed` at the first stand-in value.
+constexpr const char* kPredictionEvent = "prediction";
+
+// Note [A device larger than any card]
+// The prediction's device has 1 TiB (the driver double maps its segments MAP_NORESERVE, so no host memory is
+// taken for them): larger than any card of the table, so that the peak is the job's own and not the
+// default 80 GiB device's. A job that sizes its batch from mem_get_info() sees that 1 TiB; give --cap (or
+// --env CUDA_DOUBLE_MEMORY=SIZE) to predict it on a given card.
+constexpr const char* kPredictDeviceMemory = "1TiB";
+
+struct PredictRun {
+  std::optional<uint64_t> cap;
+  std::optional<int64_t> batch;
+  bool completed = false;
+  std::string message;
+  nlohmann::json prediction;  // the `prediction` event's fields; null when the job wrote none
+  double seconds = 0;
+};
+
+uint64_t u64(const nlohmann::json& j, const char* key) {
+  if (!j.is_object() || !j.contains(key) || !j[key].is_number()) return 0;
+  double v = j[key].get<double>();
+  return v > 0 ? static_cast<uint64_t>(v) : 0;
+}
+
+std::string text_of(const nlohmann::json& j, const char* key) {
+  return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
+}
+
+std::string pad(std::string s, size_t width) {
+  if (s.size() < width) s.append(width - s.size(), ' ');
+  return s;
+}
+
+std::string with_batch(std::string a, int64_t batch) {
+  for (size_t at = a.find("{batch}"); at != std::string::npos; at = a.find("{batch}", at))
+    a.replace(at, 7, std::to_string(batch));
+  return a;
+}
+
+nlohmann::json fits_table(uint64_t need) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (int gib : kCardsGiB) {
+    const uint64_t card = static_cast<uint64_t>(gib) << 30;
+    rows.push_back({{"card_gib", gib}, {"fits", need <= card},
+                    {"headroom", static_cast<double>(card) - static_cast<double>(need)}});
+  }
+  return rows;
+}
+
+void print_prediction(const PredictRun& r, std::ostream& out) {
+  const nlohmann::json& p = r.prediction;
+  const nlohmann::json& b = p.contains("breakdown") ? p["breakdown"] : nlohmann::json::object();
+  const uint64_t reserved = u64(p, "peak_reserved"), context = u64(p, "context");
+  out << "  peak allocated    " << format_bytes(u64(p, "peak_allocated")) << "\n"
+      << "  peak reserved     " << format_bytes(reserved) << "  (+ CUDA context " << format_bytes(context) << " = "
+      << format_bytes(reserved + context) << " of a card)\n";
+  if (b.is_object() && b.contains("allocated")) {
+    out << "  at the peak allocated (" << format_bytes(u64(b, "allocated"));
+    if (b.contains("step")) out << ", step " << b.value("step", -1);
+    if (!text_of(b, "phase").empty()) out << ", " << text_of(b, "phase");
+    out << "):\n";
+    const uint64_t workspace = u64(b, "workspace"), other = u64(b, "other");
+    for (auto [name, key] : {std::pair{"parameters", "parameters"}, {"gradients", "gradients"},
+                             {"optimizer state", "optimizer_state"}}) {
+      out << "    " << pad(name, 31) << format_bytes(u64(b, key)) << "\n";
+    }
+    out << "    " << pad("activations and other tensors", 31) << format_bytes(other) << "\n";
+    if (b.contains("sites") && b["sites"].is_array())
+      for (const auto& s : b["sites"]) {
+        std::string site = text_of(s, "site");
+        const int count = s.value("count", 0);
+        out << "      " << pad(site.empty() ? std::string("(small tensors, no line)") : site, 38) << "  "
+            << format_bytes(u64(s, "bytes")) << " in " << count << (count == 1 ? " tensor\n" : " tensors\n");
+      }
+    out << "    " << pad("cuBLAS workspaces", 31) << format_bytes(workspace) << "\n"
+        << "    " << pad("cached but free", 31) << format_bytes(u64(b, "cached_free")) << "\n";
+  }
+  out << "  fits on (peak reserved + context):\n";
+  for (const auto& row : fits_table(reserved + context)) {
+    const double h = row["headroom"].get<double>();
+    out << "    " << pad(std::to_string(row["card_gib"].get<int>()) + " GiB", 9)
+        << (row["fits"].get<bool>() ? "yes  " + format_bytes(static_cast<uint64_t>(h)) + " to spare"
+                                    : "no   " + format_bytes(static_cast<uint64_t>(-h)) + " short")
+        << "\n";
+  }
+}
+
+std::string oom_text(const nlohmann::json& o) {
+  std::string s = "out of memory at step " + std::to_string(o.value("step", -1));
+  if (!text_of(o, "phase").empty()) s += ", " + text_of(o, "phase");
+  if (!text_of(o, "site").empty()) s += ", " + text_of(o, "site");
+  s += " (" + format_bytes(u64(o, "allocated")) + " allocated, " + format_bytes(u64(o, "reserved")) + " reserved)";
+  return s;
+}
+
+}  // namespace
+
+ExitCode command_predict(const PredictArgs& args, std::ostream& out, std::ostream& err) {
+  const ReportFlags& rf = args.exec.reports;
+  if (rf.junit.size() + rf.html.size() + rf.markdown.size() + rf.perfetto.size() > 0 || args.exec.summary) {
+    err << "oomharness predict: only --json is for predict: each run writes its results under OUT/run-N\n";
+    return ExitCode::usage_error;
+  }
+  if (!args.exec.device.empty() && args.exec.device != "virtual") {
+    err << "oomharness predict: predictions run on the virtual device in shape-only mode; --device "
+        << args.exec.device << " is not for predict\n";
+    return ExitCode::usage_error;
+  }
+  bool placeholder = false;
+  for (const auto& a : args.exec.command) placeholder = placeholder || a.find("{batch}") != std::string::npos;
+  if (!placeholder && (!args.batch_under.empty() || args.batch)) {
+    err << "oomharness predict: " << (args.batch ? "--batch" : "--batch-under")
+        << " needs {batch} in the command, where the batch size goes (--batch-size {batch})\n";
+    return ExitCode::usage_error;
+  }
+  if (args.batch && *args.batch < 1) {
+    err << "oomharness predict: bad --batch: it must be at least 1\n";
+    return ExitCode::usage_error;
+  }
+  if (args.max_batch < 1) {
+    err << "oomharness predict: bad --max-batch: it must be at least 1\n";
+    return ExitCode::usage_error;
+  }
+  std::optional<uint64_t> batch_cap;
+  if (!args.batch_under.empty()) {
+    ParseResult c = parse_bytes(args.batch_under);
+    if (!c || *c.value < 1) {
+      err << "oomharness predict: bad --batch-under: " << (c ? "it must be more than 0" : c.error) << "\n";
+      return ExitCode::usage_error;
+    }
+    batch_cap = static_cast<uint64_t>(*c.value);
+  }
+  std::optional<uint64_t> cap;
+  if (!args.exec.cap.empty()) {
+    ParseResult c = parse_bytes(args.exec.cap);
+    if (!c || *c.value < 1) {
+      err << "oomharness predict: bad --cap: " << (c ? "it must be more than 0" : c.error) << "\n";
+      return ExitCode::usage_error;
+    }
+    cap = static_cast<uint64_t>(*c.value);
+  }
+  const int64_t batch = placeholder ? args.batch.value_or(1) : 0;
+
+  // Note [Predicting from a shape-only run]: exec's job, on the virtual device, in shape-only mode.
+  auto make_job = [&](std::optional<int64_t> b) -> std::optional<JobSpec> {
+    ExecArgs e = args.exec;
+    e.cap.clear();
+    e.device = "virtual";
+    e.simulate = true;
+    e.env.push_back("OOMH_SHAPE_ONLY=1");
+    // Note [A device larger than any card]: the driver double is an 80 GiB H100 by default, which would cap
+    // the prediction at 80 GiB; uncapped, the job must find room for what it needs, and a cap is --cap's.
+    bool sized = false;
+    for (const auto& kv : e.env) sized = sized || kv.rfind("CUDA_DOUBLE_MEMORY=", 0) == 0;
+    if (!sized) e.env.push_back(std::string("CUDA_DOUBLE_MEMORY=") + kPredictDeviceMemory);
+    if (b)
+      for (auto& a : e.command) a = with_batch(a, *b);
+    std::optional<JobSpec> job = job_from_exec_args(e, "predict", err);
+    if (job && job->expect.empty())
+      job->expect.push_back(std::move(*parse_expect_spec(job->target_step ? "completes" : "exit=0").value));
+    return job;
+  };
+  std::optional<JobSpec> base = make_job(placeholder ? std::optional<int64_t>(batch) : std::nullopt);
+  if (!base) return ExitCode::usage_error;
+
+  RunArgs run;
+  run.simulate = true;
+  run.strict = args.exec.strict;
+  run.command_line = args.exec.command_line;
+  run.verbosity = -1;
+  run.quiet_reports = true;
+  int runs = 0;
+  auto run_at = [&](std::optional<uint64_t> at_cap, std::optional<int64_t> b) -> std::optional<PredictRun> {
+    std::optional<JobSpec> made = make_job(b);
+    if (!made) return std::nullopt;
+    JobSpec job = std::move(*made);
+    job.memory.limit = at_cap;
+    job.name = base->name + "-predict" + (at_cap ? "-cap-" + std::to_string(*at_cap) : std::string()) +
+               (b ? "-batch-" + std::to_string(*b) : std::string());
+    Suite suite;
+    suite.name = "predict";
+    suite.file = "<command line>";
+    suite.dir = job.cwd.value_or(".");
+    suite.jobs.push_back(std::move(job));
+    RunCapture capture;
+    RunArgs one = run;
+    one.out_dir = (fs::path(args.exec.out_dir) / ("run-" + std::to_string(++runs))).string();
+    one.capture = &capture;
+    std::ostringstream quiet;  // the runs' own lines: the prediction is what this command prints
+    ExitCode code = run_suites({suite}, one, quiet, err);
+    if (code == ExitCode::interrupted || code == ExitCode::internal_error || code == ExitCode::usage_error ||
+        capture.run.suites.empty() || capture.run.suites[0].jobs.empty())
+      return std::nullopt;
+    const JobResult& jr = capture.run.suites[0].jobs[0];
+    PredictRun r;
+    r.cap = at_cap;
+    r.batch = b;
+    r.completed = jr.status == JobStatus::passed;
+    r.message = jr.message;
+    r.seconds = jr.duration;
+    if (!capture.outcomes.empty())
+      for (const auto& a : capture.outcomes[0].trace.attempts)
+        for (const auto& e : a.events)
+          if (e.kind == kPredictionEvent && e.fields.is_object()) r.prediction = e.fields;
+    return r;
+  };
+
+  nlohmann::json doc = {{"command", base->argv}, {"shape_only", true}, {"values_computed", false}};
+  auto first = run_at(cap, placeholder ? std::optional<int64_t>(batch) : std::nullopt);
+  if (!first) return ExitCode::internal_error;
+  if (first->prediction.is_null()) {
+    err << "oomharness predict: the job wrote no prediction (did it import torch? is torch 2.x there?): "
+        << terminal_text(first->message) << "\n";
+    return ExitCode::tests_failed;
+  }
+  const nlohmann::json& p = first->prediction;
+  out << "Prediction for " << base->name << (placeholder ? " at batch " + std::to_string(batch) : std::string())
+      << (cap ? " under a cap of " + format_bytes(*cap) : std::string()) << " (shape-only run on the virtual device, "
+      << "PyTorch " << text_of(p, "torch") << ", " << std::fixed;
+  out.precision(1);
+  out << first->seconds << " s; values not computed):\n";
+  print_prediction(*first, out);
+  doc["batch"] = placeholder ? nlohmann::json(batch) : nlohmann::json();
+  doc["cap"] = cap ? nlohmann::json(*cap) : nlohmann::json();
+  doc["prediction"] = p;
+  doc["completed"] = first->completed;
+  doc["seconds"] = first->seconds;
+  doc["fits_on"] = fits_table(u64(p, "peak_reserved") + u64(p, "context"));
+
+  ExitCode code = ExitCode::ok;
+  if (cap && !first->completed) {
+    code = ExitCode::tests_failed;
+    const nlohmann::json& ooms = p.contains("ooms") ? p["ooms"] : nlohmann::json::array();
+    if (ooms.is_array() && !ooms.empty()) {
+      out << "  under the cap the job would see: " << oom_text(ooms[0]) << "\n";
+      doc["oom"] = ooms[0];
+    } else {
+      out << "  under the cap the job did not complete: " << terminal_text(first->message) << "\n";
+    }
+    if (placeholder && batch > 1) {
+      const int64_t half = batch / 2;
+      auto h = run_at(cap, half);
+      if (!h) return ExitCode::internal_error;
+      out << "  halving the batch to " << half << ": "
+          << (h->completed ? "completes, peak reserved " + format_bytes(u64(h->prediction, "peak_reserved"))
+                           : std::string("does not complete either"))
+          << "\n";
+      doc["halved"] = {{"batch", half}, {"completed", h->completed},
+                       {"peak_reserved", u64(h->prediction, "peak_reserved")}};
+    }
+  } else if (!first->completed) {
+    code = ExitCode::tests_failed;
+    out << "  the job did not complete, so the figures above are up to where it stopped, not its needs: "
+        << terminal_text(first->message) << "\n";
+  }
+  const uint64_t stand_ins = u64(p, "stand_ins");
+  if (stand_ins > 0) {
+    out << "  values not computed: " << stand_ins << " stand-in value" << (stand_ins == 1 ? "" : "s")
+        << " given to the code";
+    if (p.contains("stand_in_sites") && p["stand_in_sites"].is_array() && !p["stand_in_sites"].empty())
+      out << " (first at " << text_of(p["stand_in_sites"][0], "site") << ")";
+    out << "; checks that compare values are inconclusive\n";
+  }
+
+  if (batch_cap) {
+    // Note [Budget of a batch] (budget_command.cpp): batch 1 must complete; --max-batch + 1 is assumed not to.
+    int64_t lo = 0, hi = args.max_batch + 1;
+    nlohmann::json tried = nlohmann::json::array();
+    auto r1 = run_at(batch_cap, 1);
+    if (!r1) return ExitCode::internal_error;
+    tried.push_back({{"batch", 1}, {"completed", r1->completed}});
+    if (r1->completed) lo = 1;
+    else hi = 1;
+    while (hi - lo > 1) {
+      int64_t mid = lo + (hi - lo) / 2;
+      auto r = run_at(batch_cap, mid);
+      if (!r) return ExitCode::internal_error;
+      tried.push_back({{"batch", mid}, {"completed", r->completed},
+                       {"peak_reserved", u64(r->prediction, "peak_reserved")}});
+      if (r->completed) lo = mid;
+      else hi = mid;
+    }
+    out << "  largest batch under " << format_bytes(*batch_cap) << ": "
+        << (lo >= 1 ? std::to_string(lo) + (lo == args.max_batch ? " (--max-batch: larger ones were not tried)" : "")
+                    : std::string("none (batch 1 does not complete)"))
+        << " (" << tried.size() << " shape-only runs)\n";
+    doc["batch_under"] = {{"cap", *batch_cap}, {"largest_batch", lo >= 1 ? nlohmann::json(lo) : nlohmann::json()},
+                          {"max_batch", args.max_batch}, {"runs", tried}};
+    if (lo < 1 && code == ExitCode::ok) code = ExitCode::tests_failed;
+  }
+  out << "Predicted on the virtual device: confirm on a GPU before a long training (docs/predict.md says what "
+         "is modelled)\n";
+  if (!rf.json.empty()) {
+    auto written = write_file_atomic(rf.json, doc.dump(2) + "\n");
+    if (!written) {
+      err << "oomharness: " << written.error() << "\n";
+      return ExitCode::internal_error;
+    }
+  }
+  return code;
+}
+
+}  // namespace oomh::app
