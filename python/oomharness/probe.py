@@ -64,6 +64,16 @@ from oomharness._events import EventLog
 # `oom_caught` with the OOM's step; the process dying of it (sys.excepthook) leaves it uncaught. A process
 # that exits by itself after the OOM (sys.exit after printing a message) caught it: atexit says so.
 #
+# Note [The batch the code did not report]
+# The zero-code promise: a job that reports no batch size still gets one at each step and each OOM, inferred
+# from what the probe already sees, and every event says where its batch came from (`batch_from`): "inputs",
+# the batch dimension of the model's inputs at its top-level forward (positional or keyword: Note [Keyword
+# inputs] and Note [Which dimension is the batch] in _evidence.py); "loader", the number of samples the
+# DataLoader handed out for the batch in hand, when the forward's inputs hold no tensor the probe can read;
+# "code", the batch_size the code passed to probe.step(). An OOM before the step's first forward (moving the
+# batch to the device) has the batch of the last forward. batch_halving says in its verdict when the batches
+# it compared were inferred.
+#
 # Note [Cleared gradients]
 # The zero_grad check needs to know, at each optimizer step, whether the gradients were cleared since the
 # previous one. Three ways of clearing are seen, at a cost of a few attribute reads per step: a call of
@@ -242,6 +252,8 @@ class _Probe:
         self.started = False        # training has started: the block holds completed + 1
         self.batch_size = -1        # leading dimension of the last training forward
         self.current_batch = -1     # ... of the last top-level forward, training or not
+        self.batch_from = ""        # where each came from (Note [The batch the code did not report])
+        self.current_from = ""
         self.pending_samples = 0    # samples of training forwards since the last step
         self.loss_parts = []        # detached scalars backward() ran on since the last step
         self.manual_steps = False   # the code reports steps itself (probe.step)
@@ -445,6 +457,7 @@ class _Probe:
         bs = self.batch_size if batch_size is None else batch_size
         if bs is not None and bs >= 0:
             fields["batch_size"] = int(bs)
+            fields["batch_from"] = "code" if batch_size is not None else (self.batch_from or "inputs")
         if loss is None and self.loss_parts:
             try:
                 loss = sum(float(t.item()) for t in self.loss_parts)
@@ -546,18 +559,23 @@ class _Probe:
             self.models.add(module)
         self.top = module
         training = module.training and self.torch.is_grad_enabled()
+        if kwargs is None and not _evidence.has_tensor(self.torch, args):
+            kwargs = _evidence.call_kwargs(module, sys._getframe(1))  # Note [Keyword inputs] (_evidence.py)
         bs = _safely(self.batch_of, module, args, kwargs, training)
         if bs is None:
             bs = _leading_dim(args, kwargs)
+        how = "inputs"
+        if bs is None and self.loader_fresh and self.loader_indices:
+            bs, how = len(self.loader_indices), "loader"  # Note [The batch the code did not report]
         if bs is not None:
-            self.current_batch = bs
+            self.current_batch, self.current_from = bs, how
             if self.cb is not None:
                 self.cb.batch_size = bs
         if training:
             if self.loaded and module not in self.state_checked:
                 _safely(self.check_state, module)
             if bs is not None:
-                self.batch_size = bs
+                self.batch_size, self.batch_from = bs, how
                 if not self.manual_samples:
                     self.pending_samples += bs
             self.start_training()
@@ -680,6 +698,8 @@ class _Probe:
     def new_oom(self, message, caught=None, device=None, size=None):
         step = self.current_step()
         fields = {"step": step, "batch_size": self.current_batch, "phase": self.phase_name, "message": message or ""}
+        if self.current_batch >= 0:
+            fields["batch_from"] = self.current_from or "inputs"
         if device is not None:
             fields["device"] = int(device)
         if size is not None:

@@ -86,6 +86,66 @@ class ProbeTest(unittest.TestCase):
         self.assertEqual(block["phase"], "data")
         self.assertEqual(block["events_written"], len(events))
 
+    def test_batch_of_keyword_inputs_and_of_the_loader(self):
+        # Note [The batch the code did not report] (probe.py), issue 27: `model(**batch)` (Hugging Face,
+        # Accelerate, Lightning) gives the global forward pre-hook no tensor; the batch is read from the call's
+        # keyword arguments. A model whose inputs hold no tensor (a list of strings) has the DataLoader's
+        # count. Each step says where its batch came from; probe.step(batch_size=) says "code".
+        code = textwrap.dedent("""
+            import torch
+            from oomharness import probe
+            class KW(torch.nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.lin = torch.nn.Linear(6, 3)
+                def forward(self, input_ids=None, labels=None):
+                    return torch.nn.functional.cross_entropy(self.lin(input_ids), labels)
+            class Words(torch.nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.w = torch.nn.Parameter(torch.ones(1))
+                def forward(self, words):
+                    return self.w.sum() * len(words)
+            kw, words = KW(), Words()
+            opt = torch.optim.SGD(list(kw.parameters()) + list(words.parameters()), lr=0.1)
+            data = [{"input_ids": torch.randn(6), "labels": torch.tensor(i % 3)} for i in range(10)]
+            for batch in torch.utils.data.DataLoader(data, batch_size=5):
+                opt.zero_grad(); kw(**batch).backward(); opt.step()
+            loader = torch.utils.data.DataLoader(["a", "b", "c", "d", "e", "f"], batch_size=3,
+                                                 collate_fn=lambda xs: xs)
+            for batch in loader:
+                opt.zero_grad(); words(batch).backward(); opt.step()
+            probe.step(5, batch_size=7)
+        """)
+        r = self.job.run(code)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        steps = [e["fields"] for e in self.job.read_events() if e["kind"] == "step"]
+        self.assertEqual([(s["step"], s.get("batch_size"), s.get("batch_from")) for s in steps],
+                         [(1, 5, "inputs"), (2, 5, "inputs"), (3, 3, "loader"), (4, 3, "loader"), (5, 7, "code")])
+
+    def test_keyword_inputs_of_another_frame_are_not_taken(self):
+        # call_kwargs takes `kwargs` only from the frame of the module's own call: a caller's `kwargs` that
+        # holds a tensor is not the model's input.
+        code = textwrap.dedent("""
+            import torch
+            class NoInput(torch.nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.p = torch.nn.Parameter(torch.ones(2))
+                def forward(self):
+                    return self.p.sum()
+            m = NoInput()
+            opt = torch.optim.SGD(m.parameters(), lr=0.1)
+            def train(**kwargs):
+                opt.zero_grad(); m().backward(); opt.step()
+            train(x=torch.ones(9, 2))
+        """)
+        r = self.job.run(code)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        steps = [e["fields"] for e in self.job.read_events() if e["kind"] == "step"]
+        self.assertEqual(len(steps), 1)
+        self.assertNotIn("batch_size", steps[0])
+
     def test_output_is_unchanged_by_the_probe(self):
         with_probe = self.job.run(LOOP)
         without = self.job.run(LOOP, probe=False)
