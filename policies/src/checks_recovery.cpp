@@ -11,6 +11,7 @@
 
 #include "checks.h"
 #include "oomharness/events.h"
+#include "oomharness/policies/oom_kinds.h"
 #include "oomharness/policies/findings.h"
 #include "oomharness/units.h"
 #include "trace_view.h"
@@ -768,7 +769,7 @@ Verdict checkpoint_resume_one(const Trace& trace, const nlohmann::json& args) {
 Verdict graceful_exit(const Trace& trace, const nlohmann::json& args) {
   std::optional<double> within;
   if (args.contains("within") && args["within"].is_number()) within = args["within"].get<double>();
-  std::string pattern = args.value("message", std::string("out of memory|OutOfMemoryError"));
+  std::string pattern = args.value("message", oom::message_pattern());
   // RE2, as every pattern a user or a job feeds (issue 12): linear in the output, no recursion.
   RE2::Options options;
   options.set_log_errors(false);
@@ -806,8 +807,10 @@ Verdict graceful_exit(const Trace& trace, const nlohmann::json& args) {
                                               view::seconds_text(*within) + ")", ev);
     if (!a.oom_message && !RE2::PartialMatch(a.output_tail, message))
       return verdict(VerdictStatus::fail, who + " " + view::end_text(a) + " after the " + oom_text(o) +
-                                              " but printed no out-of-memory message (looked for /" + pattern +
-                                              "/): let the error reach the log", ev);
+                                              " but printed no out-of-memory message (" +
+                                              (pattern == oom::message_pattern() ? std::string("none of the OOM table's words")
+                                                                                 : "looked for /" + pattern + "/") +
+                                              "): let the error reach the log", ev);
     return verdict(VerdictStatus::pass, who + " " + view::end_text(a) + " with an out-of-memory message " +
                                             view::seconds_text(took) + " after " + since +
                                             (within ? " (limit " + view::seconds_text(*within) + ")" : ""), ev);

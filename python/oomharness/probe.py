@@ -44,6 +44,7 @@ import weakref
 
 from oomharness import _breakdown
 from oomharness import _evidence
+from oomharness import oom_kinds
 
 from oomharness._control import ControlBlock, PHASES, UNKNOWN_STEP
 from oomharness._events import EventLog
@@ -118,54 +119,28 @@ MAX_AFTER_LOOP = 16           # Note [After the loop]
 MAX_PARTS = 64                # forwards of one step whose digests a step event lists (Note [A step is its data])
 
 
-def _oom_types(torch):
-    types = []
-    for owner, name in ((torch, "OutOfMemoryError"), (getattr(torch, "cuda", None), "OutOfMemoryError")):
-        t = getattr(owner, name, None) if owner is not None else None
-        if isinstance(t, type) and t not in types:
-            types.append(t)
-    return tuple(types)
+# Note [Which errors are OOMs] (policies/include/oomharness/policies/oom_kinds.h; oom_kinds.py is its Python
+# twin): PyTorch's OOM types, and errors of other types whose message carries an allocation failure of CUDA
+# (its out-of-memory codes inside torch.AcceleratorError or a RuntimeError) or of a CUDA library (cuBLAS,
+# cuDNN, cuFFT, cuSOLVER, cuSPARSE, NCCL), or the CPU allocator's. A RuntimeError that only mentions "out of
+# memory" (a DataLoader worker, the user's own message) is not one: counting it made a job that died of an
+# unrelated error look like a graceful exit. A row whose words alone do not say so (`needs_refusal`:
+# CUDNN_STATUS_NOT_SUPPORTED, also a non-contiguous input's error) is not reported by the probe, which cannot
+# see the shim's refusals; the runner's output detector takes it as support for a refusal.
+_oom_types = oom_kinds._oom_types
 
 
-# Note [Which errors are OOMs]
-# One table says which exceptions are out-of-memory errors of the device (DESIGN.md, "An OOM is an event";
-# issue 26): PyTorch's OOM types, and errors of other types whose message carries an allocation failure of
-# CUDA (its out-of-memory codes inside other errors: "CUDA error: out of memory", the older PyTorch's
-# RuntimeError "CUDA out of memory") or of a CUDA library (cuBLAS, cuDNN, cuFFT, cuSOLVER, cuSPARSE, NCCL).
-# A RuntimeError that only mentions "out of memory" (a DataLoader worker, host memory, the user's own
-# message) is not one: counting it made a job that died of an unrelated error look like a graceful exit.
-OOM_MESSAGES = (
-    "cuda out of memory",
-    "cuda error: out of memory",
-    "cuda_error_out_of_memory",
-    "cudaerrormemoryallocation",
-    "cublas_status_alloc_failed",
-    "cudnn_status_alloc_failed",
-    "cufft_alloc_failed",
-    "cusolver_status_alloc_failed",
-    "cusparse_status_alloc_failed",
-    "cuda failure 'out of memory'",  # NCCL's wording of a cudaMalloc that failed
-    "ncclsystemerror: out of memory",
-    "hip out of memory",
-    "hiperroroutofmemory",
-)
+def oom_kind(exc):
+    """The row of the OOM table that names `exc`, or None (Note [Which errors are OOMs])."""
+    kind = oom_kinds.classify(exc)
+    return None if kind is None or kind.needs_refusal else kind
 
 
 def is_oom(exc):
-    """True for an out-of-memory error of the device (Note [Which errors are OOMs]): torch.OutOfMemoryError,
-    torch.cuda.OutOfMemoryError, or an error whose message carries CUDA's or a CUDA library's allocation
-    failure."""
-    if exc is None:
-        return False
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        types = _oom_types(torch)
-        if types and isinstance(exc, types):
-            return True
-    if not isinstance(exc, Exception):
-        return False
-    text = str(exc).lower()
-    return any(m in text for m in OOM_MESSAGES)
+    """True for an out-of-memory error (Note [Which errors are OOMs]): torch.OutOfMemoryError,
+    torch.cuda.OutOfMemoryError, or an error whose message carries CUDA's, a CUDA library's or the CPU
+    allocator's allocation failure."""
+    return oom_kind(exc) is not None
 
 
 def _leading_dim(args, kwargs=None):
@@ -695,9 +670,19 @@ class _Probe:
     def current_step(self):
         return self.cb.step if self.cb is not None else (self.completed + 1 if self.started else UNKNOWN_STEP)
 
-    def new_oom(self, message, caught=None, device=None, size=None):
+    def new_oom(self, message, caught=None, device=None, size=None, exc=None):
         step = self.current_step()
         fields = {"step": step, "batch_size": self.current_batch, "phase": self.phase_name, "message": message or ""}
+        # Note [Which errors are OOMs]: which row of the table, and the type the code could catch it as.
+        kind = oom_kind(exc) if exc is not None else oom_kinds.classify_message(message)
+        if kind is None and device is not None:
+            kind = oom_kinds.kind_named("allocator")
+        if kind is not None:
+            fields["kind"] = kind.name
+        if exc is not None:
+            fields["exception"] = type(exc).__name__
+        elif device is not None:
+            fields["exception"] = "OutOfMemoryError"  # the allocator's observer: it is about to raise one
         if self.current_batch >= 0:
             fields["batch_from"] = self.current_from or "inputs"
         if device is not None:
@@ -746,7 +731,7 @@ class _Probe:
     def note_exception(self, exc):
         """An exception passed a place the probe wraps; report it if it is an OOM not reported yet."""
         if is_oom(exc) and not self.claim(exc):
-            self.new_oom(str(exc))
+            self.new_oom(str(exc), exc=exc)
 
     def resolve_last(self):
         if self.unresolved:
@@ -765,7 +750,7 @@ class _Probe:
                 self.resolve_last()
             return
         self.new_oom(message if message is not None else (str(exc) if exc is not None else "out of memory"),
-                     caught=bool(caught))
+                     caught=bool(caught), exc=exc if is_oom(exc) else None)
 
     def take_snapshot(self):
         if not self.snapshot_dir or self.snapshot_done or self.torch is None:
