@@ -772,8 +772,12 @@ GRAPHS_NOT_MODELLED = ("torch.cuda.%s: CUDA graphs are not modelled by oomharnes
 
 
 def _graphs_not_modelled(name):
+    """What stands for torch.cuda.NAME: a class where PyTorch has one (CUDAGraph, graph), so that annotations
+    such as `torch.cuda.CUDAGraph | None` in libraries' code still work, else a function; either refuses."""
     def refuse(*args, **kwargs):
         raise RuntimeError(GRAPHS_NOT_MODELLED % name)
+    if name in ("CUDAGraph", "graph"):
+        return type(name, (), {"__init__": refuse, "__module__": "torch.cuda"})
     refuse.__name__ = name
     return refuse
 

@@ -173,11 +173,13 @@ try:
         pass
 except RuntimeError as e:
     print(e)
+print(torch.cuda.CUDAGraph | None)  # an annotation in Transformers' code: CUDAGraph stays a class
 """)
         lines = out.strip().split("\n")
         self.assertEqual(lines[0], "True [('cublas', 'backward'), ('cublas', 'forward'), ('cudnn', 'backward'), "
                                    "('cudnn', 'forward')] 4", "one workspace per handle and stream")
         self.assertIn("CUDA graphs are not modelled", lines[1])
+        self.assertEqual(lines[2], "torch.cuda.CUDAGraph | None")
 
     def test_cuda_autocast_runs_as_bfloat16_and_a_grad_scaler_steps_plainly(self):
         out = run("""
