@@ -251,7 +251,7 @@ std::vector<OomPoint> ooms_of(const Attempt& attempt) {
     }
     if (o.batch <= 0) o.batch = -1;
     o.phase = e.text("phase");
-    o.kind = e.text("kind");
+    o.kind = e.text("oom_kind");
     o.exception = e.text("exception");
     o.message = e.text("message");
     if (o.phase == "none") o.phase.clear();

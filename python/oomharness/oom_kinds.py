@@ -1,7 +1,7 @@
 """What counts as an out-of-memory failure: the Python twin of the table in
 policies/include/oomharness/policies/oom_kinds.h (Note [Which errors are OOMs] there: what each column means,
 and why CUDA's libraries' allocation failures are OOMs that do not arrive as torch.OutOfMemoryError). The
-probe names each OOM it reports by its row (`kind` in the `oom` event, docs/events.md); the checks and
+probe names each OOM it reports by its row (`oom_kind` in the `oom` event, docs/events.md); the checks and
 findings read the C++ table. tests/python/test_oom_kinds.py checks that both tables hold the same rows,
 words and flags.
 """

@@ -678,7 +678,7 @@ class _Probe:
         if kind is None and device is not None:
             kind = oom_kinds.kind_named("allocator")
         if kind is not None:
-            fields["kind"] = kind.name
+            fields["oom_kind"] = kind.name
         if exc is not None:
             fields["exception"] = type(exc).__name__
         elif device is not None:

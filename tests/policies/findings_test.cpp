@@ -334,7 +334,7 @@ TEST(Findings, Json) {
 // and an OOM of no known kind (an older probe), give none.
 TEST(Findings, OomAsOtherErrorNamesTheLibraryAndTheFix) {
   TraceBuilder b;
-  b.attempt().inject().event("probe", "oom", {{"step", 1}, {"batch_size", 64}, {"phase", "backward"}, {"kind", "cublas"},
+  b.attempt().inject().event("probe", "oom", {{"step", 1}, {"batch_size", 64}, {"phase", "backward"}, {"oom_kind", "cublas"},
                                               {"exception", "RuntimeError"},
                                               {"message", "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"}});
   b.exit(1);
@@ -351,7 +351,7 @@ TEST(Findings, OomAsOtherErrorNamesTheLibraryAndTheFix) {
     TraceBuilder ok;
     nlohmann::json fields = {{"step", 1}, {"batch_size", 64}, {"phase", "forward"}, {"exception", "OutOfMemoryError"},
                              {"message", "CUDA out of memory. Tried to allocate 2.00 GiB"}};
-    if (*kind) fields["kind"] = kind;
+    if (*kind) fields["oom_kind"] = kind;
     ok.attempt().inject().event("probe", "oom", fields);
     ok.exit(1);
     EXPECT_EQ(find(diagnose(ok.build()), "oom_as_other_error"), nullptr) << kind;
@@ -360,7 +360,7 @@ TEST(Findings, OomAsOtherErrorNamesTheLibraryAndTheFix) {
 
 TEST(Findings, OomAsOtherErrorCaughtByABroaderHandler) {
   TraceBuilder b;
-  b.attempt().inject().event("probe", "oom", {{"step", 3}, {"batch_size", 8}, {"phase", "forward"}, {"kind", "cuda_runtime"},
+  b.attempt().inject().event("probe", "oom", {{"step", 3}, {"batch_size", 8}, {"phase", "forward"}, {"oom_kind", "cuda_runtime"},
                                               {"exception", "AcceleratorError"}, {"message", "CUDA error: out of memory\nmore"},
                                               {"caught", true}});
   b.step(3, 4).exit(0);

@@ -387,6 +387,38 @@ class ProbeTest(unittest.TestCase):
         self.assertNotIn("AssertionError", r.stderr)
         self.assertNotIn("oom", [e["kind"] for e in self.job.read_events()])
 
+    def test_each_oom_says_its_kind_and_the_type_it_reached_the_code_as(self):
+        # Note [Which errors are OOMs] (oom_kinds.h), issue 27: a cuBLAS handle refused in forward reaches the
+        # code as a RuntimeError; the allocator's OOM (its observer) as OutOfMemoryError.
+        code = textwrap.dedent("""
+            import torch
+            from oomharness import probe
+            class Model(torch.nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.lin = torch.nn.Linear(2, 2)
+                    self.fail = True
+                def forward(self, x):
+                    if self.fail:
+                        self.fail = False
+                        raise RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`")
+                    return self.lin(x)
+            model = Model()
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            try:
+                model(torch.ones(4, 2))
+            except RuntimeError:
+                pass
+            model(torch.ones(2, 2)).sum().backward(); opt.step()
+            probe._probe.observed(0, 4096, 0, 0)
+            model(torch.ones(1, 2)).sum().backward(); opt.step()
+        """)
+        r = self.job.run(code)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        ooms = [e["fields"] for e in self.job.read_events() if e["kind"] == "oom"]
+        self.assertEqual([(o.get("oom_kind"), o.get("exception"), o.get("batch_size"), o.get("batch_from")) for o in ooms],
+                         [("cublas", "RuntimeError", 4, "inputs"), ("allocator", "OutOfMemoryError", 2, "inputs")])
+
     def test_allocator_observer_reports_once_and_learns_it_was_caught(self):
         # The allocator's observer (CUDA only) is driven by hand: what it reports, then the exception the
         # code catches, must make one `oom` and one `oom_caught`.

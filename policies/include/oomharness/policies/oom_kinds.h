@@ -28,7 +28,7 @@
 namespace oomh::oom {
 
 struct OomKind {
-  std::string_view name;                     // "cublas": the `kind` of a probe `oom` event
+  std::string_view name;                     // "cublas": the `oom_kind` of a probe `oom` event
   std::array<std::string_view, 4> words;     // lowercase substrings of the message; "" ends the list
   std::string_view memory;                   // "device" or "host"
   std::string_view source;                   // whose allocation failed, in a user's words
