@@ -316,7 +316,7 @@ class ProbeTest(unittest.TestCase):
         self.check_lines()
         events = [(e["kind"], e["fields"]) for e in self.job.read_events() if e["kind"] not in ("probe_start", "probe_exit")]
         self.assertEqual(events[0], ("samples", {"count": 7}))
-        self.assertEqual(events[1], ("step", {"step": 5, "batch_size": 3, "loss": 1.5}))
+        self.assertEqual(events[1], ("step", {"step": 5, "batch_size": 3, "batch_from": "code", "loss": 1.5}))
         self.assertEqual(events[2][0], "oom")
         self.assertEqual(events[2][1]["caught"], True)
         self.assertEqual(events[2][1]["step"], 6)
