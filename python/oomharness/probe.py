@@ -62,7 +62,8 @@ from oomharness._events import EventLog
 # so absorbed faults are not reported), or when an OOM exception passes a place the probe wraps (backward,
 # the top-level forward on PyTorch >= 2.1, torch.save/load, the explicit probe.oom()). Whether the code
 # caught it is learned later: the next completed step, or an explicit probe.oom(caught=True), emits
-# `oom_caught` with the OOM's step; the process dying of it (sys.excepthook) leaves it uncaught. A process
+# `oom_caught` with the OOM's step, and so does the next OOM (the code went on after it to meet another); the
+# process dying of it (sys.excepthook) leaves it uncaught. A process
 # that exits by itself after the OOM (sys.exit after printing a message) caught it: atexit says so.
 #
 # Note [The batch the code did not report]
@@ -671,6 +672,9 @@ class _Probe:
         return self.cb.step if self.cb is not None else (self.completed + 1 if self.started else UNKNOWN_STEP)
 
     def new_oom(self, message, caught=None, device=None, size=None, exc=None):
+        # Note [Caught or not]: a new OOM means the code went on after the earlier ones (a retry loop such as
+        # Accelerate's, which meets several OOMs before a step completes): they were caught.
+        self.resolve_all()
         step = self.current_step()
         fields = {"step": step, "batch_size": self.current_batch, "phase": self.phase_name, "message": message or ""}
         # Note [Which errors are OOMs]: which row of the table, and the type the code could catch it as.

@@ -419,6 +419,23 @@ class ProbeTest(unittest.TestCase):
         self.assertEqual([(o.get("oom_kind"), o.get("exception"), o.get("batch_size"), o.get("batch_from")) for o in ooms],
                          [("cublas", "RuntimeError", 4, "inputs"), ("allocator", "OutOfMemoryError", 2, "inputs")])
 
+    def test_oom_after_oom_means_the_first_was_caught(self):
+        # Accelerate's retry loop meets several OOMs before a step completes: each one after the first says the
+        # code went on, so the earlier one was caught (its oom_caught comes before the next oom).
+        code = textwrap.dedent("""
+            import torch
+            from oomharness import probe
+            model = torch.nn.Linear(2, 2)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            probe._probe.observed(0, 4096, 0, 0)
+            probe._probe.observed(0, 2048, 0, 0)
+            model(torch.ones(2, 2)).sum().backward(); opt.step()
+        """)
+        r = self.job.run(code)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        kinds = [e["kind"] for e in self.job.read_events() if e["kind"] in ("oom", "oom_caught", "step")]
+        self.assertEqual(kinds, ["oom", "oom_caught", "oom", "oom_caught", "step"])
+
     def test_allocator_observer_reports_once_and_learns_it_was_caught(self):
         # The allocator's observer (CUDA only) is driven by hand: what it reports, then the exception the
         # code catches, must make one `oom` and one `oom_caught`.
