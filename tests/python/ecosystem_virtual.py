@@ -34,7 +34,8 @@ GPU = {
     # Told to halve (reduce_batch_size_fn), the same helper passes: the failed batch is trained on again as
     # two halves when the loop restarts from the first sample (not run on a GPU yet).
     "accelerate-halves-under-cap": ("passed", dict(SAME, batch_halving="pass")),
-    # The finder's search (binsearch) is no halving either, once its trials' batches are known.
+    # The finder's trials halve (64, then 32), but what a trial trained on is thrown away: the failed batch
+    # is never trained on again (no_sample_loss), once its trials' batches are known.
     "lightning-under-cap": ("failed", dict(SAME, batch_halving="fail")),
     # The GPU: cublasCreate's allocation failed (CUBLAS_STATUS_ALLOC_FAILED) and the helper let it end the run.
     "transformers-under-cap": ("failed", {"exit": "fail"}),
