@@ -26,6 +26,8 @@ def parse():
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--seq", type=int, default=256)
     p.add_argument("--vocab", type=int, default=8192)
+    p.add_argument("--reduce", choices=("helper", "half"), default="helper",
+                   help="accelerate: the helper's own reduction (x0.9), or a reduce_batch_size_fn that halves")
     return p.parse_args()
 
 
@@ -64,8 +66,14 @@ def with_accelerate(a):
     from accelerate import Accelerator
     from accelerate.utils import find_executable_batch_size
     accelerator = Accelerator()
+    tried = [a.batch]
 
-    @find_executable_batch_size(starting_batch_size=a.batch)
+    def halve():
+        tried.append(tried[-1] // 2)
+        return tried[-1]
+
+    @find_executable_batch_size(starting_batch_size=a.batch,
+                                reduce_batch_size_fn=halve if a.reduce == "half" else None)
     def train(batch_size):
         accelerator.free_memory()
         torch.manual_seed(0)

@@ -11,6 +11,7 @@
 
 #include "checks.h"
 #include "oomharness/events.h"
+#include "oomharness/policies/oom_kinds.h"
 #include "oomharness/policies/findings.h"
 #include "oomharness/units.h"
 #include "trace_view.h"
@@ -160,11 +161,23 @@ Verdict batch_halving(const Trace& trace, const nlohmann::json& args) {
   auto ooms = view::ooms_of(trace);
   std::vector<Evidence> ev;
   std::string chain;
+  // Note [The batch the code did not report] (probe.py): the verdict says when the batches it compared were
+  // the probe's inference.
+  std::string inferred;
+  auto note_inferred = [&](const std::string& from) {
+    if (!view::batch_inferred(from) || !inferred.empty()) return;
+    inferred = from == "loader" ? "the DataLoader's batches" : "the model's inputs";
+  };
+  auto say = [&](VerdictStatus status, std::string text, std::vector<Evidence> evidence) {
+    if (!inferred.empty()) text += " (batch sizes inferred from " + inferred + ": the code reported none)";
+    return verdict(status, std::move(text), std::move(evidence));
+  };
   for (const OomPoint& seen : ooms) {
     OomPoint o = seen;
     ev.push_back({o.attempt, o.t, oom_text(o)});
+    note_inferred(o.batch_from);
     if (o.batch <= 0)
-      return verdict(VerdictStatus::inconclusive, "the OOM at " + view::step_text(o.step) +
+      return say(VerdictStatus::inconclusive, "the OOM at " + view::step_text(o.step) +
                                                       " has no batch size: report batch_size with the probe's step() or an `observe:` regex",
                      ev);
     const StepPoint* next_found = next_step(trace, steps, o);
@@ -175,10 +188,11 @@ Verdict batch_halving(const Trace& trace, const nlohmann::json& args) {
     StepPoint next_fixed = *next_found;
     next_fixed.batch = next_batch;
     const StepPoint* next = &next_fixed;
+    note_inferred(next->batch_from);
     ev.back().what = oom_text(o);
     ev.push_back({next->attempt, next->t, step_name(*next, o) + " ran at batch " + std::to_string(next->batch)});
     if (next->batch < 0)
-      return verdict(VerdictStatus::inconclusive, step_name(*next, o) + " after the " + oom_text(o) +
+      return say(VerdictStatus::inconclusive, step_name(*next, o) + " after the " + oom_text(o) +
                                                       " reported no batch size: report batch_size with the probe's step() or an `observe:` regex",
                      ev);
     // At the floor already, the code may go on at the floor; it cannot halve further.
@@ -186,13 +200,13 @@ Verdict batch_halving(const Trace& trace, const nlohmann::json& args) {
     std::string head = oom_text(o) + " " + oom_outcome(o) + ", but " + step_name(*next, o) + " ran at batch " +
                        std::to_string(next->batch);
     if (next->batch == o.batch && static_cast<double>(next->batch) > limit)
-      return verdict(VerdictStatus::fail, head + " again: no halving", ev);
-    if (next->batch > o.batch) return verdict(VerdictStatus::fail, head + ", larger than before: no halving", ev);
+      return say(VerdictStatus::fail, head + " again: no halving", ev);
+    if (next->batch > o.batch) return say(VerdictStatus::fail, head + ", larger than before: no halving", ev);
     if (static_cast<double>(next->batch) > limit + 1e-9)
-      return verdict(VerdictStatus::fail, head + ", more than " + std::to_string(o.batch) + " x " + number_text(factor) +
+      return say(VerdictStatus::fail, head + ", more than " + std::to_string(o.batch) + " x " + number_text(factor) +
                                               " = " + number_text(static_cast<double>(o.batch) * factor), ev);
     if (next->batch < floor_batch)
-      return verdict(VerdictStatus::fail, oom_text(o) + " " + oom_outcome(o) + " and " + step_name(*next, o) +
+      return say(VerdictStatus::fail, oom_text(o) + " " + oom_outcome(o) + " and " + step_name(*next, o) +
                                               " ran at batch " + std::to_string(next->batch) + ", below the floor of " +
                                               std::to_string(floor_batch), ev);
     if (no_sample_loss) {
@@ -204,7 +218,7 @@ Verdict batch_halving(const Trace& trace, const nlohmann::json& args) {
           if (s.t > o.t) after.push_back(&s);
       if (auto redone = view::redone_by(o.data, after)) {
         if (*redone == 0)
-          return verdict(VerdictStatus::fail, oom_text(o) + " " + oom_outcome(o) + " and the batch went down to " +
+          return say(VerdictStatus::fail, oom_text(o) + " " + oom_outcome(o) + " and the batch went down to " +
                                                   std::to_string(next->batch) + ", but the failed batch (" + o.data.text() +
                                                   ") was never trained on again: the steps after the OOM trained on other samples, so " +
                                                   std::to_string(o.data.samples) + " samples were dropped", ev);
@@ -226,7 +240,7 @@ Verdict batch_halving(const Trace& trace, const nlohmann::json& args) {
                                        " samples were reported after the OOM"
                                  : view::step_text(o.step) + " never completed, " + std::to_string(processed) +
                                        " samples reported after the OOM";
-        return verdict(VerdictStatus::fail, oom_text(o) + " " + oom_outcome(o) + " and the batch went down to " +
+        return say(VerdictStatus::fail, oom_text(o) + " " + oom_outcome(o) + " and the batch went down to " +
                                                 std::to_string(next->batch) + ", but the failed step's " +
                                                 std::to_string(o.batch) + " samples were not processed again (" + why +
                                                 "): samples were dropped", ev);
@@ -238,8 +252,8 @@ Verdict batch_halving(const Trace& trace, const nlohmann::json& args) {
   std::string what = ooms.size() == 1 ? "the OOM was followed by a smaller batch (" + chain + ")"
                                       : "each of the " + std::to_string(ooms.size()) + " OOMs was followed by a smaller batch (" + chain + ")";
   if (auto missed = target_missed(trace))
-    return verdict(VerdictStatus::fail, what + ", but " + *missed, ev);
-  return verdict(VerdictStatus::pass, what + " and training " + target_reached(trace), ev);
+    return say(VerdictStatus::fail, what + ", but " + *missed, ev);
+  return say(VerdictStatus::pass, what + " and training " + target_reached(trace), ev);
 }
 
 namespace {
@@ -793,7 +807,7 @@ Verdict checkpoint_resume_one(const Trace& trace, const nlohmann::json& args) {
 Verdict graceful_exit(const Trace& trace, const nlohmann::json& args) {
   std::optional<double> within;
   if (args.contains("within") && args["within"].is_number()) within = args["within"].get<double>();
-  std::string pattern = args.value("message", std::string("out of memory|OutOfMemoryError"));
+  std::string pattern = args.value("message", oom::message_pattern());
   // RE2, as every pattern a user or a job feeds (issue 12): linear in the output, no recursion.
   RE2::Options options;
   options.set_log_errors(false);
@@ -831,8 +845,10 @@ Verdict graceful_exit(const Trace& trace, const nlohmann::json& args) {
                                               view::seconds_text(*within) + ")", ev);
     if (!a.oom_message && !RE2::PartialMatch(a.output_tail, message))
       return verdict(VerdictStatus::fail, who + " " + view::end_text(a) + " after the " + oom_text(o) +
-                                              " but printed no out-of-memory message (looked for /" + pattern +
-                                              "/): let the error reach the log", ev);
+                                              " but printed no out-of-memory message (" +
+                                              (pattern == oom::message_pattern() ? std::string("none of the OOM table's words")
+                                                                                 : "looked for /" + pattern + "/") +
+                                              "): let the error reach the log", ev);
     return verdict(VerdictStatus::pass, who + " " + view::end_text(a) + " with an out-of-memory message " +
                                             view::seconds_text(took) + " after " + since +
                                             (within ? " (limit " + view::seconds_text(*within) + ")" : ""), ev);

@@ -41,6 +41,7 @@
 #include <map>
 
 #include "oomharness/events.h"
+#include "oomharness/policies/oom_kinds.h"
 #include "oomharness/units.h"
 #include "trace_view.h"
 
@@ -58,6 +59,32 @@ std::string mib_text(double b) {
 
 // The innermost line of a site ("train.py:79 < train.py:119" -> "train.py:79").
 std::string innermost(const std::string& site) { return site.substr(0, site.find(" < ")); }
+
+// Note [An OOM that is not called an OOM]
+// Rule 0: an OOM that reached the code as another error than OutOfMemoryError (Note [Which errors are OOMs]
+// in oom_kinds.h): cuBLAS's handle made at the first matmul, cuDNN's, NCCL's buffers, CUDA's code inside
+// torch.AcceleratorError, the CPU allocator. Code that catches OutOfMemoryError (the usual advice, and
+// Accelerate's, Transformers' and Lightning's helpers) lets such an OOM end the run, so whatever recovery it
+// has never runs. The finding names the first one, what it reached the code as, whose allocation it was,
+// and what the code must catch or allocate early (the table's advice).
+std::optional<Finding> oom_as_other_error(const Trace& trace) {
+  for (const Attempt& a : trace.attempts)
+    for (const view::OomPoint& o : view::ooms_of(a)) {
+      if (!o.as_other_error()) continue;
+      const oom::OomKind* k = oom::kind_named(o.kind);
+      std::string message = o.message.substr(0, o.message.find('\n'));
+      if (message.size() > 160) message = message.substr(0, 157) + "...";
+      std::string sentence = "the OOM at " + view::step_text(o.step) + " reached the code as " +
+                             (o.exception.empty() ? std::string("another error") : o.exception) +
+                             ", not torch.OutOfMemoryError (" + message + "; " + std::string(k->source) + " ran out of " +
+                             std::string(k->memory) + " memory): " +
+                             (o.caught ? std::string("the code caught it, but code that catches only OutOfMemoryError would not")
+                                       : "it ended " + attempt_name(o.attempt) + ", past any handler of OutOfMemoryError") +
+                             ". " + std::string(k->advice);
+      return Finding{"oom_as_other_error", sentence, {}, a.index, o.t, {}};
+    }
+  return std::nullopt;
+}
 
 std::optional<Finding> grads_not_cleared(const Trace& trace) {
   for (const Attempt& a : trace.attempts) {
@@ -295,14 +322,14 @@ std::optional<Finding> kept_after_loop(const Trace& trace, const DiagnoseOptions
 }  // namespace
 
 const std::vector<std::string>& finding_rules() {
-  static const std::vector<std::string> rules = {"grads_not_cleared", "kept_with_graph", "batch_too_large",
+  static const std::vector<std::string> rules = {"oom_as_other_error", "grads_not_cleared", "kept_with_graph", "batch_too_large",
                                                  "eval_with_graph", "kept_after_loop"};
   return rules;
 }
 
 std::vector<Finding> diagnose(const Trace& trace, const DiagnoseOptions& options) {
   std::vector<Finding> out;
-  for (auto f : {grads_not_cleared(trace), kept_with_graph(trace, options), batch_too_large(trace), eval_with_graph(trace),
+  for (auto f : {oom_as_other_error(trace), grads_not_cleared(trace), kept_with_graph(trace, options), batch_too_large(trace), eval_with_graph(trace),
                  kept_after_loop(trace, options)})
     if (f) out.push_back(std::move(*f));
   return out;

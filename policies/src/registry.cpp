@@ -11,6 +11,7 @@
 // The rule lives here, wrapped around each recovery check, so that every route to a check applies it.
 
 #include "oomharness/names.h"
+#include "oomharness/policies/oom_kinds.h"
 #include "oomharness/policies/registry.h"
 
 #include <algorithm>
@@ -81,8 +82,9 @@ std::vector<PolicyInfo> make_policies() {
                false, true, recovery(checks::checkpoint_resume)});
   p.push_back({"graceful_exit", "the job exited non-zero with an out-of-memory message, in time",
                {{"within", ArgType::duration, false, "the longest the exit may take after the first injected failure", nullptr},
-                {"message", ArgType::string, false, "a regular expression the output must match",
-                 "out of memory|OutOfMemoryError"}},
+                {"message", ArgType::string, false,
+                 "a regular expression the output must match; default: the words of the OOM table (oom_kinds.h)",
+                 oom::message_pattern()}},
                false, false, recovery(checks::graceful_exit)});
   p.push_back({"memory_stable", "memory held at step boundaries does not grow steadily, and returns to its level after recovery",
                {{"share", ArgType::number, false,

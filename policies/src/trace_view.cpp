@@ -11,6 +11,7 @@
 #include <set>
 
 #include "oomharness/events.h"
+#include "oomharness/policies/oom_kinds.h"
 #include "oomharness/units.h"
 
 namespace oomh::view {
@@ -120,6 +121,7 @@ std::vector<StepPoint> probe_steps(const Attempt& a) {
     p.t = e.t;
     p.step = e.integer("step");
     p.batch = e.integer("batch_size", -1);
+    if (p.batch >= 0) p.batch_from = e.text("batch_from");
     p.allocated = e.integer("allocated", -1);
     p.reserved = e.integer("reserved", -1);
     p.data = batch_data(e);
@@ -242,8 +244,16 @@ std::vector<OomPoint> ooms_of(const Attempt& attempt) {
     o.step = e.integer("step", -1);
     if (o.step < 0 && before) o.step = before->step + 1;
     o.batch = e.integer("batch_size", -1);
-    if (o.batch <= 0) o.batch = before ? before->batch : -1;
+    o.batch_from = o.batch > 0 ? e.text("batch_from") : std::string();
+    if (o.batch <= 0 && before) {
+      o.batch = before->batch;
+      o.batch_from = before->batch_from;
+    }
+    if (o.batch <= 0) o.batch = -1;
     o.phase = e.text("phase");
+    o.kind = e.text("oom_kind");
+    o.exception = e.text("exception");
+    o.message = e.text("message");
     if (o.phase == "none") o.phase.clear();
     o.data = batch_data(e);
     out.push_back(std::move(o));
@@ -267,6 +277,12 @@ std::vector<OomPoint> ooms_of(const Attempt& attempt) {
   }
   std::stable_sort(out.begin(), out.end(), [](const OomPoint& x, const OomPoint& y) { return x.t < y.t; });
   return out;
+}
+
+bool OomPoint::as_other_error() const {
+  if (!from_probe || kind.empty()) return false;
+  const oom::OomKind* k = oom::kind_named(kind);
+  return k != nullptr && !k->catchable;
 }
 
 std::vector<OomPoint> ooms_of(const Trace& trace) {

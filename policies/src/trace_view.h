@@ -56,6 +56,7 @@ struct StepPoint {
   double t = 0;
   int64_t step = 0;
   int64_t batch = -1;        // -1: not reported
+  std::string batch_from;    // the probe's `batch_from`: "inputs", "loader" (inferred), "code"; empty: unknown
   int64_t allocated = -1;    // bytes, -1: not reported
   int64_t reserved = -1;
   std::map<std::string, double> metrics;  // "loss" and any other numeric value reported with the step
@@ -67,11 +68,21 @@ struct OomPoint {
   double t = 0;
   int64_t step = -1;         // the step in progress, -1: unknown
   int64_t batch = -1;        // its batch size, -1: unknown
+  std::string batch_from;    // as StepPoint::batch_from
   bool caught = false;       // the code caught it and went on
   bool from_probe = false;   // a probe `oom` event (else deduced from the attempt's end or output)
   std::string phase;         // empty: unknown
   BatchData data;            // what the failed step was training on (probe OOMs only)
+  std::string kind;          // its row of the OOM table (oom_kinds.h), from the probe; empty: unknown
+  std::string exception;     // the type it reached the code as ("OutOfMemoryError", "RuntimeError")
+  std::string message;       // the probe's message
+  // Note [Which errors are OOMs]: an OOM that reached the code as another error than OutOfMemoryError (a
+  // cuBLAS handle, CUDA's code inside AcceleratorError); unknown kinds count as OutOfMemoryError.
+  bool as_other_error() const;
 };
+// Whether a batch size was inferred by the probe rather than reported by the code (Note [The batch the code
+// did not report] in python/oomharness/probe.py).
+inline bool batch_inferred(const std::string& from) { return from == "inputs" || from == "loader"; }
 
 // Whether the steps `after` (in order, each completed after an OOM) trained on `failed` again: the first
 // one's data equals it or holds each of its forwards, alone or as the sum of a run of the step's forwards (a

@@ -215,6 +215,43 @@ def first_tensor(torch, args, kwargs=None):
     return (found[0] if found else None), found
 
 
+# Note [Keyword inputs]
+# Much public training code calls its model with keyword arguments only: `model(**batch)` (Hugging Face
+# models, Accelerate, Transformers' Trainer, Lightning modules that unpack a dict). PyTorch's global forward
+# pre-hook (register_module_forward_pre_hook) takes no keyword arguments on any version the probe supports,
+# so the hook saw an empty `args`, no tensor, and no batch size: an OOM at step 1 of such a job had none
+# (issue 27: the ecosystem's helpers under a cap were judged inconclusive). The keyword arguments are still
+# in the frame that called the hook: Module._call_impl (and its inner() closure on PyTorch 2.x) holds them as
+# `kwargs`, beside `self`, the module. call_kwargs reads them from there, a few frames up, only when the
+# positional arguments hold no tensor, and only from a frame whose `self` is the module being called, so
+# that another function's `kwargs` is never taken for them. Reading a frame's locals changes nothing the
+# program computes. When no frame holds them (a PyTorch that calls hooks another way), nothing is found, as
+# before.
+KWARGS_FRAMES = 8  # frames walked up from the hook
+
+
+def call_kwargs(module, frame):
+    """The keyword arguments of the module call in progress whose hook runs below `frame` (Note [Keyword
+    inputs]), or None."""
+    f = frame
+    for _ in range(KWARGS_FRAMES):
+        if f is None:
+            return None
+        if f.f_code.co_name in ("_call_impl", "inner", "_wrapped_call_impl"):
+            local = f.f_locals
+            if local.get("self") is module:
+                kwargs = local.get("kwargs")
+                if isinstance(kwargs, dict):
+                    return kwargs
+        f = f.f_back
+    return None
+
+
+def has_tensor(torch, args):
+    """Whether the positional arguments hold a tensor (one level into lists, tuples, dicts)."""
+    return first_tensor(torch, args)[0] is not None
+
+
 def has_sequence_first_rnn(torch, module):
     """Whether the model holds a recurrent module that takes (seq, batch, ...): Note [Which dimension is the
     batch]."""
@@ -381,5 +418,5 @@ def off_books(device):
     return _OffBooks(device)
 
 
-__all__ = ["batch_hash", "tensor_hash", "state_digest", "model_state", "batch_dim", "changed_dim",
+__all__ = ["call_kwargs", "has_tensor", "batch_hash", "tensor_hash", "state_digest", "model_state", "batch_dim", "changed_dim",
            "has_sequence_first_rnn", "first_tensor", "wrap_dataloader", "indices_text", "hex64", "off_books"]

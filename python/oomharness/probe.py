@@ -44,6 +44,7 @@ import weakref
 
 from oomharness import _breakdown
 from oomharness import _evidence
+from oomharness import oom_kinds
 
 from oomharness._control import ControlBlock, PHASES, UNKNOWN_STEP
 from oomharness._events import EventLog
@@ -61,8 +62,19 @@ from oomharness._events import EventLog
 # so absorbed faults are not reported), or when an OOM exception passes a place the probe wraps (backward,
 # the top-level forward on PyTorch >= 2.1, torch.save/load, the explicit probe.oom()). Whether the code
 # caught it is learned later: the next completed step, or an explicit probe.oom(caught=True), emits
-# `oom_caught` with the OOM's step; the process dying of it (sys.excepthook) leaves it uncaught. A process
+# `oom_caught` with the OOM's step, and so does the next OOM (the code went on after it to meet another); the
+# process dying of it (sys.excepthook) leaves it uncaught. A process
 # that exits by itself after the OOM (sys.exit after printing a message) caught it: atexit says so.
+#
+# Note [The batch the code did not report]
+# The zero-code promise: a job that reports no batch size still gets one at each step and each OOM, inferred
+# from what the probe already sees, and every event says where its batch came from (`batch_from`): "inputs",
+# the batch dimension of the model's inputs at its top-level forward (positional or keyword: Note [Keyword
+# inputs] and Note [Which dimension is the batch] in _evidence.py); "loader", the number of samples the
+# DataLoader handed out for the batch in hand, when the forward's inputs hold no tensor the probe can read;
+# "code", the batch_size the code passed to probe.step(). An OOM before the step's first forward (moving the
+# batch to the device) has the batch of the last forward. batch_halving says in its verdict when the batches
+# it compared were inferred.
 #
 # Note [Cleared gradients]
 # The zero_grad check needs to know, at each optimizer step, whether the gradients were cleared since the
@@ -108,54 +120,28 @@ MAX_AFTER_LOOP = 16           # Note [After the loop]
 MAX_PARTS = 64                # forwards of one step whose digests a step event lists (Note [A step is its data])
 
 
-def _oom_types(torch):
-    types = []
-    for owner, name in ((torch, "OutOfMemoryError"), (getattr(torch, "cuda", None), "OutOfMemoryError")):
-        t = getattr(owner, name, None) if owner is not None else None
-        if isinstance(t, type) and t not in types:
-            types.append(t)
-    return tuple(types)
+# Note [Which errors are OOMs] (policies/include/oomharness/policies/oom_kinds.h; oom_kinds.py is its Python
+# twin): PyTorch's OOM types, and errors of other types whose message carries an allocation failure of CUDA
+# (its out-of-memory codes inside torch.AcceleratorError or a RuntimeError) or of a CUDA library (cuBLAS,
+# cuDNN, cuFFT, cuSOLVER, cuSPARSE, NCCL), or the CPU allocator's. A RuntimeError that only mentions "out of
+# memory" (a DataLoader worker, the user's own message) is not one: counting it made a job that died of an
+# unrelated error look like a graceful exit. A row whose words alone do not say so (`needs_refusal`:
+# CUDNN_STATUS_NOT_SUPPORTED, also a non-contiguous input's error) is not reported by the probe, which cannot
+# see the shim's refusals; the runner's output detector takes it as support for a refusal.
+_oom_types = oom_kinds._oom_types
 
 
-# Note [Which errors are OOMs]
-# One table says which exceptions are out-of-memory errors of the device (DESIGN.md, "An OOM is an event";
-# issue 26): PyTorch's OOM types, and errors of other types whose message carries an allocation failure of
-# CUDA (its out-of-memory codes inside other errors: "CUDA error: out of memory", the older PyTorch's
-# RuntimeError "CUDA out of memory") or of a CUDA library (cuBLAS, cuDNN, cuFFT, cuSOLVER, cuSPARSE, NCCL).
-# A RuntimeError that only mentions "out of memory" (a DataLoader worker, host memory, the user's own
-# message) is not one: counting it made a job that died of an unrelated error look like a graceful exit.
-OOM_MESSAGES = (
-    "cuda out of memory",
-    "cuda error: out of memory",
-    "cuda_error_out_of_memory",
-    "cudaerrormemoryallocation",
-    "cublas_status_alloc_failed",
-    "cudnn_status_alloc_failed",
-    "cufft_alloc_failed",
-    "cusolver_status_alloc_failed",
-    "cusparse_status_alloc_failed",
-    "cuda failure 'out of memory'",  # NCCL's wording of a cudaMalloc that failed
-    "ncclsystemerror: out of memory",
-    "hip out of memory",
-    "hiperroroutofmemory",
-)
+def oom_kind(exc):
+    """The row of the OOM table that names `exc`, or None (Note [Which errors are OOMs])."""
+    kind = oom_kinds.classify(exc)
+    return None if kind is None or kind.needs_refusal else kind
 
 
 def is_oom(exc):
-    """True for an out-of-memory error of the device (Note [Which errors are OOMs]): torch.OutOfMemoryError,
-    torch.cuda.OutOfMemoryError, or an error whose message carries CUDA's or a CUDA library's allocation
-    failure."""
-    if exc is None:
-        return False
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        types = _oom_types(torch)
-        if types and isinstance(exc, types):
-            return True
-    if not isinstance(exc, Exception):
-        return False
-    text = str(exc).lower()
-    return any(m in text for m in OOM_MESSAGES)
+    """True for an out-of-memory error (Note [Which errors are OOMs]): torch.OutOfMemoryError,
+    torch.cuda.OutOfMemoryError, or an error whose message carries CUDA's, a CUDA library's or the CPU
+    allocator's allocation failure."""
+    return oom_kind(exc) is not None
 
 
 def _leading_dim(args, kwargs=None):
@@ -242,6 +228,8 @@ class _Probe:
         self.started = False        # training has started: the block holds completed + 1
         self.batch_size = -1        # leading dimension of the last training forward
         self.current_batch = -1     # ... of the last top-level forward, training or not
+        self.batch_from = ""        # where each came from (Note [The batch the code did not report])
+        self.current_from = ""
         self.pending_samples = 0    # samples of training forwards since the last step
         self.loss_parts = []        # detached scalars backward() ran on since the last step
         self.manual_steps = False   # the code reports steps itself (probe.step)
@@ -445,6 +433,7 @@ class _Probe:
         bs = self.batch_size if batch_size is None else batch_size
         if bs is not None and bs >= 0:
             fields["batch_size"] = int(bs)
+            fields["batch_from"] = "code" if batch_size is not None else (self.batch_from or "inputs")
         if loss is None and self.loss_parts:
             try:
                 loss = sum(float(t.item()) for t in self.loss_parts)
@@ -546,18 +535,23 @@ class _Probe:
             self.models.add(module)
         self.top = module
         training = module.training and self.torch.is_grad_enabled()
+        if kwargs is None and not _evidence.has_tensor(self.torch, args):
+            kwargs = _evidence.call_kwargs(module, sys._getframe(1))  # Note [Keyword inputs] (_evidence.py)
         bs = _safely(self.batch_of, module, args, kwargs, training)
         if bs is None:
             bs = _leading_dim(args, kwargs)
+        how = "inputs"
+        if bs is None and self.loader_fresh and self.loader_indices:
+            bs, how = len(self.loader_indices), "loader"  # Note [The batch the code did not report]
         if bs is not None:
-            self.current_batch = bs
+            self.current_batch, self.current_from = bs, how
             if self.cb is not None:
                 self.cb.batch_size = bs
         if training:
             if self.loaded and module not in self.state_checked:
                 _safely(self.check_state, module)
             if bs is not None:
-                self.batch_size = bs
+                self.batch_size, self.batch_from = bs, how
                 if not self.manual_samples:
                     self.pending_samples += bs
             self.start_training()
@@ -677,9 +671,24 @@ class _Probe:
     def current_step(self):
         return self.cb.step if self.cb is not None else (self.completed + 1 if self.started else UNKNOWN_STEP)
 
-    def new_oom(self, message, caught=None, device=None, size=None):
+    def new_oom(self, message, caught=None, device=None, size=None, exc=None):
+        # Note [Caught or not]: a new OOM means the code went on after the earlier ones (a retry loop such as
+        # Accelerate's, which meets several OOMs before a step completes): they were caught.
+        self.resolve_all()
         step = self.current_step()
         fields = {"step": step, "batch_size": self.current_batch, "phase": self.phase_name, "message": message or ""}
+        # Note [Which errors are OOMs]: which row of the table, and the type the code could catch it as.
+        kind = oom_kind(exc) if exc is not None else oom_kinds.classify_message(message)
+        if kind is None and device is not None:
+            kind = oom_kinds.kind_named("allocator")
+        if kind is not None:
+            fields["oom_kind"] = kind.name
+        if exc is not None:
+            fields["exception"] = type(exc).__name__
+        elif device is not None:
+            fields["exception"] = "OutOfMemoryError"  # the allocator's observer: it is about to raise one
+        if self.current_batch >= 0:
+            fields["batch_from"] = self.current_from or "inputs"
         if device is not None:
             fields["device"] = int(device)
         if size is not None:
@@ -726,7 +735,7 @@ class _Probe:
     def note_exception(self, exc):
         """An exception passed a place the probe wraps; report it if it is an OOM not reported yet."""
         if is_oom(exc) and not self.claim(exc):
-            self.new_oom(str(exc))
+            self.new_oom(str(exc), exc=exc)
 
     def resolve_last(self):
         if self.unresolved:
@@ -745,7 +754,7 @@ class _Probe:
                 self.resolve_last()
             return
         self.new_oom(message if message is not None else (str(exc) if exc is not None else "out of memory"),
-                     caught=bool(caught))
+                     caught=bool(caught), exc=exc if is_oom(exc) else None)
 
     def take_snapshot(self):
         if not self.snapshot_dir or self.snapshot_done or self.torch is None:

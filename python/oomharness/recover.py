@@ -33,21 +33,19 @@ import tempfile
 
 import torch
 
-from oomharness import probe
+from oomharness import oom_kinds, probe
 
 
 def oom_error_types():
     """The out-of-memory exception classes of this PyTorch (torch.OutOfMemoryError from 2.1,
     torch.cuda.OutOfMemoryError from 1.13)."""
-    types = []
-    for owner in (torch, torch.cuda):
-        t = getattr(owner, "OutOfMemoryError", None)
-        if isinstance(t, type) and t not in types:
-            types.append(t)
-    return tuple(types)
+    return oom_kinds._oom_types(torch)
 
 
 def is_oom(exc):
+    """Whether `exc` is an out-of-memory error to recover from: one of the OOM table's (Note [Which errors are
+    OOMs] in oom_kinds.h), also when it did not arrive as OutOfMemoryError (cuBLAS's handle, CUDA's code
+    inside torch.AcceleratorError)."""
     return probe.is_oom(exc)
 
 

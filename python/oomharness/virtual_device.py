@@ -23,6 +23,24 @@ pairs), else PyTorch 2.x's default on Hopper (:4096:8, 32 MiB). The CUDA context
 gives the driver double a context of the size measured on an H100 (Note [The context on the virtual device] in
 runner/src/exec/launch.cpp), which mem_get_info and a cap that counts the footprint see, as on a GPU.
 
+Note [What libraries allocate outside the caching allocator]
+On a GPU, cuBLAS and cuDNN also allocate device memory themselves, through cudaMalloc, at the moment a
+thread first needs them: cublasCreate at the first BLAS call of each thread (PyTorch keeps one handle per
+thread and device: the forward thread's, then autograd's device thread's at the first backward matmul, when
+activations fill the memory), cudnnCreate at the first convolution of each thread. The shim sees those
+allocations and a cap or a fault refuses them like any other, but PyTorch's caching allocator does not make
+them: no cache is freed and no retry happens, and the failure reaches the code as the library's error, a
+RuntimeError that is not torch.OutOfMemoryError (measured on an H100 under a cap, issue 27: "CUDA error:
+CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`", the text of PyTorch's TORCH_CUDABLAS_CHECK).
+The device asks its segment source (the driver double through the shim, or the budget) for a handle's bytes
+at the same moments, outside the model, and raises the same exception with PyTorch's message when refused;
+a refused handle is asked for again at the next call, as PyTorch does. The workspace PyTorch then gives the
+handle (Note [What a GPU holds that no tensor shows]) is the caching allocator's, one per handle and stream.
+The handles' sizes are stand-ins, not measured (LIBRARY_HANDLE_BYTES): what the model keeps is who
+allocates, when, and how the failure looks. Not modelled: cuDNN's workspaces (its algorithm search falls
+back to one that fits), cuBLASLt's own workspace, NCCL's buffers (gloo stands in for NCCL and allocates on
+the host), cuFFT's plans.
+
 Note [Divergences]
 Where the CPU cannot do what a GPU would, the device does the nearest thing and says so, once per kind and
 process, as a `divergence` event that the reports list under the job: CUDA autocast runs as CPU bfloat16
@@ -50,6 +68,11 @@ _expired = torch.UntypedStorage._expired
 DESCRIPTION = "virtual CUDA device (PyTorch %s on the CPU, caching-allocator model)"
 
 # Note [What a GPU holds that no tensor shows]
+# Note [What libraries allocate outside the caching allocator]: stand-in sizes, not measured.
+LIBRARY_HANDLE_BYTES = {"cublas": 1 << 20, "cudnn": 1 << 20}
+# PyTorch 2.x's words when the handle's allocation fails (TORCH_CUDABLAS_CHECK, AT_CUDNN_CHECK): RuntimeError.
+LIBRARY_ERRORS = {"cublas": "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+                  "cudnn": "cuDNN error: CUDNN_STATUS_ALLOC_FAILED"}
 BLAS_OPS = frozenset(("mm", "addmm", "bmm", "baddbmm", "addbmm", "addmv", "mv", "dot", "vdot", "addr",
                       "_addmm_activation"))
 DEFAULT_CUBLAS_WORKSPACE_CONFIG = ":4096:8"  # PyTorch 2.x on Hopper (sm90): 8 buffers of 4 MiB
@@ -110,7 +133,9 @@ class VirtualDevice:
         self._mode = None
         self._saved = []
         self.thread = threading.get_ident()
-        self.workspaces = {}        # "forward" / "backward" -> the cuBLAS workspace's block
+        self.workspaces = {}        # ("forward" / "backward", stream) -> the cuBLAS workspace's block
+        self.handles = {}           # ("cublas" / "cudnn", "forward" / "backward") -> the driver's handle
+        self.current_stream = None  # the stream code made current (torch.cuda.stream), None: the default
         self.divergences = {}       # kind -> sentence (Note [Divergences])
         self.default_on_device = False  # torch.set_default_device("cuda") on PyTorch 2.x
         self.events = EventLog(os.environ.get("OOMH_EVENTS"))
@@ -193,12 +218,37 @@ class VirtualDevice:
     def in_backward(self):
         return getattr(self._local, "backward", 0) > 0
 
+    def library_handle(self, library, which):
+        """The handle `library` makes on thread `which` the first time it is used there, allocated outside the
+        caching allocator (Note [What libraries allocate outside the caching allocator]). Raises the library's
+        RuntimeError when the driver (the cap, a fault) refuses it."""
+        key = (library, which)
+        if key in self.handles:
+            return
+        from .caching_allocator import OutOfMemory
+        size = LIBRARY_HANDLE_BYTES[library]
+        try:
+            handle = self.model.source.alloc(size)
+        except OutOfMemory:
+            handle = None
+        if handle is None:
+            raise RuntimeError(LIBRARY_ERRORS[library])
+        self.handles[key] = (handle, size)
+        self.events.write("library_alloc", {"library": library, "thread": which, "bytes": size})
+
     def blas_call(self):
-        """Books the cuBLAS workspace of the thread a GPU would run this BLAS call on (Note [What a GPU holds
-        that no tensor shows])."""
+        """The cuBLAS handle and workspace of the thread (and stream) a GPU would run this BLAS call on (Note
+        [What a GPU holds that no tensor shows], Note [What libraries allocate outside the caching
+        allocator])."""
         which = "backward" if self.in_backward() else "forward"
-        if which not in self.workspaces:  # a refused workspace is asked for again at the next call, as on a GPU
-            self.workspaces[which] = self.model.malloc(cublas_workspace_bytes())
+        self.library_handle("cublas", which)
+        key = (which, id(self.current_stream) if self.current_stream is not None else 0)
+        if key not in self.workspaces:  # a refused workspace is asked for again at the next call, as on a GPU
+            self.workspaces[key] = self.model.malloc(cublas_workspace_bytes())
+
+    def conv_call(self):
+        """The cuDNN handle of the thread a GPU would run this convolution on."""
+        self.library_handle("cudnn", "backward" if self.in_backward() else "forward")
 
     def diverged(self, kind, sentence):
         """Says once per kind that this run does something a GPU would not (Note [Divergences])."""
@@ -523,6 +573,12 @@ class VirtualDevice:
         cuda_mod = torch.cuda
         default = _Stream()
         state = {"current": default}
+        dev = self
+
+        def make_current(stream):
+            # The cuBLAS workspace is per handle and stream (blas_call): the device knows the current one.
+            state["current"] = stream
+            dev.current_stream = None if stream is default else stream
 
         class _StreamContext:
             def __init__(self, stream):
@@ -531,11 +587,11 @@ class VirtualDevice:
             def __enter__(self):
                 self.saved = state["current"]
                 if self.stream is not None:
-                    state["current"] = self.stream
+                    make_current(self.stream)
                 return self.stream
 
             def __exit__(self, *exc):
-                state["current"] = self.saved
+                make_current(self.saved)
                 return False
 
         class _DeviceGuard:
@@ -550,7 +606,7 @@ class VirtualDevice:
                 return False
 
         def set_stream(stream):
-            state["current"] = stream if stream is not None else default
+            make_current(stream if stream is not None else default)
 
         for name, value in (("Event", _Event), ("Stream", _Stream), ("ExternalStream", _Stream),
                             ("StreamContext", _StreamContext), ("stream", _StreamContext),
@@ -562,6 +618,13 @@ class VirtualDevice:
             if hasattr(cuda_mod, name):
                 self._set(cuda_mod, name, value)
         self._mirror(getattr(cuda_mod, "streams", None), cuda_mod, ("Event", "Stream", "ExternalStream"))
+        # CUDA graphs are not modelled: a clear error where the CPU build's dummy class would say "Tried to
+        # instantiate dummy base class CUDAGraph" (Note [No CUDA runtime under the virtual device]).
+        for name in ("CUDAGraph", "graph", "make_graphed_callables", "graph_pool_handle"):
+            if hasattr(cuda_mod, name):
+                self._set(cuda_mod, name, _graphs_not_modelled(name))
+        self._mirror(getattr(cuda_mod, "graphs", None), cuda_mod,
+                     ("CUDAGraph", "graph", "make_graphed_callables", "graph_pool_handle"))
         nvtx = getattr(cuda_mod, "nvtx", None)
         if nvtx is not None:
             class _Range:
@@ -582,7 +645,6 @@ class VirtualDevice:
                 if hasattr(nvtx, name):
                     self._set(nvtx, name, value)
         original_record_stream = torch.Tensor.record_stream
-        dev = self
 
         def record_stream(t, stream):
             if isinstance(stream, _Stream) or dev.on_device(t):
@@ -716,6 +778,21 @@ class _Event:
         return (end_event._t - self._t) * 1000.0
 
 
+GRAPHS_NOT_MODELLED = ("torch.cuda.%s: CUDA graphs are not modelled by oomharness's virtual CUDA device "
+                       "(docs/without-a-gpu.md): run this job without capturing graphs, or on a GPU")
+
+
+def _graphs_not_modelled(name):
+    """What stands for torch.cuda.NAME: a class where PyTorch has one (CUDAGraph, graph), so that annotations
+    such as `torch.cuda.CUDAGraph | None` in libraries' code still work, else a function; either refuses."""
+    def refuse(*args, **kwargs):
+        raise RuntimeError(GRAPHS_NOT_MODELLED % name)
+    if name in ("CUDAGraph", "graph"):
+        return type(name, (), {"__init__": refuse, "__module__": "torch.cuda"})
+    refuse.__name__ = name
+    return refuse
+
+
 class _Stream:
     def __init__(self, device=None, priority=0, **kwargs):
         self.device = torch.device("cuda", 0)
@@ -825,12 +902,14 @@ def _softmax(dev, out):
 
 
 def _convolution(dev, out):
-    dev.diverged("convolution", "convolutions ran on the CPU: cuDNN's workspaces and algorithm choice are not "
-                 "modelled")
+    dev.conv_call()
+    dev.diverged("convolution", "convolutions ran on the CPU: cuDNN's handle is allocated as on a GPU, its "
+                 "workspaces and algorithm choice are not modelled")
 
 
 _WATCHED_BY_NAME = {name: (lambda dev, out: dev.blas_call()) for name in BLAS_OPS}
-_WATCHED_BY_NAME.update({"_softmax": _softmax, "softmax": _softmax, "convolution": _convolution})
+_WATCHED_BY_NAME.update({"_softmax": _softmax, "softmax": _softmax, "convolution": _convolution,
+                         "convolution_backward": _convolution})
 _WATCHED = {}  # operation -> its watcher, or False: looked up by name once per operation
 
 

@@ -5,7 +5,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <re2/re2.h>
+
 #include "oomharness/policies/findings.h"
+#include "oomharness/policies/oom_kinds.h"
 #include "oomharness/policies/registry.h"
 #include "check_policy.h"
 #include "trace_builder.h"
@@ -324,6 +327,64 @@ TEST(Findings, Json) {
   EXPECT_FALSE(j.contains("kept_at"));
   f.kept_at = "train.py:254";
   EXPECT_EQ(nlohmann::json(f).get<Finding>().kept_at, "train.py:254");
+}
+
+// Note [An OOM that is not called an OOM] (findings.cpp), issue 27: cuBLAS's handle refused under a cap
+// reached the code as a RuntimeError; the finding says so and what to do. The same OOM as OutOfMemoryError,
+// and an OOM of no known kind (an older probe), give none.
+TEST(Findings, OomAsOtherErrorNamesTheLibraryAndTheFix) {
+  TraceBuilder b;
+  b.attempt().inject().event("probe", "oom", {{"step", 1}, {"batch_size", 64}, {"phase", "backward"}, {"oom_kind", "cublas"},
+                                              {"exception", "RuntimeError"},
+                                              {"message", "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"}});
+  b.exit(1);
+  auto all = diagnose(b.build());
+  const Finding* f = find(all, "oom_as_other_error");
+  ASSERT_NE(f, nullptr);
+  EXPECT_THAT(f->sentence, HasSubstr("the OOM at step 1 reached the code as RuntimeError, not torch.OutOfMemoryError "
+                                     "(CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`; cuBLAS"));
+  EXPECT_THAT(f->sentence, HasSubstr("it ended attempt 1, past any handler of OutOfMemoryError"));
+  EXPECT_THAT(f->sentence, HasSubstr("run one forward and backward with a small batch before memory fills"));
+  EXPECT_EQ(finding_rules().front(), "oom_as_other_error");
+
+  for (const char* kind : {"allocator", "", "no_such_kind"}) {
+    TraceBuilder ok;
+    nlohmann::json fields = {{"step", 1}, {"batch_size", 64}, {"phase", "forward"}, {"exception", "OutOfMemoryError"},
+                             {"message", "CUDA out of memory. Tried to allocate 2.00 GiB"}};
+    if (*kind) fields["oom_kind"] = kind;
+    ok.attempt().inject().event("probe", "oom", fields);
+    ok.exit(1);
+    EXPECT_EQ(find(diagnose(ok.build()), "oom_as_other_error"), nullptr) << kind;
+  }
+}
+
+TEST(Findings, OomAsOtherErrorCaughtByABroaderHandler) {
+  TraceBuilder b;
+  b.attempt().inject().event("probe", "oom", {{"step", 3}, {"batch_size", 8}, {"phase", "forward"}, {"oom_kind", "cuda_runtime"},
+                                              {"exception", "AcceleratorError"}, {"message", "CUDA error: out of memory\nmore"},
+                                              {"caught", true}});
+  b.step(3, 4).exit(0);
+  const Finding* f = find(diagnose(b.build()), "oom_as_other_error");
+  ASSERT_NE(f, nullptr);
+  EXPECT_THAT(f->sentence, HasSubstr("as AcceleratorError, not torch.OutOfMemoryError (CUDA error: out of memory; the CUDA runtime"));
+  EXPECT_THAT(f->sentence, HasSubstr("the code caught it, but code that catches only OutOfMemoryError would not"));
+}
+
+TEST(OomKinds, ClassifyAndThePattern) {
+  EXPECT_EQ(oom::classify("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`")->name, "cublas");
+  EXPECT_EQ(oom::classify("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB")->name, "allocator");
+  EXPECT_EQ(oom::classify("CUDA error: out of memory")->name, "cuda_runtime");
+  EXPECT_EQ(oom::classify("DataLoader worker ran out of memory"), nullptr);
+  EXPECT_TRUE(oom::is_oom_message("DataLoader worker ran out of memory"));  // loose words: output support only
+  EXPECT_TRUE(oom::is_oom_message("RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"));
+  EXPECT_FALSE(oom::is_oom_message("RuntimeError: CUDA error: device-side assert triggered"));
+  RE2::Options o;
+  o.set_case_sensitive(false);
+  const RE2 re(oom::message_pattern(), o);
+  ASSERT_TRUE(re.ok()) << re.error();
+  EXPECT_TRUE(RE2::PartialMatch("NCCL error: unhandled cuda error ... Cuda failure 'out of memory'", re));
+  EXPECT_TRUE(RE2::PartialMatch("RuntimeError: CUBLAS_STATUS_ALLOC_FAILED", re));
+  EXPECT_FALSE(RE2::PartialMatch("RuntimeError: shape mismatch", re));
 }
 
 }  // namespace

@@ -518,10 +518,34 @@ TEST(GracefulExit, FailTooSlow) {
                  "attempt 1 took 97s to exit after the first injected failure (limit 30s)");
 }
 
+// Note [The batch the code did not report] (probe.py): batches the probe inferred are named in the verdict;
+// batches the code reported are not.
+TEST(BatchHalving, SaysWhenTheBatchWasInferred) {
+  for (const std::string from : {"inputs", "loader", "code"}) {
+    TraceBuilder b;
+    b.attempt().inject().event("probe", "oom", {{"step", 1}, {"batch_size", 64}, {"batch_from", from}, {"phase", "forward"},
+                                                {"message", "CUDA out of memory"}, {"caught", true}});
+    b.event("probe", "step", {{"step", 1}, {"batch_size", 32}, {"batch_from", from}}).exit(0);
+    Verdict v = check("batch_halving", b.build());
+    EXPECT_EQ(v.status, VerdictStatus::pass) << from << ": " << v.reason;
+    const bool said = v.reason.find("batch sizes inferred from") != std::string::npos;
+    EXPECT_EQ(said, from != "code") << v.reason;
+    if (from == "loader") EXPECT_NE(v.reason.find("inferred from the DataLoader's batches"), std::string::npos) << v.reason;
+  }
+  // Judged, not inconclusive, and it can fail: an inferred batch that did not halve.
+  TraceBuilder b;
+  b.attempt().inject().event("probe", "oom", {{"step", 1}, {"batch_size", 64}, {"batch_from", "inputs"}, {"phase", "forward"},
+                                              {"message", "CUDA out of memory"}, {"caught", true}});
+  b.event("probe", "step", {{"step", 1}, {"batch_size", 57}, {"batch_from", "inputs"}}).exit(0);
+  EXPECT_VERDICT(check("batch_halving", b.build()), fail,
+                 "ran at batch 57, more than 64 x 0.5 = 32 (batch sizes inferred from the model's inputs: the code reported none)");
+}
+
 TEST(GracefulExit, FailWithoutMessage) {
   TraceBuilder b;
   steps(b.attempt(), 1, 4, 64).inject().oom(5, 64, false).output("Traceback: RuntimeError: something else\n").exit(1);
-  EXPECT_VERDICT(check("graceful_exit", b.build()), fail, "printed no out-of-memory message (looked for /out of memory|OutOfMemoryError/)");
+  EXPECT_VERDICT(check("graceful_exit", b.build()), fail, "printed no out-of-memory message (none of the OOM table's words)");
+  EXPECT_VERDICT(check("graceful_exit", b.build(), {{"message", "gave up"}}), fail, "printed no out-of-memory message (looked for /gave up/)");
 }
 
 TEST(GracefulExit, CustomMessage) {

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "oomharness/policies/oom_kinds.h"
 #include "oomharness/policies/registry.h"
 
 namespace oomh {
@@ -52,7 +53,7 @@ TEST(NormaliseArgs, FillsDefaults) {
   EXPECT_FALSE(normalised("memory_stable", nullptr).contains("steps"));
   EXPECT_EQ(normalised("memory_stable", nullptr)["after_recovery"], true);
   EXPECT_EQ(normalised("no_hang", nullptr)["stall"], 60);
-  EXPECT_EQ(normalised("graceful_exit", nullptr)["message"], "out of memory|OutOfMemoryError");
+  EXPECT_EQ(normalised("graceful_exit", nullptr)["message"], oomh::oom::message_pattern());
   // No default: stays absent (unlimited / the job's target).
   EXPECT_FALSE(normalised("checkpoint_resume", nullptr).contains("max_lost_steps"));
   EXPECT_FALSE(normalised("completes", nullptr).contains("steps"));

@@ -86,6 +86,66 @@ class ProbeTest(unittest.TestCase):
         self.assertEqual(block["phase"], "data")
         self.assertEqual(block["events_written"], len(events))
 
+    def test_batch_of_keyword_inputs_and_of_the_loader(self):
+        # Note [The batch the code did not report] (probe.py), issue 27: `model(**batch)` (Hugging Face,
+        # Accelerate, Lightning) gives the global forward pre-hook no tensor; the batch is read from the call's
+        # keyword arguments. A model whose inputs hold no tensor (a list of strings) has the DataLoader's
+        # count. Each step says where its batch came from; probe.step(batch_size=) says "code".
+        code = textwrap.dedent("""
+            import torch
+            from oomharness import probe
+            class KW(torch.nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.lin = torch.nn.Linear(6, 3)
+                def forward(self, input_ids=None, labels=None):
+                    return torch.nn.functional.cross_entropy(self.lin(input_ids), labels)
+            class Words(torch.nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.w = torch.nn.Parameter(torch.ones(1))
+                def forward(self, words):
+                    return self.w.sum() * len(words)
+            kw, words = KW(), Words()
+            opt = torch.optim.SGD(list(kw.parameters()) + list(words.parameters()), lr=0.1)
+            data = [{"input_ids": torch.randn(6), "labels": torch.tensor(i % 3)} for i in range(10)]
+            for batch in torch.utils.data.DataLoader(data, batch_size=5):
+                opt.zero_grad(); kw(**batch).backward(); opt.step()
+            loader = torch.utils.data.DataLoader(["a", "b", "c", "d", "e", "f"], batch_size=3,
+                                                 collate_fn=lambda xs: xs)
+            for batch in loader:
+                opt.zero_grad(); words(batch).backward(); opt.step()
+            probe.step(5, batch_size=7)
+        """)
+        r = self.job.run(code)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        steps = [e["fields"] for e in self.job.read_events() if e["kind"] == "step"]
+        self.assertEqual([(s["step"], s.get("batch_size"), s.get("batch_from")) for s in steps],
+                         [(1, 5, "inputs"), (2, 5, "inputs"), (3, 3, "loader"), (4, 3, "loader"), (5, 7, "code")])
+
+    def test_keyword_inputs_of_another_frame_are_not_taken(self):
+        # call_kwargs takes `kwargs` only from the frame of the module's own call: a caller's `kwargs` that
+        # holds a tensor is not the model's input.
+        code = textwrap.dedent("""
+            import torch
+            class NoInput(torch.nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.p = torch.nn.Parameter(torch.ones(2))
+                def forward(self):
+                    return self.p.sum()
+            m = NoInput()
+            opt = torch.optim.SGD(m.parameters(), lr=0.1)
+            def train(**kwargs):
+                opt.zero_grad(); m().backward(); opt.step()
+            train(x=torch.ones(9, 2))
+        """)
+        r = self.job.run(code)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        steps = [e["fields"] for e in self.job.read_events() if e["kind"] == "step"]
+        self.assertEqual(len(steps), 1)
+        self.assertNotIn("batch_size", steps[0])
+
     def test_output_is_unchanged_by_the_probe(self):
         with_probe = self.job.run(LOOP)
         without = self.job.run(LOOP, probe=False)
@@ -256,7 +316,7 @@ class ProbeTest(unittest.TestCase):
         self.check_lines()
         events = [(e["kind"], e["fields"]) for e in self.job.read_events() if e["kind"] not in ("probe_start", "probe_exit")]
         self.assertEqual(events[0], ("samples", {"count": 7}))
-        self.assertEqual(events[1], ("step", {"step": 5, "batch_size": 3, "loss": 1.5}))
+        self.assertEqual(events[1], ("step", {"step": 5, "batch_size": 3, "batch_from": "code", "loss": 1.5}))
         self.assertEqual(events[2][0], "oom")
         self.assertEqual(events[2][1]["caught"], True)
         self.assertEqual(events[2][1]["step"], 6)
@@ -326,6 +386,55 @@ class ProbeTest(unittest.TestCase):
         self.assertIn("ran out of memory reading shard 7", r.stderr)
         self.assertNotIn("AssertionError", r.stderr)
         self.assertNotIn("oom", [e["kind"] for e in self.job.read_events()])
+
+    def test_each_oom_says_its_kind_and_the_type_it_reached_the_code_as(self):
+        # Note [Which errors are OOMs] (oom_kinds.h), issue 27: a cuBLAS handle refused in forward reaches the
+        # code as a RuntimeError; the allocator's OOM (its observer) as OutOfMemoryError.
+        code = textwrap.dedent("""
+            import torch
+            from oomharness import probe
+            class Model(torch.nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.lin = torch.nn.Linear(2, 2)
+                    self.fail = True
+                def forward(self, x):
+                    if self.fail:
+                        self.fail = False
+                        raise RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`")
+                    return self.lin(x)
+            model = Model()
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            try:
+                model(torch.ones(4, 2))
+            except RuntimeError:
+                pass
+            model(torch.ones(2, 2)).sum().backward(); opt.step()
+            probe._probe.observed(0, 4096, 0, 0)
+            model(torch.ones(1, 2)).sum().backward(); opt.step()
+        """)
+        r = self.job.run(code)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        ooms = [e["fields"] for e in self.job.read_events() if e["kind"] == "oom"]
+        self.assertEqual([(o.get("oom_kind"), o.get("exception"), o.get("batch_size"), o.get("batch_from")) for o in ooms],
+                         [("cublas", "RuntimeError", 4, "inputs"), ("allocator", "OutOfMemoryError", 2, "inputs")])
+
+    def test_oom_after_oom_means_the_first_was_caught(self):
+        # Accelerate's retry loop meets several OOMs before a step completes: each one after the first says the
+        # code went on, so the earlier one was caught (its oom_caught comes before the next oom).
+        code = textwrap.dedent("""
+            import torch
+            from oomharness import probe
+            model = torch.nn.Linear(2, 2)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            probe._probe.observed(0, 4096, 0, 0)
+            probe._probe.observed(0, 2048, 0, 0)
+            model(torch.ones(2, 2)).sum().backward(); opt.step()
+        """)
+        r = self.job.run(code)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        kinds = [e["kind"] for e in self.job.read_events() if e["kind"] in ("oom", "oom_caught", "step")]
+        self.assertEqual(kinds, ["oom", "oom_caught", "oom", "oom_caught", "step"])
 
     def test_allocator_observer_reports_once_and_learns_it_was_caught(self):
         # The allocator's observer (CUDA only) is driven by hand: what it reports, then the exception the

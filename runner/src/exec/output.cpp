@@ -14,18 +14,11 @@
 #include <re2/re2.h>
 
 #include "oomharness/events.h"
+#include "oomharness/policies/oom_kinds.h"
 
 namespace oomh::exec {
 
-bool is_oom_message(std::string_view line) {
-  static constexpr std::string_view kNeedles[] = {"out of memory", "outofmemoryerror", "cuda_error_out_of_memory",
-                                                  "cudaerrormemoryallocation", "resource_exhausted"};
-  std::string lowered(line);
-  for (char& c : lowered) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  for (std::string_view needle : kNeedles)
-    if (lowered.find(needle) != std::string::npos) return true;
-  return false;
-}
+bool is_oom_message(std::string_view line) { return oom::is_oom_message(line); }
 
 namespace {
 // A std::regex_error that says what RE2 said.

@@ -61,9 +61,9 @@ class LineSplitter {
   std::string partial_;
 };
 
-// The runner's out-of-memory detector: out of memory|OutOfMemoryError|CUDA_ERROR_OUT_OF_MEMORY|
-// cudaErrorMemoryAllocation|RESOURCE_EXHAUSTED, case-insensitive (a substring search on the lowered
-// line: the same matches as that regex, without a regex per line).
+// The runner's out-of-memory detector: a line holding the words of a row of the OOM table or its loose
+// words (oom::is_oom_message, Note [Which errors are OOMs] in oomharness/policies/oom_kinds.h),
+// case-insensitive, by substring search (no regex per line).
 bool is_oom_message(std::string_view line);
 
 // How much of a line `observe:` patterns see: RE2 is linear, so this bounds the time per line.

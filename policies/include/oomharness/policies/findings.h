@@ -3,6 +3,7 @@
 // line where the probe knew it (docs/diagnosis.md). Checks pass or fail what the suite asked; findings
 // explain, whatever was asked. They are read from the probe's `step`, `eval_forward` and
 // `memory_breakdown` events (docs/events.md), in the priority order of the usual OOM diagnosis:
+//   0. oom_as_other_error  an OOM reached the code as another error than OutOfMemoryError (cuBLAS, NCCL, ...)
 //   1. grads_not_cleared   gradients not cleared between optimizer steps
 //   2. kept_with_graph     tensors kept with their autograd graph, step after step
 //   3. batch_too_large     activations dominate at the OOM: per-sample cost and the largest batch that fits
