@@ -28,6 +28,7 @@ def main():
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--save-every", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--hidden", type=int, default=512)
     parser.add_argument("--no-load-rank", type=int, default=-1)
     args = parser.parse_args()
 
@@ -45,7 +46,7 @@ def main():
     sampler = DistributedSampler(data, shuffle=True, seed=0)
     loader = DataLoader(data, batch_size=args.batch_size, sampler=sampler, drop_last=True)
 
-    model = nn.Sequential(nn.Linear(128, 512), nn.ReLU(), nn.Linear(512, 10)).to(device)
+    model = nn.Sequential(nn.Linear(128, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 10)).to(device)
     model = DDP(model, device_ids=[local_rank] if use_nccl else None)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
 

@@ -56,9 +56,11 @@ jobs:
     expect:
       - no_hang: {stall: 30s}
   # DDP with a checkpoint every 2 steps on rank 0, rank 1 dies of an OOM at step 5 (not caught); every rank
-  # restarts and resumes. The fault persists in the first attempt only (clear_faults).
+  # restarts and resumes. The fault persists in the first attempt only (clear_faults). Activations of 32 MiB:
+  # on an H200, batch 256 x 512 (512 KiB) came from a 2 MiB block the allocator already held, so a forward
+  # fault never fired there (the virtual device's model did fire it).
   - name: resume-all-ranks
-    run: python3 $root/tests/gpu/ddp_checkpoint.py --ckpt {workdir}/last.pt --steps 10
+    run: python3 $root/tests/gpu/ddp_checkpoint.py --ckpt {workdir}/last.pt --steps 10 --batch-size 2048 --hidden 4096
     restart: {max: 2, on: [oom], scope: all, clear_faults: true}
     faults:
       - {name: oom-rank1-step5, when: {step: 5, phase: forward, rank: 1}, fail: {forever: true}}
@@ -68,7 +70,7 @@ jobs:
       - completes: 10
       - no_hang: {stall: 60s}
   - name: resume-rank1-never-loads
-    run: python3 $root/tests/gpu/ddp_checkpoint.py --ckpt {workdir}/last.pt --steps 10 --no-load-rank 1
+    run: python3 $root/tests/gpu/ddp_checkpoint.py --ckpt {workdir}/last.pt --steps 10 --batch-size 2048 --hidden 4096 --no-load-rank 1
     restart: {max: 2, on: [oom], scope: all, clear_faults: true}
     faults:
       - {name: oom-rank1-step5, when: {step: 5, phase: forward, rank: 1}, fail: {forever: true}}

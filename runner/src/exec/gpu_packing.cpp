@@ -33,6 +33,9 @@ std::optional<Placement> GpuPacker::place(const GpuNeed& need, const std::vector
   if (slots_.empty()) return Placement{};
   bool fits_somewhere = std::any_of(slots_.begin(), slots_.end(), [&](const Slot& s) { return need.bytes <= s.capacity; });
   bool exclusive = need.exclusive || !fits_somewhere;
+  // A shared job goes to the GPU, among those it fits, running the fewest jobs (the first such in order):
+  // jobs spread over the GPUs the run was given before they share one (Note [GPU packing]).
+  Slot* best = nullptr;
   for (Slot& s : slots_) {
     if (std::find(taken.begin(), taken.end(), s.info.index) != taken.end()) continue;
     if (exclusive) {
@@ -42,11 +45,12 @@ std::optional<Placement> GpuPacker::place(const GpuNeed& need, const std::vector
       return Placement{s.info.index, need.bytes, true};
     }
     if (s.exclusive || s.committed + need.bytes > s.capacity) continue;
-    s.committed += need.bytes;
-    ++s.jobs;
-    return Placement{s.info.index, need.bytes, false};
+    if (!best || s.jobs < best->jobs) best = &s;
   }
-  return std::nullopt;
+  if (!best) return std::nullopt;
+  best->committed += need.bytes;
+  ++best->jobs;
+  return Placement{best->info.index, need.bytes, false};
 }
 
 std::optional<std::vector<Placement>> GpuPacker::place_each(const GpuNeed& need, size_t count) {

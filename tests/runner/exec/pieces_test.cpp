@@ -106,6 +106,24 @@ TEST(GpuPacker, PacksCappedJobsWhileTheyFitAndGivesUncappedOnesAGpu) {
   EXPECT_FALSE(p.place({false, 1 * GiB}));     // GPU 0 has 0 left, GPU 1 is taken whole
 }
 
+// Note [GPU packing]: capped jobs spread over the GPUs before they share one.
+TEST(GpuPacker, SpreadsCappedJobsOverTheGpusFirst) {
+  GpuPacker p({{0, 80 * GiB, 0}, {1, 80 * GiB, 0}, {2, 80 * GiB, 0}, {3, 80 * GiB, 0}}, 1 * GiB);
+  std::vector<int> per_gpu(4, 0);
+  std::vector<Placement> placed;
+  for (int i = 0; i < 8; ++i) {
+    auto q = p.place({false, 3 * GiB});
+    ASSERT_TRUE(q && q->gpu);
+    ++per_gpu[static_cast<size_t>(*q->gpu)];
+    placed.push_back(*q);
+  }
+  EXPECT_EQ(per_gpu, (std::vector<int>{2, 2, 2, 2}));
+  p.release(placed[5]);  // GPU 1 now runs one job: the next goes there
+  auto next = p.place({false, 3 * GiB});
+  ASSERT_TRUE(next);
+  EXPECT_EQ(next->gpu, 1);
+}
+
 TEST(GpuPacker, AJobTooBigForEveryGpuGetsOneToItself) {
   GpuPacker p({{3, 4 * GiB, 0}}, 1 * GiB);
   auto a = p.place({false, 100 * GiB});
