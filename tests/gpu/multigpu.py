@@ -115,6 +115,8 @@ if not simulate:
 
     ngpu = len(index_of)
     for run, allowed in (("pack-jobs1", {0}), ("pack-all", set(range(ngpu))), ("pack-sub", set(range(1, ngpu)))):
+        if not os.path.isdir(os.path.join(out, run)):
+            continue  # MULTIGPU_SKIP_SERIAL
         got = placed(run)
         used = sorted({g for _, g, _ in got}, key=str)
         claim("packing_%s_placement" % run.replace("-", "_"), len(got) == 8 and all(c == 1 and g in allowed for c, g, _ in got),

@@ -134,7 +134,8 @@ if [ -z "$sim" ]; then
   }
   all=$(seq -s, 0 $last)
   sub=$(seq -s, 1 $last)
-  t_one=$(timed pack-jobs1 --jobs 1 --gpus 0)
+  t_one=skipped
+  [ -z "${MULTIGPU_SKIP_SERIAL:-}" ] && t_one=$(timed pack-jobs1 --jobs 1 --gpus 0)  # the baseline, 8 jobs one by one
   t_all=$(timed pack-all --jobs 8 --gpus "$all")
   t_sub=$(timed pack-sub --jobs 8 --gpus "$sub")
   echo "PACKING one_gpu_jobs1=$t_one all_gpus_jobs8=$t_all subset_jobs8=$t_sub gpus_all=$all gpus_sub=$sub"
