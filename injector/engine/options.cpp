@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "oomharness/names.h"
 
@@ -63,17 +64,11 @@ void assign(Options& o, std::string_view name, std::string_view value) {
 
 }  // namespace
 
+// The one suggestion rule (include/oomharness/names.h), as every other did-you-mean of the project.
 std::string closest_option(std::string_view name) {
-  std::string best;
-  size_t best_distance = 4;
-  for (const auto& spec : kOptionTable) {
-    size_t d = edit_distance(name, spec.name);
-    if (d < best_distance) {
-      best_distance = d;
-      best = spec.name;
-    }
-  }
-  return best;
+  std::vector<std::string_view> names;
+  for (const auto& spec : kOptionTable) names.emplace_back(spec.name);
+  return nearest_name(name, names);
 }
 
 Options read_options(char** envp) noexcept {

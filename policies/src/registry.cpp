@@ -122,16 +122,6 @@ std::vector<PolicyInfo> make_policies() {
   return p;
 }
 
-// The closest known name (include/oomharness/names.h).
-std::string nearest(const std::string& name, const std::vector<std::string>& names) {
-  std::string best;
-  size_t best_d = 0;
-  for (const std::string& n : names) {
-    size_t d = edit_distance(name, n);
-    if (best.empty() || d < best_d) { best = n; best_d = d; }
-  }
-  return best;
-}
 
 std::string joined(const std::vector<std::string>& names) {
   std::string s;
@@ -247,8 +237,10 @@ std::optional<ArgError> normalise_object(const std::string& owner, const std::ve
     const std::string& key = it.key();
     if (std::find(names.begin(), names.end(), key) != names.end()) continue;
     if (names.empty()) return ArgError{owner + " takes no arguments, got '" + key + "'", prefix + key};
-    return ArgError{owner + " has no argument '" + key + "': did you mean '" + nearest(key, names) +
-                        "'? (arguments: " + joined(names) + ")",
+    // The one suggestion rule (include/oomharness/names.h): a name too far from every argument gets none.
+    const std::string hint = nearest_name(key, names);
+    return ArgError{owner + " has no argument '" + key + "'" + (hint.empty() ? std::string() : ": did you mean '" + hint + "'?") +
+                        " (arguments: " + joined(names) + ")",
                     prefix + key};
   }
   for (const ArgSpec& s : specs) {
