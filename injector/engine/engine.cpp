@@ -328,17 +328,7 @@ AllocDecision Engine::begin_alloc(Entry entry, const char* symbol, int device, u
   if (record_from_ >= 0 && step >= record_from_ && step <= record_to_) report_alloc(symbol, size, device, step, phase, call);
 
   if (plan.rules.size() != 0) {
-    CallFacts facts;
-    facts.entry = entry;
-    facts.size = size;
-    facts.device = device;
-    facts.rank = rank_;
-    facts.local_rank = local_rank_;
-    facts.step = step;
-    facts.phase = phase;
-    facts.elapsed_s = plan.rules.needs_time() ? process_elapsed() : 0.0;
-    facts.freed_total = freed_.load(std::memory_order_relaxed);
-    int rule = plan.rules.decide(facts);
+    int rule = plan.rules.decide(call_facts(plan, MemoryKind::device, entry, size, device, step, phase));
     if (rule >= 0) {
       dc.failures_injected.fetch_add(1, std::memory_order_relaxed);
       failures_[device].fetch_add(1, std::memory_order_relaxed);
@@ -367,6 +357,23 @@ AllocDecision Engine::begin_alloc(Entry entry, const char* symbol, int device, u
   return d;
 }
 
+// What the rules judge an allocation by: the call, and the process's rank, step, phase, age and frees.
+CallFacts Engine::call_facts(const Plan& plan, MemoryKind memory, Entry entry, uint64_t size, int device, int64_t step,
+                             Phase phase) const noexcept {
+  CallFacts facts;
+  facts.memory = memory;
+  facts.entry = entry;
+  facts.size = size;
+  facts.device = device;
+  facts.rank = rank_;
+  facts.local_rank = local_rank_;
+  facts.step = step;
+  facts.phase = phase;
+  facts.elapsed_s = plan.rules.needs_time() ? process_elapsed() : 0.0;
+  facts.freed_total = freed_.load(std::memory_order_relaxed);
+  return facts;
+}
+
 AllocDecision Engine::begin_host_alloc(Entry entry, const char* symbol, uint64_t size) noexcept {
   AllocDecision d;
   note_driver_call(symbol);
@@ -379,18 +386,7 @@ AllocDecision Engine::begin_host_alloc(Entry entry, const char* symbol, uint64_t
   int64_t step = cb_->step.load(std::memory_order_relaxed);
   auto phase = static_cast<Phase>(cb_->phase.load(std::memory_order_relaxed));
   if (plan.rules.size() != 0) {
-    CallFacts facts;
-    facts.memory = MemoryKind::host;
-    facts.entry = entry;
-    facts.size = size;
-    facts.device = kHostDevice;
-    facts.rank = rank_;
-    facts.local_rank = local_rank_;
-    facts.step = step;
-    facts.phase = phase;
-    facts.elapsed_s = plan.rules.needs_time() ? process_elapsed() : 0.0;
-    facts.freed_total = freed_.load(std::memory_order_relaxed);
-    int rule = plan.rules.decide(facts);
+    int rule = plan.rules.decide(call_facts(plan, MemoryKind::host, entry, size, kHostDevice, step, phase));
     if (rule >= 0) {
       host_failures_.fetch_add(1, std::memory_order_relaxed);
       report_inject(symbol, size, kHostDevice, plan.rules.rule(static_cast<size_t>(rule)).name.c_str(), "rule", step,

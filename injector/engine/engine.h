@@ -227,6 +227,8 @@ class Engine {
   // per call; on, one event line per call of those steps only.
   void report_alloc(const char* symbol, uint64_t size, int device, int64_t step, Phase phase, uint64_t call) noexcept;
   double process_elapsed() const noexcept;
+  CallFacts call_facts(const Plan& plan, MemoryKind memory, Entry entry, uint64_t size, int device, int64_t step,
+                       Phase phase) const noexcept;
   double job_elapsed() const noexcept;
   void vlog(LogLevel level, const char* format, va_list args) noexcept __attribute__((format(printf, 3, 0)));
 
