@@ -412,7 +412,13 @@ def normalised(out):
         if isinstance(v, dict):
             return {k: strip(x) for k, x in v.items() if k not in VOLATILE}
         if isinstance(v, list):
-            return [strip(x) for x in v]
+            items = [strip(x) for x in v]
+            # Lists merged from several ranks (markers, faults) are in time order: how the ranks' entries
+            # interleave depends on the clock like "t" does, so they are compared rank by rank (a stable sort
+            # keeps each rank's own order).
+            if items and all(isinstance(x, dict) and "rank" in x for x in items):
+                items.sort(key=lambda x: x["rank"])
+            return items
         return v
     return json.dumps(strip(json.loads(text)), sort_keys=True, indent=1)
 
