@@ -18,6 +18,17 @@ computes on the device (an injected fault could land on it): it reads up to WHOL
 the batch (one small copy to the host each) and the digest covers the batch as a whole (`per_sample`
 false: a redone batch gives the same digest, its halves do not add up to it).
 
+Note [One copy of a GPU batch's values]
+Read one by one (`t[i].item()`), WHOLE_VALUES elements cost a copy and a stream synchronisation each: 8 of
+them were the probe's largest cost per step on an H100 (about 200 of its 450 us, bench/RESULTS.md). A
+contiguous batch's values are instead read in one cudaMemcpy2DAsync of WHOLE_VALUES elements spaced
+numel // WHOLE_VALUES apart, on the current stream (the order `.item()` reads in), then one
+cudaStreamSynchronize: no operation runs on the device and nothing is allocated there. The runtime is the
+libcudart this process already loaded (found in /proc/self/maps); where there is none (a static runtime), the
+batch is not contiguous or on another device than the current one, or a call fails, the probe reads the
+values one by one as before. The positions differ from the one-by-one read's when numel is not a multiple of
+WHOLE_VALUES, so the two digests of one batch may differ; one process uses one way for a given batch shape.
+
 Note [Which dimension is the batch]
 A batch is not always dimension 0: nn.LSTM, nn.GRU and nn.RNN without batch_first take (seq, batch, ...).
 The probe takes the batch dimension from evidence, in this order: the DataLoader's batch (the number of
@@ -44,6 +55,7 @@ or put an older or pretrained state into it, shows there. Not seen: checkpoints 
 than torch.save (safetensors, numpy), and a state saved in another dtype than the model's.
 """
 
+import ctypes
 import struct
 
 SAMPLE_VALUES = 16   # values hashed per sample (Note [A step is its data])
@@ -132,6 +144,52 @@ def _element_bits(torch, t, positions):
     return out
 
 
+_CUDA_MEMCPY_DEFAULT = 4
+_runtime = None  # (cudaMemcpy2DAsync, cudaStreamSynchronize), or False: none loaded, or not usable
+
+
+def _cuda_runtime():
+    """The memcpy and sync of the libcudart this process loaded (Note [One copy of a GPU batch's values])."""
+    global _runtime
+    if _runtime is None:
+        _runtime = False
+        try:
+            with open("/proc/self/maps") as maps:
+                paths = [line.split()[-1] for line in maps if "/libcudart.so" in line]
+            if paths:
+                lib = ctypes.CDLL(paths[0])
+                copy, sync = lib.cudaMemcpy2DAsync, lib.cudaStreamSynchronize
+                copy.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t,
+                                 ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
+                copy.restype = ctypes.c_int
+                sync.argtypes = [ctypes.c_void_p]
+                sync.restype = ctypes.c_int
+                _runtime = (copy, sync)
+        except (OSError, AttributeError):
+            _runtime = False
+    return _runtime
+
+
+def _spaced_values(torch, t, k):
+    """k values of contiguous CUDA tensor `t` spaced numel // k apart, as _bits gives them, read in one copy;
+    None where that cannot be done (Note [One copy of a GPU batch's values])."""
+    runtime = _cuda_runtime()
+    n = t.numel()
+    if not runtime or k <= 0 or n < k or not t.is_contiguous() or t.is_complex():
+        return None
+    if t.device.index != torch.cuda.current_device():
+        return None
+    host = torch.empty(k, dtype=t.dtype)
+    size = t.element_size()
+    stream = torch.cuda.current_stream(t.device).cuda_stream
+    copy, sync = runtime
+    if copy(host.data_ptr(), size, t.data_ptr(), size * (n // k), size, k, _CUDA_MEMCPY_DEFAULT, stream) != 0:
+        return None
+    if sync(stream) != 0:
+        return None
+    return _bits(torch, host).tolist()
+
+
 def tensor_hash(torch, t):
     """One tensor's 64-bit fingerprint: dtype, shape and up to TENSOR_VALUES values strided over it."""
     h = _text_hash("%s%s" % (t.dtype, tuple(t.shape)))
@@ -166,7 +224,9 @@ def batch_hash(torch, t, dim):
         return 0, 0, True
     if _on_gpu(t):
         n = t.numel()
-        values = _element_bits(torch, t, _positions(n, min(n, WHOLE_VALUES)))
+        values = _spaced_values(torch, t, min(n, WHOLE_VALUES))
+        if values is None:
+            values = _element_bits(torch, t, _positions(n, min(n, WHOLE_VALUES)))
         h = salt ^ count
         for i, v in enumerate(values):
             h = _mix(h ^ ((v * _MULT[i % len(_MULT)]) & MASK))
