@@ -74,9 +74,9 @@ inject=$build/injector/liboomharness_inject.so
 summary=$work/summary.txt
 budget=${RUN_ALL_BUDGET:-575}
 all_phases="build pytests virtual ecosystem realworld ctest injector libtorch probe fidelity-caps selftest demo armed reservation reservesuite fidelity-reserve
-            compat drivercalls shimbench runnerbench packing throughput scale virtualsuite sweep budget explain fragment probecost explaingpu ranks2gpu multigpu predict"
+            compat drivercalls shimbench runnerbench packing throughput scale virtualsuite sweep budget explain fragment probecost explaingpu ranks2gpu multigpu predict libooms probeprofile ecosystemboth"
 phases=${*:-${all_phases/pytests virtual ecosystem realworld /}}
-[ $# -eq 0 ] && phases=${phases/ scale virtualsuite sweep budget explain fragment probecost explaingpu ranks2gpu multigpu predict/}  # by name only
+[ $# -eq 0 ] && phases=${phases/ scale virtualsuite sweep budget explain fragment probecost explaingpu ranks2gpu multigpu predict libooms probeprofile ecosystemboth/}  # by name only
 wave1="ctest injector libtorch probe fidelity-caps"
 wave2="selftest demo armed"
 timing="drivercalls shimbench runnerbench packing throughput scale"
@@ -85,7 +85,7 @@ timing="drivercalls shimbench runnerbench packing throughput scale"
 # little over; the budget check uses them.
 declare -A EST=([build]=80 [pytests]=200 [virtual]=240 [ecosystem]=200 [realworld]=240 [ctest]=60 [injector]=30 [libtorch]=30 [probe]=40 [fidelity-caps]=30
                 [selftest]=60 [demo]=60 [armed]=60 [reservation]=55 [reservesuite]=30 [fidelity-reserve]=20 [throughput]=145
-                [packing]=150 [drivercalls]=35 [shimbench]=30 [runnerbench]=10 [compat]=5 [scale]=200 [virtualsuite]=120 [sweep]=120 [budget]=120 [explain]=5 [fragment]=60 [probecost]=90 [explaingpu]=150 [ranks2gpu]=120 [multigpu]=420 [predict]=420)
+                [packing]=150 [drivercalls]=35 [shimbench]=30 [runnerbench]=10 [compat]=5 [scale]=200 [virtualsuite]=120 [sweep]=120 [budget]=120 [explain]=5 [fragment]=60 [probecost]=90 [explaingpu]=150 [ranks2gpu]=120 [multigpu]=420 [predict]=420 [libooms]=60 [probeprofile]=90 [ecosystemboth]=300)
 
 # RE2 (Debian's libre2-dev) is not on the GPU machine, where nothing can be installed: carry Debian's two
 # packages in .re2/ (`apt-get download libre2-9 libre2-dev`, name .re2 in the device call's carry) and they
@@ -249,12 +249,47 @@ run_phase() {  # run_phase NAME: the phase's command, its output to stdout
               local rc=$?; cp "$work/multigpu/run/results.json" "$out/multigpu-results.json" 2>/dev/null; return $rc ;;
     explain) "$bin" explain "$work/self-test/results.json" ;;  # issue 19: the findings of the GPU self-test
     fragment) fragment_suite ;;
+    libooms)  # issues 27/32: what libraries allocate outside the caching allocator, and pinned host faults
+      python3 "$root/tests/gpu/library_ooms.py" measure | tee "$out/library_ooms.json"
+      local rc=${PIPESTATUS[0]}
+      # The same under the shim: what it saw (held, peak, calls) against the driver's figures above
+      "$bin" exec --out "$work/libooms-measure" -- python3 "$root/tests/gpu/library_ooms.py" measure >/dev/null
+      grep -h '"shim_exit"' "$work/libooms-measure"/jobs/*/attempt-0.events.jsonl | tee "$out/library_ooms_shim.txt"
+      tail -40 "$work/libooms-measure"/jobs/*/attempt-0.log > "$out/library_ooms_under_shim.json"
+      # Which of those bytes the shim sees: a fault for one size at a time (cuBLAS 64 MiB, cuDNN 8 MiB, 2 MiB)
+      for size in 64MiB 8MiB 2MiB; do
+        "$bin" exec --out "$work/libooms-which-$size" --fault min_size=$size,max_size=$size,after=12s,forever \
+          -- python3 "$root/tests/gpu/library_ooms.py" which 15 >/dev/null
+        echo "== a fault on every allocation of $size:"; grep -h "RESULT" "$work/libooms-which-$size"/jobs/*/attempt-0.log
+        grep -h '"inject"' "$work/libooms-which-$size"/jobs/*/attempt-0.events.jsonl | head -4
+      done | tee "$out/library_which.txt"
+      for dev in gpu virtual; do
+        local vis=(); [ $dev = virtual ] && vis=(env CUDA_VISIBLE_DEVICES=)
+        "${vis[@]}" "$bin" exec --device $dev --fault memory=host,forever --out "$work/libooms-pin-$dev" \
+          -- python3 "$root/tests/gpu/library_ooms.py" pin
+        echo "== pin under a host fault, $dev:"; grep -h "RESULT\|Error" "$work/libooms-pin-$dev"/jobs/*/attempt-0.log
+        grep -h '"memory":"host"' "$work/libooms-pin-$dev"/jobs/*/attempt-0.events.jsonl | head -3
+      done | tee "$out/library_pin.txt"
+      return $rc ;;
+    probeprofile)  # issue 32 item 4: where the probe's per-step time goes on the GPU (cProfile ranks, not figures)
+      python3 "$root/bench/python/probe_profile.py" --device cuda --model mlp --steps 500 | tee "$out/probe_profile.txt" ;;
+    ecosystemboth)  # issue 32 item 5: the CPU-sized ecosystem suite on this GPU and on the virtual device, job by job
+      "$bin" run "$root/tests/python/ecosystem_virtual.yaml" --jobs 3 --out "$work/eco-gpu"
+      local rc=$?
+      CUDA_VISIBLE_DEVICES= "$bin" run "$root/tests/python/ecosystem_virtual.yaml" --simulate --jobs 4 --out "$work/eco-virtual"
+      local rc_virtual=$?
+      python3 "$root/tests/realworld/corpus_check.py" --compare "$work/eco-gpu/results.json" \
+        "$work/eco-virtual/results.json" | tee "$out/ecosystem-compare.txt"
+      cp "$work/eco-gpu/results.json" "$out/eco-gpu-results.json" 2>/dev/null
+      cp "$work/eco-virtual/results.json" "$out/eco-virtual-results.json" 2>/dev/null
+      [ $rc -le 1 ] && [ $rc_virtual -le 1 ] ;;
     probecost)  # issue 19: the probe's cost per step on the GPU, its .item() wait told apart
       # Note [Memory figures per step] (probe.py): the nested stats the probe reads give the public figures
       python3 -c 'import torch; x = [torch.empty(n << 20, dtype=torch.uint8, device="cuda") for n in (1, 3, 40)]; del x[1]
 s = torch._C._cuda_memoryStats(0); a, r = s["allocated_bytes"]["all"]["current"], s["reserved_bytes"]["all"]["current"]
 ok = (a, r) == (torch.cuda.memory_allocated(), torch.cuda.memory_reserved())
 print("RESULT probe_memory_fields", "PASS" if ok else "FAIL", a, r, torch.cuda.memory_allocated(), torch.cuda.memory_reserved())' &&
+      python3 "$root/tests/gpu/library_ooms.py" spaced &&
       python3 "$root/bench/python/probe_overhead.py" --device cuda --model tiny --steps 2000 --reps 3 &&
       python3 "$root/bench/python/probe_overhead.py" --device cuda --model mlp --steps 500 --reps 3 ;;
     predict)  # issues 31/32: shape-only predictions (this CPU) against the GPU's max_memory_reserved and largest batch
