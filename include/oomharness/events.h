@@ -64,6 +64,9 @@ inline constexpr const char* kEvalForward = "eval_forward";  // step, grad, trai
 // Written by the virtual CUDA device (python/oomharness/virtual_device.py), with src "probe".
 inline constexpr const char* kVirtualDevice = "virtual_device";  // description, torch, model, cublas_workspace
 inline constexpr const char* kDivergence = "divergence";         // kind, detail (Note [Divergences] there)
+// A library's handle made outside the caching allocator: library, thread, bytes, counted (whether the shim saw
+// it, so that a cap counts it: cuBLAS's yes, cuDNN 9's no)
+inline constexpr const char* kLibraryAlloc = "library_alloc";
 
 // Kinds the runner adds to the trace (never written by a job).
 inline constexpr const char* kAttemptStart = "attempt_start";  // attempt, argv

@@ -250,6 +250,9 @@ class ShapeOnlyDevice(vd.VirtualDevice):
         m = self.model
         return {
             "peak_allocated": m.peak_allocated, "peak_reserved": m.peak_reserved, "context": self.context,
+            # cuBLAS's and cuDNN's own handles, outside the caching allocator (virtual_device.py's Note [What
+            # libraries allocate outside the caching allocator]): a card holds them beside reserved memory.
+            "libraries": sum(size for _, size in self.handles.values()),
             "breakdown": self.peak or {}, "ooms": self.ooms, "values_computed": False,
             "stand_ins": self.stand_ins,
             "stand_in_sites": [{"site": s, "count": n} for s, n in

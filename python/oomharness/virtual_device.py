@@ -36,10 +36,20 @@ The device asks its segment source (the driver double through the shim, or the b
 at the same moments, outside the model, and raises the same exception with PyTorch's message when refused;
 a refused handle is asked for again at the next call, as PyTorch does. The workspace PyTorch then gives the
 handle (Note [What a GPU holds that no tensor shows]) is the caching allocator's, one per handle and stream.
-The handles' sizes are stand-ins, not measured (LIBRARY_HANDLE_BYTES): what the model keeps is who
-allocates, when, and how the failure looks. Not modelled: cuDNN's workspaces (its algorithm search falls
-back to one that fits), cuBLASLt's own workspace, NCCL's buffers (gloo stands in for NCCL and allocates on
-the host), cuFFT's plans.
+The sizes are measured (LIBRARY_HANDLE_BYTES; tests/gpu/library_ooms.py on an H100, PyTorch 2.11.0+cu130,
+CUDA 13.0, cuDNN 9.19, 2026-11-26): the first matmul of the process took 66 MiB from the driver outside
+PyTorch's reserved memory (an H200 showed cublasCreate's 64 MiB as one cuMemAlloc), autograd's thread's first
+matmul 64 MiB, the first convolution 8 MiB (cuDNN's handle), autocast's first matmul and a second stream
+nothing more. A library allocates when an operation runs, after its output tensor was allocated (as ATen
+allocates the result, then asks for the handle), so the device asks for a handle after booking the
+operation's outputs. Which of those bytes pass through the entry points the shim intercepts was measured
+too (tests/gpu/run_all.sh libooms, an H200, same day: a fault on every allocation of one size): cuBLAS's
+64 MiB handle does (refused, it raised CUBLAS_STATUS_ALLOC_FAILED); cuDNN 9's 8 MiB handle and the 2 MiB of
+the first matmul do not (cuDNN allocates through its own runtime; no error), so no cap or fault of the shim
+refuses or counts them on a GPU. The device so asks the driver (through the shim) for cuBLAS's handles only,
+and records cuDNN's without allocating it (LIBRARY_THROUGH_SHIM). Not modelled: the 2 MiB of the first
+matmul and of autograd's first convolution, a full GPU refusing cuDNN's handle, cuDNN's workspaces (its algorithm search falls back to one that fits), NCCL's buffers (gloo stands in
+for NCCL and allocates on the host), cuFFT's plans. Other GPUs and library versions take other sizes.
 
 Note [Divergences]
 Where the CPU cannot do what a GPU would, the device does the nearest thing and says so, once per kind and
@@ -68,8 +78,9 @@ _expired = torch.UntypedStorage._expired
 DESCRIPTION = "virtual CUDA device (PyTorch %s on the CPU, caching-allocator model)"
 
 # Note [What a GPU holds that no tensor shows]
-# Note [What libraries allocate outside the caching allocator]: stand-in sizes, not measured.
-LIBRARY_HANDLE_BYTES = {"cublas": 1 << 20, "cudnn": 1 << 20}
+# Note [What libraries allocate outside the caching allocator]: measured on an H100 with CUDA 13.0's libraries.
+LIBRARY_HANDLE_BYTES = {"cublas": 64 << 20, "cudnn": 8 << 20}
+LIBRARY_THROUGH_SHIM = {"cublas": True, "cudnn": False}  # cuDNN 9's handle: its own runtime, unseen
 # PyTorch 2.x's words when the handle's allocation fails (TORCH_CUDABLAS_CHECK, AT_CUDNN_CHECK): RuntimeError.
 LIBRARY_ERRORS = {"cublas": "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
                   "cudnn": "cuDNN error: CUDNN_STATUS_ALLOC_FAILED"}
@@ -136,6 +147,7 @@ class VirtualDevice:
         self.workspaces = {}        # ("forward" / "backward", stream) -> the cuBLAS workspace's block
         self.handles = {}           # ("cublas" / "cudnn", "forward" / "backward") -> the driver's handle
         self.current_stream = None  # the stream code made current (torch.cuda.stream), None: the default
+        self.pinned_host = None     # the driver's pinned host memory behind PyTorch's cache (_pinned.py)
         self.divergences = {}       # kind -> sentence (Note [Divergences])
         self.default_on_device = False  # torch.set_default_device("cuda") on PyTorch 2.x
         self.events = EventLog(os.environ.get("OOMH_EVENTS"))
@@ -225,16 +237,20 @@ class VirtualDevice:
         key = (library, which)
         if key in self.handles:
             return
-        from .caching_allocator import OutOfMemory
         size = LIBRARY_HANDLE_BYTES[library]
+        self.handles[key] = self._library_alloc(library, size) if LIBRARY_THROUGH_SHIM[library] else (None, size)
+        self.events.write("library_alloc", {"library": library, "thread": which, "bytes": size,
+                                            "counted": LIBRARY_THROUGH_SHIM[library]})
+
+    def _library_alloc(self, library, size):
+        from .caching_allocator import OutOfMemory
         try:
-            handle = self.model.source.alloc(size)
+            block = self.model.source.alloc(size)
         except OutOfMemory:
-            handle = None
-        if handle is None:
+            block = None
+        if block is None:
             raise RuntimeError(LIBRARY_ERRORS[library])
-        self.handles[key] = (handle, size)
-        self.events.write("library_alloc", {"library": library, "thread": which, "bytes": size})
+        return block, size
 
     def blas_call(self):
         """The cuBLAS handle and workspace of the thread (and stream) a GPU would run this BLAS call on (Note
@@ -397,7 +413,7 @@ class VirtualDevice:
         # Note [Host memory] (injector/engine/fault_plan.h): a pin asks the driver double for pinned host memory
         # through the shim, so a `memory: host` fault refuses it as cudaHostAlloc is refused on a GPU
         # (python/oomharness/_pinned.py). Without the driver, host memory stays where it is.
-        pinned_host = _pinned.pinned_host_for(self.model)
+        pinned_host = self.pinned_host = _pinned.pinned_host_for(self.model)
 
         def pin_memory(self, *args, **kwargs):
             if pinned_host is None or dev.on_device(self):
@@ -860,11 +876,6 @@ class _DeviceMode(TorchDispatchMode):
                 from_device = True
         if not from_device:
             return out
-        watch = _WATCHED.get(func)
-        if watch is None:
-            watch = _WATCHED[func] = _WATCHED_BY_NAME.get(func.overloadpacket.__name__, False)
-        if watch:
-            watch(dev, out)
         outs = (out,) if isinstance(out, torch.Tensor) else _tensors(out if isinstance(out, (list, tuple)) else (), None)
         swept = False
         for t in outs:
@@ -875,6 +886,12 @@ class _DeviceMode(TorchDispatchMode):
                 dev.sweep(young_only=True)
                 swept = True
             dev.book(t)
+        # After the outputs: a library asks for its handle when the operation runs, its result already allocated.
+        watch = _WATCHED.get(func)
+        if watch is None:
+            watch = _WATCHED[func] = _WATCHED_BY_NAME.get(func.overloadpacket.__name__, False)
+        if watch:
+            watch(dev, out, args)
         return out
 
 
@@ -890,7 +907,7 @@ def _tensors(args, kwargs):
     return found
 
 
-def _softmax(dev, out):
+def _softmax(dev, out, args):
     # Attention computed from its parts on the CPU (PyTorch 1.x's nn.MultiheadAttention, hand-written
     # attention, and PyTorch 2.x's math fallback, whose parts the mode sees) keeps the B*H*S^2 probabilities,
     # which fused attention on a GPU does not (the study: 128 of 388 MiB per sample of the fidelity model;
@@ -901,14 +918,22 @@ def _softmax(dev, out):
                      % "x".join(str(d) for d in out.shape))
 
 
-def _convolution(dev, out):
+def _scalar_read(dev, out, args):
+    # `.item()` of a device tensor: PyTorch 2.x copies the value through a pinned host block (measured on an
+    # H200: a 4-byte cuMemHostAlloc at a loop's first float32 loss.item(); Note [The pinned host cache]).
+    if dev.pinned_host is not None and args and isinstance(args[0], torch.Tensor):
+        dev.pinned_host.scratch(args[0].element_size())
+
+
+def _convolution(dev, out, args):
     dev.conv_call()
     dev.diverged("convolution", "convolutions ran on the CPU: cuDNN's handle is allocated as on a GPU, its "
                  "workspaces and algorithm choice are not modelled")
 
 
-_WATCHED_BY_NAME = {name: (lambda dev, out: dev.blas_call()) for name in BLAS_OPS}
+_WATCHED_BY_NAME = {name: (lambda dev, out, args: dev.blas_call()) for name in BLAS_OPS}
 _WATCHED_BY_NAME.update({"_softmax": _softmax, "softmax": _softmax, "convolution": _convolution,
+                         "_local_scalar_dense": _scalar_read,
                          "convolution_backward": _convolution})
 _WATCHED = {}  # operation -> its watcher, or False: looked up by name once per operation
 

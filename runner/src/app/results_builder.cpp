@@ -290,14 +290,19 @@ nlohmann::json breakdowns(const Trace& trace, double job_start) {
 // that step: parameters, gradients, optimizer state, workspaces; the largest of them, since gradients and
 // optimizer state appear only in the step's backward and optimizer phases) and what the cap left for the
 // batch. The cap is the one the shim accepted (its shim_start event); a job without the probe's breakdowns
-// says only the cap.
+// says only the cap. The library handles the cap counts (cuBLAS's, 64 MiB a thread, outside the caching
+// allocator) are part of the fixed part where the trace shows them (the virtual device's library_alloc
+// events); on a GPU the probe does not see them, and the sentence does not name them.
 std::optional<std::string> cap_use(const Trace& trace) {
   uint64_t cap = 0;
   const Event* best = nullptr;
   double best_fixed = -1;
+  double handles = 0;
   int64_t first_step = INT64_MAX;
   for (const Attempt& a : trace.attempts) {
+    handles = 0;
     for (const Event& e : a.events) {
+      if (is_probe(e, events::kLibraryAlloc) && e.flag("counted", true)) handles += e.number("bytes");
       if (e.src == events::kSrcShim && e.kind == events::kShimStart && cap == 0 && e.number("cap") > 0)
         cap = static_cast<uint64_t>(e.number("cap"));
       if (!is_probe(e, events::kMemoryBreakdown) || !e.has("step")) continue;
@@ -315,10 +320,11 @@ std::optional<std::string> cap_use(const Trace& trace) {
   std::string out = "cap " + format_bytes(cap);
   if (!best) return out + ": no memory breakdown was recorded (no probe, or no step began), so what it left for the batch is unknown";
   const auto bytes = [&](const char* key) { return format_bytes(static_cast<uint64_t>(std::max(0.0, best->number(key)))); };
-  const uint64_t fixed = static_cast<uint64_t>(best_fixed);
+  const uint64_t fixed = static_cast<uint64_t>(best_fixed + handles);
   out += ": at step " + std::to_string(first_step) + " (the harness's count, from 1) the fixed part took " + format_bytes(fixed) +
          " (parameters " + bytes("parameters") + ", gradients " + bytes("gradients") + ", optimizer state " +
-         bytes("optimizer_state") + ", workspaces " + bytes("workspace") + "), ";
+         bytes("optimizer_state") + ", workspaces " + bytes("workspace") +
+         (handles > 0 ? ", cuBLAS handles " + format_bytes(static_cast<uint64_t>(handles)) : std::string()) + "), ";
   if (fixed >= cap) return out + "more than the cap by " + format_bytes(fixed - cap) + ": nothing was left for the batch";
   return out + "leaving " + format_bytes(cap - fixed) + " for the batch (activations and the rest)";
 }
