@@ -57,7 +57,7 @@ if clean python3 -c 'import torch' 2>/dev/null; then
   train="$prefix/share/oomharness/examples/python/train.py"
   for recovery in halve none; do
     rc=0
-    (cd "$work/empty" && clean "$prefix/bin/oomharness" exec -q --simulate --cap 128MiB --expect oom_visible \
+    (cd "$work/empty" && clean "$prefix/bin/oomharness" exec -q --simulate --cap 280MiB --expect oom_visible \
       --expect batch_halving --out "$work/exec-$recovery" -- python3 "$train" --model mlp --steps 4 \
       --batch 4096 --recovery $recovery >"$work/exec-$recovery.log" 2>&1) || rc=$?
     want=0; [ $recovery = none ] && want=1

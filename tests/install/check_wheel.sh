@@ -117,10 +117,10 @@ import pytest
 SMALL = ["--model", "mlp", "--steps", "4", "--batch", "4096"]
 
 def test_halves(oomharness):
-    oomharness.exec([sys.executable, "train.py"] + SMALL + ["--recovery", "halve"], cap="128MiB",
+    oomharness.exec([sys.executable, "train.py"] + SMALL + ["--recovery", "halve"], cap="280MiB",
                     expect=["oom_visible", "batch_halving"])
 
-@pytest.mark.oom(cap="128MiB", expect=["oom_visible", "batch_halving"])
+@pytest.mark.oom(cap="280MiB", expect=["oom_visible", "batch_halving"])
 def test_does_not_halve():
     here = os.path.dirname(os.path.abspath(__file__))
     assert runpy.run_path(os.path.join(here, "train.py"))["main"](SMALL + ["--recovery", "none"]) == 0

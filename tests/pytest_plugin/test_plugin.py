@@ -27,20 +27,23 @@ import os, runpy, sys
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# Under a 280 MiB cap the mlp at batch 4096 runs out in PyTorch's allocator (torch.OutOfMemoryError) after
+# cuBLAS's two 64 MiB handles fit; under 256 MiB autograd's handle is refused first (CUBLAS_STATUS_ALLOC_FAILED,
+# a RuntimeError), as on a GPU (virtual_device.py's Note [What libraries allocate outside the caching allocator]).
 SMALL = ["--model", "mlp", "--steps", "4", "--batch", "4096"]
 CHECKS = ["oom_visible", "batch_halving"]
 
 def test_fixture_halving(oomharness):
-    oomharness.exec([sys.executable, "train.py"] + SMALL + ["--recovery", "halve"], cap="128MiB", expect=CHECKS)
+    oomharness.exec([sys.executable, "train.py"] + SMALL + ["--recovery", "halve"], cap="280MiB", expect=CHECKS)
 
 def test_fixture_no_halving(oomharness):
-    oomharness.exec([sys.executable, "train.py"] + SMALL + ["--recovery", "none"], cap="128MiB", expect=CHECKS)
+    oomharness.exec([sys.executable, "train.py"] + SMALL + ["--recovery", "none"], cap="280MiB", expect=CHECKS)
 
-@pytest.mark.oom(cap="128MiB", expect=CHECKS)
+@pytest.mark.oom(cap="280MiB", expect=CHECKS)
 def test_marker_halving():
     assert runpy.run_path(os.path.join(HERE, "train.py"))["main"](SMALL + ["--recovery", "halve"]) == 0
 
-@pytest.mark.oom(cap="128MiB", expect=CHECKS)
+@pytest.mark.oom(cap="280MiB", expect=CHECKS)
 def test_marker_no_halving():
     assert runpy.run_path(os.path.join(HERE, "train.py"))["main"](SMALL + ["--recovery", "none"]) == 0
 
@@ -50,7 +53,7 @@ def test_fixture_fault_never_fires(oomharness):
                     expect=["oom_visible"])
 
 def test_fixture_command_missing(oomharness):
-    oomharness.exec(["/nonexistent/trainer"], cap="128MiB", expect=CHECKS)
+    oomharness.exec(["/nonexistent/trainer"], cap="280MiB", expect=CHECKS)
 
 @pytest.mark.oom(faults="step=1", expect=CHECKS)
 def test_marker_misspelt_argument():
@@ -62,7 +65,7 @@ def test_marker_bad_cap():
 
 def test_fixture_cwd(oomharness):
     # cwd= relative to the test file's folder: the job runs in proj/tests/data and finds ../train.py.
-    oomharness.exec([sys.executable, "../train.py"] + SMALL + ["--recovery", "halve"], cap="128MiB",
+    oomharness.exec([sys.executable, "../train.py"] + SMALL + ["--recovery", "halve"], cap="280MiB",
                     expect=CHECKS, cwd="data")
 '''
 ALL_TESTS = 9
@@ -234,7 +237,7 @@ BAD_USES = '''
 import sys
 import pytest
 
-@pytest.mark.oomharness(cap="128MiB")
+@pytest.mark.oomharness(cap="280MiB")
 def test_old_marker():
     pass
 
