@@ -539,22 +539,26 @@ std::optional<std::vector<FaultSpec>> Loader::fault_list(const Entry& e, const F
     }
     if (!ok) continue;
     rule["name"] = spec.name;
-    suite::CheckedRule checked = suite::check_fault_rule(rule);
-    if (!checked.rule) {
-      report_rule_problem(checked.problem, item, ff);
+    Expected<nlohmann::json> checked = check_fault_rule(rule);
+    if (!checked) {
+      report_rule_problem(std::move(checked.error()), item, ff);
       continue;
     }
-    spec.rule = std::move(*checked.rule);
+    spec.rule = std::move(checked.value());
     faults.push_back(std::move(spec));
   }
   return faults;
 }
 
-// Points at the node the shim's parser named: the misspelt key itself, or the deepest value on its path.
-void Loader::report_rule_problem(RuleProblem problem, const YAML::Node& item, const Field& f) {
+// Points at the node the shim's parser named (its path is data: Note [One result type]): the misspelt key
+// itself, or the deepest value on its path.
+void Loader::report_rule_problem(Error problem, const YAML::Node& item, const Field& f) {
+  const bool unknown_key = problem.kind == Error::Kind::unknown_key && !problem.path.empty();
+  const size_t depth = problem.path.size() - (unknown_key ? 1 : 0);
   YAML::Node node(item);  // rebound with reset(), never assigned (Note [yaml-cpp assignment])
   Field field = f;
-  for (const std::string& part : problem.path) {
+  for (size_t i = 0; i < depth; ++i) {
+    const std::string& part = problem.path[i];
     const bool index = !part.empty() && std::isdigit(static_cast<unsigned char>(part[0]));
     if (index && node.IsSequence() && std::stoul(part) < node.size()) {
       YAML::Node next = node[std::stoul(part)];
@@ -568,16 +572,16 @@ void Loader::report_rule_problem(RuleProblem problem, const YAML::Node& item, co
       break;
     }
   }
-  if (!problem.unknown_key.empty() && node.IsMap()) {
+  if (unknown_key && node.IsMap()) {
+    const std::string& key = problem.path.back();
     for (auto it = node.begin(); it != node.end(); ++it)
-      if (it->first.IsScalar() && it->first.Scalar() == problem.unknown_key) {
-        d_.error(d_.at(it->first), "unknown key '" + problem.unknown_key + "' in " + field.str() +
-                                       problem.message.substr(problem.message.find('\'', 13) + 1));
+      if (it->first.IsScalar() && it->first.Scalar() == key) {
+        d_.error(d_.at(it->first), "unknown key '" + key + "' in " + field.str() + problem.suggestion);
         return;
       }
   }
-  if (node.IsScalar()) suite::suggest_choice(problem, node.Scalar());
-  d_.error(d_.at(node), field.str() + ": " + problem.message);
+  if (node.IsScalar()) suggest_choice(problem, node.Scalar());
+  d_.error(d_.at(node), field.str() + ": " + problem.message + problem.suggestion);
 }
 
 void Loader::read_restart(Partial& p, const Entry& e, const Field& f) {

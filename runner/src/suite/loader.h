@@ -9,6 +9,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "oomharness/expected.h"
 #include "oomharness/runner/suite.h"
 #include "suite/fault_rule.h"
 #include "suite/job_fields.h"
@@ -72,7 +73,7 @@ class Loader {
   Partial read_fields(const YAML::Node& node, const SourceLocation& where, const std::string& owner, bool is_defaults);
   std::optional<CapChange> read_cap_change(const YAML::Node& node, const SourceLocation& where, const Field& f);
   std::optional<std::vector<FaultSpec>> fault_list(const Entry& e, const Field& f);
-  void report_rule_problem(RuleProblem problem, const YAML::Node& item, const Field& f);
+  void report_rule_problem(Error problem, const YAML::Node& item, const Field& f);
   std::optional<ExpectSpec> read_expect_item(const YAML::Node& item, const Field& f);
   // templates
   std::optional<Text> text(const Entry& e, const Field& f, bool runtime_allowed);
