@@ -34,8 +34,7 @@ inline size_t edit_distance(std::string_view a, std::string_view b) {
 
 // Note [One typo threshold]
 // A "did you mean" asks this one function (suite keys/values, rule phases, --fault/--expect keys, commands
-// and flags). Not yet on it (issue 30): policies/src/registry.cpp's argument picker (always the nearest,
-// however far) and injector/engine/options.cpp's OOMH_ variable picker (up to 3 edits). A typo is a
+// and flags, policy arguments, the shim's OOMH_ variables). A typo is a
 // few edits, fewer for short names ('cwd'/'env', 3 edits, is not one): max(1, min(3, (length + 1) / 3)). When nothing is that close, a name that
 // contains a candidate or is contained in one ('batch_halving_x', 'halving') is taken as the slip.
 // Returns "" when nothing is near.

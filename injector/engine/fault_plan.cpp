@@ -34,14 +34,16 @@ constexpr EntryGroup kGroups[] = {
     {"host", entry_bit(Entry::mem_host_alloc) | entry_bit(Entry::mem_alloc_host) | entry_bit(Entry::mem_host_register)},
 };
 
-// A parse failure: carries the message up to parse_fault_plan, which is the only place that catches it.
+// A parse failure: carries the field and the problem up to parse_fault_plan and check_rule, the only places
+// that catch it: the plan's error is one line, the rule's a structured Error (Note [One result type]).
 struct PlanError {
-  std::string message;
+  std::string where;        // "rules[0].when.steps"; "" for the whole plan
+  std::string problem;      // "'from' is after 'to'", "unknown key 'stpe'"
+  std::string unknown_key;  // the key, for an unknown key in the map at `where`
+  std::string message() const { return where.empty() ? problem : where + ": " + problem; }
 };
 
-[[noreturn]] void fail(const std::string& where, const std::string& problem) {
-  throw PlanError{where.empty() ? problem : where + ": " + problem};
-}
+[[noreturn]] void fail(const std::string& where, const std::string& problem) { throw PlanError{where, problem, {}}; }
 
 std::string join(const std::string& where, const std::string& key) { return where.empty() ? key : where + "." + key; }
 
@@ -50,7 +52,7 @@ void check_keys(const json& object, const std::string& where, const Keys& allowe
   for (auto it = object.begin(); it != object.end(); ++it) {
     bool known = false;
     for (const char* k : allowed) known = known || it.key() == k;
-    if (!known) fail(where, "unknown key '" + it.key() + "'");
+    if (!known) throw PlanError{where, "unknown key '" + it.key() + "'", it.key()};
   }
 }
 void check_keys(const json& object, const std::string& where, std::initializer_list<const char*> allowed) {
@@ -389,7 +391,7 @@ PlanResult parse_fault_plan(std::string_view text) noexcept {
     json root = json::parse(text.begin(), text.end());
     return PlanResult{parse_plan_object(root), {}};
   } catch (const PlanError& e) {
-    return PlanResult{std::nullopt, e.message};
+    return PlanResult{std::nullopt, e.message()};
   } catch (const json::exception& e) {
     return PlanResult{std::nullopt, json_error_text(e.what())};
   } catch (const std::exception& e) {
@@ -467,23 +469,22 @@ CapsResult parse_cap_option(std::string_view text) noexcept {
 }
 
 RuleCheck check_rule(std::string_view rule_json) noexcept {
-  RuleCheck out;
   try {
     json rule = json::parse(rule_json.begin(), rule_json.end());
     Rule parsed = parse_rule(rule, 0);
-    out.json = rule_to_json(parsed).dump();
+    return RuleCheck::success(rule_to_json(parsed).dump());
   } catch (const PlanError& e) {
     // parse_rule names fields from "rules[0]"; the caller knows which rule it is.
-    std::string m = e.message;
-    for (const char* prefix : {"rules[0].", "rules[0]: "})
-      if (m.rfind(prefix, 0) == 0) m.erase(0, std::strlen(prefix));
-    out.error = m;
+    std::vector<std::string> path = split_path(e.where);
+    if (path.size() >= 2 && path[0] == "rules" && path[1] == "0") path.erase(path.begin(), path.begin() + 2);
+    if (e.unknown_key.empty()) return RuleCheck::failure(Error{std::move(path), e.problem, "", Error::Kind::value});
+    path.push_back(e.unknown_key);
+    return RuleCheck::failure(Error{std::move(path), e.problem, "", Error::Kind::unknown_key});
   } catch (const json::exception& e) {
-    out.error = json_error_text(e.what());
+    return RuleCheck::failure(Error{{}, json_error_text(e.what()), "", Error::Kind::value});
   } catch (...) {
-    out.error = "cannot read the rule";
+    return RuleCheck::failure(Error{{}, "cannot read the rule", "", Error::Kind::value});
   }
-  return out;
 }
 
 std::string fault_plan_json(const FaultPlan& plan) {

@@ -5,6 +5,7 @@
 // message that names the field ("rules[0].when: unknown key 'stpe'").
 
 #include <oomharness/control_block.h>
+#include <oomharness/expected.h>
 
 #include <cstdint>
 #include <optional>
@@ -144,14 +145,12 @@ PlanResult parse_fault_plan(std::string_view json) noexcept;
 // A file's errors are prefixed with its path: "/tmp/plan.json: rules[0]: ...".
 PlanResult load_fault_plan(const char* value) noexcept;
 
-// One rule (the JSON of one item of `rules`), checked as the shim checks it. On success `json` is the rule
+// One rule (the JSON of one item of `rules`), checked as the shim checks it. On success the rule's JSON text
 // as the shim will read it (sizes in bytes, times in seconds, every default explicit where it matters);
-// else `error` names the field relative to the rule: "when.steps: 'from' is after 'to'".
-struct RuleCheck {
-  std::string json;
-  std::string error;
-  bool ok() const { return error.empty(); }
-};
+// else an Error whose path is relative to the rule ({"when", "steps"}; Note [One result type]) and whose
+// message has no path in it: "'from' is after 'to'". An unknown key is Error::Kind::unknown_key, its path
+// ending at the key.
+using RuleCheck = Expected<std::string>;
 RuleCheck check_rule(std::string_view rule_json) noexcept;
 
 // The plan as JSON text that parse_fault_plan reads back to the same plan.

@@ -20,8 +20,8 @@ using Metric = CompareRule::Metric;
 constexpr const char* kRuleForms =
     "valid rules: verdict, removed, peak:+5%, peak:+256MiB, recovery:+20%, recovery:+2s, faults_visible:-0";
 
-Expected<CompareRule> bad_rule(const std::string& text, const std::string& why) {
-  return Expected<CompareRule>::failure("bad --fail-on rule '" + text + "': " + why + " (" + kRuleForms + ")");
+ReportExpected<CompareRule> bad_rule(const std::string& text, const std::string& why) {
+  return ReportExpected<CompareRule>::failure("bad --fail-on rule '" + text + "': " + why + " (" + kRuleForms + ")");
 }
 
 std::string pct(double base, double now) {
@@ -100,7 +100,7 @@ std::vector<VerdictChange> verdict_changes(const JobResult* base, const JobResul
 
 }  // namespace
 
-Expected<CompareRule> parse_fail_on(const std::string& text) {
+ReportExpected<CompareRule> parse_fail_on(const std::string& text) {
   CompareRule rule;
   rule.text = text;
   const size_t colon = text.find(':');
@@ -109,11 +109,11 @@ Expected<CompareRule> parse_fail_on(const std::string& text) {
   if (metric == "verdict" || metric == "removed") {
     if (!value.empty()) return bad_rule(text, "'" + metric + "' takes no threshold");
     rule.metric = metric == "verdict" ? Metric::verdict : Metric::removed;
-    return Expected<CompareRule>::success(rule);
+    return ReportExpected<CompareRule>::success(rule);
   }
   if (metric == "faults_visible") {
     rule.metric = Metric::faults_visible;
-    if (value.empty()) return Expected<CompareRule>::success(rule);
+    if (value.empty()) return ReportExpected<CompareRule>::success(rule);
     if (value.front() != '-') return bad_rule(text, "the tolerated drop needs its sign, like -0 or -1");
     value.erase(0, 1);
     size_t used = 0;
@@ -121,12 +121,12 @@ Expected<CompareRule> parse_fail_on(const std::string& text) {
     try { n = std::stoi(value, &used); } catch (const std::exception&) { used = 0; }
     if (used == 0 || used != value.size() || n < 0) return bad_rule(text, "expected a count of faults, like -0 or -1");
     rule.threshold = n;
-    return Expected<CompareRule>::success(rule);
+    return ReportExpected<CompareRule>::success(rule);
   }
   if (metric != "peak" && metric != "recovery") return bad_rule(text, "unknown metric '" + metric + "'");
   rule.metric = metric == "peak" ? Metric::peak : Metric::recovery;
   rule.relative = true;
-  if (value.empty()) return Expected<CompareRule>::success(rule);
+  if (value.empty()) return ReportExpected<CompareRule>::success(rule);
   // The sign is required so that "peak:5" is not silently read as 5 bytes when 5% was meant.
   if (value.front() != '+') return bad_rule(text, "the tolerated growth needs its sign, like +5%");
   value.erase(0, 1);
@@ -139,7 +139,7 @@ Expected<CompareRule> parse_fail_on(const std::string& text) {
     if (used == 0 || used != value.size() || !std::isfinite(d) || d < 0)
       return bad_rule(text, "expected a finite percentage like +5%");
     rule.threshold = d;
-    return Expected<CompareRule>::success(rule);
+    return ReportExpected<CompareRule>::success(rule);
   }
   rule.relative = false;
   const ParseResult parsed = rule.metric == Metric::peak ? parse_bytes(value) : parse_duration(value);
@@ -147,7 +147,7 @@ Expected<CompareRule> parse_fail_on(const std::string& text) {
   if (!std::isfinite(static_cast<double>(*parsed.value)))
     return bad_rule(text, "the tolerated growth must be a finite amount");
   rule.threshold = *parsed.value;
-  return Expected<CompareRule>::success(rule);
+  return ReportExpected<CompareRule>::success(rule);
 }
 
 bool Comparison::regressed() const { return regression_count() > 0; }

@@ -75,32 +75,32 @@ std::optional<std::string> missing_in_results(const json& j) {
 
 }  // namespace
 
-Expected<RunResult> parse_results(const std::string& text, const std::string& name) {
+ReportExpected<RunResult> parse_results(const std::string& text, const std::string& name) {
   json j;
   try {
     j = json::parse(text);
   } catch (const json::parse_error& e) {
     std::string message = detail::clean_json_error(e.what());
     if (message.rfind("parse error at line", 0) == 0) message.erase(0, message.find(": ") + 2);
-    return Expected<RunResult>::failure(name + ":" + position(text, e.byte) + ": " + message);
+    return ReportExpected<RunResult>::failure(name + ":" + position(text, e.byte) + ": " + message);
   }
   if (!j.is_object())
-    return Expected<RunResult>::failure(name + ": not an oomharness results file (expected a JSON object, found " +
+    return ReportExpected<RunResult>::failure(name + ": not an oomharness results file (expected a JSON object, found " +
                                         j.type_name() + ")");
   auto version = j.find("schema_version");
   if (version == j.end())
-    return Expected<RunResult>::failure(name + ": not an oomharness results file (no schema_version)");
+    return ReportExpected<RunResult>::failure(name + ": not an oomharness results file (no schema_version)");
   if (!version->is_number_integer() || version->get<int64_t>() != kResultsSchemaVersion)
-    return Expected<RunResult>::failure(name + ": schema_version " + version->dump() +
+    return ReportExpected<RunResult>::failure(name + ": schema_version " + version->dump() +
                                         " is not supported: this oomharness reads schema_version " +
                                         std::to_string(kResultsSchemaVersion) +
                                         " (use the oomharness that wrote the file, or run the suite again)");
   if (auto missing = missing_in_results(j))
-    return Expected<RunResult>::failure(name + ": not a complete oomharness results file: " + *missing);
+    return ReportExpected<RunResult>::failure(name + ": not a complete oomharness results file: " + *missing);
   try {
-    return Expected<RunResult>::success(j.get<RunResult>());
+    return ReportExpected<RunResult>::success(j.get<RunResult>());
   } catch (const std::exception& e) {  // FieldError, or a json exception from a nested model
-    return Expected<RunResult>::failure(name + ": " + detail::clean_json_error(e.what()));
+    return ReportExpected<RunResult>::failure(name + ": " + detail::clean_json_error(e.what()));
   }
 }
 
@@ -156,10 +156,10 @@ class JobStreamReader {
     return true;
   }
 
-  Expected<RunResult> finish() {
-    if (!error_.empty()) return Expected<RunResult>::failure(error_);
-    if (number_ == 0) return Expected<RunResult>::failure(name_ + ": empty");
-    return Expected<RunResult>::success(std::move(run_));
+  ReportExpected<RunResult> finish() {
+    if (!error_.empty()) return ReportExpected<RunResult>::failure(error_);
+    if (number_ == 0) return ReportExpected<RunResult>::failure(name_ + ": empty");
+    return ReportExpected<RunResult>::success(std::move(run_));
   }
 
  private:
@@ -192,8 +192,8 @@ std::string job_stream_end(const RunResult& run) {
 }
 
 // Note [Bounded results files] in writers.h.
-Expected<RunResult> load_results(const std::string& path, uint64_t max_bytes) {
-  auto fail = [&](const std::string& why) { return Expected<RunResult>::failure(path + ": " + why); };
+ReportExpected<RunResult> load_results(const std::string& path, uint64_t max_bytes) {
+  auto fail = [&](const std::string& why) { return ReportExpected<RunResult>::failure(path + ": " + why); };
   // O_NONBLOCK: opening a FIFO with no writer must not wait for one.
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   if (fd < 0) return fail(std::string("cannot read: ") + std::strerror(errno));

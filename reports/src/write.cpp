@@ -25,8 +25,8 @@ namespace oomh {
 
 namespace {
 
-Expected<Written> failed(const std::string& path, const std::string& what, int err) {
-  return Expected<Written>::failure("cannot write " + path + ": " + what + ": " + std::strerror(err));
+ReportExpected<Written> failed(const std::string& path, const std::string& what, int err) {
+  return ReportExpected<Written>::failure("cannot write " + path + ": " + what + ": " + std::strerror(err));
 }
 
 
@@ -44,13 +44,13 @@ int own_descriptor(const std::string& path) {
   return -1;
 }
 
-Expected<Written> write_to(const std::string& path, int fd, const std::string& content) {
+ReportExpected<Written> write_to(const std::string& path, int fd, const std::string& content) {
   if (!write_all(fd, content)) return failed(path, "writing", errno);
-  return Expected<Written>::success(Written{});
+  return ReportExpected<Written>::success(Written{});
 }
 
 // Opens what exists at `path` (a device, a FIFO) and writes to it, without creating or replacing.
-Expected<Written> write_in_place(const std::string& path, const std::string& content) {
+ReportExpected<Written> write_in_place(const std::string& path, const std::string& content) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY);
   if (fd < 0) return failed(path, "cannot open it", errno);
   auto w = write_to(path, fd, content);
@@ -76,12 +76,12 @@ std::string follow_links(const std::string& path) {
   return {};
 }
 
-Expected<Written> write_replacing(const std::string& path, const std::string& content);
+ReportExpected<Written> write_replacing(const std::string& path, const std::string& content);
 
 }  // namespace
 
-Expected<Written> write_file_atomic(const std::string& path, const std::string& content) {
-  if (path.empty()) return Expected<Written>::failure("cannot write a report: no file name given");
+ReportExpected<Written> write_file_atomic(const std::string& path, const std::string& content) {
+  if (path.empty()) return ReportExpected<Written>::failure("cannot write a report: no file name given");
   if (const int fd = own_descriptor(path); fd >= 0) return write_to(path, fd, content);
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) return write_replacing(path, content);  // nothing there yet
@@ -99,10 +99,10 @@ Expected<Written> write_file_atomic(const std::string& path, const std::string& 
 
 namespace {
 
-Expected<Written> write_replacing(const std::string& path, const std::string& content) {
+ReportExpected<Written> write_replacing(const std::string& path, const std::string& content) {
   namespace fs = std::filesystem;
   const fs::path target(path);
-  if (!target.has_filename()) return Expected<Written>::failure("cannot write " + path + ": not a file name");
+  if (!target.has_filename()) return ReportExpected<Written>::failure("cannot write " + path + ": not a file name");
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
 
   std::random_device rd;
@@ -132,7 +132,7 @@ Expected<Written> write_replacing(const std::string& path, const std::string& co
     ::unlink(temp.c_str());
     return failed(path, "renaming the temporary file", err);
   }
-  return Expected<Written>::success(Written{});
+  return ReportExpected<Written>::success(Written{});
 }
 
 }  // namespace
@@ -148,10 +148,10 @@ bool write_all(int fd, const std::string& content) {
   return true;
 }
 
-Expected<Written> write_file_atomic_at(int dir, const std::string& name, const std::string& content,
+ReportExpected<Written> write_file_atomic_at(int dir, const std::string& name, const std::string& content,
                                        const std::string& shown) {
   if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos)
-    return Expected<Written>::failure("cannot write " + shown + ": not a file name");
+    return ReportExpected<Written>::failure("cannot write " + shown + ": not a file name");
   std::random_device rd;
   std::string temp;
   int fd = -1;
@@ -178,7 +178,7 @@ Expected<Written> write_file_atomic_at(int dir, const std::string& name, const s
     ::unlinkat(dir, temp.c_str(), 0);
     return failed(shown, "renaming the temporary file", err);
   }
-  return Expected<Written>::success(Written{});
+  return ReportExpected<Written>::success(Written{});
 }
 
 }  // namespace oomh

@@ -127,8 +127,25 @@ TEST(FaultPlan, MemoryKindOfRulesAndCaps) {
   EXPECT_EQ(again.plan->caps[0].memory, MemoryKind::host);
   EXPECT_EQ(again.plan->caps[1].memory, MemoryKind::device);
   RuleCheck check = check_rule(R"({"when":{"memory":"host"},"fail":{"forever":true}})");
-  ASSERT_TRUE(check.ok()) << check.error;
-  EXPECT_NE(check.json.find(R"("memory":"host")"), std::string::npos) << check.json;
+  ASSERT_TRUE(check.ok()) << check.error().str();
+  EXPECT_NE(check.value().find(R"("memory":"host")"), std::string::npos) << check.value();
+}
+
+// Note [One result type]: a rule's error carries its field as data, relative to the rule.
+TEST(FaultPlan, ARulesErrorHasItsPathAsData) {
+  RuleCheck steps = check_rule(R"({"when":{"steps":{"from":5,"to":2}}})");
+  ASSERT_FALSE(steps.ok());
+  EXPECT_EQ(steps.error().path, (std::vector<std::string>{"when", "steps"}));
+  EXPECT_EQ(steps.error().message, "'from' is after 'to'");
+  EXPECT_EQ(steps.error().kind, oomh::Error::Kind::value);
+  RuleCheck key = check_rule(R"({"when":{"stpe":5}})");
+  ASSERT_FALSE(key.ok());
+  EXPECT_EQ(key.error().path, (std::vector<std::string>{"when", "stpe"}));
+  EXPECT_EQ(key.error().message, "unknown key 'stpe'");
+  EXPECT_EQ(key.error().kind, oomh::Error::Kind::unknown_key);
+  RuleCheck entry = check_rule(R"({"when":{"entry":["cuMemAlloc","cuMemAloc"]}})");
+  ASSERT_FALSE(entry.ok());
+  EXPECT_EQ(entry.error().path_text(), "when.entry[1]");
 }
 
 TEST(FaultPlan, DefaultsAndOptionalParts) {

@@ -271,3 +271,25 @@ def test_malformed_uses_name_the_test_and_the_argument(installed, tmp_path):
     assert ("oomharness.exec() in tests/test_bad.py::test_fixture_misspelt: unknown argument timeot= (did you mean "
             "timeout=?)") in out, out
     assert not (tmp_path / "reports").exists(), "a job ran: %s" % list((tmp_path / "reports").iterdir())
+
+
+# The job-describing flags of `oomharness exec` that the plugin's arguments do not offer (a test passes them
+# through the fixture's extra_args). A flag added to the job table lands here or in _ARGUMENT_OF_FLAG.
+NOT_OFFERED = {"--name", "--cap-counts", "--clear-faults", "--device"}
+
+
+def test_the_plugins_arguments_are_the_job_tables_flags():
+    """The marker's and the fixture's arguments become `oomharness exec` flags (_ARGUMENT_OF_FLAG); each must
+    be a flag of the runner's job table (Note [One table of job fields] in runner/src/suite/job_table.h),
+    which `oomharness dev job-keys` prints, and every flag of the table must be offered or named above."""
+    import json
+    sys.path.insert(0, os.path.join(SOURCE, "python"))
+    from oomharness import pytest_plugin
+    p = subprocess.run([BINARY, "dev", "job-keys"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
+    table = {f["flag"]: row["key"] for row in json.loads(p.stdout) for f in row["flags"]}
+    offered = set(pytest_plugin._ARGUMENT_OF_FLAG)
+    assert offered <= set(table), "flags the plugin passes that the job table lacks: %s" % (offered - set(table))
+    assert set(table) - offered == NOT_OFFERED, set(table) - offered
+    for flag, argument in pytest_plugin._ARGUMENT_OF_FLAG.items():
+        assert argument in pytest_plugin._ARGUMENTS, (flag, argument)

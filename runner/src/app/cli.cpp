@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <exception>
 #include <iostream>
+#include <stdexcept>
 
 #include "app/commands.h"
 #include "app/predict_command.h"
@@ -19,6 +20,7 @@
 #include "oomharness/names.h"
 #include "oomharness/runner/app.h"
 #include "oomharness/version.h"
+#include "suite/job_table.h"
 
 namespace oomh {
 
@@ -48,30 +50,33 @@ void add_verbosity_flags(CLI::App* cmd, Verbosity& v) {
   cmd->add_flag("-v,--verbose", v.verbose, "More output: every verdict's sentence in the table")->excludes(q);
 }
 
-// The flags that describe one job (exec, sweep, budget). Sweep and budget make their own faults.
+// The flags that describe one job (exec, sweep, budget). Sweep and budget make their own faults. Each
+// flag's help is its row's in the job table, and every flag of the table must be bound here
+// (Note [One table of job fields] in suite/job_table.h).
 void add_job_flags(CLI::App* cmd, app::ExecArgs& a, Verbosity& v, bool with_faults) {
-  cmd->add_option("--cap", a.cap, "Make every GPU look this big to the job: 8GiB, 512MiB");
-  cmd->add_option("--cap-counts", a.cap_counts,
-                  "What the cap counts: allocations (default) or footprint (the CUDA context and driver memory too)");
-  if (with_faults)
-    cmd->add_option("--fault", a.faults, "A fault rule: step=5,times=4 | every=10,min_size=64MiB | ... (repeatable)")
-        ->allow_extra_args(false);
-  cmd->add_option("--expect", a.expects, "A check: batch_halving:factor=0.5,min=8 | exit=0 | ... (repeatable)")
-      ->allow_extra_args(false);
-  cmd->add_option("--timeout", a.timeout, "Stop the job after this long: 30s, 10m (default 10m)");
-  cmd->add_option("--restart", a.restart, "Restart the job up to N times when it dies (default 0)");
-  cmd->add_option("--restart-on", a.restart_on, "What restarts it: oom, nonzero, signal, any (comma list; default oom)");
-  cmd->add_flag("--clear-faults", a.clear_faults, "Restarted attempts run without the faults");
-  cmd->add_option("--target-step", a.target_step, "The step training must reach");
-  cmd->add_option("--name", a.name, "The job's name in reports (default: the command's name)");
-  cmd->add_option("--env", a.env, "NAME=VALUE for the job's environment (repeatable)")->allow_extra_args(false);
+  using suite::job_flag_help;
+  cmd->add_option("--cap", a.cap, job_flag_help("--cap"));
+  cmd->add_option("--cap-counts", a.cap_counts, job_flag_help("--cap-counts"));
+  if (with_faults) cmd->add_option("--fault", a.faults, job_flag_help("--fault"))->allow_extra_args(false);
+  cmd->add_option("--expect", a.expects, job_flag_help("--expect"))->allow_extra_args(false);
+  cmd->add_option("--timeout", a.timeout, job_flag_help("--timeout"));
+  cmd->add_option("--restart", a.restart, job_flag_help("--restart"));
+  cmd->add_option("--restart-on", a.restart_on, job_flag_help("--restart-on"));
+  cmd->add_flag("--clear-faults", a.clear_faults, job_flag_help("--clear-faults"));
+  cmd->add_option("--target-step", a.target_step, job_flag_help("--target-step"));
+  cmd->add_option("--name", a.name, job_flag_help("--name"));
+  cmd->add_option("--env", a.env, job_flag_help("--env"))->allow_extra_args(false);
   add_report_flags(cmd, a.reports);
   cmd->add_flag("--summary", a.summary, "Append the Markdown summary to $GITHUB_STEP_SUMMARY");
   cmd->add_option("-o,--out", a.out_dir, "Output folder (default " + a.out_dir + ")");
   cmd->add_flag("--simulate", a.simulate, "Run on the CPU driver double instead of a GPU");
   cmd->add_flag("--strict", a.strict, "An inconclusive job fails the run");
-  cmd->add_option("--device", a.device, "Where the job's CUDA work runs: auto (default), gpu or virtual");
+  cmd->add_option("--device", a.device, job_flag_help("--device"));
   add_verbosity_flags(cmd, v);
+  for (const suite::JobKey& k : suite::job_keys())
+    for (const suite::JobFlag& f : k.flags)
+      if (!f.name.empty() && !cmd->get_option_no_throw(std::string(f.name)) && (with_faults || f.name != "--fault"))
+        throw std::logic_error("the job table's flag " + std::string(f.name) + " is not bound to an option of " + cmd->get_name());
 }
 
 // Note [Did you mean, on the command line]
@@ -289,6 +294,11 @@ int parse_and_run(std::vector<std::string> args) {
   agent->add_option("plan", agent_plan, "The agent's plan (plan.json in the run's output folder)")->required();
   agent->group("");  // not listed in --help: users never type it
 
+  std::string dev_what;
+  CLI::App* dev = app.add_subcommand("dev", "(internal) What the project's own tests ask of the runner: job-keys");
+  dev->add_option("what", dev_what, "job-keys: the job table as JSON")->required()->check(CLI::IsMember({"job-keys"}));
+  dev->group("");
+
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   try {
@@ -358,6 +368,7 @@ int parse_and_run(std::vector<std::string> args) {
   if (explain->parsed()) return to_int(app::command_explain(explain_file, explain_filters, out, err, explain_max_size));
   if (compare->parsed()) return to_int(app::command_compare(compare_args, out, err));
   if (agent->parsed()) return to_int(app::command_agent(agent_plan, out, err));
+  if (dev->parsed()) return to_int(app::command_dev_job_keys(out));
   if (demo->parsed()) return to_int(app::command_demo(demo_out, args, out, err));
   return to_int(ExitCode::usage_error);
 }

@@ -130,6 +130,9 @@ ExitCode command_budget(const BudgetArgs& args, std::ostream& out, std::ostream&
 ExitCode command_compare(const CompareArgs& args, std::ostream& out, std::ostream& err);
 // `oomharness agent PLAN`: what a Slurm job runs on its node (Note [Backends]).
 ExitCode command_agent(const std::string& plan_path, std::ostream& out, std::ostream& err);
+// `oomharness dev job-keys` (hidden): the job table as JSON (Note [One table of job fields] in
+// suite/job_table.h), for the checks of what other languages say about a job (tests/python).
+ExitCode command_dev_job_keys(std::ostream& out);
 ExitCode command_demo(const std::string& out_dir, const std::vector<std::string>& command_line, std::ostream& out,
                       std::ostream& err);
 

@@ -9,6 +9,7 @@
 #include "oomharness/runner/cli_specs.h"
 #include "oomharness/reports/writers.h"
 #include "oomharness/units.h"
+#include "suite/job_table.h"
 
 namespace fs = std::filesystem;
 
@@ -156,6 +157,19 @@ ExitCode command_compare(const CompareArgs& args, std::ostream& out, std::ostrea
     }
   }
   return c.regressed() ? ExitCode::tests_failed : ExitCode::ok;
+}
+
+ExitCode command_dev_job_keys(std::ostream& out) {
+  nlohmann::json keys = nlohmann::json::array();
+  for (const suite::JobKey& k : suite::job_keys()) {
+    nlohmann::json flags = nlohmann::json::array();
+    for (const suite::JobFlag& f : k.flags)
+      if (!f.name.empty()) flags.push_back({{"flag", f.name}, {"help", f.help}});
+    keys.push_back({{"key", k.key}, {"takes", k.takes}, {"default", k.default_text}, {"help", k.help},
+                    {"in_defaults", k.in_defaults}, {"flags", flags}});
+  }
+  out << keys.dump(2) << "\n";
+  return ExitCode::ok;
 }
 
 }  // namespace oomh::app

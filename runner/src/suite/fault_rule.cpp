@@ -17,31 +17,6 @@ std::vector<std::string> names(const Table& table) {
   return std::vector<std::string>(std::begin(table), std::end(table));
 }
 
-// "when.steps.from: must be ..." -> ({"when", "steps", "from"}, "must be ..."); "when.entry[1]: ..." too.
-RuleProblem split(const std::string& error) {
-  RuleProblem p;
-  size_t colon = error.find(": ");
-  std::string head = colon == std::string::npos ? std::string() : error.substr(0, colon);
-  // A path is made of names, dots and [N]; anything else means the message has no path.
-  bool is_path = !head.empty() && head.find_first_not_of("abcdefghijklmnopqrstuvwxyz_.[]0123456789") == std::string::npos;
-  if (!is_path) {
-    p.message = error;
-    return p;
-  }
-  p.message = error.substr(colon + 2);
-  std::string part;
-  for (char c : head) {
-    if (c == '.' || c == '[' || c == ']') {
-      if (!part.empty()) p.path.push_back(part);
-      part.clear();
-    } else {
-      part += c;
-    }
-  }
-  if (!part.empty()) p.path.push_back(part);
-  return p;
-}
-
 }  // namespace
 
 std::vector<std::string> rule_keys_at(const std::vector<std::string>& path) {
@@ -52,24 +27,17 @@ std::vector<std::string> rule_keys_at(const std::vector<std::string>& path) {
   return {};
 }
 
-CheckedRule check_fault_rule(const nlohmann::json& rule) {
-  CheckedRule out;
+Expected<nlohmann::json> check_fault_rule(const nlohmann::json& rule) {
   // A suite may hold any bytes: invalid UTF-8 in a value is replaced (U+FFFD), and the shim's parser then
   // refuses the value it cannot read, never the dump (tests/fuzz/crashes/suite/fault-rule-invalid-utf8.yaml).
   inject::RuleCheck check = inject::check_rule(rule.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-  if (check.ok()) {
-    out.rule = nlohmann::json::parse(check.json);
-    return out;
+  if (check) return Expected<nlohmann::json>::success(nlohmann::json::parse(check.value()));
+  Error problem = std::move(check.error());
+  if (problem.kind == Error::Kind::unknown_key && !problem.path.empty()) {
+    const std::vector<std::string> map_path(problem.path.begin(), problem.path.end() - 1);
+    problem.suggestion = suggestion(problem.path.back(), rule_keys_at(map_path), "known keys");
   }
-  out.problem = split(check.error);
-  const std::string& m = out.problem.message;
-  const std::string prefix = "unknown key '";
-  if (m.rfind(prefix, 0) == 0 && m.size() > prefix.size() + 1 && m.back() == '\'') {
-    out.problem.unknown_key = m.substr(prefix.size(), m.size() - prefix.size() - 1);
-    std::vector<std::string> known = rule_keys_at(out.problem.path);
-    out.problem.message += suggestion(out.problem.unknown_key, known, "known keys");
-  }
-  return out;
+  return Expected<nlohmann::json>::failure(std::move(problem));
 }
 
 std::optional<std::string> check_fault_plan(const nlohmann::json& plan) {
@@ -88,7 +56,7 @@ std::vector<std::string> cap_counting_names() {
   return {inject::cap_counting_name(inject::CapCounting::allocations), inject::cap_counting_name(inject::CapCounting::footprint)};
 }
 
-void suggest_choice(RuleProblem& problem, const std::string& written) {
+void suggest_choice(Error& problem, const std::string& written) {
   const auto& path = problem.path;
   std::vector<std::string> choices;
   if (!path.empty() && path.back() == "phase") {
@@ -98,13 +66,13 @@ void suggest_choice(RuleProblem& problem, const std::string& written) {
   } else if (!path.empty() && path.back() == "memory") {
     choices = names(inject::kMemoryChoices);
   }
-  if (choices.empty() || problem.message.rfind("unknown", 0) != 0) return;
+  if (problem.kind == Error::Kind::unknown_key || choices.empty() || problem.message.rfind("unknown", 0) != 0) return;
   std::string near = nearest_name(written, choices);
   if (near.empty()) return;
   // "unknown phase "forwards" (did you mean 'forward'?; use forward, backward, ...)"
   size_t use = problem.message.find(" (use ");
   if (use != std::string::npos) problem.message.replace(use, 6, " (did you mean '" + near + "'?; use ");
-  else problem.message += " (did you mean '" + near + "'?)";
+  else problem.suggestion = " (did you mean '" + near + "'?)";
 }
 
 }  // namespace oomh::suite

@@ -9,20 +9,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "oomharness/expected.h"
+
 namespace oomh::suite {
 
-struct RuleProblem {
-  std::vector<std::string> path;  // the field the shim's parser named: {"when", "steps", "from"}, {"fail"}, {"when", "entry", "1"}
-  std::string message;            // its words, with a suggestion added for a misspelt key, phase or entry point
-  std::string unknown_key;        // set for "unknown key 'x'": the key, found in the map at `path`
-};
-
-struct CheckedRule {
-  std::optional<nlohmann::json> rule;  // the rule as the shim reads it: sizes in bytes, times in seconds
-  RuleProblem problem;                 // when `rule` is empty
-};
-
-CheckedRule check_fault_rule(const nlohmann::json& rule);
+// The rule as the shim reads it (sizes in bytes, times in seconds), or the shim's Error (Note [One result
+// type] in include/oomharness/expected.h): its path relative to the rule ({"when", "steps", "from"},
+// {"fail"}, {"when", "entry", "1"}; for an unknown key, ending at the key), its words, and for a misspelt
+// key the suggestion from the keys the shim's table allows.
+Expected<nlohmann::json> check_fault_rule(const nlohmann::json& rule);
 
 // The whole plan of a job (its rules and caps), checked by the shim's parser: its problem, or nullopt.
 std::optional<std::string> check_fault_plan(const nlohmann::json& plan);
@@ -36,6 +31,6 @@ std::vector<std::string> cap_counting_names();
 std::vector<std::string> rule_keys_at(const std::vector<std::string>& path);
 
 // Adds " (did you mean 'x'?)" to a problem with a misspelt phase or entry point, given the value written.
-void suggest_choice(RuleProblem& problem, const std::string& written);
+void suggest_choice(Error& problem, const std::string& written);
 
 }  // namespace oomh::suite

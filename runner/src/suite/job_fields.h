@@ -6,8 +6,8 @@
 // (they once did: `exec --restart-on signal` appended to the default `oom` and restarted after an OOM
 // exit, and `exec --expect completes=N` never set the target step). merge lays one JobFields over
 // another: maps (env, observe, memory, restart) key by key, every other field replaces.
-// A new field is written in three places side by side: the struct, merge and build_job below, and one
-// reader in load.cpp's table of keys.
+// A new field is a member below and one row of the job table (Note [One table of job fields] in
+// job_table.h), which holds its reader, its merge and its build.
 
 #include <map>
 #include <optional>

@@ -31,6 +31,8 @@
 #include "oomharness/runner/suite.h"
 #include "suite/fault_rule.h"
 #include "suite/job_fields.h"
+#include "suite/job_table.h"
+#include "suite/loader.h"
 #include "suite/limits.h"
 #include "suite/matrix.h"
 #include "suite/names.h"
@@ -38,19 +40,10 @@
 #include "suite/shell_words.h"
 #include "suite/templates.h"
 
-namespace oomh {
+namespace oomh::suite {
 namespace {
 
-using suite::Combination;
-using suite::Diagnostics;
-using suite::Entry;
-using suite::Field;
-using suite::Reader;
-
 const std::vector<std::string> top_keys = {"version", "name", "backend", "defaults", "matrix", "jobs"};
-const std::vector<std::string> job_keys = {"name", "run", "shell", "cwd", "env", "timeout", "grace", "probe", "device",
-                                           "observe", "memory", "faults", "restart", "expect", "target_step",
-                                           "ranks", "sweep"};
 const std::vector<std::string> memory_keys = {"limit", "counts", "schedule", "reserve", "leave", "reserve_chunk", "snapshot", "per"};
 // What a cap bounds: `rank`, each process of a job with ranks on its own (the only one there is, and what a
 // job without ranks has); `job`, the ranks together, is named so that asking for it gets a clear refusal.
@@ -67,30 +60,6 @@ const std::vector<std::string> sweep_keys = {"step", "modes", "transient_times"}
 const std::vector<std::string> sweep_modes = {"transient", "persistent"};
 const std::vector<std::string> reserved_variables = {"suite_dir", "workdir", "attempt"};
 
-// A string that may name template variables, with where it came from.
-struct Text {
-  std::string text;
-  SourceLocation where;
-};
-
-// One job's fields (or the defaults') as the file gives them (Note [Job fields]), with what only the
-// reading needs: the command, split once `shell` is known (defaults may set it), and which keys were
-// written and which had errors.
-struct Partial {
-  suite::JobFields fields;
-  std::optional<Entry> run;
-  std::set<std::string> given;  // keys written, valid or not
-  std::set<std::string> bad;    // keys whose value had an error (reported): later checks skip them
-};
-
-// `over` laid over `base`.
-Partial merge(Partial base, const Partial& over) {
-  base.fields = suite::merge(std::move(base.fields), over.fields);
-  if (over.run) base.run = over.run;
-  base.given.insert(over.given.begin(), over.given.end());
-  base.bad.insert(over.bad.begin(), over.bad.end());
-  return base;
-}
 
 // [A-Za-z_][A-Za-z0-9_]*, without a regex engine (the name is the user's input).
 bool is_variable_name(const std::string& s) {
@@ -116,61 +85,16 @@ std::vector<std::string> policy_names() {
   return out;
 }
 
-class Loader {
- public:
-  Loader(const std::string& file, const std::string& dir, const SuiteLimits& limits)
-      : d_(file), r_(d_), dir_(dir), limits_(limits) {}
+}  // namespace
 
-  SuiteLoad load(const std::string& text, const std::string& default_name);
+Partial merge(Partial base, const Partial& over) {
+  base.fields = merge(std::move(base.fields), over.fields);
+  if (over.run) base.run = over.run;
+  base.given.insert(over.given.begin(), over.given.end());
+  base.bad.insert(over.bad.begin(), over.bad.end());
+  return base;
+}
 
- private:
-  // pass 1
-  void read_matrix(const Entry& e);
-  std::optional<Combination> read_combination(const YAML::Node& node, const SourceLocation& where, const Field& f,
-                                              bool axes_only);
-  // pass 2
-  Partial read_fields(const YAML::Node& node, const SourceLocation& where, const std::string& owner, bool is_defaults);
-  void read_field(Partial& p, const Entry& e, const Field& owner);
-  void read_env(Partial& p, const Entry& e, const Field& f);
-  void read_observe(Partial& p, const Entry& e, const Field& f);
-  void read_memory(Partial& p, const Entry& e, const Field& f);
-  std::optional<CapChange> read_cap_change(const YAML::Node& node, const SourceLocation& where, const Field& f);
-  std::optional<std::vector<FaultSpec>> read_faults(const Entry& e, const Field& f);
-  void report_rule_problem(suite::RuleProblem problem, const YAML::Node& item, const Field& f);
-  void read_restart(Partial& p, const Entry& e, const Field& f);
-  void read_sweep(Partial& p, const Entry& e, const Field& f);
-  std::optional<std::vector<ExpectSpec>> read_expect(const Entry& e, const Field& f);
-  std::optional<ExpectSpec> read_expect_item(const YAML::Node& item, const Field& f);
-  // templates
-  std::optional<Text> text(const Entry& e, const Field& f, bool runtime_allowed);
-  bool check_template(const Text& t, const Field& f, bool runtime_allowed);
-  // pass 3
-  struct JobTemplate {
-    std::string name;               // as written, templates unexpanded
-    SourceLocation where;
-    Partial fields;
-    std::vector<Text> argv;         // run, split (or the sh -c form)
-    bool shell = false;
-  };
-  std::optional<JobTemplate> make_job(Partial job, const SourceLocation& where, const std::string& owner);
-  std::optional<std::vector<Text>> command(const Entry& run, bool shell, const Field& f);
-  void expand_job(const JobTemplate& t, std::vector<JobSpec>& out);
-  JobSpec instantiate(const JobTemplate& t, const Combination& values);
-  void check_duplicates(const std::vector<JobSpec>& jobs, const std::vector<size_t>& origin);
-  void check_file_names(const Suite& suite, const std::vector<size_t>& origin);
-  bool check_name(const std::string& name, const SourceLocation& where, const std::string& what);
-
-  std::vector<std::string> variables(bool runtime_allowed) const;
-
-  Diagnostics d_;
-  Reader r_;
-  std::string dir_;
-  SuiteLimits limits_;
-  bool too_many_jobs_ = false;  // reported once; nothing more is expanded
-  suite::Matrix matrix_;
-  std::vector<Combination> combinations_;
-  std::vector<std::string> matrix_variables_;
-};
 
 // ---------------------------------------------------------------------------------------------------
 // The top level.
@@ -382,68 +306,80 @@ void Loader::read_matrix(const Entry& e) {
 Partial Loader::read_fields(const YAML::Node& node, const SourceLocation& where, const std::string& owner, bool is_defaults) {
   Partial p;
   const Field f{owner, ""};
-  auto entries = r_.map(node, where, f, job_keys);
+  // The keys, their readers and which belong to each job alone: the job table (Note [One table of job fields]).
+  auto entries = r_.map(node, where, f, job_key_names());
   if (!entries) return p;
   for (const auto& e : *entries) {
-    if (is_defaults && (e.key == "name" || e.key == "run")) {
+    const JobKey* key = find_job_key(e.key);
+    if (!key) continue;  // reported by map
+    if (is_defaults && !key->in_defaults) {
       d_.error(e.key_at, "'" + e.key + "' cannot be in defaults: each job gives its own");
       continue;
     }
     const size_t before = d_.count();
     p.given.insert(e.key);
-    read_field(p, e, f);
+    (this->*key->read)(p, e, f / e.key);
     if (d_.count() > before) p.bad.insert(e.key);
   }
   return p;
 }
 
-void Loader::read_field(Partial& p, const Entry& e, const Field& owner) {
-  const Field f = owner / e.key;
-  const std::string& k = e.key;
-  if (k == "name") {
-    if (auto t = text(e, f, false)) p.fields.name = t->text;
-  } else if (k == "run") {
-    if (!e.value.IsScalar() && !e.value.IsSequence())
-      d_.error(e.value_at, f.str() + ": expected a command (a string or a list of strings), got " + suite::describe(e.value));
-    else p.run = e;
-  } else if (k == "shell") {
-    p.fields.shell = r_.boolean(e, f);
-  } else if (k == "cwd") {
-    if (auto t = text(e, f, true)) p.fields.cwd = t->text;
-  } else if (k == "env") {
-    read_env(p, e, f);
-  } else if (k == "timeout" || k == "grace") {
-    auto v = r_.duration(e, f);
-    if (v && k == "timeout" && *v <= 0) {
-      d_.error(e.value_at, f.str() + ": must be longer than 0, got '" + e.value.Scalar() + "'");
-      v.reset();
-    }
-    (k == "timeout" ? p.fields.timeout : p.fields.grace) = v;
-  } else if (k == "device") {
-    if (auto m = r_.choice(e.value, e.value_at, f, {"auto", "gpu", "virtual"}, "device"))
-      p.fields.device = device_choice_from_name(*m);
-  } else if (k == "probe") {
-    if (auto m = r_.choice(e.value, e.value_at, f, probe_modes, "probe mode"))
-      p.fields.probe = probe_mode_from_name(*m);
-  } else if (k == "observe") {
-    read_observe(p, e, f);
-  } else if (k == "memory") {
-    read_memory(p, e, f);
-  } else if (k == "faults") {
-    p.fields.faults = read_faults(e, f);
-  } else if (k == "restart") {
-    read_restart(p, e, f);
-  } else if (k == "expect") {
-    p.fields.expect = read_expect(e, f);
-  } else if (k == "target_step") {
-    p.fields.target_step = r_.integer(e, f, 0);
-  } else if (k == "ranks") {
-    if (auto n = r_.integer(e, f, 1)) {
-      if (*n > suite::kMaxRanks) d_.error(e.value_at, f.str() + ": at most " + std::to_string(suite::kMaxRanks) + " ranks, got '" + e.value.Scalar() + "'");
-      else p.fields.ranks = static_cast<int>(*n);
-    }
-  } else if (k == "sweep") {
-    read_sweep(p, e, f);
+void Loader::read_name(Partial& p, const Entry& e, const Field& f) {
+  if (auto t = text(e, f, false)) p.fields.name = t->text;
+}
+
+void Loader::read_run(Partial& p, const Entry& e, const Field& f) {
+  if (!e.value.IsScalar() && !e.value.IsSequence())
+    d_.error(e.value_at, f.str() + ": expected a command (a string or a list of strings), got " + describe(e.value));
+  else p.run = e;
+}
+
+void Loader::read_shell(Partial& p, const Entry& e, const Field& f) { p.fields.shell = r_.boolean(e, f); }
+
+void Loader::read_cwd(Partial& p, const Entry& e, const Field& f) {
+  if (auto t = text(e, f, true)) p.fields.cwd = t->text;
+}
+
+void Loader::read_timeout(Partial& p, const Entry& e, const Field& f) {
+  auto v = r_.duration(e, f);
+  if (v && *v <= 0) {
+    d_.error(e.value_at, f.str() + ": must be longer than 0, got '" + e.value.Scalar() + "'");
+    v.reset();
+  }
+  p.fields.timeout = v;
+}
+
+void Loader::read_grace(Partial& p, const Entry& e, const Field& f) { p.fields.grace = r_.duration(e, f); }
+
+void Loader::read_device(Partial& p, const Entry& e, const Field& f) {
+  if (auto m = r_.choice(e.value, e.value_at, f, {"auto", "gpu", "virtual"}, "device"))
+    p.fields.device = device_choice_from_name(*m);
+}
+
+void Loader::read_probe(Partial& p, const Entry& e, const Field& f) {
+  if (auto m = r_.choice(e.value, e.value_at, f, probe_modes, "probe mode")) p.fields.probe = probe_mode_from_name(*m);
+}
+
+void Loader::read_faults(Partial& p, const Entry& e, const Field& f) { p.fields.faults = fault_list(e, f); }
+
+void Loader::read_expect(Partial& p, const Entry& e, const Field& f) {
+  auto items = r_.list(e.value, e.value_at, f);
+  if (!items) {
+    p.fields.expect.reset();
+    return;
+  }
+  std::vector<ExpectSpec> out;
+  for (size_t i = 0; i < items->size(); ++i)
+    if (auto spec = read_expect_item((*items)[i], f[i])) out.push_back(std::move(*spec));
+  p.fields.expect = std::move(out);
+}
+
+void Loader::read_target_step(Partial& p, const Entry& e, const Field& f) { p.fields.target_step = r_.integer(e, f, 0); }
+
+void Loader::read_ranks(Partial& p, const Entry& e, const Field& f) {
+  if (auto n = r_.integer(e, f, 1)) {
+    if (*n > kMaxRanks) d_.error(e.value_at, f.str() + ": at most " + std::to_string(kMaxRanks) + " ranks, got '" + e.value.Scalar() + "'");
+    else p.fields.ranks = static_cast<int>(*n);
   }
 }
 
@@ -570,7 +506,7 @@ void Loader::read_memory(Partial& p, const Entry& e, const Field& f) {
 
 // Note [One rule schema]: the YAML is only translated into the rule's JSON; the shim's parser decides,
 // and its problem is reported at the node it names.
-std::optional<std::vector<FaultSpec>> Loader::read_faults(const Entry& e, const Field& f) {
+std::optional<std::vector<FaultSpec>> Loader::fault_list(const Entry& e, const Field& f) {
   auto items = r_.list(e.value, e.value_at, f);
   if (!items) return std::nullopt;
   std::vector<FaultSpec> faults;
@@ -603,22 +539,26 @@ std::optional<std::vector<FaultSpec>> Loader::read_faults(const Entry& e, const 
     }
     if (!ok) continue;
     rule["name"] = spec.name;
-    suite::CheckedRule checked = suite::check_fault_rule(rule);
-    if (!checked.rule) {
-      report_rule_problem(checked.problem, item, ff);
+    Expected<nlohmann::json> checked = check_fault_rule(rule);
+    if (!checked) {
+      report_rule_problem(std::move(checked.error()), item, ff);
       continue;
     }
-    spec.rule = std::move(*checked.rule);
+    spec.rule = std::move(checked.value());
     faults.push_back(std::move(spec));
   }
   return faults;
 }
 
-// Points at the node the shim's parser named: the misspelt key itself, or the deepest value on its path.
-void Loader::report_rule_problem(suite::RuleProblem problem, const YAML::Node& item, const Field& f) {
+// Points at the node the shim's parser named (its path is data: Note [One result type]): the misspelt key
+// itself, or the deepest value on its path.
+void Loader::report_rule_problem(Error problem, const YAML::Node& item, const Field& f) {
+  const bool unknown_key = problem.kind == Error::Kind::unknown_key && !problem.path.empty();
+  const size_t depth = problem.path.size() - (unknown_key ? 1 : 0);
   YAML::Node node(item);  // rebound with reset(), never assigned (Note [yaml-cpp assignment])
   Field field = f;
-  for (const std::string& part : problem.path) {
+  for (size_t i = 0; i < depth; ++i) {
+    const std::string& part = problem.path[i];
     const bool index = !part.empty() && std::isdigit(static_cast<unsigned char>(part[0]));
     if (index && node.IsSequence() && std::stoul(part) < node.size()) {
       YAML::Node next = node[std::stoul(part)];
@@ -632,16 +572,16 @@ void Loader::report_rule_problem(suite::RuleProblem problem, const YAML::Node& i
       break;
     }
   }
-  if (!problem.unknown_key.empty() && node.IsMap()) {
+  if (unknown_key && node.IsMap()) {
+    const std::string& key = problem.path.back();
     for (auto it = node.begin(); it != node.end(); ++it)
-      if (it->first.IsScalar() && it->first.Scalar() == problem.unknown_key) {
-        d_.error(d_.at(it->first), "unknown key '" + problem.unknown_key + "' in " + field.str() +
-                                       problem.message.substr(problem.message.find('\'', 13) + 1));
+      if (it->first.IsScalar() && it->first.Scalar() == key) {
+        d_.error(d_.at(it->first), "unknown key '" + key + "' in " + field.str() + problem.suggestion);
         return;
       }
   }
-  if (node.IsScalar()) suite::suggest_choice(problem, node.Scalar());
-  d_.error(d_.at(node), field.str() + ": " + problem.message);
+  if (node.IsScalar()) suggest_choice(problem, node.Scalar());
+  d_.error(d_.at(node), field.str() + ": " + problem.message + problem.suggestion);
 }
 
 void Loader::read_restart(Partial& p, const Entry& e, const Field& f) {
@@ -810,15 +750,6 @@ std::optional<ExpectSpec> Loader::read_expect_item(const YAML::Node& item, const
     return std::nullopt;
   }
   return spec;
-}
-
-std::optional<std::vector<ExpectSpec>> Loader::read_expect(const Entry& e, const Field& f) {
-  auto items = r_.list(e.value, e.value_at, f);
-  if (!items) return std::nullopt;
-  std::vector<ExpectSpec> out;
-  for (size_t i = 0; i < items->size(); ++i)
-    if (auto spec = read_expect_item((*items)[i], f[i])) out.push_back(std::move(*spec));
-  return out;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -996,11 +927,13 @@ void Loader::expand_job(const JobTemplate& t, std::vector<JobSpec>& out) {
   }
 }
 
+namespace {
 std::string describe_combination(const Combination& c) {
   std::string out;
   for (const auto& [key, value] : c) out += (out.empty() ? "" : ", ") + key + "='" + value + "'";
   return out;
 }
+}  // namespace
 
 bool Loader::check_name(const std::string& name, const SourceLocation& where, const std::string& what) {
   auto problem = suite::name_problem(name);
@@ -1066,9 +999,9 @@ void Loader::check_duplicates(const std::vector<JobSpec>& jobs, const std::vecto
   }
 }
 
-}  // namespace
+}  // namespace oomh::suite
 
-// ---------------------------------------------------------------------------------------------------
+namespace oomh {
 
 SuiteLoad load_suite_text(const std::string& text, const std::string& file_name, const std::string& dir,
                           const SuiteLimits& limits) {
@@ -1076,7 +1009,7 @@ SuiteLoad load_suite_text(const std::string& text, const std::string& file_name,
   std::filesystem::path absolute = std::filesystem::absolute(dir.empty() ? "." : dir, ec);
   const std::string abs_dir = ec ? dir : absolute.lexically_normal().string();
   std::string stem = std::filesystem::path(file_name).stem().string();
-  Loader loader(file_name, abs_dir.size() > 1 && abs_dir.back() == '/' ? abs_dir.substr(0, abs_dir.size() - 1) : abs_dir,
+  suite::Loader loader(file_name, abs_dir.size() > 1 && abs_dir.back() == '/' ? abs_dir.substr(0, abs_dir.size() - 1) : abs_dir,
                 limits);
   return loader.load(text, stem);
 }

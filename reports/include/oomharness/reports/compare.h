@@ -34,7 +34,7 @@ struct CompareRule {
 };
 
 // Parses one --fail-on rule: "peak:+5%". The error quotes the rule and lists the valid forms.
-Expected<CompareRule> parse_fail_on(const std::string& text);
+ReportExpected<CompareRule> parse_fail_on(const std::string& text);
 
 struct VerdictChange {
   std::string policy;

@@ -40,9 +40,9 @@ inline constexpr uint64_t kMaxResultsFileBytes = 64ull << 20;
 // Reads a results file (or a job stream, above). Fails, naming the file, on I/O errors, JSON syntax errors (with line:column),
 // another schema_version, missing required fields and fields of the wrong type (with their path:
 // "suites[0].jobs[2].status"), and on a file that is not a regular one or is larger than `max_bytes`.
-Expected<RunResult> load_results(const std::string& path, uint64_t max_bytes = kMaxResultsFileBytes);
+ReportExpected<RunResult> load_results(const std::string& path, uint64_t max_bytes = kMaxResultsFileBytes);
 // The same, from text already read; `name` stands for the file in messages.
-Expected<RunResult> parse_results(const std::string& text, const std::string& name);
+ReportExpected<RunResult> parse_results(const std::string& text, const std::string& name);
 
 // --junit: JUnit XML as GitHub's test reporters, GitLab and Jenkins read it.
 std::string render_junit(const RunResult& run);
@@ -64,13 +64,13 @@ std::string render_perfetto(const RunResult& run);
 // never sees a half-written report. On failure nothing is left behind and the error names the path.
 // `-` (and /dev/stdout, /dev/fd/N) is standard output (that descriptor); a FIFO or device is written to
 // and a symlink followed, never replaced (Note [Where a report goes] in write.cpp).
-Expected<Written> write_file_atomic(const std::string& path, const std::string& content);
+ReportExpected<Written> write_file_atomic(const std::string& path, const std::string& content);
 
 // The same for a file of the run folder (Note [A run folder the runner owns] in runner/src/exec/
 // run_folder.h): `name` (one path component) in the open folder `dir`, through a temporary name created
 // with O_EXCL and renamed with renameat, so nothing planted there (a link, a FIFO) is followed or written
 // into: whatever was at `name` is replaced. `shown` names the file in an error.
-Expected<Written> write_file_atomic_at(int dir, const std::string& name, const std::string& content,
+ReportExpected<Written> write_file_atomic_at(int dir, const std::string& name, const std::string& content,
                                        const std::string& shown);
 
 // Writes all of `content` to `fd`, again after EINTR and short writes. False on an error (errno says which,
