@@ -70,7 +70,7 @@ inline constexpr const char* kAttemptStart = "attempt_start";  // attempt, argv
 inline constexpr const char* kAttemptExit = "attempt_exit";    // attempt, code, signal, timed_out, oom_message
 inline constexpr const char* kObserved = "observed";           // key, value, stream, line  (a stdout/stderr regex hit)
 inline constexpr const char* kReclaimed = "reclaimed";         // pid, device, bytes (a dead process's bytes given back)
-// A distributed job's rank stopped advancing after another rank ended (Note [Hang detection] in job_runner.cpp):
+// A distributed job's rank stopped advancing after another rank ended (Note [Hang detection] in job_runner_hangs.cpp):
 // rank (the one that stalled), step (its last step in progress, -1 unknown), waited (seconds since another
 // rank ended or since its last step, whichever is later), stall (the limit), after_rank (the rank that ended first).
 inline constexpr const char* kHang = "hang";

@@ -201,7 +201,7 @@ static std::string rank_end_text(const Attempt& a, int rank, bool raised_oom) {
 
 Verdict no_hang(const Trace& trace, const nlohmann::json& args) {
   double limit = args.value("stall", 60.0);
-  // Note [Hang detection] in job_runner.cpp: a rank the runner found stalled after another rank ended.
+  // Note [Hang detection] in job_runner_hangs.cpp: a rank the runner found stalled after another rank ended.
   for (const Attempt& a : trace.attempts)
     for (const Event& e : a.events) {
       if (e.src != events::kSrcRunner || e.kind != events::kHang) continue;
