@@ -90,7 +90,7 @@ struct RankEnd {
   std::string stacks;              // what the rank's Python wrote when the runner asked for its stacks (a hang)
 };
 
-// Note [Thinned event logs] (trace.cpp): what the reader folded from every line of a log whose routine
+// Note [Thinned event logs] (event_log_reader.cpp): what the reader folded from every line of a log whose routine
 // events it thinned, so that the checks that need every step read them from here. Set on an Attempt
 // only when the reader dropped some routine event.
 struct LogFold {
@@ -128,7 +128,7 @@ struct Attempt {
   std::string log_path;            // the attempt's full output on disk
   std::optional<ShimRecord> shim;  // unset when the attempt never started (no control block to read)
   std::vector<RankEnd> ranks;      // a job with ranks: N > 1, one per rank (Note [Ranks]); empty otherwise
-  std::optional<LogFold> thinned;  // the event log was thinned (Note [Thinned event logs] in trace.cpp)
+  std::optional<LogFold> thinned;  // the event log was thinned (Note [Thinned event logs] in event_log_reader.cpp)
 
   double duration() const { return end > start ? end - start : 0; }
   // Exited non-zero (or by SIGABRT) of an OOM the trace records: an uncaught probe `oom`, or an OOM message
@@ -207,12 +207,12 @@ std::optional<Event> parse_event_line(const std::string& line);
 //   some fault became visible, and the reports cap the faults they list, results_builder.cpp);
 // - past max_routine routine events (steps, phases, samples, memory) the routine events are thinned, every
 //   significant one kept with the steps around it, and what the checks need of every step folded into
-//   LogFold (Note [Thinned event logs] in trace.cpp).
+//   LogFold (Note [Thinned event logs] in event_log_reader.cpp).
 // What was skipped is said by `warning` events (EventLogReader::warnings), never silently dropped.
 inline constexpr size_t kMaxEventLineBytes = size_t{1} << 20;
 inline constexpr size_t kMaxEventDepth = 64;
 inline constexpr size_t kMaxInjectEvents = 10000;
-// Note [Thinned event logs] in trace.cpp.
+// Note [Thinned event logs] in event_log_reader.cpp.
 inline constexpr size_t kMaxRoutineEvents = 65536;
 inline constexpr size_t kMaxPinnedEvents = 131072;
 
@@ -248,7 +248,7 @@ class EventLogReader {
   // One runner `warning` event per kind of skip (`source` names the log), at the latest time read.
   std::vector<Event> warnings(const std::string& source) const;
 
-  struct Facts;  // what the reader reads of a routine line (trace.cpp)
+  struct Facts;  // what the reader reads of a routine line (event_scan.h)
 
  private:
   // A routine line held until its fate is known: the text, parsed only when kept.
