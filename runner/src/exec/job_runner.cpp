@@ -117,15 +117,28 @@ std::vector<JobOutcome> JobRunner::Impl::run(const std::vector<JobSpec>& specs) 
 
   asio::io_context io;
   ctx = &io;
-  {
-    // The folder above out_dir is the user's (or the app's, itself opened so); out_dir's own last
-    // component and everything under it are the runner's.
-    const fs::path out = fs::path(options.out_dir.empty() ? "." : options.out_dir).lexically_normal();
-    const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
-    DirFd top = open_user_dir(parent.string());
-    const std::string last = out.filename().string();
-    out_fd = top && !last.empty() && last != "." && last != ".." ? open_owned_dir(top.get(), last) : std::move(top);
-  }
+  open_out_dir();
+  plan_jobs(specs, outcomes);
+  arm_loop();
+  schedule();
+  io.run();
+  kill_orphans(nullptr, true);
+  end_run();
+  return outcomes;
+}
+
+// The folder above out_dir is the user's (or the app's, itself opened so); out_dir's own last component
+// and everything under it are the runner's (Note [A run folder the runner owns] in run_folder.h).
+void JobRunner::Impl::open_out_dir() {
+  const fs::path out = fs::path(options.out_dir.empty() ? "." : options.out_dir).lexically_normal();
+  const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
+  DirFd top = open_user_dir(parent.string());
+  const std::string last = out.filename().string();
+  out_fd = top && !last.empty() && last != "." && last != ".." ? open_owned_dir(top.get(), last) : std::move(top);
+}
+
+// Every job pending, the GPUs to pack them on and each job's share of the CPUs.
+void JobRunner::Impl::plan_jobs(const std::vector<JobSpec>& specs, std::vector<JobOutcome>& outcomes) {
   stopping = false;
   no_new_jobs = false;
   running = 0;
@@ -148,21 +161,23 @@ std::vector<JobOutcome> JobRunner::Impl::run(const std::vector<JobSpec>& specs) 
     jobs.push_back(std::move(j));
     pending.push_back(i);
   }
+}
 
-  sample_timer = std::make_unique<asio::steady_timer>(io);
+// The runner-wide timer and the self-pipe of interrupt() (Note [Runner event loop]).
+void JobRunner::Impl::arm_loop() {
+  sample_timer = std::make_unique<asio::steady_timer>(*ctx);
   if (wake_fds[0] >= 0) {
-    wake_pipe = std::make_unique<asio::readable_pipe>(io);
+    wake_pipe = std::make_unique<asio::readable_pipe>(*ctx);
     boost::system::error_code ec;
     wake_pipe->assign(wake_fds[0], ec);
     if (ec) wake_pipe.reset();
   }
   arm_wake();
   arm_sampler();
-  schedule();
-  io.run();
-  kill_orphans(nullptr, true);
+}
 
-  // The loop ran out of work: every job finished. Give the self-pipe back (it belongs to the runner).
+// The loop ran out of work: every job finished. Give the self-pipe back (it belongs to the runner).
+void JobRunner::Impl::end_run() {
   if (wake_pipe) {
     boost::system::error_code ec;
     wake_pipe->release(ec);
@@ -173,7 +188,6 @@ std::vector<JobOutcome> JobRunner::Impl::run(const std::vector<JobSpec>& specs) 
   packer.reset();
   out_fd = DirFd();
   ctx = nullptr;
-  return outcomes;
 }
 
 // What follows an attempt: a restart, the reference run, or the end of the job.

@@ -181,6 +181,10 @@ struct JobRunner::Impl {
   std::array<char, 64> wake_buf{};
 
   std::vector<JobOutcome> run(const std::vector<JobSpec>& specs);
+  void open_out_dir();
+  void plan_jobs(const std::vector<JobSpec>& specs, std::vector<JobOutcome>& outcomes);
+  void arm_loop();
+  void end_run();
 
   // Scheduling.
   void schedule();
