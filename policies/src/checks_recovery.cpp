@@ -478,7 +478,7 @@ Trace rank_view(const Trace& trace, int k) {
       // The attempt died of an OOM on some rank: so did every rank's view of it, with the records of that OOM
       // (another rank's `oom` or refusal: Note [An OOM is an event] in trace.cpp) beside its own events.
       auto records_oom = [](const Event& e) {
-        return (e.src == events::kSrcProbe && e.kind == events::kOom) || (e.src == events::kSrcShim && e.kind == events::kInject);
+        return (e.src == events::kSrcProbe && e.kind == events::kOom) || is_refusal(e);
       };
       std::vector<Event> kept, others_ooms;
       for (Event& e : a.events) {

@@ -152,17 +152,13 @@ void EventLogReader::fold_step(const Facts& f) {
   any_step_ = true;
   last_step_t_ = f.t;
   last_step_no_ = f.step;
-  // Note [Measuring a leak] (checks_memory.cpp), with Welford's running sums instead of two passes.
+  // Note [Measuring a leak] (checks_memory.cpp), folded one step at a time (LineFit).
   if (f.allocated < 0) {
     fold_.growth_complete = false;
   } else if (++growth_seen_ > view::kGrowthWarmUpSteps) {
-    const double x = static_cast<double>(f.step), y = static_cast<double>(f.allocated);
-    const double n = static_cast<double>(++fold_.growth_points);
-    const double dx = x - fold_.growth_mx;
-    fold_.growth_mx += dx / n;
-    fold_.growth_my += (y - fold_.growth_my) / n;
-    fold_.growth_sxx += dx * (x - fold_.growth_mx);
-    fold_.growth_sxy += dx * (y - fold_.growth_my);
+    LineFit fit = fold_.growth_fit();
+    fit.add(static_cast<double>(f.step), static_cast<double>(f.allocated));
+    fold_.set_growth_fit(fit);
     if (fold_.growth_points == 1) fold_.growth_from = f.step;
     fold_.growth_to = f.step;
     fold_.growth_t = f.t;

@@ -87,7 +87,7 @@ struct Scanner {
 Facts facts_of(const Event& e) {
   Facts f;
   f.kind = routine_kind(e.src, e.kind);
-  f.inject = e.src == events::kSrcShim && e.kind == events::kInject;
+  f.inject = is_refusal(e);
   f.t = e.t;
   f.pid = e.pid;
   f.has_step = e.has("step");

@@ -136,6 +136,10 @@ bool printed_oom(const Event& e) {
   return e.src == events::kSrcRunner && e.kind == events::kObserved && e.text("key") == "oom";
 }
 
+bool is_refusal(const Event& e) { return e.src == events::kSrcShim && e.kind == events::kInject; }
+
+bool gets_past(int64_t refused, int64_t completed) { return refused < 0 || completed >= refused; }
+
 int64_t Attempt::last_completed_step() const {
   int64_t last = -1;
   for (const Event& e : events) last = std::max(last, completed_step(e));
@@ -159,9 +163,10 @@ std::vector<InjectedFault> Attempt::injected_faults() const {
   const bool died_of_oom = ended_by_oom();
   for (size_t i = events.size(); i-- > 0;) {
     const Event& e = events[i];
-    if (e.src == events::kSrcShim && e.kind == events::kInject) {
+    if (is_refusal(e)) {
       const int64_t at = e.integer("step");  // the step in progress; -1: unknown, any step counts
-      // The earliest step event after i whose number is >= at: numbers grow from the back to the front.
+      // The earliest step event after i that gets past it (gets_past: its number is >= at, or any when at
+      // is unknown): numbers grow from the back to the front.
       size_t step_pos = kNone;
       if (!steps.empty()) {
         if (at < 0) {
@@ -201,10 +206,8 @@ const Event* Attempt::unresolved_refusal() const {
       highest_after = std::max(highest_after, completed_step(e));
       continue;
     }
-    if (e.src != events::kSrcShim || e.kind != events::kInject) continue;
-    const int64_t at = e.integer("step");
-    const bool got_past = at < 0 ? any_step_after : highest_after >= at;
-    if (!got_past) return &e;
+    if (!is_refusal(e)) continue;
+    if (!any_step_after || !gets_past(e.integer("step"), highest_after)) return &e;
   }
   return nullptr;
 }
