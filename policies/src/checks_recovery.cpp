@@ -775,7 +775,7 @@ Verdict checkpoint_resume_one(const Trace& trace, const nlohmann::json& args) {
     for (const auto* attempts : {&trace.attempts, &trace.reference})
       for (const Attempt& at : *attempts)
         for (const Event& e : at.events)
-          if (e.kind == "shape_only" || e.kind == "values_not_computed")
+          if (e.kind == events::kShapeOnly || e.kind == events::kValuesNotComputed)
             return verdict(VerdictStatus::inconclusive, "resuming worked, but the run was shape-only (oomharness "
                                                         "predict): its " + metric + " values were not computed, so "
                                                         "they cannot be compared with the uninterrupted run's", ev);

@@ -18,6 +18,7 @@
 #include "exec/signals.h"
 #include "oomharness/names.h"
 #include "oomharness/runner/app.h"
+#include "oomharness/runner/name_tables.h"
 #include "oomharness/version.h"
 
 namespace oomh {
@@ -60,7 +61,7 @@ void add_job_flags(CLI::App* cmd, app::ExecArgs& a, Verbosity& v, bool with_faul
       ->allow_extra_args(false);
   cmd->add_option("--timeout", a.timeout, "Stop the job after this long: 30s, 10m (default 10m)");
   cmd->add_option("--restart", a.restart, "Restart the job up to N times when it dies (default 0)");
-  cmd->add_option("--restart-on", a.restart_on, "What restarts it: oom, nonzero, signal, any (comma list; default oom)");
+  cmd->add_option("--restart-on", a.restart_on, "What restarts it: " + names_text(kRestartReasons) + " (comma list; default oom)");
   cmd->add_flag("--clear-faults", a.clear_faults, "Restarted attempts run without the faults");
   cmd->add_option("--target-step", a.target_step, "The step training must reach");
   cmd->add_option("--name", a.name, "The job's name in reports (default: the command's name)");
@@ -312,7 +313,7 @@ int parse_and_run(std::vector<std::string> args) {
     if (!run_device.empty()) {
       run_args.device = device_choice_from_name(run_device);
       if (!run_args.device) {
-        std::cerr << "oomharness run: bad --device '" << run_device << "': auto, gpu or virtual\n";
+        std::cerr << "oomharness run: bad --device '" << run_device << "': " << names_text(kDevices, ", ", " or ") << "\n";
         return to_int(ExitCode::usage_error);
       }
       if (*run_args.device == DeviceChoice::automatic) run_args.device.reset();
@@ -322,7 +323,7 @@ int parse_and_run(std::vector<std::string> args) {
     if (!run_backend.empty()) {
       run_args.backend = backend_from_name(run_backend);
       if (!run_args.backend) {
-        std::cerr << "oomharness run: bad --backend '" << run_backend << "': local or slurm\n";
+        std::cerr << "oomharness run: bad --backend '" << run_backend << "': " << names_text(kBackends, ", ", " or ") << "\n";
         return to_int(ExitCode::usage_error);
       }
     }

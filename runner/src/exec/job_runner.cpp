@@ -36,6 +36,7 @@
 #include "exec/cpu_share.h"
 #include "exec/reaping.h"
 #include "exec/signals.h"
+#include "oomharness/runner/name_tables.h"
 #include "suite/limits.h"
 
 namespace oomh {
@@ -52,11 +53,23 @@ bool wants_restart(const Attempt& a, const std::vector<std::string>& on) {
     return false;
   bool nonzero = a.end_kind == AttemptEnd::exited && a.exit_code && *a.exit_code != 0;
   bool signalled = a.end_kind == AttemptEnd::signalled;
-  for (const std::string& kind : on) {
-    if (kind == "oom" && (a.ended_by_oom() || (a.oom_message && (nonzero || signalled)))) return true;
-    if (kind == "nonzero" && nonzero) return true;
-    if (kind == "signal" && signalled) return true;
-    if (kind == "any" && (nonzero || signalled)) return true;
+  for (const std::string& name : on) {
+    const std::optional<RestartOn> reason = value_named(kRestartReasons, name);  // the suite reader checked it
+    if (!reason) continue;
+    switch (*reason) {
+      case RestartOn::oom:
+        if (a.ended_by_oom() || (a.oom_message && (nonzero || signalled))) return true;
+        break;
+      case RestartOn::nonzero:
+        if (nonzero) return true;
+        break;
+      case RestartOn::signal:
+        if (signalled) return true;
+        break;
+      case RestartOn::any:
+        if (nonzero || signalled) return true;
+        break;
+    }
   }
   return false;
 }

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "oomharness/runner/name_tables.h"
+
 namespace oomh::suite {
 
 namespace {
@@ -108,20 +110,9 @@ const char* probe_mode_name(ProbeMode p) {
   return "auto";
 }
 
-std::optional<DeviceChoice> device_choice_from_name(const std::string& name) {
-  if (name == "auto") return DeviceChoice::automatic;
-  if (name == "gpu") return DeviceChoice::gpu;
-  if (name == "virtual") return DeviceChoice::virtual_device;
-  return std::nullopt;
-}
+// Note [Name tables]: kDevices (its names are string literals, so data() ends in a NUL).
+std::optional<DeviceChoice> device_choice_from_name(const std::string& name) { return value_named(kDevices, name); }
 
-const char* device_choice_name(DeviceChoice d) {
-  switch (d) {
-    case DeviceChoice::automatic: return "auto";
-    case DeviceChoice::gpu: return "gpu";
-    case DeviceChoice::virtual_device: return "virtual";
-  }
-  return "auto";
-}
+const char* device_choice_name(DeviceChoice d) { return name_of(kDevices, d, "auto").data(); }
 
 }  // namespace oomh
