@@ -76,7 +76,7 @@ JobSpec build_job(const JobFields& f) {
   job.expect = f.expect.value_or(job.expect);
   job.target_step = f.target_step;
   job.ranks = f.ranks.value_or(job.ranks);
-  // Note [Hang detection] in job_runner.cpp: the runner waits for a stalled rank as long as no_hang would.
+  // Note [Hang detection] in job_runner_hangs.cpp: the runner waits for a stalled rank as long as no_hang would.
   for (const auto& e : job.expect)
     if (e.policy == "no_hang" && e.args.contains("stall") && e.args["stall"].is_number()) job.hang_stall = e.args["stall"].get<double>();
   job.sweep = f.sweep;
