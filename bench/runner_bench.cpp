@@ -133,7 +133,7 @@ int main(int argc, char** argv) {
   std::string log = write_event_log(lines, dir + "/events.jsonl");
   // Note [What the ingestion check expects]
   // The log has one shim `inject` in ten lines and probe `step`s in between. Past kMaxRoutineEvents routine
-  // events the reader thins them by design (Note [Thinned event logs] in policies/src/trace.cpp): every
+  // events the reader thins them by design (Note [Thinned event logs] in policies/src/event_log_reader.cpp): every
   // inject is kept (up to kMaxInjectEvents), the steps around each and one in a stride of the others, and
   // every step is counted in the attempt's LogFold. So the check is not "every line comes back as an event"
   // (that expectation predates thinning and failed with "read 65001 events, expected 100000") but: no line

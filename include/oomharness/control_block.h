@@ -29,6 +29,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "oomharness/name_table.h"
+
 namespace oomh {
 
 inline constexpr uint32_t kControlMagic = 0x484D4F4F;  // "OOMH" little-endian
@@ -38,27 +40,28 @@ inline constexpr int kMaxProcesses = 256;
 inline constexpr uint32_t kPlanCapacity = 64 * 1024;
 inline constexpr int64_t kUnknownStep = -1;
 
-// The training phase the probe reports. Numbers are ABI (the Python probe writes them).
+// The training phase the probe reports. Numbers are ABI (the Python probe writes them: PHASES in
+// python/oomharness/_control.py, checked by tests/runner/model/control_layout_test.cpp).
 enum class Phase : uint32_t { none = 0, forward = 1, backward = 2, optimizer = 3, eval = 4, checkpoint = 5, data = 6 };
 
-inline const char* phase_name(Phase p) {
-  switch (p) {
-    case Phase::none: return "none";
-    case Phase::forward: return "forward";
-    case Phase::backward: return "backward";
-    case Phase::optimizer: return "optimizer";
-    case Phase::eval: return "eval";
-    case Phase::checkpoint: return "checkpoint";
-    case Phase::data: return "data";
-  }
-  return "none";
-}
+// Note [Name tables] in name_table.h; what the probe calls each phase is docs/probe.md's.
+inline constexpr NameTable<Phase, 7> kPhases{{
+    {Phase::none, "none", "no phase known (no probe, or between phases)"},
+    {Phase::forward, "forward", "the model's forward pass"},
+    {Phase::backward, "backward", "the backward pass"},
+    {Phase::optimizer, "optimizer", "the optimizer's step"},
+    {Phase::eval, "eval", "a forward pass under no_grad or model.eval()"},
+    {Phase::checkpoint, "checkpoint", "saving or loading a checkpoint"},
+    {Phase::data, "data", "from the end of a step to the next forward: fetching the next batch"},
+}};
+
+// The names are string literals: NUL-terminated, so the shim can write them with EventLine.
+inline const char* phase_name(Phase p) { return name_of(kPhases, p, "none").data(); }
 // Returns false for an unknown name.
 inline bool phase_from_name(const char* name, Phase& out) {
-  for (uint32_t i = 0; i <= 6; ++i) {
-    if (std::strcmp(name, phase_name(static_cast<Phase>(i))) == 0) { out = static_cast<Phase>(i); return true; }
-  }
-  return false;
+  const std::optional<Phase> p = value_named(kPhases, name);
+  if (p) out = *p;
+  return p.has_value();
 }
 
 struct DeviceCounters {

@@ -24,6 +24,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include "oomharness/name_table.h"
+
 namespace oomh::events {
 
 // Sources.
@@ -32,51 +34,97 @@ inline constexpr const char* kSrcProbe = "probe";
 inline constexpr const char* kSrcRunner = "runner";
 
 // Kinds written by the shim.
-inline constexpr const char* kShimStart = "shim_start";    // pid, ppid, exec (bool), forked (bool), rules, cap, plan ("accepted"|"rejected"), plan_error
-inline constexpr const char* kDriverCall = "driver_call";  // entry, export, dlsym, proc_address (the process's first driver call)
-inline constexpr const char* kInject = "inject";           // entry, size, device, rule, reason ("rule"|"cap"), step, phase, tid, call
-inline constexpr const char* kAlloc = "alloc";             // entry, size, device, step, phase, call, nth[, where] (OOMH_RECORD_STEP only)
-inline constexpr const char* kCapChange = "cap_change";    // device, from, to, reason
-inline constexpr const char* kPlanChange = "plan_change";  // generation, rules
-inline constexpr const char* kFootprint = "footprint";     // device, footprint, overhead (first measurement per device)
-inline constexpr const char* kShimExit = "shim_exit";      // per device: alloc_calls, failures, held, peak, overhead
-inline constexpr const char* kWarning = "warning";         // message
+inline constexpr const char* kShimStart = "shim_start";
+inline constexpr const char* kDriverCall = "driver_call";
+inline constexpr const char* kInject = "inject";
+inline constexpr const char* kAlloc = "alloc";
+inline constexpr const char* kCapChange = "cap_change";
+inline constexpr const char* kPlanChange = "plan_change";
+inline constexpr const char* kFootprint = "footprint";
+inline constexpr const char* kShimExit = "shim_exit";
+inline constexpr const char* kWarning = "warning";
 
 // Kinds written by the probes (Python and C++).
-inline constexpr const char* kProbeStart = "probe_start";  // framework, version, allocator
-inline constexpr const char* kStep = "step";               // step, batch_size, loss, allocated, reserved
-inline constexpr const char* kPhase = "phase";             // phase (only when a fault needs it; not per step by default)
-inline constexpr const char* kOom = "oom";                 // step, batch_size, phase, message, device, size
-inline constexpr const char* kOomCaught = "oom_caught";    // step: the code caught the OOM and went on
-inline constexpr const char* kEmptyCache = "empty_cache";  // reserved_before, reserved_after, allocated_before, freeable_before
-inline constexpr const char* kSave = "checkpoint_save";    // path, step, completed, digest, tensors
-inline constexpr const char* kLoad = "checkpoint_load";    // path, step, digest, tensors
-inline constexpr const char* kModelState = "model_state";  // step, model, tensors, unmatched, from [{digests, tensors}]
-inline constexpr const char* kSamples = "samples";         // count (samples processed since the last step event)
-inline constexpr const char* kMemory = "memory";           // allocated, reserved (at a point the code chose)
-inline constexpr const char* kSnapshot = "snapshot";       // path of a saved PyTorch memory snapshot
-inline constexpr const char* kProbeExit = "probe_exit";    // reason
-// What held the memory (docs/diagnosis.md): at ("oom"|"peak"|"step"), step, phase, batch_size, allocated, reserved,
-// total, parameters, gradients, optimizer_state, workspace, other, cached_free, exact, top [{bytes, shape,
-// dtype, site}], sites [{site, bytes, count}]
+inline constexpr const char* kProbeStart = "probe_start";
+inline constexpr const char* kStep = "step";
+inline constexpr const char* kPhase = "phase";
+inline constexpr const char* kOom = "oom";
+inline constexpr const char* kOomCaught = "oom_caught";
+inline constexpr const char* kEmptyCache = "empty_cache";
+inline constexpr const char* kSave = "checkpoint_save";
+inline constexpr const char* kLoad = "checkpoint_load";
+inline constexpr const char* kModelState = "model_state";
+inline constexpr const char* kSamples = "samples";
+inline constexpr const char* kMemory = "memory";
+inline constexpr const char* kSnapshot = "snapshot";
+inline constexpr const char* kProbeExit = "probe_exit";
 inline constexpr const char* kMemoryBreakdown = "memory_breakdown";
-inline constexpr const char* kEvalForward = "eval_forward";  // step, grad, training, batch_size, site (once per evaluation)
+inline constexpr const char* kEvalForward = "eval_forward";
 // Written by the virtual CUDA device (python/oomharness/virtual_device.py), with src "probe".
-inline constexpr const char* kVirtualDevice = "virtual_device";  // description, torch, model, cublas_workspace
-inline constexpr const char* kDivergence = "divergence";         // kind, detail (Note [Divergences] there)
-// A library's handle made outside the caching allocator: library, thread, bytes, counted (whether the shim saw
-// it, so that a cap counts it: cuBLAS's yes, cuDNN 9's no)
+inline constexpr const char* kVirtualDevice = "virtual_device";
+inline constexpr const char* kDivergence = "divergence";
 inline constexpr const char* kLibraryAlloc = "library_alloc";
+// Written by its shape-only mode (python/oomharness/shape_only.py, `oomharness predict`), with src "probe".
+inline constexpr const char* kShapeOnly = "shape_only";
+inline constexpr const char* kValuesNotComputed = "values_not_computed";
+inline constexpr const char* kPrediction = "prediction";
 
 // Kinds the runner adds to the trace (never written by a job).
-inline constexpr const char* kAttemptStart = "attempt_start";  // attempt, argv
-inline constexpr const char* kAttemptExit = "attempt_exit";    // attempt, code, signal, timed_out, oom_message
-inline constexpr const char* kObserved = "observed";           // key, value, stream, line  (a stdout/stderr regex hit)
-inline constexpr const char* kReclaimed = "reclaimed";         // pid, device, bytes (a dead process's bytes given back)
-// A distributed job's rank stopped advancing after another rank ended (Note [Hang detection] in job_runner.cpp):
-// rank (the one that stalled), step (its last step in progress, -1 unknown), waited (seconds since another
-// rank ended or since its last step, whichever is later), stall (the limit), after_rank (the rank that ended first).
+inline constexpr const char* kAttemptStart = "attempt_start";
+inline constexpr const char* kAttemptExit = "attempt_exit";
+inline constexpr const char* kObserved = "observed";
+inline constexpr const char* kReclaimed = "reclaimed";
 inline constexpr const char* kHang = "hang";
+
+// Note [Name tables] in name_table.h: every kind, the source that writes it, and its fields (docs/events.md
+// says more). A `warning` comes from the shim and from the runner alike.
+inline constexpr NameTable<std::string_view, 35> kEventKinds{{
+    {kSrcShim, kShimStart,
+     "pid, ppid, exec (bool), forked (bool), rules, cap, plan (\"accepted\"|\"rejected\"), plan_error"},
+    {kSrcShim, kDriverCall, "entry, export, dlsym, proc_address (the process's first driver call)"},
+    {kSrcShim, kInject, "entry, size, device, rule, reason (\"rule\"|\"cap\"), step, phase, tid, call"},
+    {kSrcShim, kAlloc, "entry, size, device, step, phase, call, nth[, where] (OOMH_RECORD_STEP only)"},
+    {kSrcShim, kCapChange, "device, from, to, reason"},
+    {kSrcShim, kPlanChange, "generation, rules"},
+    {kSrcShim, kFootprint, "device, footprint, overhead (first measurement per device)"},
+    {kSrcShim, kShimExit, "per device: alloc_calls, failures, held, peak, overhead"},
+    {kSrcShim, kWarning, "message"},
+    {kSrcProbe, kProbeStart, "framework, version, allocator"},
+    {kSrcProbe, kStep, "step, batch_size, loss, allocated, reserved"},
+    {kSrcProbe, kPhase, "phase (only when a fault needs it; not per step by default)"},
+    {kSrcProbe, kOom, "step, batch_size, phase, message, device, size"},
+    {kSrcProbe, kOomCaught, "step: the code caught the OOM and went on"},
+    {kSrcProbe, kEmptyCache, "reserved_before, reserved_after, allocated_before, freeable_before"},
+    {kSrcProbe, kSave, "path, step, completed, digest, tensors"},
+    {kSrcProbe, kLoad, "path, step, digest, tensors"},
+    {kSrcProbe, kModelState, "step, model, tensors, unmatched, from [{digests, tensors}]"},
+    {kSrcProbe, kSamples, "count (samples processed since the last step event)"},
+    {kSrcProbe, kMemory, "allocated, reserved (at a point the code chose)"},
+    {kSrcProbe, kSnapshot, "path of a saved PyTorch memory snapshot"},
+    {kSrcProbe, kProbeExit, "reason"},
+    {kSrcProbe, kMemoryBreakdown,
+     "what held the memory (docs/diagnosis.md): at (\"oom\"|\"peak\"|\"step\"), step, phase, batch_size, allocated, "
+     "reserved, total, parameters, gradients, optimizer_state, workspace, other, cached_free, exact, "
+     "top [{bytes, shape, dtype, site}], sites [{site, bytes, count}]"},
+    {kSrcProbe, kEvalForward, "step, grad, training, batch_size, site (once per evaluation)"},
+    // Written by the virtual CUDA device (python/oomharness/virtual_device.py), with src "probe".
+    {kSrcProbe, kVirtualDevice, "description, torch, model, cublas_workspace"},
+    {kSrcProbe, kDivergence, "kind, detail (Note [Divergences] in virtual_device.py)"},
+    {kSrcProbe, kLibraryAlloc, "library, thread, bytes, counted (a CUDA library's handle made outside the caching allocator; "
+                               "counted: whether the shim saw it, so that a cap counts it: cuBLAS's yes, cuDNN 9's no)"},
+    {kSrcProbe, kShapeOnly, "kernels, context (at the start of a shape-only run)"},
+    {kSrcProbe, kValuesNotComputed, "site (the first value a shape-only run stood in for)"},
+    {kSrcProbe, kPrediction, "the shape-only run's prediction, written at its exit (docs/predict.md)"},
+    {kSrcRunner, kAttemptStart, "attempt, argv"},
+    {kSrcRunner, kAttemptExit, "attempt, code, signal, timed_out, oom_message"},
+    {kSrcRunner, kObserved, "key, value, stream, line (a stdout/stderr regex hit)"},
+    {kSrcRunner, kReclaimed, "pid, device, bytes (a dead process's bytes given back)"},
+    // Note [Hang detection] in job_runner_hangs.cpp.
+    {kSrcRunner, kHang,
+     "a distributed job's rank stopped advancing after another rank ended: rank (the one that stalled), step (its "
+     "last step in progress, -1 unknown), waited (seconds since another rank ended or since its last step, whichever "
+     "is later), stall (the limit), after_rank (the rank that ended first)"},
+}};
 
 inline double now_seconds() {
   timespec ts{};

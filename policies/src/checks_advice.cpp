@@ -37,7 +37,7 @@ Verdict zero_grad(const Trace& trace, const nlohmann::json&) {
       if (ev.size() < 3)
         ev.push_back({a.index, e.t, view::step_text(e.integer("step")) + " stepped without clearing the gradients"});
     }
-    // Note [Thinned event logs] in trace.cpp: the counts of a thinned log come from every line.
+    // Note [Thinned event logs] in event_log_reader.cpp: the counts of a thinned log come from every line.
     if (a.thinned) {
       asked += a.thinned->grads_asked;
       uncleared += a.thinned->grads_uncleared;
@@ -111,7 +111,7 @@ Verdict effective_batch(const Trace& trace, const nlohmann::json& args) {
   }
   if (after == 0)
     return verdict(VerdictStatus::inconclusive, "no optimizer step completed after the OOM: nothing to compare", ev);
-  // Note [Thinned event logs] in trace.cpp: a dropped step took as many samples as the kept one before it.
+  // Note [Thinned event logs] in event_log_reader.cpp: a dropped step took as many samples as the kept one before it.
   bool thinned = std::any_of(trace.attempts.begin(), trace.attempts.end(),
                              [](const Attempt& a) { return view::steps_thinned(a) != nullptr; });
   return verdict(VerdictStatus::pass, "each of the " + std::to_string(after) + " optimizer steps " +

@@ -201,7 +201,7 @@ static std::string rank_end_text(const Attempt& a, int rank, bool raised_oom) {
 
 Verdict no_hang(const Trace& trace, const nlohmann::json& args) {
   double limit = args.value("stall", 60.0);
-  // Note [Hang detection] in job_runner.cpp: a rank the runner found stalled after another rank ended.
+  // Note [Hang detection] in job_runner_hangs.cpp: a rank the runner found stalled after another rank ended.
   for (const Attempt& a : trace.attempts)
     for (const Event& e : a.events) {
       if (e.src != events::kSrcRunner || e.kind != events::kHang) continue;
@@ -224,7 +224,7 @@ Verdict no_hang(const Trace& trace, const nlohmann::json& args) {
     any_step = any_step || !steps.empty();
     std::vector<Stall> gaps;
     if (const LogFold* f = view::steps_thinned(a)) {
-      // Note [Thinned event logs] in trace.cpp: two kept steps are not consecutive; the reader measured the
+      // Note [Thinned event logs] in event_log_reader.cpp: two kept steps are not consecutive; the reader measured the
       // longest gap on every step of the log (of one log: a merged attempt's ranks step in between).
       if (f->merged && !unjudged) unjudged = &a;
       if (!f->merged && f->has_gap) gaps.push_back({a.index, f->gap_from, f->gap_to, f->gap_after_step, false});

@@ -97,7 +97,7 @@ Verdict memory_stable(const Trace& trace, const nlohmann::json& args) {
     return s;
   };
   const std::string limit_words = limit ? " (limit " + mib(*limit) + ")" : std::string();
-  // Note [Thinned event logs] in trace.cpp: an attempt whose fit the reader could not fold is not judged.
+  // Note [Thinned event logs] in event_log_reader.cpp: an attempt whose fit the reader could not fold is not judged.
   const Attempt* unjudged = nullptr;
   for (const Attempt& a : trace.attempts)
     if (!unjudged && view::growth_unjudged(a)) unjudged = &a;

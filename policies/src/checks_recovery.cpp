@@ -478,7 +478,7 @@ Trace rank_view(const Trace& trace, int k) {
       // The attempt died of an OOM on some rank: so did every rank's view of it, with the records of that OOM
       // (another rank's `oom` or refusal: Note [An OOM is an event] in trace.cpp) beside its own events.
       auto records_oom = [](const Event& e) {
-        return (e.src == events::kSrcProbe && e.kind == events::kOom) || (e.src == events::kSrcShim && e.kind == events::kInject);
+        return (e.src == events::kSrcProbe && e.kind == events::kOom) || is_refusal(e);
       };
       std::vector<Event> kept, others_ooms;
       for (Event& e : a.events) {
@@ -775,7 +775,7 @@ Verdict checkpoint_resume_one(const Trace& trace, const nlohmann::json& args) {
     for (const auto* attempts : {&trace.attempts, &trace.reference})
       for (const Attempt& at : *attempts)
         for (const Event& e : at.events)
-          if (e.kind == "shape_only" || e.kind == "values_not_computed")
+          if (e.kind == events::kShapeOnly || e.kind == events::kValuesNotComputed)
             return verdict(VerdictStatus::inconclusive, "resuming worked, but the run was shape-only (oomharness "
                                                         "predict): its " + metric + " values were not computed, so "
                                                         "they cannot be compared with the uninterrupted run's", ev);

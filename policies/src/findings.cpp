@@ -98,7 +98,7 @@ std::optional<Finding> grads_not_cleared(const Trace& trace) {
       if (!first) first = &e;
     }
     if (!first) continue;
-    // Note [Thinned event logs] in trace.cpp: the counts of a thinned log come from every line.
+    // Note [Thinned event logs] in event_log_reader.cpp: the counts of a thinned log come from every line.
     if (a.thinned) {
       asked = a.thinned->grads_asked;
       uncleared = a.thinned->grads_uncleared;

@@ -357,7 +357,7 @@ Verdict evaluate(const PolicyInfo& policy, const Trace& trace, const nlohmann::j
     v.status = VerdictStatus::inconclusive;
     v.reason = "could not evaluate " + policy.name + ": " + e.what();
   }
-  // Note [Thinned event logs] in trace.cpp: past its budget the reader kept significant events without
+  // Note [Thinned event logs] in event_log_reader.cpp: past its budget the reader kept significant events without
   // the steps around them, so a pass may rest on steps it never saw. Only the exit code needs no event.
   // Each rank's log keeps the steps around its own events: the steps another rank took around them may be
   // gone, so a check that compares steps around an OOM across ranks cannot pass on a distributed attempt

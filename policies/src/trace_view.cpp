@@ -191,10 +191,10 @@ const Event* printed_after_refusal(const Attempt& a) {
   bool pending = false;
   int64_t at = -1;
   for (const Event& e : a.events) {
-    if (e.src == events::kSrcShim && e.kind == events::kInject) {
+    if (is_refusal(e)) {
       if (!pending) at = e.integer("step");
       pending = true;
-    } else if (pending && completes_a_step(e) && (at < 0 || completed_step(e) >= at)) {
+    } else if (pending && completes_a_step(e) && gets_past(at, completed_step(e))) {
       pending = false;
     } else if (pending && printed_oom(e)) {
       return &e;
@@ -297,7 +297,7 @@ std::vector<OomPoint> ooms_of(const Trace& trace) {
 std::vector<const Event*> injections_of(const Attempt& attempt) {
   std::vector<const Event*> out;
   for (const Event& e : attempt.events)
-    if (e.src == events::kSrcShim && e.kind == events::kInject) out.push_back(&e);
+    if (is_refusal(e)) out.push_back(&e);
   return out;
 }
 
@@ -494,25 +494,21 @@ std::optional<Growth> held_growth(const Attempt& attempt) {
     }
   };
   if (const LogFold* f = steps_thinned(attempt)) {
-    if (growth_unjudged(attempt) || f->growth_points + kGrowthWarmUpSteps < kGrowthMinSteps || f->growth_sxx <= 0)
+    if (growth_unjudged(attempt) || f->growth_points + kGrowthWarmUpSteps < kGrowthMinSteps || !f->growth_fit().sloped())
       return std::nullopt;
-    Growth g{attempt.index, f->growth_sxy / f->growth_sxx, f->growth_from, f->growth_to, f->growth_t};
-    g.base = f->growth_my + g.slope * (static_cast<double>(g.from) - f->growth_mx);
+    const LineFit fit = f->growth_fit();
+    Growth g{attempt.index, fit.slope(), f->growth_from, f->growth_to, f->growth_t};
+    g.base = fit.at(static_cast<double>(g.from));
     fill_thirds(g);
     return g;
   }
   if (pts.size() + kGrowthWarmUpSteps < kGrowthMinSteps) return std::nullopt;
-  double n = static_cast<double>(pts.size()), sx = 0, sy = 0;
-  for (const Point& p : pts) { sx += p.step; sy += p.held; }
-  double mx = sx / n, my = sy / n, sxx = 0, sxy = 0;
-  for (const Point& p : pts) {
-    sxx += (p.step - mx) * (p.step - mx);
-    sxy += (p.step - mx) * (p.held - my);
-  }
-  if (sxx <= 0) return std::nullopt;  // every point at one step number (retries): no trend to fit
-  Growth g{attempt.index, sxy / sxx, static_cast<int64_t>(pts.front().step), static_cast<int64_t>(pts.back().step),
+  LineFit fit;
+  for (const Point& p : pts) fit.add(p.step, p.held);
+  if (!fit.sloped()) return std::nullopt;  // every point at one step number (retries): no trend to fit
+  Growth g{attempt.index, fit.slope(), static_cast<int64_t>(pts.front().step), static_cast<int64_t>(pts.back().step),
            pts.back().t};
-  g.base = my + g.slope * (pts.front().step - mx);
+  g.base = fit.at(pts.front().step);
   fill_thirds(g);
   return g;
 }

@@ -129,7 +129,7 @@ struct Growth {
 inline constexpr size_t kGrowthWarmUpSteps = 2;
 inline constexpr size_t kGrowthMinSteps = kGrowthWarmUpSteps + 3;
 // For an attempt whose event log was thinned, the fit folded from every step (Note [Thinned event logs] in
-// trace.cpp); nullopt too when that fold cannot give it (growth_unjudged).
+// event_log_reader.cpp); nullopt too when that fold cannot give it (growth_unjudged).
 std::optional<Growth> held_growth(const Attempt& attempt);
 
 // Note [A leak is a trend] (checks_memory.cpp): whether a Growth is a leak, judged by its persistence and

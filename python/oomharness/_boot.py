@@ -145,7 +145,7 @@ _stacks_file = []  # kept open for faulthandler
 
 def _stacks_on_signal():
     """A rank of a distributed job: when the runner finds it hung (Note [Hang detection] in
-    runner/src/exec/job_runner.cpp) it sends SIGUSR1, and faulthandler writes every thread's Python stack
+    runner/src/exec/job_runner_hangs.cpp) it sends SIGUSR1, and faulthandler writes every thread's Python stack
     to OOMH_STACKS, even while the main thread is blocked in a collective. Only the job's first Python
     process takes the file (the variable leaves the environment), so that a helper it starts cannot
     truncate it."""

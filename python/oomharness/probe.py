@@ -203,7 +203,7 @@ def _rank_from_env():
     and control block. So that the runner can still tell them apart, each rank's probe puts its RANK on every
     event it writes; the runner gives a shim event the rank of the probe events of the same pid, and folds
     an attempt whose events name several ranks as if it had run them itself (split_ranks_from_events in
-    policies/src/trace.cpp). For the runner's own ranks the field only repeats what merge_ranks adds."""
+    policies/src/trace_ranks.cpp). For the runner's own ranks the field only repeats what merge_ranks adds."""
     try:
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:
             rank = int(os.environ["RANK"])

@@ -1,4 +1,4 @@
-// Note [Thinned event logs] (policies/src/trace.cpp): a log read with a small budget, so that the reader thins
+// Note [Thinned event logs] (policies/src/event_log_reader.cpp): a log read with a small budget, so that the reader thins
 // its routine events, gives every check the verdict it gives on the whole log; and the reader's fast path
 // (Note [Fast event lines]) counts and reads lines as the JSON parser does.
 
@@ -78,7 +78,7 @@ struct Read {
   size_t kept = 0;
 };
 
-// The attempt as the runner builds it (job_runner.cpp's finish_attempt), the log fed in odd-sized chunks.
+// The attempt as the runner builds it (job_runner_attempts.cpp's finish_attempt), the log fed in odd-sized chunks.
 Read read_log(const std::string& log, EventLogLimits limits, size_t chunk = 4093) {
   EventLogReader r(limits);
   for (size_t at = 0; at < log.size(); at += chunk) r.feed(std::string_view(log).substr(at, chunk));

@@ -357,7 +357,7 @@ matrix:
 
 
 # A job whose event log the runner thins (past kMaxRoutineEvents routine events, Note [Thinned event logs]
-# in policies/src/trace.cpp): 70,000 probe steps, every 7,000th without its gradients cleared (only the
+# in policies/src/event_log_reader.cpp): 70,000 probe steps, every 7,000th without its gradients cleared (only the
 # first three of those are pinned, so zero_grad's count of ten comes from the log's folded figures), memory
 # growing by 1 KiB a step. And a 2-rank job whose ranks write their own steps and memory.
 SAME_WRITER = r"""

@@ -19,6 +19,7 @@
 #include "exec/signals.h"
 #include "oomharness/names.h"
 #include "oomharness/runner/app.h"
+#include "oomharness/runner/name_tables.h"
 #include "oomharness/version.h"
 #include "suite/job_table.h"
 
@@ -322,7 +323,7 @@ int parse_and_run(std::vector<std::string> args) {
     if (!run_device.empty()) {
       run_args.device = device_choice_from_name(run_device);
       if (!run_args.device) {
-        std::cerr << "oomharness run: bad --device '" << run_device << "': auto, gpu or virtual\n";
+        std::cerr << "oomharness run: bad --device '" << run_device << "': " << names_text(kDevices, ", ", " or ") << "\n";
         return to_int(ExitCode::usage_error);
       }
       if (*run_args.device == DeviceChoice::automatic) run_args.device.reset();
@@ -332,7 +333,7 @@ int parse_and_run(std::vector<std::string> args) {
     if (!run_backend.empty()) {
       run_args.backend = backend_from_name(run_backend);
       if (!run_args.backend) {
-        std::cerr << "oomharness run: bad --backend '" << run_backend << "': local or slurm\n";
+        std::cerr << "oomharness run: bad --backend '" << run_backend << "': " << names_text(kBackends, ", ", " or ") << "\n";
         return to_int(ExitCode::usage_error);
       }
     }

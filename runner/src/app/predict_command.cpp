@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/predict_command.h"
+#include "oomharness/events.h"
 #include "oomharness/reports/terminal_text.h"
 #include "oomharness/reports/writers.h"
 #include "oomharness/runner/cli_specs.h"
@@ -38,8 +39,8 @@ namespace {
 constexpr int kCardsGiB[] = {16, 24, 40, 48, 80, 94, 141};
 
 // The event the shape-only device writes at exit (src "probe"; python/oomharness/shape_only.py), beside
-// `shape_only` at its start and `values_not_computed` at the first stand-in value.
-constexpr const char* kPredictionEvent = "prediction";
+// `shape_only` at its start and `values_not_computed` at the first stand-in value (events.h).
+constexpr const char* kPredictionEvent = events::kPrediction;
 
 // Note [A device larger than any card]
 // The prediction's device has 1 TiB (the driver double maps its segments MAP_NORESERVE, so no host memory is

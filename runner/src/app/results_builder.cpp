@@ -22,8 +22,6 @@ bool is_probe(const Event& e, const char* kind) { return e.src == events::kSrcPr
 
 int64_t step_of(const Event& e) { return completed_step(e); }  // the trace model's rule
 
-bool is_inject(const Event& e) { return e.src == events::kSrcShim && e.kind == events::kInject; }
-
 std::string step_text(int64_t step) { return step >= 0 ? " at step " + std::to_string(step) : std::string(); }
 
 }  // namespace
@@ -162,7 +160,7 @@ std::vector<Marker> markers(const Trace& trace, double job_start) {
     for (const Event& e : a.events) {
       Marker m{e.t - job_start, a.index, "", "", std::nullopt};
       if (int rank = rank_of(e); rank >= 0) m.rank = rank;
-      if (is_inject(e)) {
+      if (is_refusal(e)) {
         m.kind = "inject";
         std::string rule = e.text("rule", "cap");
         m.label = "fault '" + rule + "': " + format_bytes(static_cast<uint64_t>(std::max<int64_t>(0, e.integer("size", 0)))) +

@@ -273,7 +273,13 @@ void print_github_annotations(const RunResult& run, const std::vector<Suite>& su
 
 }  // namespace
 
-ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream& out, std::ostream& err) {
+namespace {
+
+// The steps of run_suites, in the order it takes them. Each step that can refuse the run says why on `err`
+// and gives the exit code; the others cannot fail.
+
+// --gpus, --jobs and --threads-per-job into the runner's options.
+std::optional<ExitCode> read_runner_flags(const RunArgs& args, RunOptions& options, std::ostream& err) {
   auto gpus = parse_gpus(args.gpus);
   if (!gpus) {
     err << "oomharness: bad --gpus '" << args.gpus << "': write GPU indices separated by commas, like 0,1,3\n";
@@ -288,32 +294,38 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
     err << "oomharness: bad --threads-per-job '" << args.threads_per_job << "': auto, off or a number of threads\n";
     return ExitCode::usage_error;
   }
-  // --backend, else the suites' `backend:`.
-  BackendKind backend_kind = BackendKind::local;
-  if (args.backend) {
-    backend_kind = *args.backend;
-  } else {
-    std::optional<std::string> chosen;
-    for (const auto& suite : suites)
-      if (suite.backend) {
-        if (chosen && *chosen != *suite.backend) {
-          err << "oomharness: the suites ask for different backends (" << *chosen << ", " << *suite.backend
-              << "): choose one with --backend\n";
-          return ExitCode::usage_error;
-        }
-        chosen = suite.backend;
-      }
-    if (chosen) backend_kind = *backend_from_name(*chosen);
-  }
-  RunOptions options;
   options.jobs = args.jobs;
   options.threads_per_job = *threads;
   options.gpus = *gpus;
-  // The machine's GPUs, asked once: the packer packs onto them and the results name the first.
-  std::optional<exec::GpuSurvey> survey = args.simulate ? std::nullopt : args.surveyed ? args.surveyed : exec::survey_gpus();
-  options.gpu_inventory = survey ? survey->gpus : std::vector<GpuInfo>{};
-  // Where each job's CUDA work runs, decided once (DeviceChoice): --device for every job, else the job's
-  // own choice, and `auto` means the virtual device for Python jobs under --simulate.
+  return std::nullopt;
+}
+
+// --backend, else the suites' `backend:` (they must agree).
+std::optional<ExitCode> choose_backend(const std::vector<Suite>& suites, const RunArgs& args, BackendKind& kind,
+                                       std::ostream& err) {
+  kind = BackendKind::local;
+  if (args.backend) {
+    kind = *args.backend;
+    return std::nullopt;
+  }
+  std::optional<std::string> chosen;
+  for (const auto& suite : suites)
+    if (suite.backend) {
+      if (chosen && *chosen != *suite.backend) {
+        err << "oomharness: the suites ask for different backends (" << *chosen << ", " << *suite.backend
+            << "): choose one with --backend\n";
+        return ExitCode::usage_error;
+      }
+      chosen = suite.backend;
+    }
+  if (chosen) kind = *backend_from_name(*chosen);
+  return std::nullopt;
+}
+
+// Where each job's CUDA work runs, decided once (DeviceChoice): --device for every job, else the job's own
+// choice, and `auto` means the virtual device for Python jobs under --simulate. True when some job runs on
+// the virtual device.
+bool choose_devices(std::vector<Suite>& suites, const RunArgs& args) {
   bool any_virtual = false;
   for (auto& suite : suites)
     for (auto& job : suite.jobs) {
@@ -322,17 +334,16 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
         job.device = args.simulate && uses_python(job) ? DeviceChoice::virtual_device : DeviceChoice::gpu;
       any_virtual = any_virtual || job.device == DeviceChoice::virtual_device;
     }
-  if (auto missing = resolve_paths(args.simulate, options.paths, any_virtual)) {
-    err << "oomharness: " << *missing << "\n";
-    return ExitCode::internal_error;
-  }
-  // Jobs run in their suite's folder or their own `cwd`: every path they are told (event log, {workdir},
-  // the probe's files) must be absolute, whatever folder --out names and whichever the runner runs in.
+  return any_virtual;
+}
+
+// The run folder, as an absolute path (jobs run in their suite's folder or their own `cwd`: every path
+// they are told, event log, {workdir}, the probe's files, must be absolute, whatever folder --out names and
+// whichever the runner runs in), and opened: Note [A run folder the runner owns] in exec/run_folder.h, the
+// folder itself is the user's; what the runner writes in it goes through this descriptor.
+std::optional<ExitCode> open_run_folder(const RunArgs& args, std::string& out_dir, exec::DirFd& out_fd, std::ostream& err) {
   std::error_code ec;
-  const std::string out_dir = fs::absolute(args.out_dir, ec).lexically_normal().string();
-  // Note [A run folder the runner owns] in exec/run_folder.h: the folder itself is the user's; what the
-  // runner writes in it goes through this descriptor.
-  exec::DirFd out_fd;
+  out_dir = fs::absolute(args.out_dir, ec).lexically_normal().string();
   if (!ec) {
     out_fd = exec::open_user_dir(out_dir);
     if (!out_fd) ec = std::error_code(errno, std::generic_category());
@@ -341,70 +352,59 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
     err << "oomharness: cannot create the output folder " << args.out_dir << ": " << ec.message() << "\n";
     return ExitCode::usage_error;
   }
-  options.out_dir = (fs::path(out_dir) / "jobs").string();
+  return std::nullopt;
+}
 
-  // The runner sees one flat list; names carry their suite so that logs and progress lines stay apart.
+// The runner sees one flat list; names carry their suite so that logs and progress lines stay apart.
+struct FlatJobs {
   std::vector<JobSpec> jobs;
   std::vector<std::pair<size_t, size_t>> origin;  // (suite, job) of each runner job
   std::vector<std::string> names;
-  bool python = false;
+};
+
+FlatJobs flatten(const std::vector<Suite>& suites) {
+  FlatJobs flat;
   for (size_t s = 0; s < suites.size(); ++s)
     for (size_t j = 0; j < suites[s].jobs.size(); ++j) {
       JobSpec job = suites[s].jobs[j];
       job.name = suites[s].name + "::" + job.name;
-      python = python || uses_python(job);
-      names.push_back(job.name);
-      jobs.push_back(std::move(job));
-      origin.emplace_back(s, j);
+      flat.names.push_back(job.name);
+      flat.jobs.push_back(std::move(job));
+      flat.origin.emplace_back(s, j);
     }
+  return flat;
+}
 
-  // Note [Torch's version from the jobs]
-  // The results name the torch the jobs ran. A job under the probe or on the virtual device says it itself
-  // (its probe_start or virtual_device event), and that is the torch of the Python the job really ran, not
-  // of whichever `python3` is first on PATH. Asking `python3 -c 'import torch'` costs a whole import of
-  // torch (2 s of CPU for a CPU build, 3-10 s for a CUDA one on the 2-core CI machine): beside a short job
-  // it doubled the job's time, and the run waited for it at the end (issue 29: a trivial script took 5.5 s
-  // under `exec` against 1.9 s bare). So python3 is asked only when some Python job runs without the probe.
-  bool python_unprobed = false;
+// Note [Torch's version from the jobs]
+// The results name the torch the jobs ran. A job under the probe or on the virtual device says it itself
+// (its probe_start or virtual_device event), and that is the torch of the Python the job really ran, not
+// of whichever `python3` is first on PATH. Asking `python3 -c 'import torch'` costs a whole import of
+// torch (2 s of CPU for a CPU build, 3-10 s for a CUDA one on the 2-core CI machine): beside a short job
+// it doubled the job's time, and the run waited for it at the end (issue 29: a trivial script took 5.5 s
+// under `exec` against 1.9 s bare). So python3 is asked only when some Python job runs without the probe.
+bool python_unprobed(const std::vector<JobSpec>& jobs) {
   for (const JobSpec& job : jobs)
-    python_unprobed = python_unprobed ||
-                      (uses_python(job) && job.probe == ProbeMode::none && job.device != DeviceChoice::virtual_device);
-  EnvironmentOptions env_options{args.simulate, python_unprobed, args.command_line, std::nullopt};
-  if (survey) env_options.gpu = GpuIdentity{survey->name, survey->driver_version, survey->cuda_version};
-  RunResult run;
-  std::string torch_reported;  // the first version a job's probe or virtual device reported
-  // The environment's versions are for the results only: asked beside the jobs, not before them (on the
-  // H100 it held a packed run of eight small jobs back by about 4 s, a third of their time).
-  std::future<Environment> environment = std::async(std::launch::async, detect_environment, env_options);
-  run.start = events::now_seconds();
+    if (uses_python(job) && job.probe == ProbeMode::none && job.device != DeviceChoice::virtual_device) return true;
+  return false;
+}
 
-  TerminalStyle style = detect_terminal_style();
-  style.verbosity = args.verbosity;
-  const std::string device = device_name(env_options);
-  out << "oomharness " << kVersion << ": " << jobs.size() << (jobs.size() == 1 ? " job" : " jobs") << " from "
-      << suites.size() << (suites.size() == 1 ? " suite" : " suites") << " on " << (device.empty() ? "no GPU found" : device) << "\n";
-  out.flush();
+// Judges one job as it finishes (so that --maxfail can count failures while the run goes).
+class JobJudge {
+ public:
+  JobJudge(const std::vector<Suite>& suites, const FlatJobs& flat, const RunArgs& args, bool gpu_found)
+      : suites_(suites), flat_(flat), args_(args), gpu_found_(gpu_found) {}
 
-  // Each job is judged once, as it finishes (so that --maxfail can count failures while the run goes).
-  std::vector<std::optional<JobResult>> judged(jobs.size());
-  auto judge_job = [&](size_t i, JobOutcome& o) {
-    auto [s, j] = origin[i];
-    const JobSpec& spec = suites[s].jobs[j];
-    o.trace.simulated_device = args.simulate;
+  JobResult operator()(size_t i, JobOutcome& o) const {
+    auto [s, j] = flat_.origin[i];
+    const JobSpec& spec = suites_[s].jobs[j];
+    o.trace.simulated_device = args_.simulate;
     if (!o.trace.target_step) o.trace.target_step = spec.target_step;
-    if (o.not_started) {
-      JobResult jr;
-      jr.name = spec.name;
-      jr.status = JobStatus::skipped;
-      jr.message = "not run: " + std::to_string(args.maxfail) + (args.maxfail == 1 ? " job" : " jobs") +
-                   " failed or erred before its turn (" + (args.maxfail == 1 ? std::string("-x") : "--maxfail " + std::to_string(args.maxfail)) + ")";
-      return jr;
-    }
+    if (o.not_started) return skipped(spec);
     // Note [Green means tested]: a job the harness cannot show it tested is never judged a pass.
     StatusRules rules;
-    rules.strict = args.strict;
+    rules.strict = args_.strict;
     if (o.error.empty() && !o.interrupted) {
-      if (auto untested = why_untested(spec, o.trace, survey.has_value() && !survey->gpus.empty())) {
+      if (auto untested = why_untested(spec, o.trace, gpu_found_)) {
         if (untested->status == JobStatus::error) o.error = untested->message;
         else rules.inconclusive = untested->message;
       }
@@ -413,85 +413,105 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
     // An interrupted job's trace stops mid-way: judging it would report failures it never had.
     if (o.error.empty() && !o.interrupted) verdicts = judge(spec, o.trace);
     return build_job_result(spec.name, o, std::move(verdicts), rules);
-  };
-
-  // Note [Results as they come]: each judged job goes to jobs.jsonl at once; a killed runner loses none.
-  JobStream stream(out_fd.get(), "jobs.jsonl", (fs::path(out_dir) / "jobs.jsonl").string(), err);
-  run.environment.command_line = args.command_line;
-  run.environment.harness_version = kVersion;
-  stream.write(job_stream_header(run));
-
-  std::vector<JobOutcome> outcomes;
-  bool interrupted = false;
-  {
-    ProgressView view(out, style, names);
-    int failures = 0;
-    options.on_progress = [&view](const JobProgress& p) { view.on_progress(p); };
-    Backend* running = nullptr;
-    options.on_job_done = [&](size_t i, JobOutcome& done) {
-      if (torch_reported.empty()) torch_reported = torch_version_reported(done.trace);  // Note [Torch's version from the jobs]
-      judged[i] = judge_job(i, done);
-      if (!done.not_started) {
-        SuiteResult suite;
-        suite.name = suites[origin[i].first].name;
-        suite.file = suites[origin[i].first].file;
-        stream.write(job_stream_line(suite, *judged[i]));
-      }
-      // Note [Constant cost per job]: once judged, a job's trace is not kept until the run ends; its result
-      // holds what the reports show, each part bounded. A caller that captures the run (sweep's golden run
-      // reads its trace) keeps the outcomes whole.
-      if (!args.capture || !args.capture->keep_traces) {
-        done.trace.attempts.clear();
-        done.trace.attempts.shrink_to_fit();
-        done.trace.reference.clear();
-        done.trace.reference.shrink_to_fit();
-      }
-      if (!done.not_started) view.on_job_done(i);
-      if (args.maxfail > 0 && failed_or_erred(judged[i]->status) && ++failures == args.maxfail && running)
-        running->stop_starting();
-    };
-    // Note [Backends]: here the jobs leave for this machine's job runner or for a Slurm cluster.
-    std::unique_ptr<Backend> backend;
-    if (backend_kind == BackendKind::slurm) {
-      SlurmOptions slurm = args.slurm;
-      slurm.simulate = args.simulate;
-      slurm.work_dir = (fs::path(out_dir) / "slurm").string();
-      backend = make_slurm_backend(std::move(options), std::move(slurm));
-    } else {
-      backend = make_local_backend(std::move(options));
-    }
-    if (auto problem = backend->check()) {
-      err << "oomharness: " << *problem << "\n";
-      return ExitCode::internal_error;
-    }
-    running = backend.get();
-    InterruptHandlers handlers(*backend);
-    outcomes = backend->run(jobs);
-    interrupted = backend->interrupted() || InterruptHandlers::signalled();
-    view.finish();
   }
-  say_stray_signals(err);
-  run.interrupted = interrupted;
-  run.duration = events::now_seconds() - run.start;
-  stream.write(job_stream_end(run));
-  run.environment = environment.get();
-  if (!torch_reported.empty()) run.environment.frameworks["torch"] = torch_reported;
 
+ private:
+  JobResult skipped(const JobSpec& spec) const {
+    JobResult jr;
+    jr.name = spec.name;
+    jr.status = JobStatus::skipped;
+    jr.message = "not run: " + std::to_string(args_.maxfail) + (args_.maxfail == 1 ? " job" : " jobs") +
+                 " failed or erred before its turn (" +
+                 (args_.maxfail == 1 ? std::string("-x") : "--maxfail " + std::to_string(args_.maxfail)) + ")";
+    return jr;
+  }
+
+  const std::vector<Suite>& suites_;
+  const FlatJobs& flat_;
+  const RunArgs& args_;
+  bool gpu_found_;
+};
+
+// Note [Backends]: here the jobs leave for this machine's job runner or for a Slurm cluster.
+std::unique_ptr<Backend> make_backend(BackendKind kind, RunOptions options, const RunArgs& args, const std::string& out_dir) {
+  if (kind != BackendKind::slurm) return make_local_backend(std::move(options));
+  SlurmOptions slurm = args.slurm;
+  slurm.simulate = args.simulate;
+  slurm.work_dir = (fs::path(out_dir) / "slurm").string();
+  return make_slurm_backend(std::move(options), std::move(slurm));
+}
+
+// What the backend brought back, and the judged results of the jobs that finished.
+struct RunOutcome {
+  std::vector<JobOutcome> outcomes;
+  std::vector<std::optional<JobResult>> judged;
+  std::string torch_reported;  // the first version a job's probe or virtual device reported
+  bool interrupted = false;
+};
+
+// Runs the jobs with progress on `out`; each finished job is judged at once and streamed to jobs.jsonl.
+std::optional<ExitCode> run_jobs(const std::vector<Suite>& suites, const FlatJobs& flat, const RunArgs& args,
+                                 const JobJudge& judge_job, BackendKind kind, RunOptions options, const std::string& out_dir,
+                                 const TerminalStyle& style, JobStream& stream, RunOutcome& ran, std::ostream& out,
+                                 std::ostream& err) {
+  ran.judged.assign(flat.jobs.size(), std::nullopt);
+  ProgressView view(out, style, flat.names);
+  int failures = 0;
+  options.on_progress = [&view](const JobProgress& p) { view.on_progress(p); };
+  Backend* running = nullptr;
+  options.on_job_done = [&](size_t i, JobOutcome& done) {
+    if (ran.torch_reported.empty()) ran.torch_reported = torch_version_reported(done.trace);  // Note [Torch's version from the jobs]
+    ran.judged[i] = judge_job(i, done);
+    if (!done.not_started) {
+      SuiteResult suite;
+      suite.name = suites[flat.origin[i].first].name;
+      suite.file = suites[flat.origin[i].first].file;
+      stream.write(job_stream_line(suite, *ran.judged[i]));
+    }
+    // Note [Constant cost per job]: once judged, a job's trace is not kept until the run ends; its result
+    // holds what the reports show, each part bounded. A caller that captures the run (sweep's golden run
+    // reads its trace) keeps the outcomes whole.
+    if (!args.capture || !args.capture->keep_traces) {
+      done.trace.attempts.clear();
+      done.trace.attempts.shrink_to_fit();
+      done.trace.reference.clear();
+      done.trace.reference.shrink_to_fit();
+    }
+    if (!done.not_started) view.on_job_done(i);
+    if (args.maxfail > 0 && failed_or_erred(ran.judged[i]->status) && ++failures == args.maxfail && running)
+      running->stop_starting();
+  };
+  std::unique_ptr<Backend> backend = make_backend(kind, std::move(options), args, out_dir);
+  if (auto problem = backend->check()) {
+    err << "oomharness: " << *problem << "\n";
+    return ExitCode::internal_error;
+  }
+  running = backend.get();
+  InterruptHandlers handlers(*backend);
+  ran.outcomes = backend->run(flat.jobs);
+  ran.interrupted = backend->interrupted() || InterruptHandlers::signalled();
+  view.finish();
+  return std::nullopt;
+}
+
+// The judged jobs into their suites (a job the runner did not hand to on_job_done is judged here), and each
+// suite's start and duration from its jobs'.
+void gather_suites(RunResult& run, const std::vector<Suite>& suites, const FlatJobs& flat, const JobJudge& judge_job,
+                   RunOutcome& ran) {
   for (auto& suite : suites) {
     SuiteResult sr;
     sr.name = suite.name;
     sr.file = suite.file;
     run.suites.push_back(std::move(sr));
   }
-  for (size_t i = 0; i < outcomes.size() && i < jobs.size(); ++i) {
-    const size_t s = origin[i].first;
-    run.suites[s].jobs.push_back(judged[i] ? std::move(*judged[i]) : judge_job(i, outcomes[i]));
+  for (size_t i = 0; i < ran.outcomes.size() && i < flat.jobs.size(); ++i) {
+    const size_t s = flat.origin[i].first;
+    run.suites[s].jobs.push_back(ran.judged[i] ? std::move(*ran.judged[i]) : judge_job(i, ran.outcomes[i]));
     const JobResult& built = run.suites[s].jobs.back();
     if (built.virtual_device && run.environment.virtual_device.empty())
       run.environment.virtual_device = *built.virtual_device;
   }
-  for (size_t s = 0; s < suites.size(); ++s) {
-    auto& sr = run.suites[s];
+  for (auto& sr : run.suites) {
     double first = 0, last = 0;
     for (const auto& jr : sr.jobs) {
       if (jr.start > 0 && (first == 0 || jr.start < first)) first = jr.start;
@@ -500,7 +520,11 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
     sr.start = first;
     sr.duration = last > first ? last - first : 0;
   }
+}
 
+// The run state (--lf), the reports, the summary on `out`, and the exit code.
+ExitCode report_run(const RunResult& run, const std::vector<Suite>& suites, const RunArgs& args, const std::string& out_dir,
+                    const exec::DirFd& out_fd, const TerminalStyle& style, std::ostream& out, std::ostream& err) {
   // Note [Run state] in run_state.h: before the reports, so that a report that cannot be written costs no memory.
   if (args.keep_state)
     if (auto problem = record_run_state(suites, run)) err << "oomharness: the run state (--lf) was not saved: " << *problem << "\n";
@@ -516,12 +540,70 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
   }
   out.flush();
   ExitCode code = run_exit_code(run);
-  if (args.capture) {
-    args.capture->run = run;
-    args.capture->outcomes = std::move(outcomes);
-  }
   if (code == ExitCode::interrupted) return code;
   if (!written) return ExitCode::internal_error;
+  return code;
+}
+
+}  // namespace
+
+ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream& out, std::ostream& err) {
+  RunOptions options;
+  if (auto refused = read_runner_flags(args, options, err)) return *refused;
+  BackendKind backend_kind = BackendKind::local;
+  if (auto refused = choose_backend(suites, args, backend_kind, err)) return *refused;
+  // The machine's GPUs, asked once: the packer packs onto them and the results name the first.
+  std::optional<exec::GpuSurvey> survey = args.simulate ? std::nullopt : args.surveyed ? args.surveyed : exec::survey_gpus();
+  options.gpu_inventory = survey ? survey->gpus : std::vector<GpuInfo>{};
+  const bool any_virtual = choose_devices(suites, args);
+  if (auto missing = resolve_paths(args.simulate, options.paths, any_virtual)) {
+    err << "oomharness: " << *missing << "\n";
+    return ExitCode::internal_error;
+  }
+  std::string out_dir;
+  exec::DirFd out_fd;
+  if (auto refused = open_run_folder(args, out_dir, out_fd, err)) return *refused;
+  options.out_dir = (fs::path(out_dir) / "jobs").string();
+  const FlatJobs flat = flatten(suites);
+
+  EnvironmentOptions env_options{args.simulate, python_unprobed(flat.jobs), args.command_line, std::nullopt};
+  if (survey) env_options.gpu = GpuIdentity{survey->name, survey->driver_version, survey->cuda_version};
+  RunResult run;
+  // The environment's versions are for the results only: asked beside the jobs, not before them (on the
+  // H100 it held a packed run of eight small jobs back by about 4 s, a third of their time).
+  std::future<Environment> environment = std::async(std::launch::async, detect_environment, env_options);
+  run.start = events::now_seconds();
+
+  TerminalStyle style = detect_terminal_style();
+  style.verbosity = args.verbosity;
+  const std::string device = device_name(env_options);
+  out << "oomharness " << kVersion << ": " << flat.jobs.size() << (flat.jobs.size() == 1 ? " job" : " jobs") << " from "
+      << suites.size() << (suites.size() == 1 ? " suite" : " suites") << " on " << (device.empty() ? "no GPU found" : device) << "\n";
+  out.flush();
+
+  const JobJudge judge_job(suites, flat, args, survey.has_value() && !survey->gpus.empty());
+  // Note [Results as they come]: each judged job goes to jobs.jsonl at once; a killed runner loses none.
+  JobStream stream(out_fd.get(), "jobs.jsonl", (fs::path(out_dir) / "jobs.jsonl").string(), err);
+  run.environment.command_line = args.command_line;
+  run.environment.harness_version = kVersion;
+  stream.write(job_stream_header(run));
+
+  RunOutcome ran;
+  if (auto refused = run_jobs(suites, flat, args, judge_job, backend_kind, std::move(options), out_dir, style, stream, ran, out, err))
+    return *refused;
+  say_stray_signals(err);
+  run.interrupted = ran.interrupted;
+  run.duration = events::now_seconds() - run.start;
+  stream.write(job_stream_end(run));
+  run.environment = environment.get();
+  if (!ran.torch_reported.empty()) run.environment.frameworks["torch"] = ran.torch_reported;
+  gather_suites(run, suites, flat, judge_job, ran);
+
+  ExitCode code = report_run(run, suites, args, out_dir, out_fd, style, out, err);
+  if (args.capture) {
+    args.capture->run = run;
+    args.capture->outcomes = std::move(ran.outcomes);
+  }
   return code;
 }
 

@@ -18,15 +18,13 @@ bool plan_needs_shim(const JobSpec& job, bool faults_enabled) {
 
 bool has_rules(const JobSpec& job, const Attempt& a) { return a.faults_enabled && !job.faults.empty(); }
 
-bool is_inject(const Event& e) { return e.src == events::kSrcShim && e.kind == events::kInject; }
-
 // Did a fault fire in the attempt: an injection, an OOM the probe recorded, or an OOM it died of? Output
 // that mentions an OOM counts only beside a reservation, whose real allocations fail in the driver without
 // a refusal of the shim (Note [An OOM is an event] in policies/src/trace.cpp; the checks still need a record).
 bool fault_fired(const Attempt& a, bool sidecar) {
   if (a.ended_by_oom() || (sidecar && a.oom_message)) return true;
   for (const Event& e : a.events)
-    if (is_inject(e) || (e.src == events::kSrcProbe && e.kind == events::kOom)) return true;
+    if (is_refusal(e) || (e.src == events::kSrcProbe && e.kind == events::kOom)) return true;
   return false;
 }
 
@@ -89,7 +87,7 @@ std::optional<Untested> why_untested(const JobSpec& job, const Trace& trace, boo
     fired = fired || fault_fired(a, sidecar);
     stepped = stepped || completed_a_step(a);
     any_rules = any_rules || has_rules(job, a);
-    for (const Event& e : a.events) any_inject = any_inject || is_inject(e);
+    for (const Event& e : a.events) any_inject = any_inject || is_refusal(e);
     if (died(a)) {
       const bool can_fire = needs_shim || sidecar;
       if (can_fire ? !fired : !stepped) {

@@ -1,6 +1,7 @@
 // The local backend: the job runner itself (Note [Backends] in backend.h).
 
 #include "oomharness/runner/backend.h"
+#include "oomharness/runner/name_tables.h"
 
 namespace oomh {
 
@@ -21,11 +22,7 @@ class LocalBackend final : public Backend {
 
 }  // namespace
 
-std::optional<BackendKind> backend_from_name(const std::string& name) {
-  if (name == "local") return BackendKind::local;
-  if (name == "slurm") return BackendKind::slurm;
-  return std::nullopt;
-}
+std::optional<BackendKind> backend_from_name(const std::string& name) { return value_named(kBackends, name); }
 
 std::unique_ptr<Backend> make_local_backend(RunOptions options) { return std::make_unique<LocalBackend>(std::move(options)); }
 

@@ -186,7 +186,7 @@ boost::system::error_code JobSetup::on_exec_setup(boost::process::v2::posix::def
                                                   const boost::process::v2::filesystem::path&, const char* const*) {
   // Its own session (and so its own process group): Note [Signals a job may send] in signals.h.
   if (setsid() < 0) return {errno, boost::system::system_category()};
-  // Note [Nothing left behind] in job_runner.cpp: the job's leader dies with the runner, even one killed
+  // Note [Nothing left behind] in job_runner_reaping.cpp: the job's leader dies with the runner, even one killed
   // with SIGKILL. The runner may have died between fork and prctl: then our parent is no longer it.
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) return {errno, boost::system::system_category()};
   if (getppid() != parent_) _exit(127);

@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <regex>  // std::regex_error, which a bad pattern throws (job_runner.cpp catches it)
+#include <regex>  // std::regex_error, which a bad pattern throws (job_runner_scheduling.cpp catches it)
 #include <string>
 #include <string_view>
 #include <vector>

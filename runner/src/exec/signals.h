@@ -2,7 +2,7 @@
 // Note [Signals a job may send]
 // A job is code the user runs, under the user's own uid: it can send the runner any signal by pid
 // (`kill -HUP $PPID`). Each job runs in its own session (setsid, Note [Nothing left behind] in
-// job_runner.cpp), so it cannot address the runner by group or through the terminal; what it can still do
+// job_runner_reaping.cpp), so it cannot address the runner by group or through the terminal; what it can still do
 // by pid is handled here, once for the whole process (install_signal_guards, called by app_main):
 //   - HUP, USR1, USR2, ALRM, PIPE, QUIT, XCPU, XFSZ, VTALRM, PROF, IO, PWR, STKFLT, and SEGV, BUS, FPE,
 //     ILL, TRAP, SYS, ABRT when sent by another process (si_code <= 0): recorded and ignored. A real fault

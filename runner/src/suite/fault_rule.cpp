@@ -60,7 +60,8 @@ void suggest_choice(Error& problem, const std::string& written) {
   const auto& path = problem.path;
   std::vector<std::string> choices;
   if (!path.empty() && path.back() == "phase") {
-    for (uint32_t i = 1; i <= 6; ++i) choices.emplace_back(phase_name(static_cast<Phase>(i)));
+    for (const NameEntry<Phase>& e : kPhases)  // a rule names a phase the probe reports: never `none`
+      if (e.value != Phase::none) choices.emplace_back(e.name);
   } else if ((!path.empty() && path.back() == "entry") || (path.size() >= 2 && path[path.size() - 2] == "entry")) {
     choices = names(inject::kEntryChoices);
   } else if (!path.empty() && path.back() == "memory") {

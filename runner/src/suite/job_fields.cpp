@@ -4,6 +4,8 @@
 
 #include "suite/job_table.h"
 
+#include "oomharness/runner/name_tables.h"
+
 namespace oomh::suite {
 
 JobFields merge(JobFields base, const JobFields& over) {
@@ -15,7 +17,7 @@ JobSpec build_job(const JobFields& f) {
   JobSpec job;  // its initialisers are the defaults (suite.h)
   for (const JobKey& k : job_keys()) k.build(job, f);
   // What follows from the fields rather than from one of them (Note [One table of job fields]).
-  // Note [Hang detection] in job_runner.cpp: the runner waits for a stalled rank as long as no_hang would.
+  // Note [Hang detection] in job_runner_hangs.cpp: the runner waits for a stalled rank as long as no_hang would.
   for (const auto& e : job.expect)
     if (e.policy == "no_hang" && e.args.contains("stall") && e.args["stall"].is_number()) job.hang_stall = e.args["stall"].get<double>();
   if (!job.target_step) {
@@ -48,20 +50,9 @@ const char* probe_mode_name(ProbeMode p) {
   return "auto";
 }
 
-std::optional<DeviceChoice> device_choice_from_name(const std::string& name) {
-  if (name == "auto") return DeviceChoice::automatic;
-  if (name == "gpu") return DeviceChoice::gpu;
-  if (name == "virtual") return DeviceChoice::virtual_device;
-  return std::nullopt;
-}
+// Note [Name tables]: kDevices (its names are string literals, so data() ends in a NUL).
+std::optional<DeviceChoice> device_choice_from_name(const std::string& name) { return value_named(kDevices, name); }
 
-const char* device_choice_name(DeviceChoice d) {
-  switch (d) {
-    case DeviceChoice::automatic: return "auto";
-    case DeviceChoice::gpu: return "gpu";
-    case DeviceChoice::virtual_device: return "virtual";
-  }
-  return "auto";
-}
+const char* device_choice_name(DeviceChoice d) { return name_of(kDevices, d, "auto").data(); }
 
 }  // namespace oomh

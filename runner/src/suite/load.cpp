@@ -29,6 +29,7 @@
 
 #include "oomharness/policies/registry.h"
 #include "oomharness/runner/suite.h"
+#include "oomharness/runner/name_tables.h"
 #include "suite/fault_rule.h"
 #include "suite/job_fields.h"
 #include "suite/job_table.h"
@@ -54,7 +55,7 @@ const std::vector<std::string> restart_keys = {"max", "on", "clear_faults", "sco
 // `scope: all` restarts every rank of an attempt together (torchelastic's behaviour, and the only one there
 // is); `rank`, restarting the failed rank alone, is named so that asking for it gets a clear refusal.
 const std::vector<std::string> restart_scopes = {"all", "rank"};
-const std::vector<std::string> restart_reasons = {"oom", "nonzero", "signal", "any"};
+const std::vector<std::string> restart_reasons = names_of(kRestartReasons);
 const std::vector<std::string> probe_modes = {"auto", "python", "none"};
 const std::vector<std::string> sweep_keys = {"step", "modes", "transient_times"};
 const std::vector<std::string> sweep_modes = {"transient", "persistent"};
@@ -151,8 +152,8 @@ SuiteLoad Loader::load(const std::string& text, const std::string& default_name)
     } else if (e.key == "backend") {
       // Where `oomharness run` sends the jobs unless --backend says (Note [Backends] in backend.h).
       if (auto b = r_.string(e, Field{"", "backend"})) {
-        if (*b == "local" || *b == "slurm") suite.backend = *b;
-        else d_.error(e.value_at, "backend: unknown backend '" + *b + "' (local or slurm)");
+        if (value_named(kBackends, *b)) suite.backend = *b;
+        else d_.error(e.value_at, "backend: unknown backend '" + *b + "' (" + names_text(kBackends, ", ", " or ") + ")");
       }
     } else if (e.key == "matrix") {
       read_matrix(e);
@@ -352,7 +353,7 @@ void Loader::read_timeout(Partial& p, const Entry& e, const Field& f) {
 void Loader::read_grace(Partial& p, const Entry& e, const Field& f) { p.fields.grace = r_.duration(e, f); }
 
 void Loader::read_device(Partial& p, const Entry& e, const Field& f) {
-  if (auto m = r_.choice(e.value, e.value_at, f, {"auto", "gpu", "virtual"}, "device"))
+  if (auto m = r_.choice(e.value, e.value_at, f, names_of(kDevices), "device"))
     p.fields.device = device_choice_from_name(*m);
 }
 

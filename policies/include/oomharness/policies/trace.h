@@ -90,7 +90,26 @@ struct RankEnd {
   std::string stacks;              // what the rank's Python wrote when the runner asked for its stacks (a hang)
 };
 
-// Note [Thinned event logs] (trace.cpp): what the reader folded from every line of a log whose routine
+// Note [Measuring a leak] (checks_memory.cpp): the least-squares line through (step, held bytes), by
+// Welford's running sums. The reader folding every step of a thinned log and held_growth fitting the kept
+// steps of a whole one both fit with this, so that a slope is computed one way.
+struct LineFit {
+  uint64_t points = 0;
+  double mx = 0, my = 0, sxx = 0, sxy = 0;
+  void add(double x, double y) {
+    const double n = static_cast<double>(++points);
+    const double dx = x - mx;
+    mx += dx / n;
+    my += (y - my) / n;
+    sxx += dx * (x - mx);
+    sxy += dx * (y - my);
+  }
+  bool sloped() const { return sxx > 0; }  // false: every point at one x (retries of one step), no trend
+  double slope() const { return sxy / sxx; }
+  double at(double x) const { return my + slope() * (x - mx); }
+};
+
+// Note [Thinned event logs] (event_log_reader.cpp): what the reader folded from every line of a log whose routine
 // events it thinned, so that the checks that need every step read them from here. Set on an Attempt
 // only when the reader dropped some routine event.
 struct LogFold {
@@ -112,6 +131,15 @@ struct LogFold {
   int64_t gap_after_step = -1;
   bool merged = false;             // folded from several ranks' logs: the fit and the gap are per log
   uint64_t windows_missed = 0;     // significant events whose neighbouring steps were not kept (over budget)
+
+  LineFit growth_fit() const { return LineFit{growth_points, growth_mx, growth_my, growth_sxx, growth_sxy}; }
+  void set_growth_fit(const LineFit& f) {
+    growth_points = f.points;
+    growth_mx = f.mx;
+    growth_my = f.my;
+    growth_sxx = f.sxx;
+    growth_sxy = f.sxy;
+  }
 };
 
 struct Attempt {
@@ -128,7 +156,7 @@ struct Attempt {
   std::string log_path;            // the attempt's full output on disk
   std::optional<ShimRecord> shim;  // unset when the attempt never started (no control block to read)
   std::vector<RankEnd> ranks;      // a job with ranks: N > 1, one per rank (Note [Ranks]); empty otherwise
-  std::optional<LogFold> thinned;  // the event log was thinned (Note [Thinned event logs] in trace.cpp)
+  std::optional<LogFold> thinned;  // the event log was thinned (Note [Thinned event logs] in event_log_reader.cpp)
 
   double duration() const { return end > start ? end - start : 0; }
   // Exited non-zero (or by SIGABRT) of an OOM the trace records: an uncaught probe `oom`, or an OOM message
@@ -188,6 +216,12 @@ bool completes_a_step(const Event& e);
 int64_t completed_step(const Event& e);
 // An OOM that a job without a probe printed, read by the suite's `observe:` regex with key `oom`.
 bool printed_oom(const Event& e);
+// The shim's refusal of an allocation (an `inject` event: by a rule or by the cap).
+bool is_refusal(const Event& e);
+// Note [Visible faults]: a step completed as `completed` (completed_step) gets the code past a refusal made
+// during step `refused` when it is that step or a later one; any completed step does when the shim did not
+// know the step (-1). Every reader of "did the code go on after this fault?" asks this one rule.
+bool gets_past(int64_t refused, int64_t completed);
 
 // The words every message uses for an attempt: "attempt 2" (counted from 1, as users count), and how it
 // ended: "exited with code 1", "was killed by signal 9 (SIGKILL)", "timed out after 30s and was stopped".
@@ -207,12 +241,12 @@ std::optional<Event> parse_event_line(const std::string& line);
 //   some fault became visible, and the reports cap the faults they list, results_builder.cpp);
 // - past max_routine routine events (steps, phases, samples, memory) the routine events are thinned, every
 //   significant one kept with the steps around it, and what the checks need of every step folded into
-//   LogFold (Note [Thinned event logs] in trace.cpp).
+//   LogFold (Note [Thinned event logs] in event_log_reader.cpp).
 // What was skipped is said by `warning` events (EventLogReader::warnings), never silently dropped.
 inline constexpr size_t kMaxEventLineBytes = size_t{1} << 20;
 inline constexpr size_t kMaxEventDepth = 64;
 inline constexpr size_t kMaxInjectEvents = 10000;
-// Note [Thinned event logs] in trace.cpp.
+// Note [Thinned event logs] in event_log_reader.cpp.
 inline constexpr size_t kMaxRoutineEvents = 65536;
 inline constexpr size_t kMaxPinnedEvents = 131072;
 
@@ -248,7 +282,7 @@ class EventLogReader {
   // One runner `warning` event per kind of skip (`source` names the log), at the latest time read.
   std::vector<Event> warnings(const std::string& source) const;
 
-  struct Facts;  // what the reader reads of a routine line (trace.cpp)
+  struct Facts;  // what the reader reads of a routine line (event_scan.h)
 
  private:
   // A routine line held until its fate is known: the text, parsed only when kept.

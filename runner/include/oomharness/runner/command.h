@@ -13,7 +13,7 @@ namespace oomh {
 // Every short-lived child the runner starts for itself (nvidia-smi, nvcc, python3 for detection; sbatch,
 // squeue, scontrol, scancel for the Slurm backend) is started by spawn_and_wait, so that each is known to
 // the subreaper guard (is_command_child) from before it exists until it is reaped: the job runner, a child
-// subreaper, kills and reaps any other child it finds (Note [Nothing left behind] in job_runner.cpp), and a
+// subreaper, kills and reaps any other child it finds (Note [Nothing left behind] in job_runner_reaping.cpp), and a
 // helper it took for a stray would come back as "killed" to its caller. Jobs themselves are not helpers:
 // the job runner starts them (launch.cpp) and knows them by its own table.
 struct SpawnOptions {

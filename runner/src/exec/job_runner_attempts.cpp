@@ -1,0 +1,261 @@
+// The job runner's attempts: the start of one (its files, its control block, its process or, for a
+// job with ranks, one process per rank) and its end (the shim's record, the exit, the event log and the
+// observed values gathered into the attempt, the ranks merged: Note [Ranks] in trace.h).
+
+#include "exec/job_runner_impl.h"
+
+#include <filesystem>
+
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "exec/launch.h"
+#include "exec/reaping.h"
+#include "exec/signals.h"
+
+namespace oomh {
+
+using namespace exec;
+namespace fs = std::filesystem;
+
+// ---------------------------------------------------------------------------------------------------
+// Attempts.
+
+void JobRunner::Impl::start_attempt(JobState& j, bool reference) {
+  for (auto& c : j.current) retire(std::move(c));
+  j.current.clear();
+  int n = reference ? static_cast<int>(j.outcome->trace.reference.size()) : static_cast<int>(j.outcome->trace.attempts.size());
+  // The reference run starts from an empty work directory: it must not resume from the attempts' files.
+  std::string work = j.outcome->work_dir;
+  if (reference) {
+    work = (fs::path(j.dir) / "reference-work").string();
+    if (j.dir_fd && remove_tree_at(j.dir_fd.get(), "reference-work")) open_owned_dir(j.dir_fd.get(), "reference-work");
+  }
+  int ranks = std::max(1, j.spec->ranks);
+  j.rank_ends.assign(ranks > 1 ? static_cast<size_t>(ranks) : 0, Attempt{});
+  j.ranks_ended = 0;
+  j.first_end_rank = -1;
+  j.first_end_t = 0;
+  j.first_end_oom = false;
+  j.hang_called = false;
+  j.stacks.assign(static_cast<size_t>(ranks), std::string());
+  int port = ranks > 1 ? free_local_port() : 0;
+  // Every rank's slot exists before any starts: a rank that fails to start finishes at once and must find
+  // its siblings counted.
+  for (int k = 0; k < ranks; ++k) j.current.push_back(std::make_unique<AttemptRun>(*ctx));
+  for (int k = 0; k < ranks; ++k) {
+    if (j.finished) return;
+    launch_rank(j, reference, n, ranks > 1 ? k : -1, port, work);
+  }
+}
+
+// One process of attempt `n`: the whole attempt for a job without ranks (rank -1), else rank `rank`.
+void JobRunner::Impl::launch_rank(JobState& j, bool reference, int n, int rank, int port, const std::string& work) {
+  AttemptRun& r = *j.current[static_cast<size_t>(std::max(rank, 0))];
+  r.job = &j;
+  r.reference = reference;
+  r.rank = rank;
+  r.attempt.index = n;
+  r.attempt.faults_enabled = !reference && j.faults_enabled;
+  r.attempt.start = now();
+  r.seen_step_t = r.attempt.start;
+  std::string stem = (reference ? "reference-" : "attempt-") + std::to_string(n) + (rank >= 0 ? ".rank" + std::to_string(rank) : "");
+  r.attempt.log_path = (fs::path(j.dir) / (stem + ".log")).string();
+  r.events_path = (fs::path(j.dir) / (stem + ".events.jsonl")).string();
+  // Note [A run folder the runner owns] in run_folder.h: relative to the job's folder, no link followed.
+  const int dir = j.dir_fd.get();
+  if (rank >= 0) {
+    r.stacks_path = (fs::path(j.dir) / (stem + ".stacks.txt")).string();
+    remove_file_at(dir, stem + ".stacks.txt");
+  }
+
+  int ev = create_file_at(dir, stem + ".events.jsonl");
+  if (ev < 0) return fail_attempt(r, "cannot create the event log " + r.events_path + ": " + errno_text(errno));
+  close(ev);
+  r.log_fd = create_file_at(dir, stem + ".log");
+  if (r.log_fd < 0) return fail_attempt(r, "cannot create the output log " + r.attempt.log_path + ": " + errno_text(errno));
+
+  // Note [A block the job cannot take down] in control_block.h; a named segment where memfds are missing.
+  r.cb = control_block_create_sealed(r.cb_fd);
+  if (r.cb) {
+    r.control_name = "/proc/" + std::to_string(getpid()) + "/fd/" + std::to_string(r.cb_fd);
+  } else {
+    r.shm_name = "/oomh-" + std::to_string(getpid()) + "-" + std::to_string(j.index) + "-" + (reference ? "r" : "") + std::to_string(n) +
+                 (rank >= 0 ? "-" + std::to_string(rank) : "");
+    r.cb = control_block_create(r.shm_name.c_str());
+    if (!r.cb && errno == EEXIST) {
+      // Left by an earlier runner of this same pid (we unlink ours): it is ours to replace.
+      shm_unlink(r.shm_name.c_str());
+      r.cb = control_block_create(r.shm_name.c_str());
+    }
+    r.control_name = r.shm_name;
+  }
+  if (!r.cb) {
+    int e = errno;
+    r.shm_name.clear();
+    return fail_attempt(r, "cannot create the control block: " + errno_text(e));
+  }
+
+  AttemptContext actx;
+  actx.job = j.spec->name;
+  actx.attempt = n;
+  actx.control_name = r.control_name;
+  actx.events_path = r.events_path;
+  actx.plan_json = j.spec->plan(r.attempt.faults_enabled).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  actx.flush_steps = j.spec->flush_steps(r.attempt.faults_enabled);
+  actx.workdir = work;
+  for (const Placement& q : j.placements)
+    if (q.gpu) actx.gpus.push_back(*q.gpu);
+  actx.threads = threads_each;
+  if (rank >= 0) {
+    actx.rank = rank;
+    actx.world_size = std::max(1, j.spec->ranks);
+    actx.master_port = port;
+    actx.stacks_path = r.stacks_path;
+  }
+  std::vector<std::string> env = job_environment(*j.spec, options.paths, actx);
+  if (j.sidecar && j.sidecar->proc) env.push_back("OOMH_RESERVE_PID=" + std::to_string(j.sidecar->proc->id()));
+  std::vector<std::string> argv = attempt_argv(*j.spec, work, n);
+  if (!reference && n == 0 && rank <= 0) j.outcome->argv = argv;
+  nlohmann::json start_fields = {{"attempt", n}, {"argv", argv}};
+  if (rank >= 0) start_fields["master_port"] = port;
+  if (j.sidecar && j.sidecar->ready) start_fields["reserved"] = j.sidecar->held;  // real bytes held beside it
+  r.attempt.events.push_back(runner_event(events::kAttemptStart, r.attempt.start, start_fields));
+  if (argv.empty()) return fail_attempt(r, "the job has no command");
+  std::string program = resolve_program(argv[0], env);
+  if (program.empty()) return fail_attempt(r, "cannot start '" + argv[0] + "': command not found");
+
+  std::vector<std::string> args(argv.begin() + 1, argv.end());
+  bp::posix::default_launcher launcher;
+  boost::system::error_code ec;
+  JobSetup setup(env, j.cwd);
+  // The executor overload: in Boost 1.81 the (context, error_code&, ...) overload forwards to the
+  // throwing one.
+  std::optional<bp::process> proc;
+  std::string launch_error;
+  try {
+    proc.emplace(launcher(ctx->get_executor(), ec, program, args, bp::process_stdio{nullptr, r.out, r.err}, setup));
+  } catch (const std::exception& e) {
+    launch_error = e.what();
+  }
+  if (ec || !launch_error.empty()) {
+    if (launcher.pid > 0) waitpid(launcher.pid, nullptr, 0);  // the child that failed to exec
+    return fail_attempt(r, "cannot start '" + argv[0] + "'" + (j.cwd.empty() ? "" : " in " + j.cwd) + ": " +
+                               (ec ? ec.message() : launch_error));
+  }
+  r.proc = std::move(proc);
+  // The child called setsid() before exec, and the launcher returns after the exec: the group exists.
+  // (setpgid from this side would race with setsid, which fails in a process that already leads a group.)
+  r.pgid = r.proc->id();
+  register_job_session(r.pgid);  // Note [Signals a job may send] in signals.h
+  if (rank <= 0) progress(j, JobProgress::State::running, &r);
+
+  AttemptRun* rp = &r;
+  r.proc->async_wait([this, rp](boost::system::error_code, int) { on_exit(rp); });
+  read_stream(rp, false);
+  read_stream(rp, true);
+  if (j.spec->timeout > 0) {
+    r.timeout_timer.expires_after(seconds(j.spec->timeout));
+    r.timeout_timer.async_wait([this, rp](boost::system::error_code e) {
+      if (!e && !rp->exited) stop_attempt(*rp, AttemptRun::Stop::timeout);
+    });
+  }
+  if (stopping) stop_attempt(r, AttemptRun::Stop::interrupt);
+}
+
+// The attempt could not start: record it as such, with the reason as the job's error.
+void JobRunner::Impl::fail_attempt(AttemptRun& r, const std::string& why) {
+  JobState& j = *r.job;
+  r.attempt.end = now();
+  if (r.rank >= 0 && j.first_end_rank < 0) {
+    j.first_end_rank = r.rank;
+    j.first_end_t = r.attempt.end;
+  }
+  r.attempt.end_kind = AttemptEnd::failed_to_start;
+  r.attempt.output_tail = why + "\n";
+  if (r.log_fd >= 0) {
+    std::string line = "oomharness: " + why + "\n";
+    write_log(r, line.data(), line.size());
+  }
+  if (j.outcome->error.empty()) j.outcome->error = why;
+  r.exited = r.out_done = r.err_done = true;
+  r.finished = true;
+  finish_attempt(r);
+}
+
+void JobRunner::Impl::finish_attempt(AttemptRun& r) {
+  JobState& j = *r.job;
+  claim_signals();  // before its session is forgotten: what it sent while it ran is its own
+  forget_job_session(r.pgid);
+  wait_group_gone(r.pgid);
+  kill_orphans(&r, false);
+  if (r.cb) {
+    sample(r, true);
+    const ControlBlock& cb = *r.cb;
+    ShimRecord shim;
+    shim.processes = cb.process_count.load(std::memory_order_relaxed);
+    shim.armed = cb.shims_armed.load(std::memory_order_relaxed);
+    shim.rejected = cb.plans_rejected.load(std::memory_order_relaxed);
+    shim.ways_in = cb.ways_in.load(std::memory_order_relaxed);
+    shim.driver_called = cb.first_driver_call_ns.load(std::memory_order_relaxed) != 0;
+    for (const DeviceCounters& d : cb.devices) shim.allocations += d.alloc_calls.load(std::memory_order_relaxed);
+    r.attempt.shim = shim;
+  }
+  release_control_block(r);
+  close_log(r);
+
+  Attempt& a = r.attempt;
+  if (a.end_kind != AttemptEnd::failed_to_start) {
+    if (WIFEXITED(r.status)) a.exit_code = WEXITSTATUS(r.status);
+    else if (WIFSIGNALED(r.status)) a.signal = WTERMSIG(r.status);
+    if (r.stop == AttemptRun::Stop::timeout || r.stop == AttemptRun::Stop::hang) a.end_kind = AttemptEnd::timed_out;
+    else if (r.stop == AttemptRun::Stop::interrupt) a.end_kind = AttemptEnd::interrupted;
+    else a.end_kind = a.signal ? AttemptEnd::signalled : AttemptEnd::exited;
+  }
+  a.output_tail = r.tail.text().empty() ? a.output_tail : r.tail.text();
+
+  size_t bad = 0;
+  std::vector<Event> logged = read_event_log(r.events_path, &bad, &a.thinned);
+  a.events.insert(a.events.end(), std::make_move_iterator(logged.begin()), std::make_move_iterator(logged.end()));
+  // Output read after the exit was seen was still written before it: an observed line never comes after
+  // the attempt's end in the trace.
+  std::vector<Event> observed = r.observed.take();
+  for (Event& e : observed) e.t = std::min(e.t, a.end);
+  a.events.insert(a.events.end(), std::make_move_iterator(observed.begin()), std::make_move_iterator(observed.end()));
+  if (r.observed.dropped() > 0)
+    a.events.push_back(runner_event(events::kWarning, a.end,
+                                    {{"message", std::to_string(r.observed.dropped()) + " observed value(s) were dropped: the job printed more lines matching its observe: patterns than are kept (" +
+                                                     std::to_string(kMaxObserved) + " values; one matching line in " +
+                                                     std::to_string(r.observed.stride()) + " is kept)"},
+                                     {"observed_dropped", r.observed.dropped()}}));
+  if (bad > 0)
+    a.events.push_back(runner_event(events::kWarning, a.end,
+                                    {{"message", std::to_string(bad) + " line(s) of " + r.events_path + " were not valid events"}}));
+  nlohmann::json exit_fields = {{"attempt", a.index},
+                                {"code", a.exit_code ? nlohmann::json(*a.exit_code) : nlohmann::json()},
+                                {"signal", a.signal ? nlohmann::json(*a.signal) : nlohmann::json()},
+                                {"timed_out", a.end_kind == AttemptEnd::timed_out},
+                                {"oom_message", a.oom_message}};
+  if (a.end_kind == AttemptEnd::interrupted) exit_fields["interrupted"] = true;
+  a.events.push_back(runner_event(events::kAttemptExit, a.end, std::move(exit_fields)));
+  std::stable_sort(a.events.begin(), a.events.end(), [](const Event& x, const Event& y) { return x.t < y.t; });
+
+  bool reference = r.reference;
+  std::vector<Attempt>& into = reference ? j.outcome->trace.reference : j.outcome->trace.attempts;
+  if (r.rank >= 0) {
+    // Note [Ranks] in trace.h: the attempt is over when every rank is.
+    j.rank_ends[static_cast<size_t>(r.rank)] = std::move(a);
+    if (++j.ranks_ended < j.rank_ends.size()) return;
+    Attempt merged = merge_ranks(std::move(j.rank_ends));
+    j.rank_ends.clear();
+    for (RankEnd& re : merged.ranks) re.stacks = j.stacks[static_cast<size_t>(re.rank)];
+    into.push_back(std::move(merged));
+  } else {
+    split_ranks_from_events(a);  // a job that starts torchrun itself (Note [Ranks seen in events])
+    into.push_back(std::move(a));
+  }
+  after_attempt(j, into.back(), reference);
+}
+
+}  // namespace oomh

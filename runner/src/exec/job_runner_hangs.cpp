@@ -1,0 +1,92 @@
+// The job runner's hang detection for a job with ranks.
+
+#include "exec/job_runner_impl.h"
+
+#include <csignal>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace oomh {
+
+using namespace exec;
+
+namespace {
+
+// At most `cap` bytes of a file; empty when it cannot be read.
+// The job writes the file and may have put a link, a FIFO or a device there: none is followed or read.
+std::string read_text_file(const std::string& path, size_t cap) {
+  std::string text;
+  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return text;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return text;
+  }
+  char buf[8192];
+  for (ssize_t n; text.size() < cap && (n = read(fd, buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
+  close(fd);
+  if (text.size() > cap) text.resize(cap);
+  return text;
+}
+
+}  // namespace
+
+// Note [Hang detection]
+// A distributed job's ranks wait for each other in collectives: when one rank dies (of an OOM, say) the
+// others block until a watchdog fires, tens of minutes later. So, for a job with ranks > 1, once some
+// rank's process has exited or raised an OOM (its block's ooms_seen), each sample looks at the ranks still
+// running: one whose control-block step (the probe's step in progress) has not changed for the job's
+// hang_stall seconds since the later of that event and its own last step is hung. The runner then records a `hang` event (the rank, its step, how long
+// it waited, the stall limit, the rank that ended first), sends SIGUSR1 to every running rank (the Python
+// probe has faulthandler dump every thread's stack to OOMH_STACKS on it), waits kStacksWait, reads the
+// stack files into the attempt's ranks, and stops every running rank (SIGTERM, SIGKILL kHangGrace later:
+// a rank that ignores SIGTERM cannot keep the job alive). So the job ends within the stall limit plus
+// about 1.5 s plus one sample interval. A rank that exited 0 counts as ended: the others must not wait for it
+// forever either. Without the probe the step stays unknown (-1), never changes, and the stall counts from
+// the exit: the job is still ended, with no stacks.
+void JobRunner::Impl::check_hang(JobState& j) {
+  if (j.spec->ranks < 2 || j.hang_called || j.first_end_rank < 0 || stopping) return;
+  double t = now();
+  AttemptRun* worst = nullptr;
+  double worst_wait = 0;
+  for (auto& c : j.current) {
+    if (!c || c->exited || c->finished || c->stop != AttemptRun::Stop::none || !c->proc) continue;
+    double waited = t - std::max(c->seen_step_t, j.first_end_t);
+    if (waited > j.spec->hang_stall && waited > worst_wait) {
+      worst = c.get();
+      worst_wait = waited;
+    }
+  }
+  if (worst) take_stacks(j, *worst, worst_wait);
+}
+
+void JobRunner::Impl::take_stacks(JobState& j, AttemptRun& stalled, double waited) {
+  j.hang_called = true;
+  stalled.attempt.events.push_back(runner_event(events::kHang, now(),
+                                                {{"rank", stalled.rank},
+                                                 {"step", stalled.seen_step == INT64_MIN ? int64_t{-1} : stalled.seen_step},
+                                                 {"waited", waited},
+                                                 {"stall", j.spec->hang_stall},
+                                                 {"after_rank", j.first_end_rank},
+                                                 {"after", j.first_end_oom ? "oom" : "exit"}}));
+  for (auto& c : j.current)
+    if (c && c->proc && !c->exited) kill(static_cast<pid_t>(c->proc->id()), SIGUSR1);
+  if (!j.stacks_timer) j.stacks_timer = std::make_unique<asio::steady_timer>(*ctx);
+  j.stacks_timer->expires_after(seconds(kStacksWait));
+  JobState* jp = &j;
+  j.stacks_timer->async_wait([this, jp](boost::system::error_code e) {
+    if (e || jp->finished) return;
+    for (auto& c : jp->current) {
+      if (!c || c->rank < 0 || c->stacks_path.empty()) continue;
+      std::string text = read_text_file(c->stacks_path, kMaxStacksBytes);
+      if (!text.empty()) jp->stacks[static_cast<size_t>(c->rank)] = std::move(text);
+    }
+    for (auto& c : jp->current)
+      if (c && !c->exited) stop_attempt(*c, AttemptRun::Stop::hang);
+  });
+}
+
+}  // namespace oomh

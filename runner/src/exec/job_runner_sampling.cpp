@@ -1,0 +1,73 @@
+// The job runner's sampling: every sample_interval, the control block of every running attempt (its
+// devices' figures, its step, the bytes of its dead processes), progress and the hang watch.
+
+#include "exec/job_runner_impl.h"
+
+#include "exec/dead_processes.h"
+
+namespace oomh {
+
+using namespace exec;
+
+// ---------------------------------------------------------------------------------------------------
+// Sampling the control blocks.
+
+void JobRunner::Impl::arm_sampler() {
+  sample_timer->expires_after(seconds(options.sample_interval > 0 ? options.sample_interval : 0.05));
+  sample_timer->async_wait([this](boost::system::error_code ec) {
+    if (ec || finished_count == jobs.size()) return;
+    claim_signals();
+    for (auto& j : jobs) {
+      for (auto& c : j->current)
+        if (c && c->cb && !c->finished) sample(*c, false);
+      if (AttemptRun* r = j->lead(); r && r->cb && !r->finished) progress(*j, JobProgress::State::running, r);
+      if (!j->finished) check_hang(*j);
+    }
+    arm_sampler();
+  });
+}
+
+// Records the devices the job used. Beyond kMaxSamples the series is thinned (every other sample kept)
+// and later samples are taken at half the rate, so a long job keeps an even, bounded record.
+void JobRunner::Impl::sample(AttemptRun& r, bool last) {
+  // Note [Bytes of dead processes]: before the figures are read, so that they no longer count them.
+  for (const Reclaimed& g : reclaim_dead_processes(*r.cb))
+    r.attempt.events.push_back(runner_event(events::kReclaimed, now(), {{"pid", g.pid}, {"device", g.device}, {"bytes", g.bytes}}));
+  const ControlBlock* cb = r.cb;
+  if (int64_t now_step = cb->step.load(std::memory_order_relaxed); now_step != r.seen_step) {
+    r.seen_step = now_step;
+    r.seen_step_t = now();
+  }
+  // Note [Hang detection]: a rank that raised an OOM starts the watch as one that exited does.
+  if (r.rank >= 0 && r.job->first_end_rank < 0 && cb->ooms_seen.load(std::memory_order_relaxed) > 0) {
+    r.job->first_end_rank = r.rank;
+    r.job->first_end_t = now();
+    r.job->first_end_oom = true;
+  }
+  if (!last && (r.tick++ % r.stride) != 0) return;
+  double t = now();
+  int64_t step = cb->step.load(std::memory_order_relaxed);
+  uint32_t n = std::min<uint32_t>(cb->device_count.load(std::memory_order_relaxed), kMaxDevices);
+  std::vector<MemorySample>& out = r.attempt.samples;
+  for (uint32_t d = 0; d < n; ++d) {
+    const DeviceCounters& c = cb->devices[d];
+    MemorySample s;
+    s.t = t;
+    s.device = static_cast<int>(d);
+    s.held = c.held.load(std::memory_order_relaxed);
+    s.peak = c.peak.load(std::memory_order_relaxed);
+    s.cap = c.cap.load(std::memory_order_relaxed);
+    s.step = step;
+    s.rank = r.rank;
+    if (s.peak == 0 && s.cap == 0 && c.alloc_calls.load(std::memory_order_relaxed) == 0) continue;
+    out.push_back(s);
+  }
+  if (out.size() > kMaxSamples) {
+    size_t keep = 0;
+    for (size_t i = 0; i < out.size(); i += 2) out[keep++] = out[i];
+    out.resize(keep);
+    r.stride *= 2;
+  }
+}
+
+}  // namespace oomh

@@ -1,0 +1,159 @@
+// Note [Name tables] in include/oomharness/name_table.h: the copies of each table that cannot include a C++
+// header, checked against it: the Python package, the man page, the bash completion and the docs. Each
+// file is read as text (control_layout_test.cpp's habit), so that no Python is needed; a failure names the
+// copy and the name it lacks or adds.
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "oomharness/control_block.h"
+#include "oomharness/events.h"
+#include "oomharness/runner/name_tables.h"
+
+namespace oomh {
+namespace {
+
+std::string read_source(const std::string& relative) {
+  std::ifstream in(std::string(OOMH_SOURCE_DIR) + "/" + relative);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The first capture of `pattern` in the file (the test fails when there is none).
+std::string captured(const std::string& relative, const std::string& pattern) {
+  const std::string text = read_source(relative);
+  EXPECT_FALSE(text.empty()) << relative << " could not be read";
+  std::smatch m;
+  if (!std::regex_search(text, m, std::regex(pattern))) {
+    ADD_FAILURE() << relative << " no longer matches " << pattern;
+    return {};
+  }
+  return m[1].str();
+}
+
+// "auto gpu virtual", "oom, nonzero", "`a`, `b`", "a|b", "(\"a\", \"b\")": the words, in order.
+std::vector<std::string> words(const std::string& text) {
+  std::vector<std::string> out;
+  std::regex word(R"([a-z_]+)");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), word); it != std::sregex_iterator(); ++it)
+    out.push_back(it->str());
+  return out;
+}
+
+template <class T, size_t N>
+void expect_names(const NameTable<T, N>& table, const std::vector<std::string>& copy, const std::string& where) {
+  EXPECT_EQ(copy, names_of(table)) << where << " spells the list otherwise than the C++ table";
+}
+
+TEST(NameTables, TheLookupsReadTheTable) {
+  EXPECT_EQ(value_named(kBackends, "slurm"), BackendKind::slurm);
+  EXPECT_FALSE(value_named(kBackends, "Slurm"));
+  EXPECT_EQ(name_of(kDevices, DeviceChoice::virtual_device), "virtual");
+  EXPECT_EQ(names_text(kBackends, ", ", " or "), "local or slurm");
+  EXPECT_EQ(names_text(kRestartReasons), "oom, nonzero, signal, any");
+  EXPECT_EQ(suggest_name(kRestartReasons, "nonzeor"), "nonzero");
+  EXPECT_EQ(suggest_name(kRestartReasons, "zzzzzz"), "");
+  EXPECT_STREQ(phase_name(Phase::checkpoint), "checkpoint");
+  for (const auto& e : kPhases) {
+    Phase p{};
+    ASSERT_TRUE(phase_from_name(std::string(e.name).c_str(), p)) << e.name;
+    EXPECT_EQ(p, e.value);
+  }
+  // Every value once, every name once.
+  std::set<std::string_view> kinds;
+  for (const auto& e : events::kEventKinds) EXPECT_TRUE(kinds.insert(e.name).second) << e.name << " twice";
+  for (size_t i = 0; i < kExitCodes.size(); ++i) EXPECT_EQ(to_int(kExitCodes[i].value), static_cast<int>(i));
+}
+
+TEST(NameTables, DevicesEverywhere) {
+  expect_names(kDevices, words(captured("scripts/completion/oomharness.bash", R"re(--device\) COMPREPLY=\(\$\(compgen -W "([^"]*)")re")),
+               "the bash completion's --device");
+  expect_names(kDevices, words(captured("docs/oomharness.1", R"re(\\-\\-device " ([a-z|]+)")re")), "the man page's --device");
+  expect_names(kDevices, words(captured("python/oomharness/pytest_plugin.py", R"re(--oomh-device", choices=\(([^)]*)\))re")),
+               "the pytest plugin's --oomh-device");
+}
+
+TEST(NameTables, RestartReasonsEverywhere) {
+  expect_names(kRestartReasons,
+               words(captured("scripts/completion/oomharness.bash", R"re(--restart-on\) COMPREPLY=\(\$\(compgen -W "([^"]*)")re")),
+               "the bash completion's --restart-on");
+  expect_names(kRestartReasons, words(captured("docs/oomharness.1", R"(says what restarts it \(([a-z, ]+)\))")),
+               "the man page's --restart-on");
+  expect_names(kRestartReasons, words(captured("docs/suite-format.md", R"(`on` \(list of ([`a-z, ]+);)")),
+               "docs/suite-format.md's restart.on");
+}
+
+TEST(NameTables, BackendsEverywhere) {
+  expect_names(kBackends, words(captured("docs/oomharness.1", R"re(\\-\\-backend " ([a-z|]+)")re")), "the man page's --backend");
+}
+
+TEST(NameTables, PhasesEverywhere) {
+  // A fault's `when: {phase: ...}` names a phase the probe reports, never `none`.
+  std::vector<std::string> reported;
+  for (const auto& e : kPhases)
+    if (e.value != Phase::none) reported.emplace_back(e.name);
+  EXPECT_EQ(words(captured("docs/fault-plan.md", R"(\| `phase` \| the current phase: ([`a-z, ]+) \|)")), reported)
+      << "docs/fault-plan.md's phase";
+  expect_names(kPhases, words(captured("docs/probe.md", R"re(probe\.phase\("eval"\) +# ([a-z, ]+))re")), "docs/probe.md's probe.phase");
+  // python/oomharness/_control.py's PHASES: tests/runner/model/control_layout_test.cpp.
+}
+
+TEST(NameTables, ExitCodesEverywhere) {
+  // harness.py: `EXIT_OK, EXIT_FAILED, ... = 0, 1, ...`, in the table's order.
+  const std::string values = captured("python/oomharness/harness.py", R"(\nEXIT_OK, [A-Z_, ]+ = ([0-9, ]+)\n)");
+  std::vector<int> python;
+  std::regex number(R"(\d+)");
+  for (auto it = std::sregex_iterator(values.begin(), values.end(), number); it != std::sregex_iterator(); ++it)
+    python.push_back(std::stoi(it->str()));
+  std::vector<int> cxx;
+  for (const auto& e : kExitCodes) cxx.push_back(to_int(e.value));
+  EXPECT_EQ(python, cxx) << "python/oomharness/harness.py's EXIT_ codes";
+  // The man page says what each status means: "0 the jobs passed; 1 ...; 5 nothing was tested".
+  const std::string status = captured("docs/oomharness.1", R"(\.SH EXIT STATUS\n([\s\S]*?)\n\.SH )");
+  for (const auto& e : kExitCodes)
+    EXPECT_NE(status.find(std::to_string(to_int(e.value)) + " "), std::string::npos)
+        << "the man page's EXIT STATUS does not say what " << to_int(e.value) << " (" << e.name << ") means";
+}
+
+TEST(NameTables, EventKindsEverywhere) {
+  // Every kind the Python package writes is a C++ kind from the probe.
+  const char* files[] = {"python/oomharness/probe.py", "python/oomharness/virtual_device.py", "python/oomharness/shape_only.py"};
+  std::regex written(R"re((?:emit\(|emit, |events\.write\()"([a-z_]+)")re");
+  size_t seen = 0;
+  for (const char* f : files) {
+    const std::string text = read_source(f);
+    ASSERT_FALSE(text.empty()) << f;
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), written); it != std::sregex_iterator(); ++it) {
+      const NameEntry<std::string_view>* e = entry_named(events::kEventKinds, (*it)[1].str());
+      ASSERT_NE(e, nullptr) << f << " writes the kind '" << (*it)[1] << "', which include/oomharness/events.h lacks";
+      EXPECT_EQ(e->value, events::kSrcProbe) << (*it)[1] << " is written by Python, so its source is the probe";
+      ++seen;
+    }
+  }
+  EXPECT_GT(seen, 10u) << "the pattern no longer finds the Python package's events";
+  // docs/events.md has a row for every kind: `| src | `kind` ... |`.
+  const std::string doc = read_source("docs/events.md");
+  for (const auto& e : events::kEventKinds) {
+    std::regex row("\\n\\| [a-z, ]+ \\| [^|]*`" + std::string(e.name) + "`");
+    EXPECT_TRUE(std::regex_search(doc, row)) << "docs/events.md has no row for the kind '" << e.name << "'";
+  }
+}
+
+// The checks can fail: a copy with a name missing is caught.
+TEST(NameTables, AMissingNameIsCaught) {
+  std::vector<std::string> copy = names_of(kDevices);
+  copy.pop_back();
+  EXPECT_NE(copy, names_of(kDevices));
+  EXPECT_EQ(words("`oom`, `nonzero`"), (std::vector<std::string>{"oom", "nonzero"}));
+  EXPECT_EQ(words(R"(("auto", "gpu"))"), (std::vector<std::string>{"auto", "gpu"}));
+}
+
+}  // namespace
+}  // namespace oomh
