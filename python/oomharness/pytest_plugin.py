@@ -19,7 +19,8 @@ relative `cwd=` is taken from there too), so `train.py` beside the test works fr
                         cap="128MiB", fault="step=3,times=2", expect=["oom_visible", "batch_halving"])
 
 Both take the same arguments (_ARGUMENTS below, the one table), spelled as `oomharness exec`'s flags: cap,
-fault (one rule or a list), expect (one check or a list), timeout, restart, restart_on, target_step, env,
+fault (one rule or a list), expect (one check or a list), timeout, restart, restart_on, target_step,
+step_base (0 when the code's log counts steps from 0: fault steps and messages then use its numbers), env,
 cwd; the marker also exit (the code the test's process must end with; None: any), the fixture also name,
 extra_args and check. A misspelt or mistyped argument errs the test, naming it and the argument.
 
@@ -81,6 +82,10 @@ def _count(value):
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
+def _step_base(value):
+    return value in (0, 1) and not isinstance(value, bool)
+
+
 def _mapping(value):
     return isinstance(value, dict) and all(isinstance(k, str) and k for k in value)
 
@@ -106,6 +111,7 @@ _ARGUMENTS = {
     "restart": (_count, "how many times the job may be restarted (an int, 0 or more)", "both"),
     "restart_on": (_text, "what restarts it, as --restart-on: 'oom', 'nonzero,signal'", "both"),
     "target_step": (_count, "the step training must reach (an int)", "both"),
+    "step_base": (_step_base, "the number of the first training step in the code's own log: 0 or 1 (default 1)", "both"),
     "env": (_mapping, "a dict of the job's environment variables", "both"),
     "cwd": (_folder, "the job's working folder; a relative one is taken from the test file's folder", "both"),
     "exit": (_exit_code, "the exit code the test's process must end with (an int), or None for any", "marker"),
@@ -116,7 +122,7 @@ _ARGUMENTS = {
 
 _ARGUMENT_OF_FLAG = {"--cap": "cap", "--fault": "fault", "--expect": "expect", "--timeout": "timeout",
                      "--restart": "restart", "--restart-on": "restart_on", "--target-step": "target_step",
-                     "--env": "env"}
+                     "--step-base": "step_base", "--env": "env"}
 
 
 def _edit_distance(a, b):
@@ -307,6 +313,8 @@ def _judge(item, session, outcome, where):
     lines = [head]
     for finding in outcome.findings:
         lines.append(finding)
+    if outcome.step_numbering and any("step" in line for line in lines):
+        lines.append("(%s)" % outcome.step_numbering)
     tail = outcome.output_tail
     if tail:
         lines.append("output of its last attempt, last lines:")
@@ -351,7 +359,7 @@ class OomHarness:
             command, cap=kwargs.get("cap"), fault=_list(kwargs.get("fault")), expect=_list(kwargs.get("expect")),
             out_dir=out, simulate=self._session.simulate(), name=kwargs.get("name") or _safe_name(self._item.name),
             timeout=kwargs.get("timeout"), restart=kwargs.get("restart"), restart_on=kwargs.get("restart_on"),
-            target_step=kwargs.get("target_step"), env=kwargs.get("env"), extra_args=kwargs.get("extra_args", ()),
+            target_step=kwargs.get("target_step"), step_base=kwargs.get("step_base"), env=kwargs.get("env"), extra_args=kwargs.get("extra_args", ()),
             binary=self._session.binary(), cwd=_resolve_cwd(self._item, kwargs.get("cwd")))
         if kwargs.get("check", True):
             _judge(self._item, self._session, outcome, where)
@@ -437,7 +445,8 @@ def pytest_pyfunc_call(pyfuncitem):
         inner, cap=kw.get("cap"), fault=_list(kw.get("fault")), expect=expect,
         out_dir=session.out_dir(pyfuncitem, config._tmp_path_factory),
         simulate=session.simulate(), name=_safe_name(pyfuncitem.name), timeout=kw.get("timeout"),
-        restart=kw.get("restart"), restart_on=kw.get("restart_on"), target_step=kw.get("target_step"), env=env,
+        restart=kw.get("restart"), restart_on=kw.get("restart_on"), target_step=kw.get("target_step"),
+        step_base=kw.get("step_base"), env=env,
         binary=session.binary(), cwd=cwd)
     _judge(pyfuncitem, session, outcome, _marker_where(pyfuncitem))
     return True

@@ -63,6 +63,7 @@ void add_job_flags(CLI::App* cmd, app::ExecArgs& a, Verbosity& v, bool with_faul
   cmd->add_option("--restart-on", a.restart_on, "What restarts it: oom, nonzero, signal, any (comma list; default oom)");
   cmd->add_flag("--clear-faults", a.clear_faults, "Restarted attempts run without the faults");
   cmd->add_option("--target-step", a.target_step, "The step training must reach");
+  cmd->add_option("--step-base", a.step_base, "The number of the first training step in the code's own log: 0 or 1 (default 1)");
   cmd->add_option("--name", a.name, "The job's name in reports (default: the command's name)");
   cmd->add_option("--env", a.env, "NAME=VALUE for the job's environment (repeatable)")->allow_extra_args(false);
   add_report_flags(cmd, a.reports);

@@ -68,6 +68,7 @@ struct ExecArgs {
   std::string restart_on;             // comma list; empty: the default (oom)
   bool clear_faults = false;
   std::optional<int64_t> target_step;
+  std::optional<int> step_base;
   std::string name;
   std::vector<std::string> env;       // KEY=VALUE
   std::vector<std::string> command;

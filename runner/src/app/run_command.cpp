@@ -392,6 +392,7 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
     const JobSpec& spec = suites[s].jobs[j];
     o.trace.simulated_device = args.simulate;
     if (!o.trace.target_step) o.trace.target_step = spec.target_step;
+    o.trace.step_base = spec.step_base;
     if (o.not_started) {
       JobResult jr;
       jr.name = spec.name;
@@ -766,11 +767,16 @@ std::optional<JobSpec> job_from_exec_args(const ExecArgs& args, const std::strin
     err << "oomharness " << command << ": bad --target-step " << *args.target_step << ": at least 0\n";
     return std::nullopt;
   }
+  if (args.step_base && *args.step_base != 0 && *args.step_base != 1) {
+    err << "oomharness " << command << ": bad --step-base " << *args.step_base << ": 0 or 1\n";
+    return std::nullopt;
+  }
   if (auto problem = suite::name_problem(*fields.name)) {
     err << "oomharness " << command << ": bad --name '" << suite::printable(*fields.name) << "': it " << *problem << "\n";
     return std::nullopt;
   }
   fields.target_step = args.target_step;
+  fields.step_base = args.step_base;
   if (!args.device.empty()) {
     fields.device = device_choice_from_name(args.device);
     if (!fields.device) {

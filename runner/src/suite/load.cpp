@@ -50,7 +50,7 @@ using suite::Reader;
 const std::vector<std::string> top_keys = {"version", "name", "backend", "defaults", "matrix", "jobs"};
 const std::vector<std::string> job_keys = {"name", "run", "shell", "cwd", "env", "timeout", "grace", "probe", "device",
                                            "observe", "memory", "faults", "restart", "expect", "target_step",
-                                           "ranks", "sweep"};
+                                           "step_base", "ranks", "sweep"};
 const std::vector<std::string> memory_keys = {"limit", "counts", "schedule", "reserve", "leave", "reserve_chunk", "snapshot", "per"};
 // What a cap bounds: `rank`, each process of a job with ranks on its own (the only one there is, and what a
 // job without ranks has); `job`, the ranks together, is named so that asking for it gets a clear refusal.
@@ -437,6 +437,11 @@ void Loader::read_field(Partial& p, const Entry& e, const Field& owner) {
     p.fields.expect = read_expect(e, f);
   } else if (k == "target_step") {
     p.fields.target_step = r_.integer(e, f, 0);
+  } else if (k == "step_base") {  // Note [Step numbering] in job_fields.cpp
+    if (auto b = r_.integer(e, f, 0)) {
+      if (*b > 1) d_.error(e.value_at, f.str() + ": the number of the code's first step is 0 or 1, got '" + e.value.Scalar() + "'");
+      else p.fields.step_base = static_cast<int>(*b);
+    }
   } else if (k == "ranks") {
     if (auto n = r_.integer(e, f, 1)) {
       if (*n > suite::kMaxRanks) d_.error(e.value_at, f.str() + ": at most " + std::to_string(suite::kMaxRanks) + " ranks, got '" + e.value.Scalar() + "'");
