@@ -124,7 +124,7 @@ class Outcome:
 
 def exec_command(command, cap=None, fault=(), expect=(), name=None, out_dir=None, simulate=None, device=None,
                  timeout=None, restart=None, env=None, extra_args=(), binary=None, cwd=None, restart_on=None,
-                 target_step=None, step_base=None):
+                 target_step=None, step_base=None, threads_per_job=None):
     """Runs `oomharness exec [flags] -- command` and returns its Outcome.
 
     fault, expect: one rule or check (--fault, --expect syntax) or a list of them. cwd: the job's working
@@ -162,6 +162,8 @@ def exec_command(command, cap=None, fault=(), expect=(), name=None, out_dir=None
         argv += ["--target-step", str(target_step)]
     if step_base is not None:
         argv += ["--step-base", str(step_base)]
+    if threads_per_job is not None:
+        argv += ["--threads-per-job", str(threads_per_job)]
     for k, v in (env or {}).items():
         argv += ["--env", "%s=%s" % (k, v)]
     argv += list(extra_args)

@@ -40,6 +40,8 @@ Options (each also an ini setting, oomh_device, oomh_out, oomh_strict): --oomh-d
 device, docs/without-a-gpu.md); --oomh-out DIR keeps each test's results.json, report.html and logs in
 DIR/<test>/ (default: pytest's temporary folder; a failure names its report either way); --oomh-strict;
 --oomh-binary PATH (default: $OOMH_BINARY, else the command the wheel carries, else the first on PATH).
+Under `pytest -n N` (pytest-xdist) each job gets OMP_NUM_THREADS = its share of the cores unless it is set
+(_Session.threads_per_job).
 """
 
 import os
@@ -222,6 +224,16 @@ class _Session:
             self._simulate = device == "virtual" or (device == "auto" and not harness.gpu_present())
         return self._simulate
 
+    def threads_per_job(self):
+        """Note [CPU share of packed jobs] (runner/src/exec/cpu_share.h), for `pytest -n N`: each xdist
+        worker runs its tests' jobs one at a time, so N jobs run at once; each gets OMP_NUM_THREADS = its
+        share of the cores, as `oomharness run -j N` gives its jobs, unless OMP_NUM_THREADS is already set
+        (the runner then keeps it). None: one worker, or none, and the job may have every core."""
+        workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+        if workers <= 1 or os.environ.get("OMP_NUM_THREADS"):
+            return None
+        return max(1, len(os.sched_getaffinity(0)) // workers)
+
     def strict(self):
         option = self.config.getoption("--oomh-strict")
         return bool(option) if option is not None else bool(self.config.getini("oomh_strict"))
@@ -360,7 +372,8 @@ class OomHarness:
             out_dir=out, simulate=self._session.simulate(), name=kwargs.get("name") or _safe_name(self._item.name),
             timeout=kwargs.get("timeout"), restart=kwargs.get("restart"), restart_on=kwargs.get("restart_on"),
             target_step=kwargs.get("target_step"), step_base=kwargs.get("step_base"), env=kwargs.get("env"), extra_args=kwargs.get("extra_args", ()),
-            binary=self._session.binary(), cwd=_resolve_cwd(self._item, kwargs.get("cwd")))
+            binary=self._session.binary(), cwd=_resolve_cwd(self._item, kwargs.get("cwd")),
+            threads_per_job=self._session.threads_per_job())
         if kwargs.get("check", True):
             _judge(self._item, self._session, outcome, where)
         return outcome
@@ -447,7 +460,7 @@ def pytest_pyfunc_call(pyfuncitem):
         simulate=session.simulate(), name=_safe_name(pyfuncitem.name), timeout=kw.get("timeout"),
         restart=kw.get("restart"), restart_on=kw.get("restart_on"), target_step=kw.get("target_step"),
         step_base=kw.get("step_base"), env=env,
-        binary=session.binary(), cwd=cwd)
+        binary=session.binary(), cwd=cwd, threads_per_job=session.threads_per_job())
     _judge(pyfuncitem, session, outcome, _marker_where(pyfuncitem))
     return True
 

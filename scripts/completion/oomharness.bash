@@ -42,7 +42,7 @@ _oomharness() {
     "") COMPREPLY=($(compgen -W "run exec sweep budget predict validate report explain compare demo --help --version" -- "$cur")); return 0 ;;
     run) flags="-k -x --exitfirst --maxfail --lf --last-failed --collect-only -q --quiet -v --verbose -j --jobs --threads-per-job
                 --gpus $reports --summary -o --out --simulate --strict --device --max-jobs --backend --slurm-partition --slurm-gres --slurm-cpus --slurm-mem --slurm-arg --slurm-poll --slurm-agent --help" ;;
-    exec) flags="--cap --cap-counts --fault --expect --timeout --restart --restart-on --clear-faults --target-step --step-base
+    exec) flags="--threads-per-job --cap --cap-counts --fault --expect --timeout --restart --restart-on --clear-faults --target-step --step-base
                  --name --env $reports --summary -o --out --simulate --strict --device -q --quiet -v --verbose --help" ;;
     sweep) flags="-k --step -j --jobs --threads-per-job --modes --transient-times --cap --cap-counts --expect --timeout
                   --restart --restart-on --clear-faults --target-step --step-base --name --env $reports --summary -o --out --simulate

@@ -466,3 +466,25 @@ class StepBase(unittest.TestCase):
                                "--", "true"], capture_output=True, text=True, timeout=60)
         self.assertEqual(proc.returncode, 4, proc.stdout + proc.stderr)
         self.assertIn("bad --step-base 2: 0 or 1", proc.stderr)
+
+
+@unittest.skipUnless(os.environ.get("OOMH_BUILD_DIR"), "needs the build (OOMH_BUILD_DIR): run through ctest")
+class ExecThreadsPerJob(unittest.TestCase):
+    """Note [CPU share of packed jobs]: `exec --threads-per-job N` (what the pytest plugin passes each job
+    under `pytest -n`) sets the job's OMP_NUM_THREADS, and a job's own env keeps its value."""
+
+    def threads(self, extra):
+        build = os.environ["OOMH_BUILD_DIR"]
+        with tempfile.TemporaryDirectory() as out:
+            argv = [os.path.join(build, "runner", "oomharness"), "exec", "--simulate", "--out", out] + extra + [
+                "--", sys.executable, "-c", "import torch; print('THREADS', torch.get_num_threads())"]
+            env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
+            self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+            with open(os.path.join(out, "results.json")) as f:
+                tail = json.load(f)["suites"][0]["jobs"][0]["attempts"][-1]["output_tail"]
+            return int(tail.split("THREADS")[1].split()[0])
+
+    def test_the_flag_sets_the_jobs_threads_unless_its_env_does(self):
+        self.assertEqual(self.threads(["--threads-per-job", "1"]), 1)
+        self.assertEqual(self.threads(["--threads-per-job", "1", "--env", "OMP_NUM_THREADS=2"]), 2)

@@ -196,6 +196,9 @@ int parse_and_run(std::vector<std::string> args) {
   CLI::App* exec = app.add_subcommand("exec", "Stress one command: oomharness exec [flags] -- CMD ARGS...");
   Verbosity exec_verbosity;
   add_job_flags(exec, exec_args, exec_verbosity, true);
+  // Several execs at once (pytest -n: one per worker) share the cores as run's jobs do.
+  exec->add_option("--threads-per-job", exec_args.threads_per_job,
+                   "OMP_NUM_THREADS for the job: N (its share of the cores when several execs run at once), or off (the default)");
   exec->footer(kFooter);
 
   app::SweepArgs sweep_args;

@@ -806,6 +806,7 @@ ExitCode command_exec(const ExecArgs& args, std::ostream& out, std::ostream& err
 
   RunArgs run;
   run.reports = args.reports;
+  run.threads_per_job = args.threads_per_job;
   run.summary = args.summary;
   run.out_dir = args.out_dir;
   run.simulate = args.simulate;
