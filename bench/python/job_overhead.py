@@ -148,12 +148,16 @@ def main():
     after = phase(harnessed, lambda r: r["t1"] - r["shim"]["shim_exit"] if "shim_exit" in r["shim"] else float("nan"))
     print("job overhead on the virtual device: %d repetitions, medians; python %s; %d CPUs; load %.1f -> %.1f"
           % (args.reps, args.python, os.cpu_count(), load0[0], load1[0]))
-    print("%-50s %9s %9s %9s" % ("", "bare s", "exec s", "added s"))
+    print("%-50s %9s %9s %9s %7s" % ("", "bare s", "exec s", "added s", "ratio"))
     for name, b, h in rows:
-        print("%-50s %9.3f %9.3f %+9.3f" % (name, b, h, h - b))
+        print("%-50s %9.3f %9.3f %+9.3f %7s" % (name, b, h, h - b, "%.2f" % (h / b) if b > 0 else "-"))
     print("%-50s %9s %9.3f" % ("runner after the job's process ended", "", after))
-    print("added wall: %.3f s (ratio %.2f); statuses: %s"
-          % (h_wall - b_wall, h_wall / b_wall, sorted(set(r["status"] for r in harnessed))))
+    print("added wall: %.3f s (ratio %.2f); added CPU: %.3f s (ratio %.2f); target: at most 0.5 s of wall "
+          "over the bare script: %s; statuses: %s"
+          % (h_wall - b_wall, h_wall / b_wall, h_cpu - b_cpu, h_cpu / b_cpu,
+             "met" if h_wall - b_wall <= 0.5 else "NOT met", sorted(set(r["status"] for r in harnessed))))
+    print("each pair, wall s (bare, exec): %s" % ", ".join("(%.2f, %.2f)" % (b["wall"], h["wall"])
+                                                           for b, h in zip(bare, harnessed)))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"bare": bare, "exec": harnessed, "load": [load0, load1]}, f, indent=1)

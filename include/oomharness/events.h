@@ -77,7 +77,7 @@ inline constexpr const char* kReclaimed = "reclaimed";
 inline constexpr const char* kHang = "hang";
 
 // Note [Name tables] in name_table.h: every kind, the source that writes it, and its fields (docs/events.md
-// says more). A `warning` comes from the shim and from the runner alike.
+// says more). A `warning` comes from the shim, the runner and the probe alike (listed under the shim).
 inline constexpr NameTable<std::string_view, 35> kEventKinds{{
     {kSrcShim, kShimStart,
      "pid, ppid, exec (bool), forked (bool), rules, cap, plan (\"accepted\"|\"rejected\"), plan_error"},

@@ -107,6 +107,12 @@ class Outcome:
                 for f in (self.job.get("findings") or []) if isinstance(f, dict)]
 
     @property
+    def step_numbering(self):
+        """Which numbering the steps its messages name are in, as every report says it (results.json's
+        words: "steps counted from 1: ...", Note [Step numbering] in runner/src/suite/job_fields.cpp)."""
+        return self.job.get("step_numbering") or ""
+
+    @property
     def output_tail(self):
         attempts = self.job.get("attempts") or []
         tail = attempts[-1].get("output_tail") or "" if attempts else ""
@@ -118,7 +124,7 @@ class Outcome:
 
 def exec_command(command, cap=None, fault=(), expect=(), name=None, out_dir=None, simulate=None, device=None,
                  timeout=None, restart=None, env=None, extra_args=(), binary=None, cwd=None, restart_on=None,
-                 target_step=None):
+                 target_step=None, step_base=None, threads_per_job=None):
     """Runs `oomharness exec [flags] -- command` and returns its Outcome.
 
     fault, expect: one rule or check (--fault, --expect syntax) or a list of them. cwd: the job's working
@@ -154,6 +160,10 @@ def exec_command(command, cap=None, fault=(), expect=(), name=None, out_dir=None
         argv += ["--restart-on", str(restart_on)]
     if target_step is not None:
         argv += ["--target-step", str(target_step)]
+    if step_base is not None:
+        argv += ["--step-base", str(step_base)]
+    if threads_per_job is not None:
+        argv += ["--threads-per-job", str(threads_per_job)]
     for k, v in (env or {}).items():
         argv += ["--env", "%s=%s" % (k, v)]
     argv += list(extra_args)

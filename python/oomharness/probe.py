@@ -50,11 +50,18 @@ from oomharness._control import ControlBlock, PHASES, UNKNOWN_STEP
 from oomharness._events import EventLog
 
 # Note [Step convention]
-# Steps are 1-based. The step events report COMPLETED steps (the Nth optimizer step done is `step` N); the
-# control block holds the step IN PROGRESS (completed + 1), so a fault `when: {step: 5}` fires during the
-# 5th step, whose completion is reported as step 5. The C++ probe (oomh::probe::begin_step / step) and the
-# emulated trainer count the same way. The block's step stays unknown (-1) until training starts (the first
-# training forward, or a step completed), so that building the model is not "step 1".
+# Inside the probe `completed` counts optimizer steps done; every step NUMBER it writes (events, the control
+# block, the steps of OOMH_FLUSH_AT_STEPS) and every number it is given (probe.step(n), a checkpoint's
+# step) is in the user's numbering, which counts from the job's step_base (OOMH_STEP_BASE: 1 by default, 0
+# for the many training loops that print `for step in range(n)`). The Kth step is numbered K - 1 + base, and
+# a step numbered n leaves n - base + 1 steps done: _Steps below is the one place that converts. The runner
+# passes faults' `step`, a cap's `at: {step}` and the target step through unchanged, so that `step=3` is the
+# step the user's own log calls 3 (Note [Step numbering] in runner/src/suite/job_fields.cpp). The step events
+# report COMPLETED steps; the control block holds the step IN PROGRESS (the one after the last completed),
+# so a fault `when: {step: 5}` fires during the step whose completion is reported as step 5. The C++ probe
+# (oomh::probe::begin_step / step) takes the program's own numbers the same way, and the emulated trainer
+# counts from 1. The block's step stays unknown (-1) until training starts (the first training forward, or a
+# step completed), so that building the model is not "step 1".
 #
 # Note [Caught or not]
 # An OOM is reported once, as an `oom` event, when it is seen: by the allocator's OOM observer (PyTorch 2.x,
@@ -119,6 +126,22 @@ MAX_GROWTH_BREAKDOWNS = 64
 MAX_AFTER_LOOP = 16           # Note [After the loop]
 MAX_PARTS = 64                # forwards of one step whose digests a step event lists (Note [A step is its data])
 
+
+
+class _Steps:
+    """The user's step numbering (Note [Step convention]): the only place that converts."""
+
+    def __init__(self, text):
+        # The runner checked the value (0 or 1); anything else run by hand counts from 1 as before.
+        self.base = 0 if (text or "").strip() == "0" else 1
+
+    def number(self, k):
+        """The number the user's log gives the Kth step."""
+        return k - 1 + self.base
+
+    def done_after(self, n):
+        """How many steps are done once the step numbered n is."""
+        return n - self.base + 1
 
 # Note [Which errors are OOMs] (policies/include/oomharness/policies/oom_kinds.h; oom_kinds.py is its Python
 # twin): PyTorch's OOM types, and errors of other types whose message carries an allocation failure of CUDA
@@ -225,6 +248,7 @@ class _Probe:
         self.torch = None
         self.installed = False
         self.completed = 0          # steps completed (Note [Step convention])
+        self.steps = _Steps(os.environ.get("OOMH_STEP_BASE"))
         self.started = False        # training has started: the block holds completed + 1
         self.batch_size = -1        # leading dimension of the last training forward
         self.current_batch = -1     # ... of the last top-level forward, training or not
@@ -295,9 +319,10 @@ class _Probe:
     def start_training(self):
         if not self.started:
             self.started = True
+            n = self.steps.number(self.completed + 1)
             if self.cb is not None:
-                self.cb.step = self.completed + 1
-            self.entering_step(self.completed + 1)
+                self.cb.step = n
+            self.entering_step(n)
 
     # Note [Flushing before a faulted step]
     # A caching allocator serves a training loop's steady state from its cache: step 5 allocates nothing
@@ -423,7 +448,7 @@ class _Probe:
     # ---- steps ---------------------------------------------------------------------------------------
     def finish_step(self, n, batch_size=None, loss=None):
         """Step n is done: samples, caught OOMs, the step event, and the block moves on to step n + 1."""
-        self.completed = n
+        self.completed = self.steps.done_after(n)
         if not self.manual_samples and self.pending_samples > 0:
             self.emit("samples", count=self.pending_samples)
         self.pending_samples = 0
@@ -506,7 +531,7 @@ class _Probe:
         if self.manual_steps:
             self.set_phase("data")
             return
-        self.finish_step(self.completed + 1)
+        self.finish_step(self.steps.number(self.completed + 1))
 
     # ---- forward and backward ------------------------------------------------------------------------
     def model_like(self, module):
@@ -669,7 +694,7 @@ class _Probe:
 
     # ---- out-of-memory errors ------------------------------------------------------------------------
     def current_step(self):
-        return self.cb.step if self.cb is not None else (self.completed + 1 if self.started else UNKNOWN_STEP)
+        return self.cb.step if self.cb is not None else (self.steps.number(self.completed + 1) if self.started else UNKNOWN_STEP)
 
     def new_oom(self, message, caught=None, device=None, size=None, exc=None):
         # Note [Caught or not]: a new OOM means the code went on after the earlier ones (a retry loop such as
@@ -823,11 +848,23 @@ def active():
 
 
 def step(n, batch_size=None, loss=None):
-    """Step `n` (1-based) is done. From the first call on, the optimizer hooks no longer count steps."""
+    """Step `n` is done, in the code's own numbering (from the job's step_base: 1 unless it says 0). From the
+    first call on, the optimizer hooks no longer count steps."""
     p = _get()
     if p.active:
+        if not p.manual_steps and int(n) == 0 and p.steps.base == 1:
+            # Note [Step convention]: the code's own counter shows its numbering; the faults were placed by
+            # the job's before it started, so say so rather than guess.
+            _safely(p.emit, "warning", message="probe.step(0): the code counts steps from 0, the job from 1 "
+                    "(step_base: 0 makes fault steps and reports use the code's numbering)")
         p.manual_steps = True
         _safely(p.finish_step, int(n), batch_size, loss)
+
+
+def numbered(k):
+    """The number the job's numbering gives its Kth step: k, or k - 1 with step_base 0 (Note [Step
+    convention]). For code that counts steps done and reports them with step()."""
+    return _get().steps.number(int(k))
 
 
 def manual_steps():
@@ -879,13 +916,14 @@ def checkpoint_saved(path, step):
 
 
 def checkpoint_loaded(path, step, **fields):
-    """A checkpoint of step `step` (completed steps) was loaded: step counting goes on from there."""
+    """A checkpoint of step `step` (the last step it holds, in the job's numbering) was loaded: step
+    counting goes on from there."""
     p = _get()
     if p.active:
         if not fields and p.quiet_content:
             fields = p.quiet_content
         p.quiet_content = None
-        p.completed = int(step)
+        p.completed = p.steps.done_after(int(step))
         if p.started and p.cb is not None:
             _safely(setattr, p.cb, "step", int(step) + 1)
         _safely(p.emit, "checkpoint_load", path=os.fsdecode(os.fspath(path)), step=int(step), **fields)
@@ -1012,7 +1050,7 @@ def _make_save(original):
             p.quiet_content = fields
         else:
             s = _checkpoint_step(obj)
-            _safely(p.emit, "checkpoint_save", path=_path_of(f), step=p.completed if s is None else s, **fields)
+            _safely(p.emit, "checkpoint_save", path=_path_of(f), step=p.steps.number(p.completed) if s is None else s, **fields)
         return result
     return save
 

@@ -19,7 +19,8 @@ relative `cwd=` is taken from there too), so `train.py` beside the test works fr
                         cap="128MiB", fault="step=3,times=2", expect=["oom_visible", "batch_halving"])
 
 Both take the same arguments (_ARGUMENTS below, the one table), spelled as `oomharness exec`'s flags: cap,
-fault (one rule or a list), expect (one check or a list), timeout, restart, restart_on, target_step, env,
+fault (one rule or a list), expect (one check or a list), timeout, restart, restart_on, target_step,
+step_base (0 when the code's log counts steps from 0: fault steps and messages then use its numbers), env,
 cwd; the marker also exit (the code the test's process must end with; None: any), the fixture also name,
 extra_args and check. A misspelt or mistyped argument errs the test, naming it and the argument.
 
@@ -39,6 +40,8 @@ Options (each also an ini setting, oomh_device, oomh_out, oomh_strict): --oomh-d
 device, docs/without-a-gpu.md); --oomh-out DIR keeps each test's results.json, report.html and logs in
 DIR/<test>/ (default: pytest's temporary folder; a failure names its report either way); --oomh-strict;
 --oomh-binary PATH (default: $OOMH_BINARY, else the command the wheel carries, else the first on PATH).
+Under `pytest -n N` (pytest-xdist) each job gets OMP_NUM_THREADS = its share of the cores unless it is set
+(_Session.threads_per_job).
 """
 
 import os
@@ -81,6 +84,10 @@ def _count(value):
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
+def _step_base(value):
+    return value in (0, 1) and not isinstance(value, bool)
+
+
 def _mapping(value):
     return isinstance(value, dict) and all(isinstance(k, str) and k for k in value)
 
@@ -106,6 +113,7 @@ _ARGUMENTS = {
     "restart": (_count, "how many times the job may be restarted (an int, 0 or more)", "both"),
     "restart_on": (_text, "what restarts it, as --restart-on: 'oom', 'nonzero,signal'", "both"),
     "target_step": (_count, "the step training must reach (an int)", "both"),
+    "step_base": (_step_base, "the number of the first training step in the code's own log: 0 or 1 (default 1)", "both"),
     "env": (_mapping, "a dict of the job's environment variables", "both"),
     "cwd": (_folder, "the job's working folder; a relative one is taken from the test file's folder", "both"),
     "exit": (_exit_code, "the exit code the test's process must end with (an int), or None for any", "marker"),
@@ -116,7 +124,7 @@ _ARGUMENTS = {
 
 _ARGUMENT_OF_FLAG = {"--cap": "cap", "--fault": "fault", "--expect": "expect", "--timeout": "timeout",
                      "--restart": "restart", "--restart-on": "restart_on", "--target-step": "target_step",
-                     "--env": "env"}
+                     "--step-base": "step_base", "--env": "env"}
 
 
 def _edit_distance(a, b):
@@ -216,6 +224,16 @@ class _Session:
             self._simulate = device == "virtual" or (device == "auto" and not harness.gpu_present())
         return self._simulate
 
+    def threads_per_job(self):
+        """Note [CPU share of packed jobs] (runner/src/exec/cpu_share.h), for `pytest -n N`: each xdist
+        worker runs its tests' jobs one at a time, so N jobs run at once; each gets OMP_NUM_THREADS = its
+        share of the cores, as `oomharness run -j N` gives its jobs, unless OMP_NUM_THREADS is already set
+        (the runner then keeps it). None: one worker, or none, and the job may have every core."""
+        workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+        if workers <= 1 or os.environ.get("OMP_NUM_THREADS"):
+            return None
+        return max(1, len(os.sched_getaffinity(0)) // workers)
+
     def strict(self):
         option = self.config.getoption("--oomh-strict")
         return bool(option) if option is not None else bool(self.config.getini("oomh_strict"))
@@ -307,6 +325,8 @@ def _judge(item, session, outcome, where):
     lines = [head]
     for finding in outcome.findings:
         lines.append(finding)
+    if outcome.step_numbering and any("step" in line for line in lines):
+        lines.append("(%s)" % outcome.step_numbering)
     tail = outcome.output_tail
     if tail:
         lines.append("output of its last attempt, last lines:")
@@ -351,8 +371,9 @@ class OomHarness:
             command, cap=kwargs.get("cap"), fault=_list(kwargs.get("fault")), expect=_list(kwargs.get("expect")),
             out_dir=out, simulate=self._session.simulate(), name=kwargs.get("name") or _safe_name(self._item.name),
             timeout=kwargs.get("timeout"), restart=kwargs.get("restart"), restart_on=kwargs.get("restart_on"),
-            target_step=kwargs.get("target_step"), env=kwargs.get("env"), extra_args=kwargs.get("extra_args", ()),
-            binary=self._session.binary(), cwd=_resolve_cwd(self._item, kwargs.get("cwd")))
+            target_step=kwargs.get("target_step"), step_base=kwargs.get("step_base"), env=kwargs.get("env"), extra_args=kwargs.get("extra_args", ()),
+            binary=self._session.binary(), cwd=_resolve_cwd(self._item, kwargs.get("cwd")),
+            threads_per_job=self._session.threads_per_job())
         if kwargs.get("check", True):
             _judge(self._item, self._session, outcome, where)
         return outcome
@@ -437,8 +458,9 @@ def pytest_pyfunc_call(pyfuncitem):
         inner, cap=kw.get("cap"), fault=_list(kw.get("fault")), expect=expect,
         out_dir=session.out_dir(pyfuncitem, config._tmp_path_factory),
         simulate=session.simulate(), name=_safe_name(pyfuncitem.name), timeout=kw.get("timeout"),
-        restart=kw.get("restart"), restart_on=kw.get("restart_on"), target_step=kw.get("target_step"), env=env,
-        binary=session.binary(), cwd=cwd)
+        restart=kw.get("restart"), restart_on=kw.get("restart_on"), target_step=kw.get("target_step"),
+        step_base=kw.get("step_base"), env=env,
+        binary=session.binary(), cwd=cwd, threads_per_job=session.threads_per_job())
     _judge(pyfuncitem, session, outcome, _marker_where(pyfuncitem))
     return True
 

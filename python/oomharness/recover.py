@@ -123,7 +123,7 @@ class BatchHalving:
         self.optimizer.step()
         self.step_count += 1
         probe.samples(n)
-        probe.step(self.step_count, batch_size=min(n, self.micro_batch), loss=loss)
+        probe.step(probe.numbered(self.step_count), batch_size=min(n, self.micro_batch), loss=loss)
         return loss
 
 
@@ -210,8 +210,9 @@ def atomic_save(obj, path):
 
 
 def save_checkpoint(path, model, optimizer, step, data=None, extra=None):
-    """Saves everything a resumed run needs to continue as if never stopped: model, optimizer, the number of
-    completed steps, every RNG, and the data position (`data`, whatever the loop needs to find its place)."""
+    """Saves everything a resumed run needs to continue as if never stopped: model, optimizer, `step` (the
+    number of the last step it holds, in the job's numbering: with the default step_base of 1, the number
+    of completed steps), every RNG, and the data position (`data`, whatever the loop needs to find its place)."""
     state = {
         "step": int(step),
         "model": model.state_dict(),

@@ -494,6 +494,7 @@ void job_section(std::ostream& out, const SuiteResult& suite, const JobResult& j
   if (job.recovery_seconds) out << " &middot; recovered in " << xml_escape(format_duration(*job.recovery_seconds));
   if (job.gpu) out << " &middot; GPU " << *job.gpu;
   if (job.virtual_device) out << " &middot; " << xml_escape(*job.virtual_device);
+  out << " &middot; " << xml_escape(step_numbering(job.step_base));
   out << " &middot; <code>" << xml_escape(join(job.command)) << "</code></p>\n";
   if (!job.divergences.empty()) {  // Note [Saying what was simulated]
     out << "<div class=\"divergences\"><b>Where this run differs from a GPU</b><ul>";

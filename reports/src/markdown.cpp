@@ -111,6 +111,7 @@ void details(std::ostream& out, const Entry& e) {
     for (const Evidence& ev : v.evidence)
       out << "  - " << attempt_name(ev.attempt) << ", " << text::seconds(ev.t, 2) << "s: " << cell(ev.what) << "\n";
   }
+  out << "- " << cell(step_numbering(job.step_base)) << "\n";  // Note [Step numbering]
   if (!job.attempts.empty()) {
     const AttemptResult& last = job.attempts.back();
     if (!last.output_tail.empty()) {

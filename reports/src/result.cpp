@@ -125,6 +125,11 @@ int RunResult::virtual_device_jobs() const {
 }
 
 
+std::string step_numbering(int step_base) {
+  if (step_base == 0) return "steps counted from 0, as the code counts them (step_base: 0)";
+  return "steps counted from 1: the first training step is step 1; step_base: 0 counts from 0";
+}
+
 std::string expected_failure_sentence(const JobResult& job) {
   if (!job.expected_failure()) return {};
   std::string s;
@@ -359,6 +364,8 @@ void to_json(json& j, const JobResult& v) {
   put(j, "recovery_seconds", v.recovery_seconds);
   put(j, "virtual_device", v.virtual_device);
   put(j, "cap_use", v.cap_use);
+  j["step_base"] = v.step_base;
+  j["step_numbering"] = step_numbering(v.step_base);  // for readers that print steps (the pytest plugin)
   if (!v.divergences.empty()) j["divergences"] = v.divergences;
   if (!v.warnings.empty()) j["warnings"] = v.warnings;
   if (!v.findings.empty()) j["findings"] = v.findings;
@@ -429,6 +436,7 @@ void from_json(const json& j, JobResult& v) {
   get(j, "recovery_seconds", v.recovery_seconds);
   get(j, "virtual_device", v.virtual_device);
   get(j, "cap_use", v.cap_use);
+  get(j, "step_base", v.step_base);
   get(j, "divergences", v.divergences);
   get(j, "warnings", v.warnings);
   get_list(j, "findings", v.findings);

@@ -34,7 +34,7 @@ _oomharness() {
     --expect) COMPREPLY=($(compgen -W "exit completes oom_visible batch_halving empty_cache_retry checkpoint_resume graceful_exit memory_stable peak_below no_hang zero_grad eval_no_grad effective_batch" -- "$cur")); return 0 ;;
     --modes) COMPREPLY=($(compgen -W "transient persistent transient,persistent" -- "$cur")); return 0 ;;
     --fail-on) COMPREPLY=($(compgen -W "verdict removed peak: recovery: faults_visible:" -- "$cur")); return 0 ;;
-    -k|-j|--jobs|--gpus|--max-jobs|--maxfail|--cap|--fault|--timeout|--restart|--target-step|--name|--env|--step|--transient-times|--low|--high|--tolerance|--batch-under|--max-batch) return 0 ;;
+    -k|-j|--jobs|--gpus|--max-jobs|--maxfail|--cap|--fault|--timeout|--restart|--target-step|--step-base|--name|--env|--step|--transient-times|--low|--high|--tolerance|--batch-under|--max-batch) return 0 ;;
   esac
 
   local flags
@@ -42,16 +42,16 @@ _oomharness() {
     "") COMPREPLY=($(compgen -W "run exec sweep budget predict validate report explain compare demo --help --version" -- "$cur")); return 0 ;;
     run) flags="-k -x --exitfirst --maxfail --lf --last-failed --collect-only -q --quiet -v --verbose -j --jobs --threads-per-job
                 --gpus $reports --summary -o --out --simulate --strict --device --max-jobs --backend --slurm-partition --slurm-gres --slurm-cpus --slurm-mem --slurm-arg --slurm-poll --slurm-agent --help" ;;
-    exec) flags="--cap --cap-counts --fault --expect --timeout --restart --restart-on --clear-faults --target-step
+    exec) flags="--threads-per-job --cap --cap-counts --fault --expect --timeout --restart --restart-on --clear-faults --target-step --step-base
                  --name --env $reports --summary -o --out --simulate --strict --device -q --quiet -v --verbose --help" ;;
     sweep) flags="-k --step -j --jobs --threads-per-job --modes --transient-times --cap --cap-counts --expect --timeout
-                  --restart --restart-on --clear-faults --target-step --name --env $reports --summary -o --out --simulate
+                  --restart --restart-on --clear-faults --target-step --step-base --name --env $reports --summary -o --out --simulate
                   --strict --device -q --quiet -v --verbose --help" ;;
     budget) flags="--low --high --tolerance --batch-under --max-batch --cap --cap-counts --expect --timeout --restart
-                   --restart-on --clear-faults --target-step --name --env $reports --summary -o --out --simulate --strict
+                   --restart-on --clear-faults --target-step --step-base --name --env $reports --summary -o --out --simulate --strict
                    --device -q --quiet -v --verbose --help" ;;
     predict) flags="--batch --batch-under --max-batch --cap --cap-counts --expect --timeout --restart --restart-on
-                    --clear-faults --target-step --name --env --json -o --out --strict --device -q --quiet -v --verbose
+                    --clear-faults --target-step --step-base --name --env --json -o --out --strict --device -q --quiet -v --verbose
                     --help" ;;
     validate) flags="--max-jobs --help" ;;
     report) flags="$reports --max-file-size --help" ;;

@@ -344,6 +344,52 @@ class ProbeTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual([e["fields"]["step"] for e in self.job.read_events() if e["kind"] == "step"], [10, 11, 12])
 
+    def test_step_base_0_numbers_steps_as_a_range_loop_does(self):
+        # Note [Step convention]: the probe's own count, the block's step in progress, a checkpoint's step
+        # and the recovery helper's count are all in the job's numbering (OOMH_STEP_BASE).
+        code = textwrap.dedent("""
+            import torch
+            from oomharness import probe
+            model = torch.nn.Linear(2, 2)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for i in range(3):
+                model(torch.ones(4, 2)).sum().backward(); opt.step(); opt.zero_grad()
+            torch.save({"step": 2, "w": model.weight}, "ck.pt")
+            print(probe.numbered(1), probe.numbered(3))
+        """)
+        r = self.job.run(code, extra_env={"OOMH_STEP_BASE": "0"})
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.split(), ["0", "2"])
+        events = self.job.read_events()
+        self.assertEqual([e["fields"]["step"] for e in events if e["kind"] == "step"], [0, 1, 2])
+        self.assertEqual([e["fields"]["step"] for e in events if e["kind"] == "checkpoint_save"], [2])
+        self.assertEqual(self.job.block()["step"], 3, "the step in progress after the code's step 2")
+        # Loading the code's step 2 means 3 steps done: the next is its step 3.
+        r = self.job.run(textwrap.dedent("""
+            import torch
+            from oomharness import probe
+            model = torch.nn.Linear(2, 2)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            model(torch.ones(4, 2)).sum().backward(); opt.step()
+            probe.checkpoint_loaded("ck.pt", 2)
+            model(torch.ones(4, 2)).sum().backward(); opt.step()
+        """), extra_env={"OOMH_STEP_BASE": "0"})
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual([e["fields"]["step"] for e in self.job.read_events() if e["kind"] == "step"][-1], 3)
+
+    def test_a_first_step_0_in_a_job_counting_from_1_is_warned_about(self):
+        code = textwrap.dedent("""
+            from oomharness import probe
+            probe.step(0); probe.step(1)
+        """)
+        r = self.job.run(code)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        warnings = [e["fields"]["message"] for e in self.job.read_events() if e["kind"] == "warning"]
+        self.assertEqual(len(warnings), 1, warnings)
+        self.assertIn("step_base: 0", warnings[0])
+        r = self.job.run(code, extra_env={"OOMH_STEP_BASE": "0"})  # appends to the same log
+        self.assertEqual([e["kind"] for e in self.job.read_events()].count("warning"), 1, "none the second time")
+
     def test_uncaught_oom_ends_the_process_as_uncaught(self):
         code = textwrap.dedent("""
             import torch

@@ -428,3 +428,99 @@ class ThroughTheRunner(unittest.TestCase):
         proc, job, _ = self.exec(["--recovery", "halve"], ["exit=0"], cap="998MiB")
         self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
         self.assertEqual(job["faults"], [], "nothing refused without the context")
+
+
+# A loop that counts its steps from 0, as most training logs do, and goes on after an OOM.
+ZERO_BASED_LOOP = textwrap.dedent("""
+    import torch
+    model = torch.nn.Linear(1024, 1024).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(6):
+        try:
+            model(torch.randn(1024, 1024, device="cuda")).square().sum().backward()
+            opt.step()
+            print("step", step, "ok", flush=True)
+        except torch.OutOfMemoryError:
+            print("step", step, "oom", flush=True)
+        opt.zero_grad(set_to_none=True)
+""")
+
+
+@unittest.skipUnless(os.environ.get("OOMH_BUILD_DIR"), "needs the build (OOMH_BUILD_DIR): run through ctest")
+class StepBase(unittest.TestCase):
+    """Note [Step numbering] (runner/src/suite/job_fields.cpp): `step=3` with step_base 0 is the step the
+    code's own log calls 3, the 4th optimizer step; without it, the 3rd (the log's 2)."""
+
+    def exec(self, extra):
+        build = os.environ["OOMH_BUILD_DIR"]
+        with tempfile.TemporaryDirectory() as out:
+            script = os.path.join(out, "loop.py")
+            with open(script, "w") as f:
+                f.write(ZERO_BASED_LOOP)
+            argv = [os.path.join(build, "runner", "oomharness"), "exec", "--simulate", "--out", out,
+                    "--fault", "step=3,times=2", "--expect", "oom_visible"] + extra + ["--", sys.executable, script]
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+            with open(os.path.join(out, "results.json")) as f:
+                job = json.load(f)["suites"][0]["jobs"][0]
+            with open(os.path.join(out, "report.html")) as f:
+                html = f.read()
+            events = []
+            for root, _, files in os.walk(os.path.join(out, "jobs")):
+                for name in files:
+                    if name.endswith(".events.jsonl"):
+                        with open(os.path.join(root, name)) as f:
+                            events += [json.loads(line) for line in f if '"src":"probe"' in line]
+            return proc, job, html, events
+
+    def probe_events(self, events, kind):
+        return [e["fields"] for e in events if e["kind"] == kind]
+
+    def test_step_3_with_step_base_0_hits_the_logs_step_3(self):
+        proc, job, html, events = self.exec(["--step-base", "0"])
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertIn("step 3 oom", job["attempts"][-1]["output_tail"])
+        self.assertIn("step 2 ok", job["attempts"][-1]["output_tail"])
+        ooms = self.probe_events(events, "oom")
+        self.assertEqual([o["step"] for o in ooms], [3])
+        steps = [s["step"] for s in self.probe_events(events, "step")]
+        self.assertEqual(steps[:3], [0, 1, 2], "the probe numbers the steps as the code does")
+        self.assertEqual(job["step_base"], 0)
+        self.assertIn("steps counted from 0", html)
+
+    def test_without_it_step_3_is_the_third_step(self):
+        proc, job, html, events = self.exec([])
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertIn("step 2 oom", job["attempts"][-1]["output_tail"])
+        self.assertEqual([o["step"] for o in self.probe_events(events, "oom")], [3])
+        self.assertEqual([s["step"] for s in self.probe_events(events, "step")][:2], [1, 2])
+        self.assertEqual(job["step_base"], 1)
+        self.assertIn("steps counted from 1", html)
+
+    def test_a_bad_step_base_is_refused_naming_the_flag(self):
+        build = os.environ["OOMH_BUILD_DIR"]
+        proc = subprocess.run([os.path.join(build, "runner", "oomharness"), "exec", "--simulate", "--step-base", "2",
+                               "--", "true"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(proc.returncode, 4, proc.stdout + proc.stderr)
+        self.assertIn("bad --step-base 2: 0 or 1", proc.stderr)
+
+
+@unittest.skipUnless(os.environ.get("OOMH_BUILD_DIR"), "needs the build (OOMH_BUILD_DIR): run through ctest")
+class ExecThreadsPerJob(unittest.TestCase):
+    """Note [CPU share of packed jobs]: `exec --threads-per-job N` (what the pytest plugin passes each job
+    under `pytest -n`) sets the job's OMP_NUM_THREADS, and a job's own env keeps its value."""
+
+    def threads(self, extra):
+        build = os.environ["OOMH_BUILD_DIR"]
+        with tempfile.TemporaryDirectory() as out:
+            argv = [os.path.join(build, "runner", "oomharness"), "exec", "--simulate", "--out", out] + extra + [
+                "--", sys.executable, "-c", "import torch; print('THREADS', torch.get_num_threads())"]
+            env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
+            self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+            with open(os.path.join(out, "results.json")) as f:
+                tail = json.load(f)["suites"][0]["jobs"][0]["attempts"][-1]["output_tail"]
+            return int(tail.split("THREADS")[1].split()[0])
+
+    def test_the_flag_sets_the_jobs_threads_unless_its_env_does(self):
+        self.assertEqual(self.threads(["--threads-per-job", "1"]), 1)
+        self.assertEqual(self.threads(["--threads-per-job", "1", "--env", "OMP_NUM_THREADS=2"]), 2)

@@ -65,6 +65,7 @@ void add_job_flags(CLI::App* cmd, app::ExecArgs& a, Verbosity& v, bool with_faul
   cmd->add_option("--restart-on", a.restart_on, job_flag_help("--restart-on"));
   cmd->add_flag("--clear-faults", a.clear_faults, job_flag_help("--clear-faults"));
   cmd->add_option("--target-step", a.target_step, job_flag_help("--target-step"));
+  cmd->add_option("--step-base", a.step_base, job_flag_help("--step-base"));
   cmd->add_option("--name", a.name, job_flag_help("--name"));
   cmd->add_option("--env", a.env, job_flag_help("--env"))->allow_extra_args(false);
   add_report_flags(cmd, a.reports);
@@ -201,6 +202,9 @@ int parse_and_run(std::vector<std::string> args) {
   CLI::App* exec = app.add_subcommand("exec", "Stress one command: oomharness exec [flags] -- CMD ARGS...");
   Verbosity exec_verbosity;
   add_job_flags(exec, exec_args, exec_verbosity, true);
+  // Several execs at once (pytest -n: one per worker) share the cores as run's jobs do.
+  exec->add_option("--threads-per-job", exec_args.threads_per_job,
+                   "OMP_NUM_THREADS for the job: N (its share of the cores when several execs run at once), or off (the default)");
   exec->footer(kFooter);
 
   app::SweepArgs sweep_args;

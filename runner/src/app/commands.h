@@ -68,6 +68,8 @@ struct ExecArgs {
   std::string restart_on;             // comma list; empty: the default (oom)
   bool clear_faults = false;
   std::optional<int64_t> target_step;
+  std::optional<int> step_base;
+  std::string threads_per_job = "off";  // exec only (Note [CPU share of packed jobs]): one job has every core
   std::string name;
   std::vector<std::string> env;       // KEY=VALUE
   std::vector<std::string> command;

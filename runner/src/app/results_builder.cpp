@@ -319,7 +319,7 @@ std::optional<std::string> cap_use(const Trace& trace) {
   if (!best) return out + ": no memory breakdown was recorded (no probe, or no step began), so what it left for the batch is unknown";
   const auto bytes = [&](const char* key) { return format_bytes(static_cast<uint64_t>(std::max(0.0, best->number(key)))); };
   const uint64_t fixed = static_cast<uint64_t>(best_fixed + handles);
-  out += ": at step " + std::to_string(first_step) + " (the harness's count, from 1) the fixed part took " + format_bytes(fixed) +
+  out += ": at step " + std::to_string(first_step) + " (counted from " + std::to_string(trace.step_base) + ") the fixed part took " + format_bytes(fixed) +
          " (parameters " + bytes("parameters") + ", gradients " + bytes("gradients") + ", optimizer state " +
          bytes("optimizer_state") + ", workspaces " + bytes("workspace") +
          (handles > 0 ? ", cuBLAS handles " + format_bytes(static_cast<uint64_t>(handles)) : std::string()) + "), ";
@@ -410,6 +410,7 @@ JobResult build_job_result(const std::string& display_name, const JobOutcome& ou
     if (job_start > 0 && f.t >= job_start) f.t -= job_start;
   r.breakdowns = breakdowns(trace, job_start);
   r.cap_use = cap_use(trace);
+  r.step_base = trace.step_base;
   return r;
 }
 

@@ -399,6 +399,7 @@ class JobJudge {
     const JobSpec& spec = suites_[s].jobs[j];
     o.trace.simulated_device = args_.simulate;
     if (!o.trace.target_step) o.trace.target_step = spec.target_step;
+    o.trace.step_base = spec.step_base;
     if (o.not_started) return skipped(spec);
     // Note [Green means tested]: a job the harness cannot show it tested is never judged a pass.
     StatusRules rules;
@@ -848,11 +849,16 @@ std::optional<JobSpec> job_from_exec_args(const ExecArgs& args, const std::strin
     err << "oomharness " << command << ": bad --target-step " << *args.target_step << ": at least 0\n";
     return std::nullopt;
   }
+  if (args.step_base && *args.step_base != 0 && *args.step_base != 1) {
+    err << "oomharness " << command << ": bad --step-base " << *args.step_base << ": 0 or 1\n";
+    return std::nullopt;
+  }
   if (auto problem = suite::name_problem(*fields.name)) {
     err << "oomharness " << command << ": bad --name '" << suite::printable(*fields.name) << "': it " << *problem << "\n";
     return std::nullopt;
   }
   fields.target_step = args.target_step;
+  fields.step_base = args.step_base;
   if (!args.device.empty()) {
     fields.device = device_choice_from_name(args.device);
     if (!fields.device) {
@@ -882,6 +888,7 @@ ExitCode command_exec(const ExecArgs& args, std::ostream& out, std::ostream& err
 
   RunArgs run;
   run.reports = args.reports;
+  run.threads_per_job = args.threads_per_job;
   run.summary = args.summary;
   run.out_dir = args.out_dir;
   run.simulate = args.simulate;

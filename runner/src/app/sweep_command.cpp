@@ -69,7 +69,7 @@ std::optional<ExitCode> job_from_suite(const SweepArgs& args, std::optional<JobS
     return ExitCode::usage_error;
   }
   if (!e.cap.empty() || !e.cap_counts.empty() || !e.expects.empty() || !e.timeout.empty() || e.restart != 0 ||
-      !e.restart_on.empty() || e.clear_faults || e.target_step || !e.name.empty() || !e.env.empty() ||
+      !e.restart_on.empty() || e.clear_faults || e.target_step || e.step_base || !e.name.empty() || !e.env.empty() ||
       !e.device.empty()) {
     err << "oomharness sweep: the job flags (--cap, --expect, --target-step, ...) describe a command's job; a "
            "suite's job says them in the suite\n";

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <ctime>
 #include <sstream>
@@ -291,6 +292,16 @@ std::string peak_text(const JobResult& job) {
   return job.peak.empty() ? "-" : format_bytes(peak);
 }
 
+// "step 5", "steps 3-9": a line that names a step by its number (not "per step").
+bool names_a_step(const std::string& line) {
+  for (size_t at = line.find("step"); at != std::string::npos; at = line.find("step", at + 4)) {
+    size_t i = at + 4;
+    if (i < line.size() && line[i] == 's') ++i;
+    if (i + 1 < line.size() && line[i] == ' ' && std::isdigit(static_cast<unsigned char>(line[i + 1]))) return true;
+  }
+  return false;
+}
+
 // The lines printed under a job in the summary: why it failed, erred, was inconclusive or skipped (its message),
 // which check failed as expected (XFAIL), and for a failed or erred job the end of its last attempt's
 // output, so that a CI log shows why without opening a report.
@@ -313,6 +324,8 @@ std::vector<std::string> explanation(const JobResult& job, int verbosity) {
     lines.push_back("    (" + std::to_string(job.warnings.size() - shown) + " more warning(s) in the reports; -v shows them)");
   for (const std::string& f : finding_lines(job)) lines.push_back("    -> " + f);  // docs/diagnosis.md
   if (job.cap_use && verbosity >= 0) lines.push_back("    " + *job.cap_use);  // Note [The cap, visible]
+  // Note [Step numbering]: lines that name a step say, once, which numbering they are in.
+  if (std::any_of(lines.begin(), lines.end(), names_a_step)) lines.push_back("    (" + step_numbering(job.step_base) + ")");
   const bool show_output = (s == JobStatus::failed && !job.unexpected_pass()) || s == JobStatus::error;
   if (show_output && !job.attempts.empty()) {
     const AttemptResult& last = job.attempts.back();

@@ -95,6 +95,7 @@ std::vector<std::string> job_environment(const JobSpec& job, const HarnessPaths&
     for (int64_t s : ctx.flush_steps) steps += (steps.empty() ? "" : ",") + std::to_string(s);
     env["OOMH_FLUSH_AT_STEPS"] = steps;
   }
+  if (job.step_base != 1) env["OOMH_STEP_BASE"] = std::to_string(job.step_base);  // Note [Step numbering]
   if (ctx.rank) {
     // The job's own env may not override these: each rank must know which it is.
     env["RANK"] = std::to_string(*ctx.rank);

@@ -13,6 +13,17 @@ JobFields merge(JobFields base, const JobFields& over) {
   return base;
 }
 
+// Note [Step numbering]
+// Most training loops print `for step in range(n)`, counting from 0, while the probe once counted the
+// first optimizer step as 1: `--fault step=3` then hit what the user's log calls step 2, and a report mixed
+// the probe's numbers with the checkpoint's and the log's. `step_base` (0 or 1, default 1) says which
+// numbering the job's code uses, and every step number stays in it from end to end: the runner passes a
+// fault's `step`/`steps`, a cap's `at: {step}`, the target step and the steps to flush through unchanged,
+// the probe numbers the steps it counts and reads the numbers it is given in it (OOMH_STEP_BASE; _Steps in
+// python/oomharness/probe.py is the one conversion, Note [Step convention] there), a `step` the runner
+// observes in the output is the code's own, and the reports print the numbers they get, saying once per
+// job which numbering they are in (step_numbering() in reports/include/oomharness/reports/result.h). The
+// C++ probe reports the program's own numbers and converts nothing.
 JobSpec build_job(const JobFields& f) {
   JobSpec job;  // its initialisers are the defaults (suite.h)
   for (const JobKey& k : job_keys()) k.build(job, f);

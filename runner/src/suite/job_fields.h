@@ -43,6 +43,7 @@ struct JobFields {
   } restart;
   std::optional<std::vector<ExpectSpec>> expect;
   std::optional<int64_t> target_step;
+  std::optional<int> step_base;
   std::optional<int> ranks;
   std::optional<SweepSpec> sweep;
 };

@@ -59,6 +59,7 @@ void merge_restart(JobFields& b, const JobFields& o) {
 }
 void merge_expect(JobFields& b, const JobFields& o) { take(b.expect, o.expect); }
 void merge_target_step(JobFields& b, const JobFields& o) { take(b.target_step, o.target_step); }
+void merge_step_base(JobFields& b, const JobFields& o) { take(b.step_base, o.step_base); }
 void merge_ranks(JobFields& b, const JobFields& o) { take(b.ranks, o.ranks); }
 void merge_sweep(JobFields& b, const JobFields& o) { take(b.sweep, o.sweep); }
 
@@ -91,6 +92,7 @@ void build_restart(JobSpec& j, const JobFields& f) {
 }
 void build_expect(JobSpec& j, const JobFields& f) { j.expect = f.expect.value_or(j.expect); }
 void build_target_step(JobSpec& j, const JobFields& f) { j.target_step = f.target_step; }
+void build_step_base(JobSpec& j, const JobFields& f) { j.step_base = f.step_base.value_or(j.step_base); }
 void build_ranks(JobSpec& j, const JobFields& f) { j.ranks = f.ranks.value_or(j.ranks); }
 void build_sweep(JobSpec& j, const JobFields& f) { j.sweep = f.sweep; }
 
@@ -140,6 +142,9 @@ constexpr JobKey kJobKeys[] = {
     {"target_step", "an integer, 0 or more", "completes' steps", "the step training must reach", true,
      &Loader::read_target_step, merge_target_step, build_target_step,
      {{{"--target-step", "The step training must reach"}, none, none}}},
+    {"step_base", "0 or 1", "1", "the number of the first training step in the code's own log (Note [Step numbering])",
+     true, &Loader::read_step_base, merge_step_base, build_step_base,
+     {{{"--step-base", "The number of the first training step in the code's own log: 0 or 1 (default 1)"}, none, none}}},
     {"ranks", "an integer from 1", "1", "distributed processes per attempt", true, &Loader::read_ranks, merge_ranks,
      build_ranks, {}},
     {"sweep", "a map: step, modes, transient_times (docs/sweep.md)", "none", "what `oomharness sweep` sweeps", true,

@@ -377,6 +377,13 @@ void Loader::read_expect(Partial& p, const Entry& e, const Field& f) {
 
 void Loader::read_target_step(Partial& p, const Entry& e, const Field& f) { p.fields.target_step = r_.integer(e, f, 0); }
 
+void Loader::read_step_base(Partial& p, const Entry& e, const Field& f) {  // Note [Step numbering] in job_fields.cpp
+  if (auto b = r_.integer(e, f, 0)) {
+    if (*b > 1) d_.error(e.value_at, f.str() + ": the number of the code's first step is 0 or 1, got '" + e.value.Scalar() + "'");
+    else p.fields.step_base = static_cast<int>(*b);
+  }
+}
+
 void Loader::read_ranks(Partial& p, const Entry& e, const Field& f) {
   if (auto n = r_.integer(e, f, 1)) {
     if (*n > kMaxRanks) d_.error(e.value_at, f.str() + ": at most " + std::to_string(kMaxRanks) + " ranks, got '" + e.value.Scalar() + "'");

@@ -61,6 +61,7 @@ class Loader {
   void read_restart(Partial& p, const Entry& e, const Field& f);
   void read_expect(Partial& p, const Entry& e, const Field& f);
   void read_target_step(Partial& p, const Entry& e, const Field& f);
+  void read_step_base(Partial& p, const Entry& e, const Field& f);
   void read_ranks(Partial& p, const Entry& e, const Field& f);
   void read_sweep(Partial& p, const Entry& e, const Field& f);
 

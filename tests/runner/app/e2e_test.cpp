@@ -446,7 +446,7 @@ TEST_F(E2E, CappedJobSaysWhatTheFixedPartTookAndWhatWasLeft) {
   nlohmann::json results = load_json(dir_ / "oomh-exec" / "results.json");
   const auto& job = *jobs_by_name(results).at("capped");
   const std::string want =
-      "cap 128.00 MiB: at step 1 (the harness's count, from 1) the fixed part took 96.00 MiB (parameters 16.00 MiB, "
+      "cap 128.00 MiB: at step 1 (counted from 1) the fixed part took 96.00 MiB (parameters 16.00 MiB, "
       "gradients 16.00 MiB, optimizer state 32.00 MiB, workspaces 32.00 MiB), leaving 32.00 MiB for the batch "
       "(activations and the rest)";
   EXPECT_EQ(job.value("cap_use", ""), want) << capped.out << capped.err;

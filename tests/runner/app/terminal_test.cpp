@@ -150,6 +150,8 @@ TEST(Terminal, SummaryTable) {
             "demo::halving   PASSED        2 pass          1         1.00 GiB  2.5s\n"
             "demo::retry     FAILED        1 pass, 1 fail  3         1.00 GiB  2.5s\n"
             "    -> OOM at step 5 (batch 64) was caught, but step 6 ran at batch 64 again: no halving\n"
+            // Note [Step numbering]: lines that name a step say once which numbering they use.
+            "    (steps counted from 1: the first training step is step 1; step_base: 0 counts from 0)\n"
             "demo::absorbed  INCONCLUSIVE  -               1         -         2.5s\n"
             "    -> faults were absorbed\n"
             "\n"

@@ -52,6 +52,7 @@ JobSpec filled() {
   j.restart = filled<RestartSpec>();
   j.expect = {filled<ExpectSpec>()};
   j.target_step = 12;
+  j.step_base = 0;
   j.ranks = 2;
   j.hang_stall = 30;
   j.sweep = filled<SweepSpec>();
@@ -120,7 +121,7 @@ Attempt filled() {
   return a;
 }
 template <>
-Trace filled() { return {"s::full", {filled<Attempt>()}, {filled<Attempt>()}, 12, true}; }
+Trace filled() { return {"s::full", {filled<Attempt>()}, {filled<Attempt>()}, 12, true, 0}; }
 template <>
 JobOutcome filled() {
   JobOutcome o;

@@ -18,7 +18,7 @@ namespace {
 
 // Every field given, each with a value that is not its default.
 JobFields full_fields() {
-  static_assert(field_count<JobFields>() == 17, "a JobFields member was added: give it a value here too");
+  static_assert(field_count<JobFields>() == 18, "a JobFields member was added: give it a value here too");
   JobFields f;
   f.name = "full";
   f.argv = std::vector<std::string>{"python3", "train.py"};
@@ -35,6 +35,7 @@ JobFields full_fields() {
   f.restart.max = 2;
   f.expect = std::vector<ExpectSpec>{ExpectSpec{"completes", nlohmann::json::object(), {}, false}};
   f.target_step = 12;
+  f.step_base = 0;
   f.ranks = 2;
   f.sweep = SweepSpec{"3", {}, std::nullopt};
   return f;

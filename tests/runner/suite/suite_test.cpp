@@ -306,6 +306,16 @@ TEST(Suite, TargetStepWinsOverCompletes) {
   EXPECT_EQ(s.jobs[0].target_step, 12);
 }
 
+TEST(Suite, StepBaseComesFromDefaultsAndTheJobAndIsOneWithout) {
+  // Note [Step numbering] in job_fields.cpp: a fault's step is passed through in the job's numbering.
+  const Suite s = load_ok("version: 1\ndefaults: {step_base: 0}\njobs:\n  - {name: a, run: 'true', faults: [{when: {step: 0}}]}\n"
+                          "  - {name: b, run: 'true', step_base: 1}\n");
+  EXPECT_EQ(s.jobs[0].step_base, 0);
+  EXPECT_EQ(s.jobs[0].plan()["rules"][0]["when"]["step"], 0);
+  EXPECT_EQ(s.jobs[1].step_base, 1);
+  EXPECT_EQ(load_ok("version: 1\njobs:\n  - {name: a, run: 'true'}\n").jobs[0].step_base, 1);
+}
+
 TEST(Suite, FaultRulesAreNormalisedToThePlanFormat) {
   const Suite s = load_ok(R"(
 version: 1

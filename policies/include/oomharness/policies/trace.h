@@ -204,6 +204,9 @@ struct Trace {
   // What the job was asked to reach, when the suite says (`completes`' steps, or the job's `target_step`).
   std::optional<int64_t> target_step;
   bool simulated_device = false;   // ran on the CPU driver double, not a GPU
+  // The number of the job's first step, 0 or 1: every step number in the trace is in that numbering
+  // (Note [Step numbering] in runner/src/suite/job_fields.cpp).
+  int step_base = 1;
 
   // All events of all attempts, in order, each with its attempt index.
   std::vector<std::pair<int, const Event*>> all_events() const;

@@ -105,6 +105,7 @@ struct JobResult {
   // A capped job: what the fixed part (parameters, gradients, optimizer state, workspaces) took at its first
   // step, and what the cap left for the batch (Note [The cap, visible] in runner/src/app/results_builder.cpp).
   std::optional<std::string> cap_use;
+  int step_base = 1;  // the number of its first step (Note [Step numbering] in runner/src/suite/job_fields.cpp)
   std::map<std::string, std::string> divergences;
   // What the runner, the shim or the event reader warned about in this job's attempts ("attempt 1: the
   // output log ... was cut: ..."), at most kMaxWarnings, the last one saying how many more there were.
@@ -180,6 +181,10 @@ std::string output_excerpt(const AttemptResult& attempt, size_t lines);
 // `s` made safe to print on one line by the same rule (line breaks and tabs become spaces), at most
 // `max_bytes` bytes: for texts a job can feed, such as the message of a warning event it writes.
 std::string one_line(std::string_view s, size_t max_bytes = 1024);
+
+// Which numbering the steps a job's messages name are in, said once per job by the terminal, the HTML
+// and the Markdown: "steps counted from 1 (the first training step is step 1; step_base: 0 counts from 0)".
+std::string step_numbering(int step_base);
 
 // For an expected failure (XFAIL), which must_fail checks failed as expected and why:
 // "memory_stable failed as expected (must_fail): memory held at step start grew ..."; "" otherwise.

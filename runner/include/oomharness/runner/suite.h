@@ -114,6 +114,7 @@ struct JobSpec {
   RestartSpec restart;
   std::vector<ExpectSpec> expect;
   std::optional<int64_t> target_step;     // `target_step:`; also taken from `completes`
+  int step_base = 1;                      // `step_base:` the number of the first step (Note [Step numbering])
   int ranks = 1;                          // `ranks:` distributed processes per attempt (Note [Ranks] in trace.h)
   double hang_stall = 60;                 // with ranks > 1: no_hang's `stall` (its default otherwise), the
                                           // runner's limit for a rank that stops advancing after another ended
