@@ -14,16 +14,22 @@ between the sampled values is taken for the other.
 
 The hashes are computed with torch on the host: on the virtual device the tensors live on the CPU, and the
 probe's own operations are kept off its books (VirtualDevice.copying_to_host). On a GPU the probe never
-computes on the device (an injected fault could land on it): it reads up to WHOLE_VALUES single elements of
-the batch (one small copy to the host each) and the digest covers the batch as a whole (`per_sample`
-false: a redone batch gives the same digest, its halves do not add up to it).
+computes on the device (an injected fault could land on it): it copies the first values of every sample to
+the host (Note [One copy of a GPU batch's values]), or, where the samples are not contiguous, up to
+WHOLE_VALUES elements, and then the digest covers the batch as a whole (`per_sample` false: a redone batch
+gives the same digest, its halves do not add up to it).
 
 Note [One copy of a GPU batch's values]
 Read one by one (`t[i].item()`), WHOLE_VALUES elements cost a copy and a stream synchronisation each: 8 of
-them were the probe's largest cost per step on an H100 (about 200 of its 450 us, bench/RESULTS.md). A
-contiguous batch's values are instead read in one cudaMemcpy2DAsync of WHOLE_VALUES elements spaced
-numel // WHOLE_VALUES apart, on the current stream (the order `.item()` reads in), then one
-cudaStreamSynchronize: no operation runs on the device and nothing is allocated there. The runtime is the
+them were the probe's largest cost per step on an H100 (about 200 of its 450 us, bench/RESULTS.md). And a
+digest of the batch as a whole cannot say that two halves redo a failed batch: on an H200 the self-test's
+correct halving trainers were failed ("the failed batch was never trained on again"). So a batch whose
+samples are contiguous (batch dimension 0, a contiguous tensor) is read in one cudaMemcpy2DAsync of the
+first SAMPLE_VALUES values of every sample (a window per row), on the current stream (the order `.item()`
+reads in), then one cudaStreamSynchronize, and hashed per sample on the host as on the CPU (`per_sample`
+true; the window, not values strided over the sample, so a GPU's digest is not a CPU's). Other batches are
+read as WHOLE_VALUES elements spaced numel // WHOLE_VALUES apart in one such copy, batch-level. No operation
+runs on the device and nothing is allocated there. The runtime is the
 libcudart this process already loaded (found in /proc/self/maps); where there is none (a static runtime), the
 batch is not contiguous or on another device than the current one, or a call fails, the probe reads the
 values one by one as before. The positions differ from the one-by-one read's when numel is not a multiple of
@@ -222,7 +228,13 @@ def batch_hash(torch, t, dim):
     salt = _text_hash("%s%s" % (t.dtype, rest))
     if count == 0:
         return 0, 0, True
+    per = 1
+    for s in rest:
+        per *= s
     if _on_gpu(t):
+        windows = _sample_windows(torch, t, dim, count, per, min(per, SAMPLE_VALUES)) if per > 0 else None
+        if windows is not None:
+            return count, _per_sample_digest(torch, _bits(torch, windows), salt), True
         n = t.numel()
         values = _spaced_values(torch, t, min(n, WHOLE_VALUES))
         if values is None:
@@ -232,9 +244,6 @@ def batch_hash(torch, t, dim):
             h = _mix(h ^ ((v * _MULT[i % len(_MULT)]) & MASK))
         return count, h, False
     xs = t.movedim(dim, 0) if dim else t
-    per = 1
-    for s in rest:
-        per *= s
     positions = _positions(per, min(per, SAMPLE_VALUES))
     if not rest:
         vals = xs.reshape(count, 1)
@@ -244,7 +253,11 @@ def batch_hash(torch, t, dim):
             for d, i in enumerate(_unravel(p, rest)):
                 index[d].append(i)
         vals = xs[(slice(None),) + tuple(torch.tensor(ix, dtype=torch.long) for ix in index)]
-    bits = _bits(torch, vals)
+    return count, _per_sample_digest(torch, _bits(torch, vals), salt), True
+
+
+def _per_sample_digest(torch, bits, salt):
+    """The sum over samples (rows of `bits`) of each sample's hash, modulo 2**64 (Note [A step is its data])."""
     mult = torch.tensor(_MULT[:bits.shape[1]] if bits.shape[1] <= len(_MULT)
                         else [_MULT[i % len(_MULT)] for i in range(bits.shape[1])], dtype=torch.int64)
     # A per-sample hash: a weighted sum of the bits, mixed; then summed over the samples (order-free).
@@ -252,8 +265,27 @@ def batch_hash(torch, t, dim):
     h = h ^ (h >> 29)
     h = h * 0x5851F42D4C957F2D
     h = h ^ (h >> 32)
-    total = int(h.sum().item())
-    return count, total & MASK, True
+    return int(h.sum().item()) & MASK
+
+
+def _sample_windows(torch, t, dim, count, per, k):
+    """The first k values of each sample of contiguous CUDA tensor `t` (batch dimension 0), as a host tensor
+    [count, k], read in one cudaMemcpy2DAsync; None where that cannot be done (Note [One copy of a GPU
+    batch's values])."""
+    runtime = _cuda_runtime()
+    if not runtime or dim != 0 or k <= 0 or not t.is_contiguous() or t.is_complex():
+        return None
+    if t.device.index != torch.cuda.current_device():
+        return None
+    host = torch.empty((count, k), dtype=t.dtype)
+    size = t.element_size()
+    stream = torch.cuda.current_stream(t.device).cuda_stream
+    copy, sync = runtime
+    if copy(host.data_ptr(), size * k, t.data_ptr(), size * per, size * k, count, _CUDA_MEMCPY_DEFAULT, stream) != 0:
+        return None
+    if sync(stream) != 0:
+        return None
+    return host
 
 
 def first_tensor(torch, args, kwargs=None):

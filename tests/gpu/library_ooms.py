@@ -139,8 +139,19 @@ def spaced():
                 want = ev._element_bits(torch, t, [j * (t.numel() // k) for j in range(k)])
                 print("RESULT spaced_values %s %s" % (dtype, "side" if stream else "default"),
                       "PASS" if got == want else "FAIL got %s want %s" % (got, want))
+    # Per-sample windows: the same as slicing on the host, and halves add up to the whole (Note [A step is its
+    # data]): the self-test's halving trainers depend on it.
+    for dtype in (torch.float32, torch.bfloat16, torch.int64):
+        t = (torch.randn(300, 7, 5, device="cuda") * 100).to(dtype)
+        got = ev._sample_windows(torch, t, 0, 300, 35, 16)
+        want = t.reshape(300, 35)[:, :16].cpu()
+        whole, first, second = (ev.batch_hash(torch, u, 0) for u in (t, t[:150], t[150:]))
+        ok = got is not None and torch.equal(got, want) and whole[2] and first[2] and \
+            whole[1] == (first[1] + second[1]) & ev.MASK
+        print("RESULT sample_windows %s" % dtype, "PASS" if ok else "FAIL %s %s" % (whole, (first, second)))
     t = torch.randn(512, 4096, device="cuda")
     for name, fn in (("one copy", lambda: ev._spaced_values(torch, t, 8)),
+                     ("per-sample windows", lambda: ev.batch_hash(torch, t, 0)),
                      ("one by one", lambda: ev._element_bits(torch, t, ev._positions(t.numel(), 8)))):
         fn()
         torch.cuda.synchronize()
