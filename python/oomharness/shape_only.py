@@ -167,15 +167,21 @@ class ShapeOnlyDevice(vd.VirtualDevice):
             return 1.0
         return 0
 
-    def _note_oom(self, message):
+    def _note_oom(self, message, library=None):
         if len(self.ooms) >= MAX_OOMS:
             return
         _, _, probe = _probe_objects()
-        self.ooms.append({
-            "site": _breakdown.site_text(_breakdown.user_site(sys._getframe(2))),
-            "step": probe.current_step() if probe is not None else -1,
-            "phase": probe.phase_name if probe is not None else "",
-            "allocated": self.model.allocated, "reserved": self.model.reserved, "message": message})
+        oom = {"site": _breakdown.site_text(_breakdown.user_site(sys._getframe(2))),
+               "step": probe.current_step() if probe is not None else -1,
+               "phase": probe.phase_name if probe is not None else "",
+               "allocated": self.model.allocated, "reserved": self.model.reserved, "message": message}
+        if library is not None:
+            oom["library"] = library  # its handle, outside the caching allocator: a RuntimeError, not an OOM
+        self.ooms.append(oom)
+
+    def library_refused(self, library):
+        from .virtual_device import LIBRARY_ERRORS
+        self._note_oom(LIBRARY_ERRORS[library], library)
 
     def _patch_swap(self):
         """Module._apply (`model.cuda()`, `.to(dtype)`) swaps a FakeTensor parameter with its converted copy,

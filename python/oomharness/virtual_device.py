@@ -249,8 +249,12 @@ class VirtualDevice:
         except OutOfMemory:
             block = None
         if block is None:
+            self.library_refused(library)
             raise RuntimeError(LIBRARY_ERRORS[library])
         return block, size
+
+    def library_refused(self, library):
+        """A library's handle was refused (shape_only.py records it as the OOM a prediction names)."""
 
     def blas_call(self):
         """The cuBLAS handle and workspace of the thread (and stream) a GPU would run this BLAS call on (Note

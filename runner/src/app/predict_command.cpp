@@ -133,6 +133,8 @@ std::string oom_text(const nlohmann::json& o) {
   if (!text_of(o, "phase").empty()) s += ", " + text_of(o, "phase");
   if (!text_of(o, "site").empty()) s += ", " + text_of(o, "site");
   s += " (" + format_bytes(u64(o, "allocated")) + " allocated, " + format_bytes(u64(o, "reserved")) + " reserved)";
+  // A library's handle outside the caching allocator (virtual_device.py): the code sees a RuntimeError.
+  if (!text_of(o, "library").empty()) s += ": " + text_of(o, "library") + "'s handle was refused, " + text_of(o, "message");
   return s;
 }
 
