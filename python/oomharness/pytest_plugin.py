@@ -128,19 +128,37 @@ _ARGUMENT_OF_FLAG = {"--cap": "cap", "--fault": "fault", "--expect": "expect", "
 
 
 def _edit_distance(a, b):
-    row = list(range(len(b) + 1))
-    for i, ca in enumerate(a, 1):
-        prev, row[0] = row[0], i
-        for j, cb in enumerate(b, 1):
-            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (ca != cb))
-    return row[-1]
+    """Edits (insert, delete, substitute, swap two neighbours) from `a` to `b`, ignoring case: edit_distance()
+    of include/oomharness/names.h."""
+    a, b = a.lower(), b.lower()
+    d = [[0] * (len(b) + 1) for _ in range(len(a) + 1)]
+    for i in range(len(a) + 1):
+        d[i][0] = i
+    for j in range(len(b) + 1):
+        d[0][j] = j
+    for i in range(1, len(a) + 1):
+        for j in range(1, len(b) + 1):
+            d[i][j] = min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1]))
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                d[i][j] = min(d[i][j], d[i - 2][j - 2] + 1)
+    return d[len(a)][len(b)]
 
 
 def _closest(word, known):
-    """The nearest of `known` when it is close enough to be a typo: the threshold of the command's own
-    suggestions (closest() in runner/src/app/spec_text.cpp)."""
-    best = min(known, key=lambda k: _edit_distance(word, k))
-    return best if _edit_distance(word, best) <= max(2, len(word) // 3) else None
+    """The nearest of `known` when it is close enough to be a typo, else None: nearest_name() of
+    include/oomharness/names.h with its one threshold (Note [One typo threshold]), so that the plugin
+    suggests what the command line would."""
+    allowed = max(1, min(3, (len(word) + 1) // 3))
+    best, best_distance = None, allowed + 1
+    for k in known:
+        dist = _edit_distance(word, k)
+        if dist < best_distance:
+            best, best_distance = k, dist
+    if best is None:
+        for k in known:  # a name that contains a candidate, or is contained in one, is taken as the slip
+            if len(k) >= 3 and len(word) >= 3 and (k in word or word in k):
+                return k
+    return best
 
 
 class BadArgument(ValueError):

@@ -299,3 +299,17 @@ def test_the_plugins_arguments_are_the_job_tables_flags():
     assert set(table) - offered == NOT_OFFERED, set(table) - offered
     for flag, argument in pytest_plugin._ARGUMENT_OF_FLAG.items():
         assert argument in pytest_plugin._ARGUMENTS, (flag, argument)
+
+
+def test_suggestions_use_the_command_lines_one_threshold():
+    """A misspelt argument gets the suggestion the command line would give (Note [One typo threshold] in
+    include/oomharness/names.h): case and a swap of neighbours are one edit each, a short word gets no
+    far-fetched name, and a name that contains an argument is taken as the slip."""
+    sys.path.insert(0, os.path.join(SOURCE, "python"))
+    from oomharness import pytest_plugin
+    known = sorted(pytest_plugin._ARGUMENTS)
+    assert pytest_plugin._closest("Tiemout", known) == "timeout"
+    assert pytest_plugin._closest("faults", known) == "fault"
+    assert pytest_plugin._closest("stepbase", known) == "step_base"
+    assert pytest_plugin._closest("ab", known) is None
+    assert pytest_plugin._closest("zzzzzzz", known) is None
