@@ -29,10 +29,9 @@ first SAMPLE_VALUES values of every sample (a window per row), on the current st
 reads in), then one cudaStreamSynchronize, and hashed per sample on the host as on the CPU (`per_sample`
 true; the window, not values strided over the sample, so a GPU's digest is not a CPU's). Other batches are
 read as WHOLE_VALUES elements spaced numel // WHOLE_VALUES apart in one such copy, batch-level. No operation
-runs on the device and nothing is allocated there. The runtime is the
-libcudart this process already loaded (found in /proc/self/maps); where there is none (a static runtime), the
-batch is not contiguous or on another device than the current one, or a call fails, the probe reads the
-values one by one as before. The positions differ from the one-by-one read's when numel is not a multiple of
+runs on the device and nothing is allocated there. The runtime is the libcudart this process already loaded
+(found in /proc/self/maps); where there is none (a static runtime), the batch is not contiguous or on another
+device than the current one, or a call fails, the probe reads the values one by one as before. The positions differ from the one-by-one read's when numel is not a multiple of
 WHOLE_VALUES, so the two digests of one batch may differ; one process uses one way for a given batch shape.
 
 Note [Which dimension is the batch]
@@ -176,24 +175,33 @@ def _cuda_runtime():
     return _runtime
 
 
-def _spaced_values(torch, t, k):
-    """k values of contiguous CUDA tensor `t` spaced numel // k apart, as _bits gives them, read in one copy;
-    None where that cannot be done (Note [One copy of a GPU batch's values])."""
+def _copy_rows(torch, t, rows, width, pitch):
+    """`rows` runs of `width` elements of contiguous CUDA tensor `t`, each starting `pitch` elements after the
+    last, as a host tensor [rows, width] of t's dtype, read in one cudaMemcpy2DAsync on the current stream and
+    one synchronisation; None where that cannot be done (Note [One copy of a GPU batch's values])."""
     runtime = _cuda_runtime()
-    n = t.numel()
-    if not runtime or k <= 0 or n < k or not t.is_contiguous() or t.is_complex():
+    if not runtime or rows <= 0 or width <= 0 or not t.is_contiguous() or t.is_complex():
         return None
     if t.device.index != torch.cuda.current_device():
         return None
-    host = torch.empty(k, dtype=t.dtype)
+    host = torch.empty((rows, width), dtype=t.dtype)
     size = t.element_size()
     stream = torch.cuda.current_stream(t.device).cuda_stream
     copy, sync = runtime
-    if copy(host.data_ptr(), size, t.data_ptr(), size * (n // k), size, k, _CUDA_MEMCPY_DEFAULT, stream) != 0:
+    if copy(host.data_ptr(), size * width, t.data_ptr(), size * pitch, size * width, rows, _CUDA_MEMCPY_DEFAULT,
+            stream) != 0:
         return None
     if sync(stream) != 0:
         return None
-    return _bits(torch, host).tolist()
+    return host
+
+
+def _spaced_values(torch, t, k):
+    """k values of contiguous CUDA tensor `t` spaced numel // k apart, as _bits gives them, read in one copy;
+    None where that cannot be done (Note [One copy of a GPU batch's values])."""
+    n = t.numel()
+    host = _copy_rows(torch, t, k, 1, n // k) if 0 < k <= n else None
+    return None if host is None else _bits(torch, host.reshape(-1)).tolist()
 
 
 def tensor_hash(torch, t):
@@ -270,22 +278,8 @@ def _per_sample_digest(torch, bits, salt):
 
 def _sample_windows(torch, t, dim, count, per, k):
     """The first k values of each sample of contiguous CUDA tensor `t` (batch dimension 0), as a host tensor
-    [count, k], read in one cudaMemcpy2DAsync; None where that cannot be done (Note [One copy of a GPU
-    batch's values])."""
-    runtime = _cuda_runtime()
-    if not runtime or dim != 0 or k <= 0 or not t.is_contiguous() or t.is_complex():
-        return None
-    if t.device.index != torch.cuda.current_device():
-        return None
-    host = torch.empty((count, k), dtype=t.dtype)
-    size = t.element_size()
-    stream = torch.cuda.current_stream(t.device).cuda_stream
-    copy, sync = runtime
-    if copy(host.data_ptr(), size * k, t.data_ptr(), size * per, size * k, count, _CUDA_MEMCPY_DEFAULT, stream) != 0:
-        return None
-    if sync(stream) != 0:
-        return None
-    return host
+    [count, k], read in one copy; None where that cannot be done (Note [One copy of a GPU batch's values])."""
+    return _copy_rows(torch, t, count, k, per) if dim == 0 else None
 
 
 def first_tensor(torch, args, kwargs=None):

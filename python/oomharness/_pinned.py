@@ -55,8 +55,6 @@ class PinnedHost:
     def __init__(self, lib):
         self._alloc = lib.cuMemHostAlloc
         self._alloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t, ctypes.c_uint]
-        self._free = lib.cuMemFreeHost
-        self._free.argtypes = [ctypes.c_void_p]
         self._lock = threading.Lock()  # the DataLoader's pin thread pins beside the main thread
         self.cached = {}               # size class -> free blocks (pointers) kept for reuse
 

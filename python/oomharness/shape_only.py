@@ -180,8 +180,7 @@ class ShapeOnlyDevice(vd.VirtualDevice):
         self.ooms.append(oom)
 
     def library_refused(self, library):
-        from .virtual_device import LIBRARY_ERRORS
-        self._note_oom(LIBRARY_ERRORS[library], library)
+        self._note_oom(vd.LIBRARY_ERRORS[library], library)
 
     def _patch_swap(self):
         """Module._apply (`model.cuda()`, `.to(dtype)`) swaps a FakeTensor parameter with its converted copy,

@@ -48,8 +48,9 @@ too (tests/gpu/run_all.sh libooms, an H200, same day: a fault on every allocatio
 the first matmul do not (cuDNN allocates through its own runtime; no error), so no cap or fault of the shim
 refuses or counts them on a GPU. The device so asks the driver (through the shim) for cuBLAS's handles only,
 and records cuDNN's without allocating it (LIBRARY_THROUGH_SHIM). Not modelled: the 2 MiB of the first
-matmul and of autograd's first convolution, a full GPU refusing cuDNN's handle, cuDNN's workspaces (its algorithm search falls back to one that fits), NCCL's buffers (gloo stands in
-for NCCL and allocates on the host), cuFFT's plans. Other GPUs and library versions take other sizes.
+matmul and of autograd's first convolution, a full GPU refusing cuDNN's handle, cuDNN's workspaces (its
+algorithm search falls back to one that fits), NCCL's buffers (gloo stands in for NCCL and allocates on the
+host), cuFFT's plans. Other GPUs and library versions take other sizes.
 
 Note [Divergences]
 Where the CPU cannot do what a GPU would, the device does the nearest thing and says so, once per kind and

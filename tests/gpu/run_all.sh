@@ -159,6 +159,19 @@ probe_checks() {
   python3 "$root/tests/python/gpu_probe_check.py" "$work/probe"
 }
 
+# A suite on this GPU, then on the virtual device (this machine's python3 and PyTorch on its CPU), compared job
+# by job into $out/TAG-compare.txt, each side's results into $out/TAG-{gpu,virtual}-results.json (issue 32).
+# Fails only when a run could not judge its jobs (exit 3, 4 or 5): the verdicts are findings.
+gpu_and_virtual() {  # gpu_and_virtual SUITE TAG
+  local suite=$1 tag=$2 side rc=0
+  "$bin" run "$suite" --jobs 3 --out "$work/$tag-gpu" || [ $? -le 1 ] || rc=1
+  CUDA_VISIBLE_DEVICES= "$bin" run "$suite" --simulate --jobs 4 --out "$work/$tag-virtual" || [ $? -le 1 ] || rc=1
+  python3 "$root/tests/realworld/corpus_check.py" --compare "$work/$tag-gpu/results.json" \
+    "$work/$tag-virtual/results.json" | tee "$out/$tag-compare.txt"
+  for side in gpu virtual; do cp "$work/$tag-$side/results.json" "$out/$tag-$side-results.json" 2>/dev/null; done
+  return $rc
+}
+
 run_phase() {  # run_phase NAME: the phase's command, its output to stdout
   if [ -n "${RUN_ALL_DRY:-}" ]; then  # tests the schedule itself: each phase only sleeps RUN_ALL_DRY seconds
     sleep "$RUN_ALL_DRY"
@@ -171,18 +184,12 @@ run_phase() {  # run_phase NAME: the phase's command, its output to stdout
     ecosystem) "$bin" run "$root/tests/gpu/ecosystem.yaml" --jobs 3 --out "$work/ecosystem"
                local rc=$?; [ $rc -le 1 ] ;;
     realworld)  # issue 27: the corpus on the GPU, then on the virtual device, compared job by job
-      "$bin" run "$root/tests/realworld/corpus.yaml" --jobs 3 --out "$work/realworld-gpu"
+      gpu_and_virtual "$root/tests/realworld/corpus.yaml" realworld
       local rc=$?
-      CUDA_VISIBLE_DEVICES= "$bin" run "$root/tests/realworld/corpus.yaml" --simulate --jobs 4 --out "$work/realworld-virtual"
-      local rc_virtual=$?
-      python3 "$root/tests/realworld/corpus_check.py" --compare "$work/realworld-gpu/results.json" \
-        "$work/realworld-virtual/results.json" | tee "$out/realworld-compare.txt"
       echo "== the GPU's verdicts against the corpus's expected ones" | tee -a "$out/realworld-compare.txt"
       python3 "$root/tests/realworld/corpus_check.py" --results "$work/realworld-gpu/results.json" --gpu \
         | tee -a "$out/realworld-compare.txt"
-      cp "$work/realworld-gpu/results.json" "$out/realworld-gpu-results.json" 2>/dev/null
-      cp "$work/realworld-virtual/results.json" "$out/realworld-virtual-results.json" 2>/dev/null
-      [ $rc -le 1 ] && [ $rc_virtual -le 1 ] ;;
+      return $rc ;;
     virtual) python3 "$root/bench/python/virtual_fidelity.py" --device both --json-out "$work/virtual_fidelity.json" &&
              CUDA_VISIBLE_DEVICES= python3 "$root/bench/python/virtual_device_cost.py" --rounds 5 > "$work/virtual_cost.json";
              local rc=$?; cat "$work/virtual_cost.json"; return $rc ;;
@@ -274,15 +281,7 @@ run_phase() {  # run_phase NAME: the phase's command, its output to stdout
     probeprofile)  # issue 32 item 4: where the probe's per-step time goes on the GPU (cProfile ranks, not figures)
       python3 "$root/bench/python/probe_profile.py" --device cuda --model mlp --steps 500 | tee "$out/probe_profile.txt" ;;
     ecosystemboth)  # issue 32 item 5: the CPU-sized ecosystem suite on this GPU and on the virtual device, job by job
-      "$bin" run "$root/tests/python/ecosystem_virtual.yaml" --jobs 3 --out "$work/eco-gpu"
-      local rc=$?
-      CUDA_VISIBLE_DEVICES= "$bin" run "$root/tests/python/ecosystem_virtual.yaml" --simulate --jobs 4 --out "$work/eco-virtual"
-      local rc_virtual=$?
-      python3 "$root/tests/realworld/corpus_check.py" --compare "$work/eco-gpu/results.json" \
-        "$work/eco-virtual/results.json" | tee "$out/ecosystem-compare.txt"
-      cp "$work/eco-gpu/results.json" "$out/eco-gpu-results.json" 2>/dev/null
-      cp "$work/eco-virtual/results.json" "$out/eco-virtual-results.json" 2>/dev/null
-      [ $rc -le 1 ] && [ $rc_virtual -le 1 ] ;;
+      gpu_and_virtual "$root/tests/python/ecosystem_virtual.yaml" ecosystem ;;
     probecost)  # issue 19: the probe's cost per step on the GPU, its .item() wait told apart
       # Note [Memory figures per step] (probe.py): the nested stats the probe reads give the public figures
       python3 -c 'import torch; x = [torch.empty(n << 20, dtype=torch.uint8, device="cuda") for n in (1, 3, 40)]; del x[1]

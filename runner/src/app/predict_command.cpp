@@ -8,10 +8,10 @@
 // allocated and reserved, the breakdown at the peak allocated (Note [The exact peak] there), the CUDA context
 // the driver double holds, the first OOMs the model raised (step, phase, the user's line) and the stand-in
 // values the code asked for. This command reads that event and says what it means for cards of the usual
-// sizes: a card fits the job when peak reserved + context + the libraries' handles <= its memory. Under --cap the run is capped as
-// exec's is, so the OOM it reports is the one the user would see; with `{batch}` in the command the batch
-// is halved once more to say what halving would reach. With --batch-under the largest batch that completes
-// under the cap is found by the bisection of Note [Budget of a batch] (budget_command.cpp), each run a
+// sizes: a card fits the job when peak reserved + context + the libraries' handles <= its memory. Under
+// --cap the run is capped as exec's is, so the OOM it reports is the one the user would see; with `{batch}`
+// in the command the batch is halved once more to say what halving would reach. With --batch-under the
+// largest batch that completes under the cap is found by the bisection of Note [Budget of a batch] (budget_command.cpp), each run a
 // shape-only one, so it costs seconds where budget's runs cost real training steps.
 
 #include <cmath>
@@ -79,6 +79,11 @@ std::string with_batch(std::string a, int64_t batch) {
   return a;
 }
 
+// What a card must hold for the prediction `p`: peak reserved, the CUDA context and the libraries' handles.
+uint64_t card_need(const nlohmann::json& p) {
+  return u64(p, "peak_reserved") + u64(p, "context") + u64(p, "libraries");
+}
+
 nlohmann::json fits_table(uint64_t need) {
   nlohmann::json rows = nlohmann::json::array();
   for (int gib : kCardsGiB) {
@@ -95,8 +100,7 @@ void print_prediction(const PredictRun& r, std::ostream& out) {
   const uint64_t reserved = u64(p, "peak_reserved"), context = u64(p, "context"), libraries = u64(p, "libraries");
   out << "  peak allocated    " << format_bytes(u64(p, "peak_allocated")) << "\n"
       << "  peak reserved     " << format_bytes(reserved) << "  (+ CUDA context " << format_bytes(context)
-      << " + cuBLAS/cuDNN handles " << format_bytes(libraries) << " = " << format_bytes(reserved + context + libraries)
-      << " of a card)\n";
+      << " + cuBLAS/cuDNN handles " << format_bytes(libraries) << " = " << format_bytes(card_need(p)) << " of a card)\n";
   if (b.is_object() && b.contains("allocated")) {
     out << "  at the peak allocated (" << format_bytes(u64(b, "allocated"));
     if (b.contains("step")) out << ", step " << b.value("step", -1);
@@ -119,7 +123,7 @@ void print_prediction(const PredictRun& r, std::ostream& out) {
         << "    " << pad("cached but free", 31) << format_bytes(u64(b, "cached_free")) << "\n";
   }
   out << "  fits on (peak reserved + context + handles):\n";
-  for (const auto& row : fits_table(reserved + context + libraries)) {
+  for (const auto& row : fits_table(card_need(p))) {
     const double h = row["headroom"].get<double>();
     out << "    " << pad(std::to_string(row["card_gib"].get<int>()) + " GiB", 9)
         << (row["fits"].get<bool>() ? "yes  " + format_bytes(static_cast<uint64_t>(h)) + " to spare"
@@ -270,7 +274,7 @@ ExitCode command_predict(const PredictArgs& args, std::ostream& out, std::ostrea
   doc["prediction"] = p;
   doc["completed"] = first->completed;
   doc["seconds"] = first->seconds;
-  doc["fits_on"] = fits_table(u64(p, "peak_reserved") + u64(p, "context") + u64(p, "libraries"));
+  doc["fits_on"] = fits_table(card_need(p));
 
   ExitCode code = ExitCode::ok;
   if (cap && !first->completed) {
