@@ -83,6 +83,14 @@ ReportExpected<RunResult> parse_results(const std::string& text, const std::stri
     std::string message = detail::clean_json_error(e.what());
     if (message.rfind("parse error at line", 0) == 0) message.erase(0, message.find(": ") + 2);
     return ReportExpected<RunResult>::failure(name + ":" + position(text, e.byte) + ": " + message);
+  } catch (const json::out_of_range& e) {
+    // A number too large for a double ("1e99999"): the parser names the number, not its byte, so the
+    // number's first occurrence is its place (found by fuzz_results: it once ended `report` as an internal error).
+    std::string message = detail::clean_json_error(e.what());
+    const size_t open = message.find('\''), close = message.rfind('\'');
+    const size_t at = open < close ? text.find(message.substr(open + 1, close - open - 1)) : std::string::npos;
+    return ReportExpected<RunResult>::failure(name + ":" + (at == std::string::npos ? std::string("1:1") : position(text, at + 1)) +
+                                              ": " + message);
   }
   if (!j.is_object())
     return ReportExpected<RunResult>::failure(name + ": not an oomharness results file (expected a JSON object, found " +
@@ -176,7 +184,9 @@ class JobStreamReader {
 bool is_job_stream(const std::string& text) {
   const size_t end = text.find('\n');
   json j = json::parse(text.substr(0, end), nullptr, false);
-  return j.is_object() && j.value("stream", std::string()) == kStreamName;
+  if (!j.is_object()) return false;
+  const auto stream = j.find("stream");  // not j.value(): a "stream" that is not a string is not ours, not a throw
+  return stream != j.end() && stream->is_string() && stream->get<std::string>() == kStreamName;
 }
 }  // namespace
 

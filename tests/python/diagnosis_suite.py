@@ -1,15 +1,18 @@
 """Issue 14 on the virtual CUDA device: the self-test suite's trainers that show each finding and check
-(and correct ones that must show none) run under `oomharness run --simulate`; then every finding, check and
-report is asserted: the three new checks pass on the correct trainers and fail on the broken ones, each
-finding fires on the trainer built to show it and on none of the correct ones, memory_stable's failure
-carries its finding, and the terminal, JUnit, Markdown, HTML and `oomharness explain` say them.
+(and correct ones that must show none), as python.self_test_virtual ran them under `oomharness run
+--simulate` (Note [One run, two judges] in tests/python/CMakeLists.txt); every finding, check and report is
+asserted: the three new checks pass on the correct trainers and fail on the broken ones, each finding fires
+on the trainer built to show it and on none of the correct ones, memory_stable's failure carries its
+finding, and the terminal, JUnit, Markdown, HTML and `oomharness explain` say them.
+
+    diagnosis_suite.py RUN OUT    # RUN: the folder self_test_virtual.py wrote; OUT: this test's own files
+
 Exit 0 passed, 1 failed, 125 skipped (no torch here)."""
 import json
 import os
 import re
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_env import require_torch  # noqa: E402
@@ -18,10 +21,14 @@ require_torch("diagnosis suite")
 
 build = os.environ["OOMH_BUILD_DIR"]
 source = os.environ["OOMH_SOURCE_DIR"]
-out = sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp(prefix="oomh-diagnosis-")
+if len(sys.argv) != 3:
+    sys.exit("usage: diagnosis_suite.py RUN OUT (RUN: the folder `self_test_virtual.py RUN` wrote)")
+run, out = sys.argv[1], sys.argv[2]
+os.makedirs(out, exist_ok=True)
 binary = os.path.join(build, "runner", "oomharness")
-env = dict(os.environ)
-env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+terminal = os.path.join(run, "terminal.txt")
+if not os.path.exists(terminal):
+    sys.exit("diagnosis suite: %s is missing: run `self_test_virtual.py %s` first" % (terminal, run))
 
 # job -> (the finding rules it must show, exactly; {check: status} it must get)
 WANT = {
@@ -36,17 +43,12 @@ WANT = {
     "broken-oversized-batch": ({"batch_too_large"}, {"exit": "fail"}),
     "keep-after-loop": ({"kept_after_loop"}, {"exit": "pass", "memory_stable": "pass"}),
 }
-expr = " or ".join(WANT)
-argv = [binary, "run", os.path.join(source, "suites", "self-test.yaml"), "--simulate", "-k", expr, "-j", "2",
-        "--out", out, "--junit", os.path.join(out, "junit.xml"), "--markdown", os.path.join(out, "summary.md")]
-print(" ".join(argv), flush=True)
-proc = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1500)
-print(proc.stdout)
+with open(terminal) as f:
+    stdout = f.read()
 problems = []
-with open(os.path.join(out, "results.json")) as f:
+with open(os.path.join(run, "results.json")) as f:
     results = json.load(f)
 jobs = {j["name"]: j for s in results["suites"] for j in s["jobs"]}
-# -k is a substring match: broken-skip-batch also matches broken-skip-batch-effective's pattern
 for name, (rules, checks) in WANT.items():
     j = jobs.get(name)
     if j is None:
@@ -63,6 +65,11 @@ for name, (rules, checks) in WANT.items():
             problems.append("%s: %s is %s, want %s (%s)" % (name, check, v and v["status"], status, v and v["reason"]))
     if j["status"] != "passed":
         problems.append("%s: %s (%s)" % (name, j["status"], j.get("message", "")))
+
+# The run holds the whole suite: every correct trainer, not only those above, must show no finding.
+for name, j in jobs.items():
+    if name not in WANT and not name.startswith("broken-") and j.get("findings"):
+        problems.append("%s (a correct trainer) shows findings: %s" % (name, [f["sentence"] for f in j["findings"]]))
 
 
 def finding(name, rule):
@@ -124,27 +131,27 @@ for name in ("broken-oversized-batch", "broken-leak-outputs", "keep-after-loop")
             problems.append("%s: a breakdown does not add up: %s" % (name, {k: v for k, v in b.items() if k not in ("top", "sites")}))
 
 # The reports.
-if "-> finding (kept_with_graph): tensors made at train.py:" not in proc.stdout:
+if "-> finding (kept_with_graph): tensors made at train.py:" not in stdout:
     problems.append("the terminal does not show the leak's finding")
-junit = open(os.path.join(out, "junit.xml")).read()
+junit = open(os.path.join(run, "junit.xml")).read()
 if "finding (grads_not_cleared)" not in junit:
     problems.append("junit.xml does not carry the grads_not_cleared finding")
-html = open(os.path.join(out, "report.html")).read()
+html = open(os.path.join(run, "report.html")).read()
 if 'class="breakdown"' not in html or "What held the memory" not in html:
     problems.append("report.html has no breakdown chart")
 if "<summary>torch.cuda.memory_summary()</summary><pre>" not in html:
     problems.append("report.html does not show memory_summary() at the OOM")
-ex = subprocess.run([binary, "explain", os.path.join(out, "results.json"), "-k", "oversized"], stdout=subprocess.PIPE,
+ex = subprocess.run([binary, "explain", os.path.join(run, "results.json"), "-k", "oversized"], stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT, text=True)
 print(ex.stdout)
 if ex.returncode != 0 or "finding (batch_too_large)" not in ex.stdout or "at the OOM in step 1" not in ex.stdout \
         or "leak" in ex.stdout:
     problems.append("oomharness explain -k oversized: rc %d\n%s" % (ex.returncode, ex.stdout))
-ex = subprocess.run([binary, "explain", os.path.join(out, "results.json"), "-k", "eval-mlp"],
+ex = subprocess.run([binary, "explain", os.path.join(run, "results.json"), "-k", "eval-mlp"],
                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 if "no finding" not in ex.stdout:
     problems.append("oomharness explain on a correct trainer does not say no finding matched:\n" + ex.stdout)
-ex = subprocess.run([binary, "explain", os.path.join(out, "results.json"), "-k", "no-such-job"],
+ex = subprocess.run([binary, "explain", os.path.join(run, "results.json"), "-k", "no-such-job"],
                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 if ex.returncode == 0:
     problems.append("oomharness explain -k matching nothing exited 0")

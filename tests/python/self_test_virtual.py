@@ -2,7 +2,9 @@
 run by `oomharness run --simulate` on a machine without a GPU. Every PyTorch job must get the verdict the
 suite states for a GPU: the correct trainers pass, each broken one fails exactly the checks it marks
 `must_fail` (XFAIL). --strict: an inconclusive job fails the run. The LibTorch jobs need a GPU build of
-LibTorch and are left out. Exit 0 passed, 1 failed, 125 skipped (no torch here)."""
+LibTorch and are left out. The run's terminal output (terminal.txt), results, JUnit (junit.xml), Markdown
+(summary.md) and HTML stay in OUT for diagnosis_suite.py, which judges the same run (Note [One run, two
+judges] in tests/python/CMakeLists.txt). Exit 0 passed, 1 failed, 125 skipped (no torch here)."""
 import json
 import os
 import subprocess
@@ -21,10 +23,13 @@ env = dict(os.environ)
 # The suite runs `python3`: the one that has torch (this one), whatever else is first on PATH.
 env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
 argv = [os.path.join(build, "runner", "oomharness"), "run", os.path.join(source, "suites", "self-test.yaml"),
-        "--simulate", "--strict", "-k", "not libtorch", "-j", "2", "--out", out]
+        "--simulate", "--strict", "-k", "not libtorch", "-j", "2", "--out", out,
+        "--junit", os.path.join(out, "junit.xml"), "--markdown", os.path.join(out, "summary.md")]
 print(" ".join(argv), flush=True)
 proc = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1800)
 print(proc.stdout)
+with open(os.path.join(out, "terminal.txt"), "w") as f:
+    f.write(proc.stdout)
 with open(os.path.join(out, "results.json")) as f:
     results = json.load(f)
 jobs = [j for s in results["suites"] for j in s["jobs"]]

@@ -164,6 +164,27 @@ TEST(Results, SyntaxErrorNamesLineAndColumn) {
   EXPECT_EQ(r.error().rfind("bad.json:3:", 0), 0u) << r.error();
 }
 
+// Found by fuzz_results: a number too large for a double is the parser's out_of_range, not a parse_error, and
+// once left `oomharness report` with "internal error".
+TEST(Results, NumberTooLargeNamesLineAndColumn) {
+  auto r = parse_results("{\n  \"schema_version\": 1e99999\n}\n", "big.json");
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error(), "big.json:2:21: number overflow parsing '1e99999'");
+}
+
+// Found by fuzz_results: a first line whose "stream" is not a string ended `report` as an internal error.
+TEST(Results, StreamKeyThatIsNotAStringIsNotAJobStream) {
+  const std::string path = testing::TempDir() + "oomh-stream-key-" + std::to_string(::getpid()) + ".json";
+  {
+    std::ofstream f(path);
+    f << "{\"stream\": 1}\n{\"end\": true}\n";
+  }
+  auto r = load_results(path);
+  std::remove(path.c_str());
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error(), path + ":2:1: syntax error while parsing value - unexpected '{'; expected end of input");
+}
+
 TEST(Results, WrongFieldIsNamedByItsPath) {
   auto r = parse_results(fixture_with([](json& j) { j["suites"][0]["jobs"][2]["status"] = "passd"; }), "r.json");
   ASSERT_FALSE(r);
@@ -292,7 +313,7 @@ TEST(Results, RanksOfMarkersRoundTripAndGetPerfettoLanes) {
     if (e["ph"] == "C") ++counters[e["name"].get<std::string>()];
     if (e["ph"] == "M" && e["name"] == "thread_name") lanes[e["tid"].get<int>()] = e["args"]["name"];
     if (e["ph"] == "X" && e["cat"] == "step") ++slices[e["tid"].get<int>()];
-    if (e["ph"] == "i" && e["cat"] == "oom") EXPECT_EQ(lanes.at(e["tid"].get<int>()), "rank 1 events");
+    if (e["ph"] == "i" && e["cat"] == "oom") { EXPECT_EQ(lanes.at(e["tid"].get<int>()), "rank 1 events"); }
   }
   EXPECT_EQ(lanes.at(10), "rank 0 steps");
   EXPECT_EQ(lanes.at(13), "rank 1 events");
