@@ -203,9 +203,9 @@ std::string normalise_value(const std::string& where, ArgType type, nlohmann::js
         return {};
       }
       if (!v.is_string()) return wrong();
-      ParseResult r = parse_bytes(v.get<std::string>());
-      if (!r) return where + ": " + r.error;
-      v = static_cast<uint64_t>(*r.value);
+      Expected<double> r = parse_bytes(v.get<std::string>());
+      if (!r) return where + ": " + r.error().str();
+      v = static_cast<uint64_t>(*r);
       return {};
     }
     case ArgType::duration: {
@@ -215,9 +215,9 @@ std::string normalise_value(const std::string& where, ArgType type, nlohmann::js
         return {};
       }
       if (!v.is_string()) return wrong();
-      ParseResult r = parse_duration(v.get<std::string>());
-      if (!r) return where + ": " + r.error;
-      v = *r.value;
+      Expected<double> r = parse_duration(v.get<std::string>());
+      if (!r) return where + ": " + r.error().str();
+      v = *r;
       return {};
     }
     case ArgType::object:

@@ -53,7 +53,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (bool with_faults : {true, false}) {
       const std::string plan = job.plan(with_faults).dump();
       auto parsed = oomh::inject::parse_fault_plan(plan);
-      if (!parsed) std::fprintf(stderr, "job '%s': plan %s: %s\n", job.name.c_str(), plan.c_str(), parsed.error.c_str());
+      if (!parsed) std::fprintf(stderr, "job '%s': plan %s: %s\n", job.name.c_str(), plan.c_str(), parsed.error().c_str());
       OOMH_FUZZ_CHECK(parsed, "a suite that loads has a job whose fault plan the shim rejects");
       (void)job.flush_steps(with_faults);
     }

@@ -49,12 +49,12 @@ bool write_one(const std::string& path, const std::string& content, std::ostream
 
 std::optional<uint64_t> max_file_size(const std::string& text, const std::string& who, std::ostream& err) {
   if (text.empty()) return kMaxResultsFileBytes;
-  ParseResult size = parse_bytes(text);
-  if (!size || *size.value < 1) {
-    err << who << ": bad --max-file-size: " << (size ? "bad size '" + text + "': at least 1B" : size.error) << "\n";
+  Expected<double> size = parse_bytes(text);
+  if (!size || *size < 1) {
+    err << who << ": bad --max-file-size: " << (size ? "bad size '" + text + "': at least 1B" : size.error().str()) << "\n";
     return std::nullopt;
   }
-  return static_cast<uint64_t>(*size.value);
+  return static_cast<uint64_t>(*size);
 }
 
 ExitCode command_explain(const std::string& results, const std::vector<std::string>& filters, std::ostream& out,

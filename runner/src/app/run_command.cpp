@@ -770,12 +770,12 @@ std::optional<JobSpec> job_from_exec_args(const ExecArgs& args, const std::strin
   fields.name = args.name.empty() ? fs::path(args.command.front()).filename().string() : args.name;
   fields.argv = args.command;
   if (!args.cap.empty()) {
-    ParseResult cap = parse_bytes(args.cap);
+    Expected<double> cap = parse_bytes(args.cap);
     if (!cap) {
-      err << "oomharness " << command << ": bad --cap: " << cap.error << "\n";
+      err << "oomharness " << command << ": bad --cap: " << cap.error().str() << "\n";
       return std::nullopt;
     }
-    fields.memory.limit = static_cast<uint64_t>(*cap.value);
+    fields.memory.limit = static_cast<uint64_t>(*cap);
   }
   if (!args.cap_counts.empty()) {
     auto counting = suite::cap_counts_footprint(args.cap_counts);
@@ -786,12 +786,12 @@ std::optional<JobSpec> job_from_exec_args(const ExecArgs& args, const std::strin
     fields.memory.counts_footprint = *counting;
   }
   if (!args.timeout.empty()) {
-    ParseResult t = parse_duration(args.timeout);
-    if (!t || *t.value <= 0) {
-      err << "oomharness " << command << ": bad --timeout: " << (t ? "bad duration '" + args.timeout + "': it must be more than 0" : t.error) << "\n";
+    Expected<double> t = parse_duration(args.timeout);
+    if (!t || *t <= 0) {
+      err << "oomharness " << command << ": bad --timeout: " << (t ? "bad duration '" + args.timeout + "': it must be more than 0" : t.error().str()) << "\n";
       return std::nullopt;
     }
-    fields.timeout = *t.value;
+    fields.timeout = *t;
   }
   std::set<std::string> names;
   for (size_t i = 0; i < args.faults.size(); ++i) {

@@ -43,9 +43,9 @@ Outcome through_suite(const std::string& when_yaml, const std::string& fail_yaml
 
 Outcome through_shim(const nlohmann::json& rule) {
   Outcome o;
-  inject::PlanResult r = inject::parse_fault_plan(nlohmann::json{{"rules", {rule}}}.dump());
+  auto r = inject::parse_fault_plan(nlohmann::json{{"rules", {rule}}}.dump());
   o.accepted = static_cast<bool>(r);
-  if (!r) o.error = r.error;
+  if (!r) o.error = r.error();
   return o;
 }
 
