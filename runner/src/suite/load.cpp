@@ -774,13 +774,13 @@ std::vector<std::string> Loader::variables(bool runtime_allowed) const {
 }
 
 bool Loader::check_template(const Text& t, const Field& f, bool runtime_allowed) {
-  const suite::TemplateScan scan = suite::scan_template(t.text);
-  if (!scan.ok()) {
-    d_.error(t.where, f.str() + ": " + scan.error);
+  const Expected<std::vector<std::string>> scan = suite::scan_template(t.text);
+  if (!scan) {
+    d_.error(t.where, f.str() + ": " + scan.error().str());
     return false;
   }
   const std::vector<std::string> known = variables(runtime_allowed);
-  for (const auto& v : scan.variables) {
+  for (const auto& v : *scan) {
     if (std::find(known.begin(), known.end(), v) != known.end()) continue;
     if (!runtime_allowed && suite::is_runtime_variable(v)) {
       d_.error(t.where, f.str() + ": '{" + v + "}' is only known while the job runs, so it cannot be used here");
@@ -836,12 +836,12 @@ std::optional<std::vector<Text>> Loader::command(const Entry& run, bool shell, c
     if (shell) {
       argv = {Text{"/bin/sh", t.where}, Text{"-c", t.where}, t};
     } else {
-      const suite::ShellWords words = suite::split_shell_words(t.text);
-      if (!words.ok()) {
-        d_.error(t.where, f.str() + ": " + words.error + " in \"" + t.text + "\"");
+      const Expected<std::vector<std::string>> words = suite::split_shell_words(t.text);
+      if (!words) {
+        d_.error(t.where, f.str() + ": " + words.error().str() + " in \"" + t.text + "\"");
         return std::nullopt;
       }
-      for (const auto& w : words.words) argv.push_back(Text{w, t.where});
+      for (const auto& w : *words) argv.push_back(Text{w, t.where});
     }
   }
   if (argv.empty() || (shell && argv[2].text.find_first_not_of(" \t\n") == std::string::npos)) {
@@ -907,7 +907,9 @@ JobSpec Loader::instantiate(const JobTemplate& t, const Combination& combination
 void Loader::expand_job(const JobTemplate& t, std::vector<JobSpec>& out) {
   std::set<std::string> used;
   auto collect = [&](const std::string& s) {
-    for (const auto& v : suite::scan_template(s).variables)
+    const Expected<std::vector<std::string>> scan = suite::scan_template(s);
+    if (!scan) return;  // reported by check_template
+    for (const auto& v : *scan)
       if (std::find(matrix_variables_.begin(), matrix_variables_.end(), v) != matrix_variables_.end()) used.insert(v);
   };
   collect(t.name);
