@@ -19,15 +19,15 @@ ExitCode command_validate(const std::vector<std::string>& suites, std::ostream& 
                           const SuiteLimits& limits) {
   bool bad = false;
   for (const auto& file : suites) {
-    SuiteLoad load = load_suite(file, limits);
-    for (const auto& e : load.errors) err << e.str() << "\n";
-    if (!load.errors.empty() || !load.suite) {
+    auto load = load_suite(file, limits);
+    if (!load) {
+      for (const auto& e : load.error()) err << e.str() << "\n";
       bad = true;
       continue;
     }
-    size_t n = load.suite->jobs.size();
+    size_t n = load->jobs.size();
     out << "ok: " << n << (n == 1 ? " job" : " jobs") << " in " << file << "\n";
-    for (const auto& job : load.suite->jobs) out << "  " << load.suite->name << "::" << job.name << "\n";
+    for (const auto& job : load->jobs) out << "  " << load->name << "::" << job.name << "\n";
   }
   return bad ? ExitCode::usage_error : ExitCode::ok;
 }

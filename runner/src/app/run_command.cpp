@@ -706,13 +706,13 @@ ExitCode command_run(const RunArgs& args, std::ostream& out, std::ostream& err) 
   std::vector<Suite> suites;
   bool bad = false;
   for (const auto& file : args.suites) {
-    SuiteLoad load = load_suite(file, SuiteLimits{args.max_jobs});
-    for (const auto& e : load.errors) err << e.str() << "\n";
-    if (!load.errors.empty() || !load.suite) {
+    auto load = load_suite(file, SuiteLimits{args.max_jobs});
+    if (!load) {
+      for (const auto& e : load.error()) err << e.str() << "\n";
       bad = true;
       continue;
     }
-    suites.push_back(std::move(*load.suite));
+    suites.push_back(std::move(load).value());
   }
   if (bad) {
     err << "oomharness: no job was run: fix the suite errors above\n";

@@ -100,13 +100,10 @@ Partial merge(Partial base, const Partial& over) {
 // ---------------------------------------------------------------------------------------------------
 // The top level.
 
-SuiteLoad Loader::load(const std::string& text, const std::string& default_name) {
-  SuiteLoad result;
+Expected<Suite, std::vector<SuiteError>> Loader::load(const std::string& text, const std::string& default_name) {
+  using Result = Expected<Suite, std::vector<SuiteError>>;
   // Limits first, building nothing (Note [Suite limits]); then one document, never LoadAll.
-  if (auto problem = suite::check_document(text, d_.file())) {
-    result.errors.push_back(std::move(*problem));
-    return result;
-  }
+  if (auto problem = suite::check_document(text, d_.file())) return Result::failure({std::move(*problem)});
   std::vector<YAML::Node> documents;
   try {
     documents.push_back(YAML::Load(text));
@@ -115,17 +112,13 @@ SuiteLoad Loader::load(const std::string& text, const std::string& default_name)
     SourceLocation where = d_.at(e.mark);
     if (where.line == 0) where = SourceLocation{d_.file(), 1, 1};
     const std::string message = suite::explain_syntax_error(text, e.mark.line, "YAML syntax error: " + e.msg, where);
-    result.errors.push_back(SuiteError{where, message});
-    return result;
+    return Result::failure({SuiteError{where, message}});
   } catch (const YAML::Exception& e) {
-    result.errors.push_back(SuiteError{d_.at(e.mark), "YAML error: " + e.msg});
-    return result;
+    return Result::failure({SuiteError{d_.at(e.mark), "YAML error: " + e.msg}});
   }
   const SourceLocation start{d_.file(), 1, 1};
-  if (documents.empty() || documents[0].IsNull()) {
-    result.errors.push_back(SuiteError{start, "the suite is empty: it needs at least 'version: 1' and 'jobs:'"});
-    return result;
-  }
+  if (documents.empty() || documents[0].IsNull())
+    return Result::failure({SuiteError{start, "the suite is empty: it needs at least 'version: 1' and 'jobs:'"}});
   const YAML::Node& root = documents[0];
   const SourceLocation root_at = d_.at(root);
 
@@ -134,7 +127,7 @@ SuiteLoad Loader::load(const std::string& text, const std::string& default_name)
   suite.dir = dir_;
   suite.name = default_name;
   auto entries = r_.map(root, root_at, Field{"the suite", ""}, top_keys);
-  if (!entries) return SuiteLoad{std::nullopt, d_.take()};
+  if (!entries) return Result::failure(d_.take());
 
   const Entry* defaults = nullptr;
   const Entry* jobs = nullptr;
@@ -201,9 +194,9 @@ SuiteLoad Loader::load(const std::string& text, const std::string& default_name)
   check_duplicates(suite.jobs, origin);
   check_file_names(suite, origin);
 
-  result.errors = d_.take();
-  if (result.errors.empty()) result.suite = std::move(suite);
-  return result;
+  std::vector<SuiteError> errors = d_.take();
+  if (!errors.empty()) return Result::failure(std::move(errors));
+  return Result::success(std::move(suite));
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -1013,8 +1006,8 @@ void Loader::check_duplicates(const std::vector<JobSpec>& jobs, const std::vecto
 
 namespace oomh {
 
-SuiteLoad load_suite_text(const std::string& text, const std::string& file_name, const std::string& dir,
-                          const SuiteLimits& limits) {
+Expected<Suite, std::vector<SuiteError>> load_suite_text(const std::string& text, const std::string& file_name,
+                                                         const std::string& dir, const SuiteLimits& limits) {
   std::error_code ec;
   std::filesystem::path absolute = std::filesystem::absolute(dir.empty() ? "." : dir, ec);
   const std::string abs_dir = ec ? dir : absolute.lexically_normal().string();
@@ -1024,10 +1017,10 @@ SuiteLoad load_suite_text(const std::string& text, const std::string& file_name,
   return loader.load(text, stem);
 }
 
-SuiteLoad load_suite(const std::string& path, const SuiteLimits& limits) {
+Expected<Suite, std::vector<SuiteError>> load_suite(const std::string& path, const SuiteLimits& limits) {
   // A regular file within the size limit, opened once (no is_directory() that throws on a symlink loop).
   suite::FileText file = suite::read_suite_file(path);
-  if (file.error) return SuiteLoad{std::nullopt, {std::move(*file.error)}};
+  if (file.error) return Expected<Suite, std::vector<SuiteError>>::failure({std::move(*file.error)});
   const std::string dir = std::filesystem::path(path).parent_path().string();
   return load_suite_text(*file.text, path, dir, limits);
 }
