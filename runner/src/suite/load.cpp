@@ -744,12 +744,16 @@ std::optional<ExpectSpec> Loader::read_expect_item(const YAML::Node& item, const
     spec.args = suite::to_json(args_node);
     if (!arg_names.empty()) arg_at[arg_names[0]] = args_at;
   }
-  if (auto err = normalise_args(*policy, spec.args)) {
-    // "reference.metric": point at the outermost argument written in the file.
-    auto it = arg_at.find(err->arg.substr(0, err->arg.find('.')));
-    d_.error(it != arg_at.end() ? it->second : args_at, f.str() + ": " + err->message);
+  Expected<nlohmann::json> normalised = normalise_args(*policy, std::move(spec.args));
+  if (!normalised) {
+    // {"reference", "metric"}: point at the outermost argument written in the file (Note [A policy
+    // argument's error] in registry.h: the message names the argument already).
+    const Error& err = normalised.error();
+    auto it = err.path.empty() ? arg_at.end() : arg_at.find(err.path.front());
+    d_.error(it != arg_at.end() ? it->second : args_at, f.str() + ": " + err.message);
     return std::nullopt;
   }
+  spec.args = std::move(normalised).value();
   return spec;
 }
 
