@@ -52,8 +52,8 @@ void engine_alloc_free(benchmark::State& state, const char* plan_json, bool with
   EngineSetup setup;
   setup.block = block.cb;
   setup.log = LogLevel::quiet;
-  if (plan_json) setup.plan = *parse_fault_plan(plan_json).plan;
-  if (with_cap) setup.option_caps = parse_cap_option("1TiB").caps;
+  if (plan_json) setup.plan = *parse_fault_plan(plan_json);
+  if (with_cap) setup.option_caps = *parse_cap_option("1TiB");
   Engine engine(std::move(setup));
   uint64_t key = 0x7f0000000000;
   for (auto _ : state) {
@@ -71,7 +71,7 @@ void engine_decision(benchmark::State& state, const char* plan_json) {
   EngineSetup setup;
   setup.block = block.cb;
   setup.log = LogLevel::quiet;
-  if (plan_json) setup.plan = *parse_fault_plan(plan_json).plan;
+  if (plan_json) setup.plan = *parse_fault_plan(plan_json);
   Engine engine(std::move(setup));
   for (auto _ : state) {
     AllocDecision d = engine.begin_alloc(Entry::mem_alloc, "cuMemAlloc_v2", 0, 1 << 20);

@@ -5,8 +5,12 @@
 // put the path in their own words (the suite loader points at the YAML node it names, `--fault` names the
 // key as written on the command line) instead of taking a message apart again (issue 30: the rule errors
 // were once split at ": " and cut at a fixed offset to find the field and the suggestion).
-// A message that already names its file and needs no path (the reports' "results.json:3:14: ...") uses
-// Expected<T, std::string>.
+// A parser of one value that does not know which field it reads (a size, a duration, a `run:` string, a
+// template, OOMH_CAP) returns an Error with only its message (Error::of), and its caller names the field.
+// A message that already names its file and needs no path (the reports' "results.json:3:14: ...", the
+// shim's plan: Note [A plan's error is a line] in injector/engine/fault_plan.h) uses
+// Expected<T, std::string>; the suite loader, which reports every problem at once, each at its own
+// file:line:col, uses Expected<Suite, std::vector<SuiteError>>.
 // Header-only and free of exceptions, like units.h: the shim's engine (injector/engine) returns it from
 // start-up code; it allocates, as the std::string it replaced did, and is never made inside a hook.
 
@@ -26,6 +30,15 @@ struct Error {
   std::string message;            // "'from' is after 'to'", "unknown key 'stpe'"
   std::string suggestion;         // appended to the message as it is: " (did you mean 'step'?)"; "" for none
   Kind kind = Kind::value;
+
+  // An error in words only, about a value whose field the caller names (a size, a duration, a `run:`
+  // string): Error::of("unterminated double quote"); with the path where the callee knows it.
+  static Error of(std::string message, std::vector<std::string> path = {}) {
+    Error e;
+    e.path = std::move(path);
+    e.message = std::move(message);
+    return e;
+  }
 
   // "when.steps.from", "when.entry[1]".
   std::string path_text() const {

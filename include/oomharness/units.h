@@ -4,23 +4,19 @@
 //   bytes:    "8GiB", "512MiB", "1.5GB", "4096", "0", "64 KiB"  (binary KiB/MiB/GiB/TiB, decimal kB/KB/MB/GB/TB, B)
 //   duration: "30s", "5m", "1h", "250ms", "1.5s", "0"            (ns, us, ms, s, m, h; a bare number is seconds)
 //
-// Parsing never throws: it returns the value or an error message that quotes what was given.
+// Parsing never throws: it returns the value or an Error (Note [One result type] in expected.h) whose message
+// quotes what was given; it has no path, as the parser does not know which field it reads: the caller names it.
 // Header-only on purpose: the injector includes it and must not pull in a library.
 
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <optional>
 #include <string>
 #include <string_view>
 
-namespace oomh {
+#include "oomharness/expected.h"
 
-struct ParseResult {
-  std::optional<double> value;  // set on success
-  std::string error;            // set on failure: "bad size '12XB': unknown unit 'XB' (use B, KiB, MiB, GiB, TiB, kB, MB, GB, TB)"
-  explicit operator bool() const { return value.has_value(); }
-};
+namespace oomh {
 
 namespace detail {
 inline std::string_view trim(std::string_view s) {
@@ -49,10 +45,11 @@ inline bool split_number(std::string_view s, double& number, std::string_view& u
 }  // namespace detail
 
 // Parses a byte size. Fractions are allowed with a unit ("1.5GB") and rounded down to whole bytes.
-inline ParseResult parse_bytes(std::string_view text) {
+// The error's message: "bad size '12XB': unknown unit 'XB' (use B, KiB, MiB, GiB, TiB, kB, MB, GB or TB)".
+inline Expected<double> parse_bytes(std::string_view text) {
   std::string_view s = detail::trim(text);
   auto bad = [&](std::string_view why) {
-    return ParseResult{std::nullopt, "bad size '" + std::string(text) + "': " + std::string(why)};
+    return Expected<double>::failure(Error::of("bad size '" + std::string(text) + "': " + std::string(why)));
   };
   if (s.empty()) return bad("empty (write a size like 8GiB, 512MiB or 0)");
   if (s.front() == '-') return bad("a size cannot be negative");
@@ -73,7 +70,7 @@ inline ParseResult parse_bytes(std::string_view text) {
       if (!(v < 18446744073709551616.0)) return bad("too large");
       // 0 means "no limit" wherever a size caps something: a fraction of a byte must not quietly become it.
       if (v == 0 && n > 0) return bad("it rounds down to 0 bytes (which means no limit); write at least 1B");
-      return ParseResult{v, {}};
+      return Expected<double>::success(v);
     }
   }
   return bad("unknown unit '" + std::string(unit) + "' (use B, KiB, MiB, GiB, TiB, kB, MB, GB or TB)");
@@ -82,10 +79,10 @@ inline ParseResult parse_bytes(std::string_view text) {
 // Parses a duration into seconds.
 inline constexpr double kMaxDurationSeconds = 1e9;
 
-inline ParseResult parse_duration(std::string_view text) {
+inline Expected<double> parse_duration(std::string_view text) {
   std::string_view s = detail::trim(text);
   auto bad = [&](std::string_view why) {
-    return ParseResult{std::nullopt, "bad duration '" + std::string(text) + "': " + std::string(why)};
+    return Expected<double>::failure(Error::of("bad duration '" + std::string(text) + "': " + std::string(why)));
   };
   if (s.empty()) return bad("empty (write a duration like 30s, 5m or 250ms)");
   if (s.front() == '-') return bad("a duration cannot be negative");
@@ -100,7 +97,7 @@ inline ParseResult parse_duration(std::string_view text) {
     // a clock's nanoseconds (a timeout that large fired at once).
     const double seconds = n * u.factor;
     if (!(seconds <= kMaxDurationSeconds)) return bad("longer than 1e9 seconds (about 31 years)");
-    return ParseResult{seconds, {}};
+    return Expected<double>::success(seconds);
   }
   return bad("unknown unit '" + std::string(unit) + "' (use ns, us, ms, s, m or h)");
 }

@@ -267,8 +267,8 @@ void Engine::poll_plan() noexcept {
   uint32_t got = control_block_read_plan(cb_, plan_buffer_, size);
   if (got != 0) {
     seen_generation_.store(got, std::memory_order_relaxed);
-    PlanResult parsed = parse_fault_plan(std::string_view(plan_buffer_, size));
-    Plan* plan = parsed ? make_plan(std::move(*parsed.plan)) : nullptr;
+    Expected<FaultPlan, std::string> parsed = parse_fault_plan(std::string_view(plan_buffer_, size));
+    Plan* plan = parsed ? make_plan(std::move(*parsed)) : nullptr;
     if (plan) {
       install(plan, "plan");
       events::EventLine line(events::kSrcShim, events::kPlanChange);
@@ -278,7 +278,7 @@ void Engine::poll_plan() noexcept {
     } else {
       char message[1200];
       std::snprintf(message, sizeof message, "OOMH_CONTROL: the plan of generation %u is not usable (%s); keeping the previous plan",
-                    got, parsed ? "out of memory" : parsed.error.c_str());
+                    got, parsed ? "out of memory" : parsed.error().c_str());
       report_warning(message);
     }
   }

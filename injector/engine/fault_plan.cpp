@@ -91,9 +91,9 @@ int64_t int_at_least(const json& v, const std::string& where, int64_t minimum) {
 
 uint64_t bytes_value(const json& v, const std::string& where) {
   if (v.is_string()) {
-    ParseResult r = parse_bytes(v.get<std::string>());
-    if (!r) fail(where, r.error);
-    return static_cast<uint64_t>(*r.value);
+    Expected<double> r = parse_bytes(v.get<std::string>());
+    if (!r) fail(where, r.error().str());
+    return static_cast<uint64_t>(*r);
   }
   if (v.is_number_unsigned()) return v.get<uint64_t>();
   int64_t i = 0;
@@ -103,9 +103,9 @@ uint64_t bytes_value(const json& v, const std::string& where) {
 
 double seconds_value(const json& v, const std::string& where) {
   if (v.is_string()) {
-    ParseResult r = parse_duration(v.get<std::string>());
-    if (!r) fail(where, r.error);
-    return *r.value;
+    Expected<double> r = parse_duration(v.get<std::string>());
+    if (!r) fail(where, r.error().str());
+    return *r;
   }
   if (v.is_number()) {
     double d = v.get<double>();
@@ -386,53 +386,54 @@ const char* entry_name(Entry e) {
   return i < static_cast<unsigned>(kEntryCount) ? kEntryNames[i] : "?";
 }
 
-PlanResult parse_fault_plan(std::string_view text) noexcept {
+Expected<FaultPlan, std::string> parse_fault_plan(std::string_view text) noexcept {
+  using Result = Expected<FaultPlan, std::string>;
   try {
     json root = json::parse(text.begin(), text.end());
-    return PlanResult{parse_plan_object(root), {}};
+    return Result::success(parse_plan_object(root));
   } catch (const PlanError& e) {
-    return PlanResult{std::nullopt, e.message()};
+    return Result::failure(e.message());
   } catch (const json::exception& e) {
-    return PlanResult{std::nullopt, json_error_text(e.what())};
+    return Result::failure(json_error_text(e.what()));
   } catch (const std::exception& e) {
-    return PlanResult{std::nullopt, std::string("cannot read the plan: ") + e.what()};
+    return Result::failure(std::string("cannot read the plan: ") + e.what());
   } catch (...) {
-    return PlanResult{std::nullopt, "cannot read the plan"};
+    return Result::failure("cannot read the plan");
   }
 }
 
-PlanResult load_fault_plan(const char* value) noexcept {
+Expected<FaultPlan, std::string> load_fault_plan(const char* value) noexcept {
+  using Result = Expected<FaultPlan, std::string>;
   try {
     std::string_view v = value ? value : "";
     size_t first = v.find_first_not_of(" \t\r\n");
-    if (first == std::string_view::npos) return PlanResult{std::nullopt, "empty (give the plan's JSON or the path of a file holding it)"};
+    if (first == std::string_view::npos) return Result::failure("empty (give the plan's JSON or the path of a file holding it)");
     if (v[first] == '{' || v[first] == '[') return parse_fault_plan(v);
     std::string path(v);
     FILE* f = std::fopen(path.c_str(), "rb");
-    if (!f) return PlanResult{std::nullopt, "cannot read '" + path + "': " + std::strerror(errno)};
+    if (!f) return Result::failure("cannot read '" + path + "': " + std::strerror(errno));
     std::string text;
     char buf[4096];
     size_t n = 0;
     while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
     bool bad = std::ferror(f) != 0;
     std::fclose(f);
-    if (bad) return PlanResult{std::nullopt, "cannot read '" + path + "'"};
-    PlanResult r = parse_fault_plan(text);
-    if (!r) r.error = path + ": " + r.error;
+    if (bad) return Result::failure("cannot read '" + path + "'");
+    Result r = parse_fault_plan(text);
+    if (!r) r.error() = path + ": " + r.error();
     return r;
   } catch (...) {
-    return PlanResult{std::nullopt, "cannot read the plan"};
+    return Result::failure("cannot read the plan");
   }
 }
 
-CapsResult parse_cap_option(std::string_view text) noexcept {
-  CapsResult out;
+Expected<std::vector<CapEntry>> parse_cap_option(std::string_view text) noexcept {
+  using Result = Expected<std::vector<CapEntry>>;
   try {
+    std::vector<CapEntry> caps;
     std::string_view rest = text;
-    if (rest.find_first_not_of(" \t") == std::string_view::npos) {
-      out.error = "empty (write a size like 8GiB, or 0=8GiB,1=4GiB)";
-      return out;
-    }
+    if (rest.find_first_not_of(" \t") == std::string_view::npos)
+      return Result::failure(Error::of("empty (write a size like 8GiB, or 0=8GiB,1=4GiB)"));
     while (true) {
       size_t comma = rest.find(',');
       std::string_view item = rest.substr(0, comma);
@@ -443,47 +444,43 @@ CapsResult parse_cap_option(std::string_view text) noexcept {
         std::string dev(detail::trim(item.substr(0, eq)));
         char* end = nullptr;
         long d = dev.empty() ? -1 : std::strtol(dev.c_str(), &end, 10);
-        if (dev.empty() || *end != '\0' || d < 0 || d >= kMaxDevices) {
-          out.error = "bad device '" + dev + "' in '" + std::string(item) + "' (write DEVICE=SIZE with DEVICE from 0 to " +
-                      std::to_string(kMaxDevices - 1) + ")";
-          return out;
-        }
+        if (dev.empty() || *end != '\0' || d < 0 || d >= kMaxDevices)
+          return Result::failure(Error::of("bad device '" + dev + "' in '" + std::string(item) +
+                                           "' (write DEVICE=SIZE with DEVICE from 0 to " +
+                                           std::to_string(kMaxDevices - 1) + ")"));
         c.device = static_cast<int>(d);
         size = item.substr(eq + 1);
       }
-      ParseResult r = parse_bytes(size);
-      if (!r) {
-        out.error = r.error;
-        return out;
-      }
-      c.limit = static_cast<uint64_t>(*r.value);
-      out.caps.push_back(c);
+      Expected<double> r = parse_bytes(size);
+      if (!r) return Result::failure(std::move(r.error()));
+      c.limit = static_cast<uint64_t>(*r);
+      caps.push_back(c);
       if (comma == std::string_view::npos) break;
       rest = rest.substr(comma + 1);
     }
+    return Result::success(std::move(caps));
   } catch (...) {
-    out.caps.clear();
-    out.error = "cannot read the cap";
+    return Result::failure(Error::of("cannot read the cap"));
   }
-  return out;
 }
 
-RuleCheck check_rule(std::string_view rule_json) noexcept {
+Expected<std::string> check_rule(std::string_view rule_json) noexcept {
+  using Result = Expected<std::string>;
   try {
     json rule = json::parse(rule_json.begin(), rule_json.end());
     Rule parsed = parse_rule(rule, 0);
-    return RuleCheck::success(rule_to_json(parsed).dump());
+    return Result::success(rule_to_json(parsed).dump());
   } catch (const PlanError& e) {
     // parse_rule names fields from "rules[0]"; the caller knows which rule it is.
     std::vector<std::string> path = split_path(e.where);
     if (path.size() >= 2 && path[0] == "rules" && path[1] == "0") path.erase(path.begin(), path.begin() + 2);
-    if (e.unknown_key.empty()) return RuleCheck::failure(Error{std::move(path), e.problem, "", Error::Kind::value});
+    if (e.unknown_key.empty()) return Result::failure(Error{std::move(path), e.problem, "", Error::Kind::value});
     path.push_back(e.unknown_key);
-    return RuleCheck::failure(Error{std::move(path), e.problem, "", Error::Kind::unknown_key});
+    return Result::failure(Error{std::move(path), e.problem, "", Error::Kind::unknown_key});
   } catch (const json::exception& e) {
-    return RuleCheck::failure(Error{{}, json_error_text(e.what()), "", Error::Kind::value});
+    return Result::failure(Error{{}, json_error_text(e.what()), "", Error::Kind::value});
   } catch (...) {
-    return RuleCheck::failure(Error{{}, "cannot read the rule", "", Error::Kind::value});
+    return Result::failure(Error{{}, "cannot read the rule", "", Error::Kind::value});
   }
 }
 

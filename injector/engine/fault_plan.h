@@ -2,7 +2,7 @@
 // The fault plan (docs/fault-plan.md is the contract with the runner): which allocations to fail, for how
 // long, and which memory caps to apply. Parsing turns the JSON into plain values; deciding what a call does
 // lives in rule_book.h (rules) and caps.h (caps). Parsing never throws: it returns the plan or one error
-// message that names the field ("rules[0].when: unknown key 'stpe'").
+// message that names the field ("rules[0].when: unknown key 'stpe'"; Note [A plan's error is a line]).
 
 #include <oomharness/control_block.h>
 #include <oomharness/expected.h>
@@ -132,37 +132,31 @@ struct FaultPlan {
   std::optional<CapCounting> cap_counts;  // unset: OOMH_CAP_COUNTS, else allocations
 };
 
-struct PlanResult {
-  std::optional<FaultPlan> plan;
-  std::string error;  // "rules[0].when: unknown key 'stpe'"
-  explicit operator bool() const { return plan.has_value(); }
-};
+// Note [A plan's error is a line]
+// A plan's error is one line of text (Expected<T, std::string>, Note [One result type]), not an Error with a
+// path: its readers (the shim's OOMH_PLAN and control-block warnings, the runner's check of a job's whole
+// plan) print it as it is and never point at a field, and OOMH_PLAN's file puts its own name first, which
+// is no field of the plan. A front end that needs the field checks one rule at a time, with check_rule.
 
-// Parses the plan's JSON text.
-PlanResult parse_fault_plan(std::string_view json) noexcept;
+// Parses the plan's JSON text. The error names the field: "rules[0].when: unknown key 'stpe'".
+Expected<FaultPlan, std::string> parse_fault_plan(std::string_view json) noexcept;
 
 // Reads OOMH_PLAN's value: the JSON text itself (it starts with '{') or the path of a file holding it.
 // A file's errors are prefixed with its path: "/tmp/plan.json: rules[0]: ...".
-PlanResult load_fault_plan(const char* value) noexcept;
+Expected<FaultPlan, std::string> load_fault_plan(const char* value) noexcept;
 
 // One rule (the JSON of one item of `rules`), checked as the shim checks it. On success the rule's JSON text
 // as the shim will read it (sizes in bytes, times in seconds, every default explicit where it matters);
 // else an Error whose path is relative to the rule ({"when", "steps"}; Note [One result type]) and whose
 // message has no path in it: "'from' is after 'to'". An unknown key is Error::Kind::unknown_key, its path
 // ending at the key.
-using RuleCheck = Expected<std::string>;
-RuleCheck check_rule(std::string_view rule_json) noexcept;
+Expected<std::string> check_rule(std::string_view rule_json) noexcept;
 
 // The plan as JSON text that parse_fault_plan reads back to the same plan.
 std::string fault_plan_json(const FaultPlan& plan);
 
-struct CapsResult {
-  std::vector<CapEntry> caps;
-  std::string error;
-  bool ok() const { return error.empty(); }
-};
-
-// Parses OOMH_CAP: "8GiB" (every device) or "0=8GiB,1=4GiB".
-CapsResult parse_cap_option(std::string_view text) noexcept;
+// Parses OOMH_CAP: "8GiB" (every device) or "0=8GiB,1=4GiB". The error has no path (the text is one
+// variable's value): "bad device 'x' in 'x=8GiB' (write DEVICE=SIZE with DEVICE from 0 to 15)".
+Expected<std::vector<CapEntry>> parse_cap_option(std::string_view text) noexcept;
 
 }  // namespace oomh::inject

@@ -340,14 +340,14 @@ int start_engine() {
   setup.footprint_probe = &measure_footprint;
   std::string faults_off;  // why faults are off, when a variable could not be read
   if (o.has_plan) {
-    PlanResult plan = load_fault_plan(o.plan.c_str());
-    if (plan) setup.plan = std::move(plan.plan);
-    else faults_off = "OOMH_PLAN: " + plan.error;
+    Expected<FaultPlan, std::string> plan = load_fault_plan(o.plan.c_str());
+    if (plan) setup.plan = std::move(*plan);
+    else faults_off = "OOMH_PLAN: " + plan.error();
   }
   if (o.has_cap && faults_off.empty()) {
-    CapsResult caps = parse_cap_option(o.cap);
-    if (caps.ok()) setup.option_caps = std::move(caps.caps);
-    else faults_off = "OOMH_CAP: " + caps.error;
+    Expected<std::vector<CapEntry>> caps = parse_cap_option(o.cap);
+    if (caps) setup.option_caps = std::move(*caps);
+    else faults_off = "OOMH_CAP: " + caps.error().str();
   }
   if (!faults_off.empty()) {
     setup.plan.reset();

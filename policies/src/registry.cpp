@@ -203,9 +203,9 @@ std::string normalise_value(const std::string& where, ArgType type, nlohmann::js
         return {};
       }
       if (!v.is_string()) return wrong();
-      ParseResult r = parse_bytes(v.get<std::string>());
-      if (!r) return where + ": " + r.error;
-      v = static_cast<uint64_t>(*r.value);
+      Expected<double> r = parse_bytes(v.get<std::string>());
+      if (!r) return where + ": " + r.error().str();
+      v = static_cast<uint64_t>(*r);
       return {};
     }
     case ArgType::duration: {
@@ -215,9 +215,9 @@ std::string normalise_value(const std::string& where, ArgType type, nlohmann::js
         return {};
       }
       if (!v.is_string()) return wrong();
-      ParseResult r = parse_duration(v.get<std::string>());
-      if (!r) return where + ": " + r.error;
-      v = *r.value;
+      Expected<double> r = parse_duration(v.get<std::string>());
+      if (!r) return where + ": " + r.error().str();
+      v = *r;
       return {};
     }
     case ArgType::object:
@@ -228,32 +228,38 @@ std::string normalise_value(const std::string& where, ArgType type, nlohmann::js
 }
 
 // Checks `args` (an object) against `specs`, fills defaults. `owner` names the whole ("batch_halving",
-// "checkpoint_resume's reference"), `prefix` is put before argument names in ArgError::arg.
-std::optional<ArgError> normalise_object(const std::string& owner, const std::vector<ArgSpec>& specs,
-                                         nlohmann::json& args, const std::string& prefix) {
+// "checkpoint_resume's reference"), `prefix` is put before argument names in the Error's path.
+std::optional<Error> normalise_object(const std::string& owner, const std::vector<ArgSpec>& specs,
+                                      nlohmann::json& args, const std::vector<std::string>& prefix) {
+  auto at = [&](const std::string& name) {
+    std::vector<std::string> path = prefix;
+    path.push_back(name);
+    return path;
+  };
   std::vector<std::string> names;
   for (const ArgSpec& s : specs) names.push_back(s.name);
   for (auto it = args.begin(); it != args.end(); ++it) {
     const std::string& key = it.key();
     if (std::find(names.begin(), names.end(), key) != names.end()) continue;
-    if (names.empty()) return ArgError{owner + " takes no arguments, got '" + key + "'", prefix + key};
+    if (names.empty()) return Error::of(owner + " takes no arguments, got '" + key + "'", at(key));
     // The one suggestion rule (include/oomharness/names.h): a name too far from every argument gets none.
     const std::string hint = nearest_name(key, names);
-    return ArgError{owner + " has no argument '" + key + "'" + (hint.empty() ? std::string() : ": did you mean '" + hint + "'?") +
-                        " (arguments: " + joined(names) + ")",
-                    prefix + key};
+    return Error::of(owner + " has no argument '" + key + "'" +
+                         (hint.empty() ? std::string() : ": did you mean '" + hint + "'?") + " (arguments: " +
+                         joined(names) + ")",
+                     at(key));
   }
   for (const ArgSpec& s : specs) {
     auto it = args.find(s.name);
     if (it == args.end() || it->is_null()) {
       if (s.required)
-        return ArgError{owner + " needs '" + s.name + "' (" + type_words(s.type) + "): " + s.help, prefix + s.name};
+        return Error::of(owner + " needs '" + s.name + "' (" + type_words(s.type) + "): " + s.help, at(s.name));
       if (it != args.end()) args.erase(it);
       if (!s.default_value.is_null()) args[s.name] = s.default_value;
       continue;
     }
     std::string error = normalise_value(owner + "'s '" + s.name + "'", s.type, *it);
-    if (!error.empty()) return ArgError{error, prefix + s.name};
+    if (!error.empty()) return Error::of(error, at(s.name));
   }
   return std::nullopt;
 }
@@ -268,11 +274,11 @@ const std::vector<ArgSpec>& reference_specs() {
 }
 
 // Checks that need more than a type: ranges, regular expressions, nested objects.
-std::optional<ArgError> check_policy_args(const PolicyInfo& policy, nlohmann::json& args) {
+std::optional<Error> check_policy_args(const PolicyInfo& policy, nlohmann::json& args) {
   if (policy.name == "batch_halving") {
     double f = args["factor"].get<double>();
     if (!(f > 0 && f <= 1))
-      return ArgError{"batch_halving's 'factor' must be above 0 and at most 1, got " + args["factor"].dump(), "factor"};
+      return Error::of("batch_halving's 'factor' must be above 0 and at most 1, got " + args["factor"].dump(), {"factor"});
   }
   if (policy.name == "graceful_exit") {
     RE2::Options options;  // as checks_recovery.cpp matches it
@@ -280,39 +286,39 @@ std::optional<ArgError> check_policy_args(const PolicyInfo& policy, nlohmann::js
     options.set_case_sensitive(false);
     const RE2 re(args["message"].get<std::string>(), options);
     if (!re.ok())
-      return ArgError{"graceful_exit's 'message' is not a valid regular expression: " + quoted(args["message"]) +
-                          " (" + re.error() + ")",
-                      "message"};
+      return Error::of("graceful_exit's 'message' is not a valid regular expression: " + quoted(args["message"]) +
+                           " (" + re.error() + ")",
+                       {"message"});
   }
   if (policy.name == "memory_stable" && !(args["share"].get<double>() > 0))
-    return ArgError{"memory_stable's 'share' must be above 0, got " + args["share"].dump(), "share"};
+    return Error::of("memory_stable's 'share' must be above 0, got " + args["share"].dump(), {"share"});
   if (policy.name == "memory_stable" && args.contains("golden")) {
     nlohmann::json normalised = nlohmann::json::object();
     for (auto it = args["golden"].begin(); it != args["golden"].end(); ++it) {
       const std::string& key = it.key();
       if (key.empty() || key.size() > 12 || key.find_first_not_of("0123456789") != std::string::npos)
-        return ArgError{"memory_stable's 'golden' maps step numbers to bytes; '" + key + "' is not a step number",
-                        "golden." + key};
+        return Error::of("memory_stable's 'golden' maps step numbers to bytes; '" + key + "' is not a step number",
+                         {"golden", key});
       nlohmann::json value = it.value();
       std::string error = normalise_value("memory_stable's golden step " + key, ArgType::bytes, value);
-      if (!error.empty()) return ArgError{error, "golden." + key};
+      if (!error.empty()) return Error::of(error, {"golden", key});
       normalised[std::to_string(std::stoll(key))] = value;
     }
     args["golden"] = std::move(normalised);
   }
   if (policy.name == "checkpoint_resume" && args.contains("reference"))
-    return normalise_object("checkpoint_resume's reference", reference_specs(), args["reference"], "reference.");
+    return normalise_object("checkpoint_resume's reference", reference_specs(), args["reference"], {"reference"});
   return std::nullopt;
 }
 
 // Shorthands, expanded before the type checks: `reference: true` asks for the default comparison,
 // `reference: false` for none.
-std::optional<ArgError> expand_shorthands(const PolicyInfo& policy, nlohmann::json& args) {
+std::optional<Error> expand_shorthands(const PolicyInfo& policy, nlohmann::json& args) {
   if (policy.name != "checkpoint_resume" || !args.contains("reference")) return std::nullopt;
   nlohmann::json& ref = args["reference"];
   if (ref.is_object() || ref.is_null()) return std::nullopt;
   auto b = as_bool(ref);
-  if (!b) return ArgError{"checkpoint_resume's 'reference' must be a mapping or true, got " + quoted(ref), "reference"};
+  if (!b) return Error::of("checkpoint_resume's 'reference' must be a mapping or true, got " + quoted(ref), {"reference"});
   if (*b) ref = nlohmann::json::object();
   else args.erase("reference");
   return std::nullopt;
@@ -331,20 +337,23 @@ const PolicyInfo* find_policy(const std::string& name) {
   return nullptr;
 }
 
-std::optional<ArgError> normalise_args(const PolicyInfo& policy, nlohmann::json& args) {
+Expected<nlohmann::json> normalise_args(const PolicyInfo& policy, nlohmann::json args) {
+  using Result = Expected<nlohmann::json>;
   if (args.is_null()) args = nlohmann::json::object();
   if (!args.is_object()) {
     if (!policy.scalar_arg || policy.args.empty()) {
       std::vector<std::string> names;
       for (const ArgSpec& s : policy.args) names.push_back(s.name);
-      if (names.empty()) return ArgError{policy.name + " takes no arguments, got " + quoted(args), ""};
-      return ArgError{policy.name + " takes named arguments (" + joined(names) + "), not a bare value " + quoted(args), ""};
+      if (names.empty()) return Result::failure(Error::of(policy.name + " takes no arguments, got " + quoted(args)));
+      return Result::failure(
+          Error::of(policy.name + " takes named arguments (" + joined(names) + "), not a bare value " + quoted(args)));
     }
     args = nlohmann::json{{policy.args.front().name, args}};
   }
-  if (auto e = expand_shorthands(policy, args)) return e;
-  if (auto e = normalise_object(policy.name, policy.args, args, "")) return e;
-  return check_policy_args(policy, args);
+  if (auto e = expand_shorthands(policy, args)) return Result::failure(std::move(*e));
+  if (auto e = normalise_object(policy.name, policy.args, args, {})) return Result::failure(std::move(*e));
+  if (auto e = check_policy_args(policy, args)) return Result::failure(std::move(*e));
+  return Result::success(std::move(args));
 }
 
 Verdict evaluate(const PolicyInfo& policy, const Trace& trace, const nlohmann::json& args) {

@@ -142,11 +142,11 @@ ReportExpected<CompareRule> parse_fail_on(const std::string& text) {
     return ReportExpected<CompareRule>::success(rule);
   }
   rule.relative = false;
-  const ParseResult parsed = rule.metric == Metric::peak ? parse_bytes(value) : parse_duration(value);
-  if (!parsed) return bad_rule(text, parsed.error);
-  if (!std::isfinite(static_cast<double>(*parsed.value)))
+  const Expected<double> parsed = rule.metric == Metric::peak ? parse_bytes(value) : parse_duration(value);
+  if (!parsed) return bad_rule(text, parsed.error().str());
+  if (!std::isfinite(static_cast<double>(*parsed)))
     return bad_rule(text, "the tolerated growth must be a finite amount");
-  rule.threshold = *parsed.value;
+  rule.threshold = *parsed;
   return ReportExpected<CompareRule>::success(rule);
 }
 

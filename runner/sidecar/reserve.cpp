@@ -119,9 +119,9 @@ Driver load_driver() {
 }
 
 uint64_t parse_size(const char* flag, const char* value) {
-  oomh::ParseResult r = oomh::parse_bytes(value ? value : "");
-  if (!r) fail(std::string(flag) + ": " + r.error);
-  return static_cast<uint64_t>(*r.value);
+  oomh::Expected<double> r = oomh::parse_bytes(value ? value : "");
+  if (!r) fail(std::string(flag) + ": " + r.error().str());
+  return static_cast<uint64_t>(*r);
 }
 
 // Waits until stdin reaches end of file (the runner closed it) or a stop signal arrives.

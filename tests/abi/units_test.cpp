@@ -6,8 +6,8 @@ namespace {
 
 uint64_t bytes(const char* s) {
   auto r = oomh::parse_bytes(s);
-  EXPECT_TRUE(r) << s << ": " << r.error;
-  return r ? static_cast<uint64_t>(*r.value) : 0;
+  EXPECT_TRUE(r) << s << ": " << r.error().str();
+  return r ? static_cast<uint64_t>(*r) : 0;
 }
 
 TEST(ParseBytes, BinaryAndDecimalUnits) {
@@ -28,27 +28,27 @@ TEST(ParseBytes, BadValuesQuoteTheInput) {
   for (const char* s : {"", "GiB", "-1GiB", "12XB", "1.5", "eight", "1..5GiB", "1e3"}) {
     auto r = oomh::parse_bytes(s);
     EXPECT_FALSE(r) << s;
-    EXPECT_NE(r.error.find(std::string("'") + s + "'"), std::string::npos) << r.error;
+    EXPECT_NE(r.error().str().find(std::string("'") + s + "'"), std::string::npos) << r.error().str();
   }
-  EXPECT_NE(oomh::parse_bytes("12XB").error.find("unknown unit 'XB'"), std::string::npos);
+  EXPECT_NE(oomh::parse_bytes("12XB").error().str().find("unknown unit 'XB'"), std::string::npos);
   EXPECT_FALSE(oomh::parse_bytes("99999999TiB"));
 }
 
 TEST(ParseDuration, Units) {
-  EXPECT_DOUBLE_EQ(*oomh::parse_duration("30s").value, 30.0);
-  EXPECT_DOUBLE_EQ(*oomh::parse_duration("5m").value, 300.0);
-  EXPECT_DOUBLE_EQ(*oomh::parse_duration("1h").value, 3600.0);
-  EXPECT_DOUBLE_EQ(*oomh::parse_duration("250ms").value, 0.25);
-  EXPECT_DOUBLE_EQ(*oomh::parse_duration("1.5s").value, 1.5);
-  EXPECT_DOUBLE_EQ(*oomh::parse_duration("0").value, 0.0);
-  EXPECT_DOUBLE_EQ(*oomh::parse_duration("10").value, 10.0);
+  EXPECT_DOUBLE_EQ(*oomh::parse_duration("30s"), 30.0);
+  EXPECT_DOUBLE_EQ(*oomh::parse_duration("5m"), 300.0);
+  EXPECT_DOUBLE_EQ(*oomh::parse_duration("1h"), 3600.0);
+  EXPECT_DOUBLE_EQ(*oomh::parse_duration("250ms"), 0.25);
+  EXPECT_DOUBLE_EQ(*oomh::parse_duration("1.5s"), 1.5);
+  EXPECT_DOUBLE_EQ(*oomh::parse_duration("0"), 0.0);
+  EXPECT_DOUBLE_EQ(*oomh::parse_duration("10"), 10.0);
 }
 
 TEST(ParseDuration, BadValues) {
   for (const char* s : {"", "s", "-3s", "3 days", "fast"}) {
     auto r = oomh::parse_duration(s);
     EXPECT_FALSE(r) << s;
-    EXPECT_NE(r.error.find(std::string("'") + s + "'"), std::string::npos) << r.error;
+    EXPECT_NE(r.error().str().find(std::string("'") + s + "'"), std::string::npos) << r.error().str();
   }
 }
 

@@ -27,12 +27,12 @@ bool read_size(const char* name, uint64_t fallback, uint64_t& out) {
     out = fallback;
     return true;
   }
-  oomh::ParseResult r = oomh::parse_bytes(text);
+  oomh::Expected<double> r = oomh::parse_bytes(text);
   if (!r) {
-    std::fprintf(stderr, "cuda double: %s: %s\n", name, r.error.c_str());
+    std::fprintf(stderr, "cuda double: %s: %s\n", name, r.error().str().c_str());
     return false;
   }
-  out = static_cast<uint64_t>(*r.value);
+  out = static_cast<uint64_t>(*r);
   return true;
 }
 

@@ -107,13 +107,13 @@ std::optional<Options> parse_options(int argc, char** argv, std::string& error) 
       else o.checkpoint_every = n;
     } else if (flag("--bytes-per-sample") || flag("--leak-per-step")) {
       if (!need()) return std::nullopt;
-      oomh::ParseResult r = oomh::parse_bytes(value);
-      if (!r) { error = std::string(arg) + ": " + r.error; return std::nullopt; }
+      oomh::Expected<double> r = oomh::parse_bytes(value);
+      if (!r) { error = std::string(arg) + ": " + r.error().str(); return std::nullopt; }
       if (flag("--bytes-per-sample")) {
-        if (*r.value < 1) return bad("at least one byte");
-        o.bytes_per_sample = static_cast<uint64_t>(*r.value);
+        if (*r < 1) return bad("at least one byte");
+        o.bytes_per_sample = static_cast<uint64_t>(*r);
       } else {
-        o.leak_per_step = static_cast<uint64_t>(*r.value);
+        o.leak_per_step = static_cast<uint64_t>(*r);
       }
     } else if (flag("--entry")) {
       if (!need()) return std::nullopt;

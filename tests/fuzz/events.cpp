@@ -118,7 +118,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!args.is_object()) args = nlohmann::json::object();
     for (const oomh::ArgSpec& spec : policy.args)
       if (spec.required && !args.contains(spec.name)) args[spec.name] = plain_value(spec.type);
-    if (oomh::normalise_args(policy, args)) continue;
+    auto normalised = oomh::normalise_args(policy, std::move(args));
+    if (!normalised) continue;
+    args = std::move(normalised).value();
     try {
       verdicts.push_back(oomh::evaluate(policy, trace, args));
     } catch (const std::exception&) {

@@ -14,12 +14,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
 
   if (auto plan = oomh::inject::parse_fault_plan(text)) {
-    const std::string once = oomh::inject::fault_plan_json(*plan.plan);
+    const std::string once = oomh::inject::fault_plan_json(*plan);
     auto again = oomh::inject::parse_fault_plan(once);
     OOMH_FUZZ_CHECK(again, "a plan's own JSON does not parse back");
-    OOMH_FUZZ_CHECK(oomh::inject::fault_plan_json(*again.plan) == once, "a plan's JSON changes when read back");
+    OOMH_FUZZ_CHECK(oomh::inject::fault_plan_json(*again) == once, "a plan's JSON changes when read back");
   } else {
-    OOMH_FUZZ_CHECK(!plan.error.empty(), "parse_fault_plan failed without a message");
+    OOMH_FUZZ_CHECK(!plan.error().empty(), "parse_fault_plan failed without a message");
   }
 
   auto rule = oomh::inject::check_rule(text);

@@ -68,9 +68,9 @@ class EventFile {
 };
 
 FaultPlan plan(const std::string& json) {
-  PlanResult r = parse_fault_plan(json);
-  EXPECT_TRUE(r) << r.error;
-  return r.plan ? *r.plan : FaultPlan{};
+  auto r = parse_fault_plan(json);
+  EXPECT_TRUE(r) << r.error();
+  return r ? *r : FaultPlan{};
 }
 
 EngineSetup setup(ControlBlock* cb, int events_fd = -1) {
@@ -134,7 +134,7 @@ TEST(CapSchedule, LaterEntriesOverrideAndLatch) {
 TEST(Engine, CapCountsTheWholeJob) {
   Block block;
   EngineSetup a = setup(block.get());
-  a.option_caps = parse_cap_option("10MiB").caps;
+  a.option_caps = parse_cap_option("10MiB").value();
   EngineSetup b = setup(block.get());
   b.option_caps = a.option_caps;
   Engine first(std::move(a)), second(std::move(b));
@@ -168,7 +168,7 @@ TEST(Engine, CapCountsTheWholeJob) {
 TEST(Engine, AFailedDriverCallGivesTheReservationBack) {
   Block block;
   EngineSetup s = setup(block.get());
-  s.option_caps = parse_cap_option("0=10MiB").caps;
+  s.option_caps = parse_cap_option("0=10MiB").value();
   Engine e(std::move(s));
   AllocDecision d = e.begin_alloc(Entry::mem_alloc, "cuMemAlloc_v2", 0, 8 * MiB);
   ASSERT_FALSE(d.fail);
@@ -401,7 +401,7 @@ TEST(Engine, ProcessAndJobHeldAndPeakAreWhatTheDriverGave) {
   Block block;
   EventFile events;
   EngineSetup s = setup(block.get(), events.fd());
-  s.option_caps = parse_cap_option("0=100MiB").caps;
+  s.option_caps = parse_cap_option("0=100MiB").value();
   Engine e(std::move(s));
   ASSERT_TRUE(allocate(e, 0x1, 3 * MiB));
   ASSERT_TRUE(allocate(e, 0x2, 2 * MiB));
@@ -526,7 +526,7 @@ bool fake_probe(int device, uint64_t* bytes) noexcept {
 EngineSetup footprint_setup(ControlBlock* cb, const char* cap, int events_fd = -1) {
   g_fake = FakeDevice{};
   EngineSetup s = setup(cb, events_fd);
-  s.option_caps = parse_cap_option(cap).caps;
+  s.option_caps = parse_cap_option(cap).value();
   s.cap_counts = CapCounting::footprint;
   s.footprint_probe = &fake_probe;
   return s;

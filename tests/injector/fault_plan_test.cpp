@@ -28,9 +28,9 @@ std::vector<std::string> json_examples(const std::string& path) {
 }
 
 std::string error_of(const std::string& json) {
-  PlanResult r = parse_fault_plan(json);
+  auto r = parse_fault_plan(json);
   EXPECT_FALSE(r) << json;
-  return r.error;
+  return r.error();
 }
 
 }  // namespace
@@ -39,23 +39,23 @@ TEST(FaultPlan, EveryExampleInTheDocsParses) {
   auto examples = json_examples(std::string(OOMH_DOCS_DIR) + "/fault-plan.md");
   ASSERT_FALSE(examples.empty()) << "docs/fault-plan.md has no ```json example";
   for (const auto& text : examples) {
-    PlanResult r = parse_fault_plan(text);
-    EXPECT_TRUE(r) << r.error << "\n" << text;
+    auto r = parse_fault_plan(text);
+    EXPECT_TRUE(r) << r.error() << "\n" << text;
   }
 }
 
 TEST(FaultPlan, CapCountsIsReadWhenGiven) {
-  EXPECT_FALSE(parse_fault_plan(R"({"caps":[{"limit":"8GiB"}]})").plan->cap_counts.has_value());
-  EXPECT_EQ(parse_fault_plan(R"({"cap_counts":"footprint"})").plan->cap_counts, CapCounting::footprint);
-  EXPECT_EQ(parse_fault_plan(R"({"cap_counts":"allocations"})").plan->cap_counts, CapCounting::allocations);
+  EXPECT_FALSE(parse_fault_plan(R"({"caps":[{"limit":"8GiB"}]})")->cap_counts.has_value());
+  EXPECT_EQ(parse_fault_plan(R"({"cap_counts":"footprint"})")->cap_counts, CapCounting::footprint);
+  EXPECT_EQ(parse_fault_plan(R"({"cap_counts":"allocations"})")->cap_counts, CapCounting::allocations);
 }
 
 TEST(FaultPlan, TheDocsExampleMeansWhatTheDocsSay) {
   auto examples = json_examples(std::string(OOMH_DOCS_DIR) + "/fault-plan.md");
   ASSERT_FALSE(examples.empty());
-  PlanResult r = parse_fault_plan(examples[0]);
-  ASSERT_TRUE(r) << r.error;
-  const FaultPlan& p = *r.plan;
+  auto r = parse_fault_plan(examples[0]);
+  ASSERT_TRUE(r) << r.error();
+  const FaultPlan& p = *r;
   EXPECT_EQ(p.seed, 42u);
   ASSERT_EQ(p.rules.size(), 3u);
   const Rule& a = p.rules[0];
@@ -94,24 +94,24 @@ TEST(FaultPlan, TheDocsExampleMeansWhatTheDocsSay) {
 }
 
 TEST(FaultPlan, EntryNamesAndGroups) {
-  PlanResult r = parse_fault_plan(R"({"rules":[{"when":{"entry":["vmm","cuMemAllocManaged"]}},{"when":{"entry":"async"}},
+  auto r = parse_fault_plan(R"({"rules":[{"when":{"entry":["vmm","cuMemAllocManaged"]}},{"when":{"entry":"async"}},
     {"when":{"entry":["sync"]}},{"when":{"entry":["cuMemAllocPitch"]}}]})");
-  ASSERT_TRUE(r) << r.error;
-  EXPECT_EQ(r.plan->rules[0].when.entries, entry_bit(Entry::mem_create) | entry_bit(Entry::mem_alloc_managed));
-  EXPECT_EQ(r.plan->rules[1].when.entries, entry_bit(Entry::mem_alloc_async) | entry_bit(Entry::mem_alloc_from_pool_async));
-  EXPECT_EQ(r.plan->rules[2].when.entries,
+  ASSERT_TRUE(r) << r.error();
+  EXPECT_EQ(r->rules[0].when.entries, entry_bit(Entry::mem_create) | entry_bit(Entry::mem_alloc_managed));
+  EXPECT_EQ(r->rules[1].when.entries, entry_bit(Entry::mem_alloc_async) | entry_bit(Entry::mem_alloc_from_pool_async));
+  EXPECT_EQ(r->rules[2].when.entries,
             entry_bit(Entry::mem_alloc) | entry_bit(Entry::mem_alloc_pitch) | entry_bit(Entry::mem_alloc_managed));
-  EXPECT_EQ(r.plan->rules[3].when.entries, entry_bit(Entry::mem_alloc_pitch));
-  EXPECT_EQ(r.plan->rules[0].name, "rules[0]");  // unnamed rules are named by position
+  EXPECT_EQ(r->rules[3].when.entries, entry_bit(Entry::mem_alloc_pitch));
+  EXPECT_EQ(r->rules[0].name, "rules[0]");  // unnamed rules are named by position
 }
 
 // Note [Host memory]: `memory` picks the kind a rule or a cap targets; device is the default, and the plan
 // written back reads as the same plan.
 TEST(FaultPlan, MemoryKindOfRulesAndCaps) {
-  PlanResult r = parse_fault_plan(R"({"rules":[{"when":{"memory":"host","step":3}},{"when":{"memory":"host","entry":"cuMemHostRegister"}},
+  auto r = parse_fault_plan(R"({"rules":[{"when":{"memory":"host","step":3}},{"when":{"memory":"host","entry":"cuMemHostRegister"}},
     {"when":{"entry":"vmm"}},{}], "caps":[{"limit":"1GiB","memory":"host"},{"limit":"8GiB"}]})");
-  ASSERT_TRUE(r) << r.error;
-  const FaultPlan& p = *r.plan;
+  ASSERT_TRUE(r) << r.error();
+  const FaultPlan& p = *r;
   EXPECT_EQ(p.rules[0].when.memory, MemoryKind::host);
   EXPECT_EQ(p.rules[0].when.entries, kAllEntries);
   EXPECT_EQ(p.rules[1].when.entries, entry_bit(Entry::mem_host_register));
@@ -119,39 +119,39 @@ TEST(FaultPlan, MemoryKindOfRulesAndCaps) {
   EXPECT_EQ(p.rules[3].when.memory, MemoryKind::device);
   EXPECT_EQ(p.caps[0].memory, MemoryKind::host);
   EXPECT_EQ(p.caps[1].memory, MemoryKind::device);
-  PlanResult again = parse_fault_plan(fault_plan_json(p));
-  ASSERT_TRUE(again) << again.error;
-  EXPECT_EQ(again.plan->rules[0].when.memory, MemoryKind::host);
-  EXPECT_EQ(again.plan->rules[1].when.entries, entry_bit(Entry::mem_host_register));
-  EXPECT_EQ(again.plan->rules[3].when.memory, MemoryKind::device);
-  EXPECT_EQ(again.plan->caps[0].memory, MemoryKind::host);
-  EXPECT_EQ(again.plan->caps[1].memory, MemoryKind::device);
-  RuleCheck check = check_rule(R"({"when":{"memory":"host"},"fail":{"forever":true}})");
+  auto again = parse_fault_plan(fault_plan_json(p));
+  ASSERT_TRUE(again) << again.error();
+  EXPECT_EQ(again->rules[0].when.memory, MemoryKind::host);
+  EXPECT_EQ(again->rules[1].when.entries, entry_bit(Entry::mem_host_register));
+  EXPECT_EQ(again->rules[3].when.memory, MemoryKind::device);
+  EXPECT_EQ(again->caps[0].memory, MemoryKind::host);
+  EXPECT_EQ(again->caps[1].memory, MemoryKind::device);
+  auto check = check_rule(R"({"when":{"memory":"host"},"fail":{"forever":true}})");
   ASSERT_TRUE(check.ok()) << check.error().str();
   EXPECT_NE(check.value().find(R"("memory":"host")"), std::string::npos) << check.value();
 }
 
 // Note [One result type]: a rule's error carries its field as data, relative to the rule.
 TEST(FaultPlan, ARulesErrorHasItsPathAsData) {
-  RuleCheck steps = check_rule(R"({"when":{"steps":{"from":5,"to":2}}})");
+  auto steps = check_rule(R"({"when":{"steps":{"from":5,"to":2}}})");
   ASSERT_FALSE(steps.ok());
   EXPECT_EQ(steps.error().path, (std::vector<std::string>{"when", "steps"}));
   EXPECT_EQ(steps.error().message, "'from' is after 'to'");
   EXPECT_EQ(steps.error().kind, oomh::Error::Kind::value);
-  RuleCheck key = check_rule(R"({"when":{"stpe":5}})");
+  auto key = check_rule(R"({"when":{"stpe":5}})");
   ASSERT_FALSE(key.ok());
   EXPECT_EQ(key.error().path, (std::vector<std::string>{"when", "stpe"}));
   EXPECT_EQ(key.error().message, "unknown key 'stpe'");
   EXPECT_EQ(key.error().kind, oomh::Error::Kind::unknown_key);
-  RuleCheck entry = check_rule(R"({"when":{"entry":["cuMemAlloc","cuMemAloc"]}})");
+  auto entry = check_rule(R"({"when":{"entry":["cuMemAlloc","cuMemAloc"]}})");
   ASSERT_FALSE(entry.ok());
   EXPECT_EQ(entry.error().path_text(), "when.entry[1]");
 }
 
 TEST(FaultPlan, DefaultsAndOptionalParts) {
-  PlanResult r = parse_fault_plan(R"({"rules":[{"when":{"nth":3,"repeat":2,"steps":{"from":4}}, "fail":{"forever":true}}]})");
-  ASSERT_TRUE(r) << r.error;
-  const Rule& rule = r.plan->rules[0];
+  auto r = parse_fault_plan(R"({"rules":[{"when":{"nth":3,"repeat":2,"steps":{"from":4}}, "fail":{"forever":true}}]})");
+  ASSERT_TRUE(r) << r.error();
+  const Rule& rule = r->rules[0];
   EXPECT_EQ(rule.when.trigger, Trigger::nth);
   EXPECT_EQ(rule.when.n, 3u);
   EXPECT_EQ(rule.when.repeat, 2u);
@@ -160,10 +160,10 @@ TEST(FaultPlan, DefaultsAndOptionalParts) {
   EXPECT_EQ(rule.fail.kind, Duration::forever);
   EXPECT_TRUE(parse_fault_plan("{}"));
   EXPECT_TRUE(parse_fault_plan(R"({"version":1,"rules":[{}]})"));
-  PlanResult durations = parse_fault_plan(R"({"rules":[{"when":{"after":"250ms","max_size":"1.5GB"}}]})");
-  ASSERT_TRUE(durations) << durations.error;
-  EXPECT_DOUBLE_EQ(durations.plan->rules[0].when.after_s, 0.25);
-  EXPECT_EQ(durations.plan->rules[0].when.max_size, 1500000000u);
+  auto durations = parse_fault_plan(R"({"rules":[{"when":{"after":"250ms","max_size":"1.5GB"}}]})");
+  ASSERT_TRUE(durations) << durations.error();
+  EXPECT_DOUBLE_EQ(durations->rules[0].when.after_s, 0.25);
+  EXPECT_EQ(durations->rules[0].when.max_size, 1500000000u);
 }
 
 struct BadPlan {
@@ -259,30 +259,30 @@ TEST(FaultPlan, LoadFromTextOrFile) {
   std::string text = R"({"rules":[{"when":{"stpe":1}}]})";
   ASSERT_EQ(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
   close(fd);
-  PlanResult bad = load_fault_plan(path);
-  EXPECT_EQ(bad.error, std::string(path) + ": rules[0].when: unknown key 'stpe'");
+  auto bad = load_fault_plan(path);
+  EXPECT_EQ(bad.error(), std::string(path) + ": rules[0].when: unknown key 'stpe'");
   std::ofstream(path) << R"({"seed": 9})";
-  PlanResult good = load_fault_plan(path);
-  ASSERT_TRUE(good) << good.error;
-  EXPECT_EQ(good.plan->seed, 9u);
+  auto good = load_fault_plan(path);
+  ASSERT_TRUE(good) << good.error();
+  EXPECT_EQ(good->seed, 9u);
   unlink(path);
-  PlanResult missing = load_fault_plan("/nonexistent/plan.json");
-  EXPECT_EQ(missing.error, "cannot read '/nonexistent/plan.json': No such file or directory");
-  EXPECT_EQ(load_fault_plan("  ").error, "empty (give the plan's JSON or the path of a file holding it)");
+  auto missing = load_fault_plan("/nonexistent/plan.json");
+  EXPECT_EQ(missing.error(), "cannot read '/nonexistent/plan.json': No such file or directory");
+  EXPECT_EQ(load_fault_plan("  ").error(), "empty (give the plan's JSON or the path of a file holding it)");
 }
 
 TEST(CapOption, OneSizeOrPerDevice) {
-  CapsResult all = parse_cap_option("8GiB");
-  ASSERT_TRUE(all.ok()) << all.error;
-  ASSERT_EQ(all.caps.size(), 1u);
-  EXPECT_EQ(all.caps[0].device, -1);
-  EXPECT_EQ(all.caps[0].limit, 8ull << 30);
-  CapsResult per = parse_cap_option("0=8GiB, 1=4GiB");
-  ASSERT_TRUE(per.ok()) << per.error;
-  ASSERT_EQ(per.caps.size(), 2u);
-  EXPECT_EQ(per.caps[1].device, 1);
-  EXPECT_EQ(per.caps[1].limit, 4ull << 30);
-  EXPECT_EQ(parse_cap_option("x=8GiB").error, "bad device 'x' in 'x=8GiB' (write DEVICE=SIZE with DEVICE from 0 to 15)");
-  EXPECT_EQ(parse_cap_option("0=8XB").error, "bad size '8XB': unknown unit 'XB' (use B, KiB, MiB, GiB, TiB, kB, MB, GB or TB)");
-  EXPECT_EQ(parse_cap_option("").error, "empty (write a size like 8GiB, or 0=8GiB,1=4GiB)");
+  auto all = parse_cap_option("8GiB");
+  ASSERT_TRUE(all.ok()) << all.error().str();
+  ASSERT_EQ(all->size(), 1u);
+  EXPECT_EQ((*all)[0].device, -1);
+  EXPECT_EQ((*all)[0].limit, 8ull << 30);
+  auto per = parse_cap_option("0=8GiB, 1=4GiB");
+  ASSERT_TRUE(per.ok()) << per.error().str();
+  ASSERT_EQ(per->size(), 2u);
+  EXPECT_EQ((*per)[1].device, 1);
+  EXPECT_EQ((*per)[1].limit, 4ull << 30);
+  EXPECT_EQ(parse_cap_option("x=8GiB").error().str(), "bad device 'x' in 'x=8GiB' (write DEVICE=SIZE with DEVICE from 0 to 15)");
+  EXPECT_EQ(parse_cap_option("0=8XB").error().str(), "bad size '8XB': unknown unit 'XB' (use B, KiB, MiB, GiB, TiB, kB, MB, GB or TB)");
+  EXPECT_EQ(parse_cap_option("").error().str(), "empty (write a size like 8GiB, or 0=8GiB,1=4GiB)");
 }

@@ -12,9 +12,9 @@ using oomh::Phase;
 namespace {
 
 RuleBook book(const std::string& json) {
-  PlanResult r = parse_fault_plan(json);
-  EXPECT_TRUE(r) << r.error;
-  return RuleBook(r.plan->rules, r.plan->seed);
+  auto r = parse_fault_plan(json);
+  EXPECT_TRUE(r) << r.error();
+  return RuleBook(r->rules, r->seed);
 }
 
 CallFacts call(uint64_t size = 1 << 20) {
@@ -162,9 +162,9 @@ TEST(RuleBook, ProbabilityIsDeterministicForASeed) {
 
 TEST(RuleBook, ProbabilityOneAlwaysFailsAndZeroIsRefused) {
   // A rule that can never fire tests nothing: the plan refuses it (Note [One rule schema]).
-  PlanResult never = parse_fault_plan(R"({"rules":[{"when":{"probability":0}}]})");
+  auto never = parse_fault_plan(R"({"rules":[{"when":{"probability":0}}]})");
   EXPECT_FALSE(never);
-  EXPECT_EQ(never.error, "rules[0].when.probability: must be a number more than 0 and at most 1 (got 0)");
+  EXPECT_EQ(never.error(), "rules[0].when.probability: must be a number more than 0 and at most 1 (got 0)");
   RuleBook always = book(R"({"rules":[{"when":{"probability":1}}]})");
   EXPECT_EQ(run(always, 50), std::string(50, 'x'));
 }

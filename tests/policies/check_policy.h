@@ -17,8 +17,9 @@ inline Verdict check(const std::string& name, const Trace& trace, nlohmann::json
     ADD_FAILURE() << "no policy " << name;
     return {};
   }
-  auto err = normalise_args(*p, args);
-  EXPECT_FALSE(err.has_value()) << (err ? err->message : "");
+  auto normalised = normalise_args(*p, args);
+  EXPECT_TRUE(normalised.ok()) << normalised.error().message;
+  if (normalised) args = std::move(normalised).value();
   Verdict v = evaluate(*p, trace, args);
   EXPECT_EQ(v.policy, name);
   return v;

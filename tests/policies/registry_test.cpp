@@ -15,15 +15,15 @@ nlohmann::json normalised(const std::string& policy, nlohmann::json args) {
   const PolicyInfo* p = find_policy(policy);
   EXPECT_NE(p, nullptr) << policy;
   if (!p) return nullptr;
-  auto err = normalise_args(*p, args);
-  EXPECT_FALSE(err.has_value()) << (err ? err->message : "");
-  return args;
+  auto normalised = normalise_args(*p, args);
+  EXPECT_TRUE(normalised.ok()) << normalised.error().message;
+  return normalised ? normalised.value() : args;
 }
 
-ArgError error_of(const std::string& policy, nlohmann::json args) {
-  auto err = normalise_args(*find_policy(policy), args);
-  EXPECT_TRUE(err.has_value()) << policy << " accepted " << args.dump();
-  return err.value_or(ArgError{});
+Error error_of(const std::string& policy, nlohmann::json args) {
+  auto normalised = normalise_args(*find_policy(policy), args);
+  EXPECT_FALSE(normalised.ok()) << policy << " accepted " << args.dump();
+  return normalised.error();
 }
 
 TEST(Registry, DocumentationOrder) {
@@ -81,7 +81,7 @@ TEST(NormaliseArgs, SizesAndDurations) {
 
 TEST(NormaliseArgs, BadSizeQuotesTheValue) {
   auto e = error_of("peak_below", {{"bytes", "12XB"}});
-  EXPECT_EQ(e.arg, "bytes");
+  EXPECT_EQ(e.path_text(), "bytes");
   EXPECT_THAT(e.message, HasSubstr("'12XB'"));
   EXPECT_THAT(e.message, HasSubstr("unknown unit"));
   EXPECT_THAT(error_of("no_hang", {{"stall", "soon"}}).message, HasSubstr("'soon'"));
@@ -89,7 +89,7 @@ TEST(NormaliseArgs, BadSizeQuotesTheValue) {
 
 TEST(NormaliseArgs, UnknownArgumentSuggestsTheNearest) {
   auto e = error_of("batch_halving", {{"factr", 0.5}});
-  EXPECT_EQ(e.arg, "factr");
+  EXPECT_EQ(e.path_text(), "factr");
   EXPECT_THAT(e.message, HasSubstr("no argument 'factr'"));
   EXPECT_THAT(e.message, HasSubstr("did you mean 'factor'?"));
   EXPECT_THAT(error_of("empty_cache_retry", {{"retries", 2}}).message, HasSubstr("did you mean 'max_retries'?"));
@@ -102,7 +102,7 @@ TEST(NormaliseArgs, MemoryStablesGoldenMapsStepsToSizes) {
   EXPECT_EQ(a["golden"], (nlohmann::json{{"7", 1 << 20}, {"8", 4096}}));
   EXPECT_EQ(a["golden_tolerance"], 64 * 1024);
   auto e = error_of("memory_stable", {{"golden", {{"last", 5}}}});
-  EXPECT_EQ(e.arg, "golden.last");
+  EXPECT_EQ(e.path_text(), "golden.last");
   EXPECT_THAT(e.message, HasSubstr("'last' is not a step number"));
   EXPECT_THAT(error_of("memory_stable", {{"golden", {{"3", "lots"}}}}).message, HasSubstr("'lots'"));
   EXPECT_THAT(error_of("memory_stable", {{"golden", {{"3", -1}}}}).message, HasSubstr("cannot be negative"));
@@ -111,7 +111,7 @@ TEST(NormaliseArgs, MemoryStablesGoldenMapsStepsToSizes) {
 
 TEST(NormaliseArgs, WrongTypeQuotesTheValue) {
   auto e = error_of("batch_halving", {{"factor", "half"}});
-  EXPECT_EQ(e.arg, "factor");
+  EXPECT_EQ(e.path_text(), "factor");
   EXPECT_THAT(e.message, HasSubstr("must be a number"));
   EXPECT_THAT(e.message, HasSubstr("'half'"));
   EXPECT_THAT(error_of("exit", 1.5).message, HasSubstr("whole number, got 1.5"));
@@ -124,7 +124,7 @@ TEST(NormaliseArgs, WrongTypeQuotesTheValue) {
 
 TEST(NormaliseArgs, RequiredArgument) {
   auto e = error_of("peak_below", nlohmann::json::object());
-  EXPECT_EQ(e.arg, "bytes");
+  EXPECT_EQ(e.path_text(), "bytes");
   EXPECT_THAT(e.message, HasSubstr("needs 'bytes'"));
 }
 
@@ -139,13 +139,13 @@ TEST(NormaliseArgs, ReferenceObject) {
   auto none = normalised("checkpoint_resume", nullptr);
   EXPECT_FALSE(wants_reference(*find_policy("checkpoint_resume"), none));
   auto e = error_of("checkpoint_resume", {{"reference", {{"metrc", "loss"}}}});
-  EXPECT_EQ(e.arg, "reference.metrc");
+  EXPECT_EQ(e.path_text(), "reference.metrc");
   EXPECT_THAT(e.message, HasSubstr("did you mean 'metric'?"));
 }
 
 TEST(NormaliseArgs, BadRegex) {
   auto e = error_of("graceful_exit", {{"message", "out of (memory"}});
-  EXPECT_EQ(e.arg, "message");
+  EXPECT_EQ(e.path_text(), "message");
   EXPECT_THAT(e.message, HasSubstr("regular expression"));
   // 20,000 nested groups: std::regex recursed into a crash; RE2 parses it without recursion and takes it.
   const std::string deep = std::string(20000, '(') + "x" + std::string(20000, ')');

@@ -57,26 +57,26 @@ ExitCode command_budget(const BudgetArgs& args, std::ostream& out, std::ostream&
            "and the search OUT/budget.json\n";
     return ExitCode::usage_error;
   }
-  ParseResult low = parse_bytes(args.low);
+  Expected<double> low = parse_bytes(args.low);
   if (!low) {
-    err << "oomharness budget: bad --low: " << low.error << "\n";
+    err << "oomharness budget: bad --low: " << low.error().str() << "\n";
     return ExitCode::usage_error;
   }
-  ParseResult tolerance = parse_bytes(args.tolerance);
-  if (!tolerance || *tolerance.value < 1) {
+  Expected<double> tolerance = parse_bytes(args.tolerance);
+  if (!tolerance || *tolerance < 1) {
     err << "oomharness budget: bad --tolerance: "
-        << (tolerance ? "it must be at least 1 byte, like 1MiB" : tolerance.error) << "\n";
+        << (tolerance ? "it must be at least 1 byte, like 1MiB" : tolerance.error().str()) << "\n";
     return ExitCode::usage_error;
   }
   std::optional<uint64_t> high;
   if (!args.high.empty()) {
-    ParseResult h = parse_bytes(args.high);
-    if (!h || *h.value < 1) {
-      err << "oomharness budget: bad --high: " << (h ? "it must be more than 0" : h.error) << "\n";
+    Expected<double> h = parse_bytes(args.high);
+    if (!h || *h < 1) {
+      err << "oomharness budget: bad --high: " << (h ? "it must be more than 0" : h.error().str()) << "\n";
       return ExitCode::usage_error;
     }
-    high = static_cast<uint64_t>(*h.value);
-    if (*high <= static_cast<uint64_t>(*low.value)) {
+    high = static_cast<uint64_t>(*h);
+    if (*high <= static_cast<uint64_t>(*low)) {
       err << "oomharness budget: --high " << args.high << " is not above --low " << args.low << "\n";
       return ExitCode::usage_error;
     }
@@ -94,12 +94,12 @@ ExitCode command_budget(const BudgetArgs& args, std::ostream& out, std::ostream&
   }
   std::optional<uint64_t> batch_cap;
   if (placeholder) {
-    ParseResult c = parse_bytes(args.batch_under);
-    if (!c || *c.value < 1) {
-      err << "oomharness budget: bad --batch-under: " << (c ? "it must be more than 0" : c.error) << "\n";
+    Expected<double> c = parse_bytes(args.batch_under);
+    if (!c || *c < 1) {
+      err << "oomharness budget: bad --batch-under: " << (c ? "it must be more than 0" : c.error().str()) << "\n";
       return ExitCode::usage_error;
     }
-    batch_cap = static_cast<uint64_t>(*c.value);
+    batch_cap = static_cast<uint64_t>(*c);
   }
   // The job for one run: exec's flags, with the batch written into the command.
   auto make_job = [&](std::optional<int64_t> batch) -> std::optional<JobSpec> {
@@ -126,8 +126,8 @@ ExitCode command_budget(const BudgetArgs& args, std::ostream& out, std::ostream&
   result.command = base->argv;
   result.counting = base->memory.counts_footprint ? "footprint" : "allocations";
   result.simulated = args.exec.simulate;
-  result.tolerance = static_cast<uint64_t>(*tolerance.value);
-  result.low = static_cast<uint64_t>(*low.value);
+  result.tolerance = static_cast<uint64_t>(*tolerance);
+  result.low = static_cast<uint64_t>(*low);
 
   RunArgs run;
   run.simulate = args.exec.simulate;

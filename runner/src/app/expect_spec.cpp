@@ -128,11 +128,12 @@ SpecResult<ExpectSpec> parse_expect_spec(const std::string& text) {
       args[key] = *v;
     }
   }
-  if (auto e = normalise_args(*policy, args)) return fail(e->message);
+  Expected<nlohmann::json> normalised = normalise_args(*policy, std::move(args));
+  if (!normalised) return fail(normalised.error().message);  // Note [A policy argument's error]
 
   ExpectSpec spec;
   spec.policy = policy->name;
-  spec.args = std::move(args);
+  spec.args = std::move(normalised).value();
   spec.where = SourceLocation{"<command line>", 0, 0};
   out.value = std::move(spec);
   return out;

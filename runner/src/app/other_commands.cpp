@@ -19,15 +19,15 @@ ExitCode command_validate(const std::vector<std::string>& suites, std::ostream& 
                           const SuiteLimits& limits) {
   bool bad = false;
   for (const auto& file : suites) {
-    SuiteLoad load = load_suite(file, limits);
-    for (const auto& e : load.errors) err << e.str() << "\n";
-    if (!load.errors.empty() || !load.suite) {
+    auto load = load_suite(file, limits);
+    if (!load) {
+      for (const auto& e : load.error()) err << e.str() << "\n";
       bad = true;
       continue;
     }
-    size_t n = load.suite->jobs.size();
+    size_t n = load->jobs.size();
     out << "ok: " << n << (n == 1 ? " job" : " jobs") << " in " << file << "\n";
-    for (const auto& job : load.suite->jobs) out << "  " << load.suite->name << "::" << job.name << "\n";
+    for (const auto& job : load->jobs) out << "  " << load->name << "::" << job.name << "\n";
   }
   return bad ? ExitCode::usage_error : ExitCode::ok;
 }
@@ -49,12 +49,12 @@ bool write_one(const std::string& path, const std::string& content, std::ostream
 
 std::optional<uint64_t> max_file_size(const std::string& text, const std::string& who, std::ostream& err) {
   if (text.empty()) return kMaxResultsFileBytes;
-  ParseResult size = parse_bytes(text);
-  if (!size || *size.value < 1) {
-    err << who << ": bad --max-file-size: " << (size ? "bad size '" + text + "': at least 1B" : size.error) << "\n";
+  Expected<double> size = parse_bytes(text);
+  if (!size || *size < 1) {
+    err << who << ": bad --max-file-size: " << (size ? "bad size '" + text + "': at least 1B" : size.error().str()) << "\n";
     return std::nullopt;
   }
-  return static_cast<uint64_t>(*size.value);
+  return static_cast<uint64_t>(*size);
 }
 
 ExitCode command_explain(const std::string& results, const std::vector<std::string>& filters, std::ostream& out,

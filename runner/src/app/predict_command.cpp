@@ -172,21 +172,21 @@ ExitCode command_predict(const PredictArgs& args, std::ostream& out, std::ostrea
   }
   std::optional<uint64_t> batch_cap;
   if (!args.batch_under.empty()) {
-    ParseResult c = parse_bytes(args.batch_under);
-    if (!c || *c.value < 1) {
-      err << "oomharness predict: bad --batch-under: " << (c ? "it must be more than 0" : c.error) << "\n";
+    Expected<double> c = parse_bytes(args.batch_under);
+    if (!c || *c < 1) {
+      err << "oomharness predict: bad --batch-under: " << (c ? "it must be more than 0" : c.error().str()) << "\n";
       return ExitCode::usage_error;
     }
-    batch_cap = static_cast<uint64_t>(*c.value);
+    batch_cap = static_cast<uint64_t>(*c);
   }
   std::optional<uint64_t> cap;
   if (!args.exec.cap.empty()) {
-    ParseResult c = parse_bytes(args.exec.cap);
-    if (!c || *c.value < 1) {
-      err << "oomharness predict: bad --cap: " << (c ? "it must be more than 0" : c.error) << "\n";
+    Expected<double> c = parse_bytes(args.exec.cap);
+    if (!c || *c < 1) {
+      err << "oomharness predict: bad --cap: " << (c ? "it must be more than 0" : c.error().str()) << "\n";
       return ExitCode::usage_error;
     }
-    cap = static_cast<uint64_t>(*c.value);
+    cap = static_cast<uint64_t>(*c);
   }
   const int64_t batch = placeholder ? args.batch.value_or(1) : 0;
 

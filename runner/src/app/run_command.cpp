@@ -706,13 +706,13 @@ ExitCode command_run(const RunArgs& args, std::ostream& out, std::ostream& err) 
   std::vector<Suite> suites;
   bool bad = false;
   for (const auto& file : args.suites) {
-    SuiteLoad load = load_suite(file, SuiteLimits{args.max_jobs});
-    for (const auto& e : load.errors) err << e.str() << "\n";
-    if (!load.errors.empty() || !load.suite) {
+    auto load = load_suite(file, SuiteLimits{args.max_jobs});
+    if (!load) {
+      for (const auto& e : load.error()) err << e.str() << "\n";
       bad = true;
       continue;
     }
-    suites.push_back(std::move(*load.suite));
+    suites.push_back(std::move(load).value());
   }
   if (bad) {
     err << "oomharness: no job was run: fix the suite errors above\n";
@@ -770,12 +770,12 @@ std::optional<JobSpec> job_from_exec_args(const ExecArgs& args, const std::strin
   fields.name = args.name.empty() ? fs::path(args.command.front()).filename().string() : args.name;
   fields.argv = args.command;
   if (!args.cap.empty()) {
-    ParseResult cap = parse_bytes(args.cap);
+    Expected<double> cap = parse_bytes(args.cap);
     if (!cap) {
-      err << "oomharness " << command << ": bad --cap: " << cap.error << "\n";
+      err << "oomharness " << command << ": bad --cap: " << cap.error().str() << "\n";
       return std::nullopt;
     }
-    fields.memory.limit = static_cast<uint64_t>(*cap.value);
+    fields.memory.limit = static_cast<uint64_t>(*cap);
   }
   if (!args.cap_counts.empty()) {
     auto counting = suite::cap_counts_footprint(args.cap_counts);
@@ -786,12 +786,12 @@ std::optional<JobSpec> job_from_exec_args(const ExecArgs& args, const std::strin
     fields.memory.counts_footprint = *counting;
   }
   if (!args.timeout.empty()) {
-    ParseResult t = parse_duration(args.timeout);
-    if (!t || *t.value <= 0) {
-      err << "oomharness " << command << ": bad --timeout: " << (t ? "bad duration '" + args.timeout + "': it must be more than 0" : t.error) << "\n";
+    Expected<double> t = parse_duration(args.timeout);
+    if (!t || *t <= 0) {
+      err << "oomharness " << command << ": bad --timeout: " << (t ? "bad duration '" + args.timeout + "': it must be more than 0" : t.error().str()) << "\n";
       return std::nullopt;
     }
-    fields.timeout = *t.value;
+    fields.timeout = *t;
   }
   std::set<std::string> names;
   for (size_t i = 0; i < args.faults.size(); ++i) {

@@ -75,28 +75,28 @@ std::optional<ExitCode> job_from_suite(const SweepArgs& args, std::optional<JobS
            "suite's job says them in the suite\n";
     return ExitCode::usage_error;
   }
-  SuiteLoad load = load_suite(args.suite);
-  for (const auto& problem : load.errors) err << problem.str() << "\n";
-  if (!load.errors.empty() || !load.suite) {
+  auto load = load_suite(args.suite);
+  if (!load) {
+    for (const auto& problem : load.error()) err << problem.str() << "\n";
     err << "oomharness sweep: no job was run: fix the suite errors above\n";
     return ExitCode::usage_error;
   }
   std::vector<JobSpec> chosen;
   if (args.filter.empty()) {
-    chosen = load.suite->jobs;
+    chosen = load->jobs;
   } else {
     auto f = JobFilter::parse(args.filter);
     if (!f) {
       err << "oomharness sweep: " << f.error << "\n";
       return ExitCode::usage_error;
     }
-    for (const auto& j : load.suite->jobs)
-      if (f.value->matches(load.suite->name, j.name)) chosen.push_back(j);
+    for (const auto& j : load->jobs)
+      if (f.value->matches(load->name, j.name)) chosen.push_back(j);
   }
   if (chosen.size() != 1) {
     err << "oomharness sweep: " << (chosen.empty() ? "no job" : std::to_string(chosen.size()) + " jobs") << " of "
         << args.suite << (args.filter.empty() ? "" : " match -k '" + args.filter + "'") << ": a sweep takes one job (";
-    const auto& names = chosen.empty() ? load.suite->jobs : chosen;
+    const auto& names = chosen.empty() ? load->jobs : chosen;
     for (size_t i = 0; i < names.size() && i < 8; ++i) err << (i ? ", " : "") << names[i].name;
     err << (names.size() > 8 ? ", ...": "") << "); choose it with -k\n";
     return chosen.empty() ? ExitCode::nothing_tested : ExitCode::usage_error;
@@ -104,7 +104,7 @@ std::optional<ExitCode> job_from_suite(const SweepArgs& args, std::optional<JobS
   job = std::move(chosen.front());
   if (!job->faults.empty())  // setup_sweep leaves them out
     err << "oomharness sweep: note: the faults: of " << job->name << " are left out: the sweep makes one per site\n";
-  dir = load.suite->dir;
+  dir = load->dir;
   return std::nullopt;
 }
 

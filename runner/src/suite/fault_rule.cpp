@@ -30,7 +30,7 @@ std::vector<std::string> rule_keys_at(const std::vector<std::string>& path) {
 Expected<nlohmann::json> check_fault_rule(const nlohmann::json& rule) {
   // A suite may hold any bytes: invalid UTF-8 in a value is replaced (U+FFFD), and the shim's parser then
   // refuses the value it cannot read, never the dump (tests/fuzz/crashes/suite/fault-rule-invalid-utf8.yaml).
-  inject::RuleCheck check = inject::check_rule(rule.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  Expected<std::string> check = inject::check_rule(rule.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   if (check) return Expected<nlohmann::json>::success(nlohmann::json::parse(check.value()));
   Error problem = std::move(check.error());
   if (problem.kind == Error::Kind::unknown_key && !problem.path.empty()) {
@@ -41,9 +41,10 @@ Expected<nlohmann::json> check_fault_rule(const nlohmann::json& rule) {
 }
 
 std::optional<std::string> check_fault_plan(const nlohmann::json& plan) {
-  inject::PlanResult r = inject::parse_fault_plan(plan.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  Expected<inject::FaultPlan, std::string> r =
+      inject::parse_fault_plan(plan.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   if (r) return std::nullopt;
-  return r.error;
+  return r.error();
 }
 
 std::optional<bool> cap_counts_footprint(const std::string& text) {

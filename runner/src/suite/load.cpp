@@ -100,13 +100,10 @@ Partial merge(Partial base, const Partial& over) {
 // ---------------------------------------------------------------------------------------------------
 // The top level.
 
-SuiteLoad Loader::load(const std::string& text, const std::string& default_name) {
-  SuiteLoad result;
+Expected<Suite, std::vector<SuiteError>> Loader::load(const std::string& text, const std::string& default_name) {
+  using Result = Expected<Suite, std::vector<SuiteError>>;
   // Limits first, building nothing (Note [Suite limits]); then one document, never LoadAll.
-  if (auto problem = suite::check_document(text, d_.file())) {
-    result.errors.push_back(std::move(*problem));
-    return result;
-  }
+  if (auto problem = suite::check_document(text, d_.file())) return Result::failure({std::move(*problem)});
   std::vector<YAML::Node> documents;
   try {
     documents.push_back(YAML::Load(text));
@@ -115,17 +112,13 @@ SuiteLoad Loader::load(const std::string& text, const std::string& default_name)
     SourceLocation where = d_.at(e.mark);
     if (where.line == 0) where = SourceLocation{d_.file(), 1, 1};
     const std::string message = suite::explain_syntax_error(text, e.mark.line, "YAML syntax error: " + e.msg, where);
-    result.errors.push_back(SuiteError{where, message});
-    return result;
+    return Result::failure({SuiteError{where, message}});
   } catch (const YAML::Exception& e) {
-    result.errors.push_back(SuiteError{d_.at(e.mark), "YAML error: " + e.msg});
-    return result;
+    return Result::failure({SuiteError{d_.at(e.mark), "YAML error: " + e.msg}});
   }
   const SourceLocation start{d_.file(), 1, 1};
-  if (documents.empty() || documents[0].IsNull()) {
-    result.errors.push_back(SuiteError{start, "the suite is empty: it needs at least 'version: 1' and 'jobs:'"});
-    return result;
-  }
+  if (documents.empty() || documents[0].IsNull())
+    return Result::failure({SuiteError{start, "the suite is empty: it needs at least 'version: 1' and 'jobs:'"}});
   const YAML::Node& root = documents[0];
   const SourceLocation root_at = d_.at(root);
 
@@ -134,7 +127,7 @@ SuiteLoad Loader::load(const std::string& text, const std::string& default_name)
   suite.dir = dir_;
   suite.name = default_name;
   auto entries = r_.map(root, root_at, Field{"the suite", ""}, top_keys);
-  if (!entries) return SuiteLoad{std::nullopt, d_.take()};
+  if (!entries) return Result::failure(d_.take());
 
   const Entry* defaults = nullptr;
   const Entry* jobs = nullptr;
@@ -201,9 +194,9 @@ SuiteLoad Loader::load(const std::string& text, const std::string& default_name)
   check_duplicates(suite.jobs, origin);
   check_file_names(suite, origin);
 
-  result.errors = d_.take();
-  if (result.errors.empty()) result.suite = std::move(suite);
-  return result;
+  std::vector<SuiteError> errors = d_.take();
+  if (!errors.empty()) return Result::failure(std::move(errors));
+  return Result::success(std::move(suite));
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -751,12 +744,16 @@ std::optional<ExpectSpec> Loader::read_expect_item(const YAML::Node& item, const
     spec.args = suite::to_json(args_node);
     if (!arg_names.empty()) arg_at[arg_names[0]] = args_at;
   }
-  if (auto err = normalise_args(*policy, spec.args)) {
-    // "reference.metric": point at the outermost argument written in the file.
-    auto it = arg_at.find(err->arg.substr(0, err->arg.find('.')));
-    d_.error(it != arg_at.end() ? it->second : args_at, f.str() + ": " + err->message);
+  Expected<nlohmann::json> normalised = normalise_args(*policy, std::move(spec.args));
+  if (!normalised) {
+    // {"reference", "metric"}: point at the outermost argument written in the file (Note [A policy
+    // argument's error] in registry.h: the message names the argument already).
+    const Error& err = normalised.error();
+    auto it = err.path.empty() ? arg_at.end() : arg_at.find(err.path.front());
+    d_.error(it != arg_at.end() ? it->second : args_at, f.str() + ": " + err.message);
     return std::nullopt;
   }
+  spec.args = std::move(normalised).value();
   return spec;
 }
 
@@ -774,13 +771,13 @@ std::vector<std::string> Loader::variables(bool runtime_allowed) const {
 }
 
 bool Loader::check_template(const Text& t, const Field& f, bool runtime_allowed) {
-  const suite::TemplateScan scan = suite::scan_template(t.text);
-  if (!scan.ok()) {
-    d_.error(t.where, f.str() + ": " + scan.error);
+  const Expected<std::vector<std::string>> scan = suite::scan_template(t.text);
+  if (!scan) {
+    d_.error(t.where, f.str() + ": " + scan.error().str());
     return false;
   }
   const std::vector<std::string> known = variables(runtime_allowed);
-  for (const auto& v : scan.variables) {
+  for (const auto& v : *scan) {
     if (std::find(known.begin(), known.end(), v) != known.end()) continue;
     if (!runtime_allowed && suite::is_runtime_variable(v)) {
       d_.error(t.where, f.str() + ": '{" + v + "}' is only known while the job runs, so it cannot be used here");
@@ -836,12 +833,12 @@ std::optional<std::vector<Text>> Loader::command(const Entry& run, bool shell, c
     if (shell) {
       argv = {Text{"/bin/sh", t.where}, Text{"-c", t.where}, t};
     } else {
-      const suite::ShellWords words = suite::split_shell_words(t.text);
-      if (!words.ok()) {
-        d_.error(t.where, f.str() + ": " + words.error + " in \"" + t.text + "\"");
+      const Expected<std::vector<std::string>> words = suite::split_shell_words(t.text);
+      if (!words) {
+        d_.error(t.where, f.str() + ": " + words.error().str() + " in \"" + t.text + "\"");
         return std::nullopt;
       }
-      for (const auto& w : words.words) argv.push_back(Text{w, t.where});
+      for (const auto& w : *words) argv.push_back(Text{w, t.where});
     }
   }
   if (argv.empty() || (shell && argv[2].text.find_first_not_of(" \t\n") == std::string::npos)) {
@@ -907,7 +904,9 @@ JobSpec Loader::instantiate(const JobTemplate& t, const Combination& combination
 void Loader::expand_job(const JobTemplate& t, std::vector<JobSpec>& out) {
   std::set<std::string> used;
   auto collect = [&](const std::string& s) {
-    for (const auto& v : suite::scan_template(s).variables)
+    const Expected<std::vector<std::string>> scan = suite::scan_template(s);
+    if (!scan) return;  // reported by check_template
+    for (const auto& v : *scan)
       if (std::find(matrix_variables_.begin(), matrix_variables_.end(), v) != matrix_variables_.end()) used.insert(v);
   };
   collect(t.name);
@@ -1011,8 +1010,8 @@ void Loader::check_duplicates(const std::vector<JobSpec>& jobs, const std::vecto
 
 namespace oomh {
 
-SuiteLoad load_suite_text(const std::string& text, const std::string& file_name, const std::string& dir,
-                          const SuiteLimits& limits) {
+Expected<Suite, std::vector<SuiteError>> load_suite_text(const std::string& text, const std::string& file_name,
+                                                         const std::string& dir, const SuiteLimits& limits) {
   std::error_code ec;
   std::filesystem::path absolute = std::filesystem::absolute(dir.empty() ? "." : dir, ec);
   const std::string abs_dir = ec ? dir : absolute.lexically_normal().string();
@@ -1022,10 +1021,10 @@ SuiteLoad load_suite_text(const std::string& text, const std::string& file_name,
   return loader.load(text, stem);
 }
 
-SuiteLoad load_suite(const std::string& path, const SuiteLimits& limits) {
+Expected<Suite, std::vector<SuiteError>> load_suite(const std::string& path, const SuiteLimits& limits) {
   // A regular file within the size limit, opened once (no is_directory() that throws on a symlink loop).
   suite::FileText file = suite::read_suite_file(path);
-  if (file.error) return SuiteLoad{std::nullopt, {std::move(*file.error)}};
+  if (file.error) return Expected<Suite, std::vector<SuiteError>>::failure({std::move(*file.error)});
   const std::string dir = std::filesystem::path(path).parent_path().string();
   return load_suite_text(*file.text, path, dir, limits);
 }

@@ -42,7 +42,7 @@ class Loader {
   Loader(const std::string& file, const std::string& dir, const SuiteLimits& limits)
       : d_(file), r_(d_), dir_(dir), limits_(limits) {}
 
-  SuiteLoad load(const std::string& text, const std::string& default_name);
+  Expected<Suite, std::vector<SuiteError>> load(const std::string& text, const std::string& default_name);
 
   // The YAML readers of the job table, one per key (job_table.cpp): each reads `e`, the key's entry, into
   // `p`, reporting its problems at `f` (the key's field, "timeout of job 'a'").

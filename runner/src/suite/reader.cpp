@@ -203,12 +203,12 @@ std::optional<uint64_t> Reader::size(const YAML::Node& node, const SourceLocatio
     error(where, field.str() + ": expected a size like 8GiB or 512MiB, got " + describe(node));
     return std::nullopt;
   }
-  const ParseResult r = parse_bytes(node.Scalar());
+  const Expected<double> r = parse_bytes(node.Scalar());
   if (!r) {
-    error(where, field.str() + ": " + r.error);
+    error(where, field.str() + ": " + r.error().str());
     return std::nullopt;
   }
-  return static_cast<uint64_t>(*r.value);
+  return static_cast<uint64_t>(*r);
 }
 
 std::optional<double> Reader::duration(const YAML::Node& node, const SourceLocation& where, const Field& field) {
@@ -216,12 +216,12 @@ std::optional<double> Reader::duration(const YAML::Node& node, const SourceLocat
     error(where, field.str() + ": expected a duration like 30s or 10m, got " + describe(node));
     return std::nullopt;
   }
-  const ParseResult r = parse_duration(node.Scalar());
+  const Expected<double> r = parse_duration(node.Scalar());
   if (!r) {
-    error(where, field.str() + ": " + r.error);
+    error(where, field.str() + ": " + r.error().str());
     return std::nullopt;
   }
-  return *r.value;
+  return *r;
 }
 
 std::optional<std::string> Reader::choice(const YAML::Node& node, const SourceLocation& where, const Field& field,

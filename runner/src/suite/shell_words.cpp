@@ -23,13 +23,15 @@ std::string needs_shell(std::string_view what) {
 
 }  // namespace
 
-ShellWords split_shell_words(std::string_view text) {
-  ShellWords out;
+Expected<std::vector<std::string>> split_shell_words(std::string_view text) {
+  using Result = Expected<std::vector<std::string>>;
+  auto refused = [](std::string why) { return Result::failure(Error::of(std::move(why))); };
+  std::vector<std::string> words;
   std::string word;
   bool in_word = false;  // a word has started (possibly empty: '' is an empty argument)
   size_t i = 0;
   auto finish = [&] {
-    if (in_word) out.words.push_back(word);
+    if (in_word) words.push_back(word);
     word.clear();
     in_word = false;
   };
@@ -40,7 +42,7 @@ ShellWords split_shell_words(std::string_view text) {
       ++i;
     } else if (c == '\'') {
       const size_t close = text.find('\'', i + 1);
-      if (close == std::string_view::npos) return ShellWords{{}, "unterminated single quote"};
+      if (close == std::string_view::npos) return refused("unterminated single quote");
       word.append(text.substr(i + 1, close - i - 1));
       in_word = true;
       i = close + 1;
@@ -59,22 +61,22 @@ ShellWords split_shell_words(std::string_view text) {
           ++i;
           continue;
         }
-        if (d == '$' || d == '`') return ShellWords{{}, needs_shell(std::string("'") + d + "' inside double quotes")};
+        if (d == '$' || d == '`') return refused(needs_shell(std::string("'") + d + "' inside double quotes"));
         word += d;
         ++i;
       }
-      if (!closed) return ShellWords{{}, "unterminated double quote"};
+      if (!closed) return refused("unterminated double quote");
     } else if (c == '\\') {
-      if (i + 1 >= text.size()) return ShellWords{{}, "ends with a backslash that escapes nothing"};
+      if (i + 1 >= text.size()) return refused("ends with a backslash that escapes nothing");
       if (text[i + 1] != '\n') {
         word += text[i + 1];
         in_word = true;
       }
       i += 2;
     } else if (is_shell_syntax(c)) {
-      return ShellWords{{}, needs_shell(std::string("'") + c + "'")};
+      return refused(needs_shell(std::string("'") + c + "'"));
     } else if (c == '#' && !in_word) {
-      return ShellWords{{}, needs_shell("'#' comment")};
+      return refused(needs_shell("'#' comment"));
     } else {
       word += c;
       in_word = true;
@@ -82,7 +84,7 @@ ShellWords split_shell_words(std::string_view text) {
     }
   }
   finish();
-  return out;
+  return Result::success(std::move(words));
 }
 
 }  // namespace oomh::suite

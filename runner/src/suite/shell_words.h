@@ -11,14 +11,11 @@
 #include <string_view>
 #include <vector>
 
+#include "oomharness/expected.h"
+
 namespace oomh::suite {
 
-struct ShellWords {
-  std::vector<std::string> words;
-  std::string error;  // set on failure: "unterminated double quote"
-  bool ok() const { return error.empty(); }
-};
-
-ShellWords split_shell_words(std::string_view text);
+// The words, or an Error without a path (the caller names the field): "unterminated double quote".
+Expected<std::vector<std::string>> split_shell_words(std::string_view text);
 
 }  // namespace oomh::suite

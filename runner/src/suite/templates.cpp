@@ -54,15 +54,15 @@ std::string escape_braces(const std::string& value) {
 
 }  // namespace
 
-TemplateScan scan_template(std::string_view text) {
-  TemplateScan scan;
+Expected<std::vector<std::string>> scan_template(std::string_view text) {
+  std::vector<std::string> variables;
   for (size_t i = 0; i < text.size();) {
     Piece p = piece_at(text, i);
-    if (p.kind == Piece::bad) return TemplateScan{{}, p.error};
-    if (p.kind == Piece::variable) scan.variables.push_back(p.name);
+    if (p.kind == Piece::bad) return Expected<std::vector<std::string>>::failure(Error::of(p.error));
+    if (p.kind == Piece::variable) variables.push_back(p.name);
     i += p.length;
   }
-  return scan;
+  return Expected<std::vector<std::string>>::success(std::move(variables));
 }
 
 std::string expand_template(std::string_view text, const std::map<std::string, std::string>& values, bool runtime) {

@@ -17,16 +17,13 @@
 #include <string_view>
 #include <vector>
 
+#include "oomharness/expected.h"
+
 namespace oomh::suite {
 
-struct TemplateScan {
-  std::vector<std::string> variables;  // in order of appearance, repeats kept
-  std::string error;                   // a brace that is neither an escape nor a variable
-  bool ok() const { return error.empty(); }
-};
-
-// Finds the variables a template names.
-TemplateScan scan_template(std::string_view text);
+// Finds the variables a template names, in order of appearance, repeats kept; or an Error (no path: the
+// caller names the field) for a brace that is neither an escape nor a variable.
+Expected<std::vector<std::string>> scan_template(std::string_view text);
 
 // Replaces the variables found in `values`. With `runtime`, `{workdir}`, `{attempt}` and escapes stay for
 // substitute_runtime (and braces inside substituted values are escaped for it); without, escapes become

@@ -35,11 +35,11 @@ jobs:
       - batch_halving: {factor: 0.5}
         must_fail: true
 )";
-  SuiteLoad load = load_suite_text(text, "/suites/s.yaml", "/suites");
-  for (const auto& e : load.errors) ADD_FAILURE() << e.str();
-  EXPECT_TRUE(load.suite);
-  EXPECT_EQ(load.suite->backend, std::optional<std::string>("slurm"));
-  return load.suite->jobs.at(0);
+  auto load = load_suite_text(text, "/suites/s.yaml", "/suites");
+  for (const auto& e : load.error()) ADD_FAILURE() << e.str();
+  EXPECT_TRUE(load.ok());
+  EXPECT_EQ(load->backend, std::optional<std::string>("slurm"));
+  return load->jobs.at(0);
 }
 
 TEST(AgentPlan, JobRoundTripsFieldForField) {

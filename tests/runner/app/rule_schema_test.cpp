@@ -34,18 +34,18 @@ Outcome through_suite(const std::string& when_yaml, const std::string& fail_yaml
   Outcome o;
   std::string text = "version: 1\njobs:\n  - name: j\n    run: 'true'\n    faults:\n      - name: r\n        when: " + when_yaml +
                      "\n" + (fail_yaml.empty() ? std::string() : "        fail: " + fail_yaml + "\n");
-  SuiteLoad load = load_suite_text(text, "s.yaml", "/tmp");
-  o.accepted = load.suite.has_value();
-  if (o.accepted) o.rule = load.suite->jobs.at(0).faults.at(0).rule;
-  else o.error = load.errors.empty() ? "?" : load.errors[0].str();
+  auto load = load_suite_text(text, "s.yaml", "/tmp");
+  o.accepted = load.ok();
+  if (o.accepted) o.rule = load->jobs.at(0).faults.at(0).rule;
+  else o.error = load.error().empty() ? "?" : load.error()[0].str();
   return o;
 }
 
 Outcome through_shim(const nlohmann::json& rule) {
   Outcome o;
-  inject::PlanResult r = inject::parse_fault_plan(nlohmann::json{{"rules", {rule}}}.dump());
+  auto r = inject::parse_fault_plan(nlohmann::json{{"rules", {rule}}}.dump());
   o.accepted = static_cast<bool>(r);
-  if (!r) o.error = r.error;
+  if (!r) o.error = r.error();
   return o;
 }
 
@@ -170,11 +170,11 @@ namespace {
 // Found by fuzz_suite (tests/fuzz/corpus/suite/fault-rule-invalid-utf8.yaml): invalid UTF-8 in a rule's
 // value made the translation's JSON dump throw, and the loader died. It is an ordinary suite error now.
 TEST(RuleSchema, InvalidUtf8InAValueIsASuiteErrorNotACrash) {
-  SuiteLoad load = load_suite_text("version: 1\njobs:\n  - name: j\n    run: 'true'\n    faults: [{when: {after: \"1\xCF\"}}]\n",
+  auto load = load_suite_text("version: 1\njobs:\n  - name: j\n    run: 'true'\n    faults: [{when: {after: \"1\xCF\"}}]\n",
                                    "s.yaml", "/tmp");
-  EXPECT_FALSE(load.suite.has_value());
-  ASSERT_FALSE(load.errors.empty());
-  EXPECT_NE(load.errors[0].str().find("s.yaml:5:"), std::string::npos) << load.errors[0].str();
+  EXPECT_FALSE(load.ok());
+  ASSERT_FALSE(load.error().empty());
+  EXPECT_NE(load.error()[0].str().find("s.yaml:5:"), std::string::npos) << load.error()[0].str();
 }
 
 }  // namespace

@@ -80,9 +80,9 @@ TEST(JobTable, KeysAreUniqueAndOnlyNameAndRunAreEachJobsOwn) {
 }
 
 TEST(JobTable, ASuiteAcceptsEveryKeyAndSuggestsFromTheTable) {
-  SuiteLoad bad = load_suite_text("version: 1\njobs:\n  - name: a\n    run: x\n    target_stpe: 3\n", "s.yaml", "/s");
-  ASSERT_EQ(bad.errors.size(), 1u);
-  EXPECT_NE(bad.errors[0].message.find("did you mean 'target_step'?"), std::string::npos) << bad.errors[0].str();
+  auto bad = load_suite_text("version: 1\njobs:\n  - name: a\n    run: x\n    target_stpe: 3\n", "s.yaml", "/s");
+  ASSERT_EQ(bad.error().size(), 1u);
+  EXPECT_NE(bad.error()[0].message.find("did you mean 'target_step'?"), std::string::npos) << bad.error()[0].str();
   EXPECT_NE(find_job_key("sweep"), nullptr);
   EXPECT_EQ(find_job_key("tiemout"), nullptr);
 }

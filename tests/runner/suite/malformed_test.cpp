@@ -32,11 +32,11 @@ TEST_P(MalformedSuite, IsRefusedWithTheExpectedMessage) {
   ASSERT_FALSE(expected.empty()) << expected_file << " is empty";
 
   const std::string path = (corpus_dir / (name + ".yaml")).string();
-  const SuiteLoad load = load_suite(path);
-  EXPECT_FALSE(load.suite.has_value());
-  ASSERT_FALSE(load.errors.empty());
+  const auto load = load_suite(path);
+  EXPECT_FALSE(load.ok());
+  ASSERT_FALSE(load.error().empty());
   // Messages name the file as given; the corpus states them by the file's base name.
-  std::string first = load.errors.front().str();
+  std::string first = load.error().front().str();
   const std::string prefix = corpus_dir.string() + "/";
   ASSERT_EQ(first.rfind(prefix, 0), 0u) << first;
   first.erase(0, prefix.size());

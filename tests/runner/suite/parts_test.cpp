@@ -17,29 +17,29 @@ namespace {
 using Words = std::vector<std::string>;
 
 TEST(ShellWords, SplitsOnWhitespaceAndHonoursQuotes) {
-  EXPECT_EQ(split_shell_words("python  train.py\t--steps 12").words, (Words{"python", "train.py", "--steps", "12"}));
-  EXPECT_EQ(split_shell_words("echo 'a b' \"c d\" e\\ f").words, (Words{"echo", "a b", "c d", "e f"}));
-  EXPECT_EQ(split_shell_words("x 'it''s' \"say \\\"hi\\\" \\\\ \\n\"").words, (Words{"x", "its", "say \"hi\" \\ \\n"}));
-  EXPECT_EQ(split_shell_words("a '' \"\" b").words, (Words{"a", "", "", "b"}));
-  EXPECT_EQ(split_shell_words("--pattern='step (\\d+)'").words, (Words{"--pattern=step (\\d+)"}));
-  EXPECT_EQ(split_shell_words("a 'x|y;z' \"p>q\" \\|").words, (Words{"a", "x|y;z", "p>q", "|"}));
-  EXPECT_EQ(split_shell_words("line\\\ncontinued").words, (Words{"linecontinued"}));
-  EXPECT_TRUE(split_shell_words("   ").words.empty());
+  EXPECT_EQ(split_shell_words("python  train.py\t--steps 12").value(), (Words{"python", "train.py", "--steps", "12"}));
+  EXPECT_EQ(split_shell_words("echo 'a b' \"c d\" e\\ f").value(), (Words{"echo", "a b", "c d", "e f"}));
+  EXPECT_EQ(split_shell_words("x 'it''s' \"say \\\"hi\\\" \\\\ \\n\"").value(), (Words{"x", "its", "say \"hi\" \\ \\n"}));
+  EXPECT_EQ(split_shell_words("a '' \"\" b").value(), (Words{"a", "", "", "b"}));
+  EXPECT_EQ(split_shell_words("--pattern='step (\\d+)'").value(), (Words{"--pattern=step (\\d+)"}));
+  EXPECT_EQ(split_shell_words("a 'x|y;z' \"p>q\" \\|").value(), (Words{"a", "x|y;z", "p>q", "|"}));
+  EXPECT_EQ(split_shell_words("line\\\ncontinued").value(), (Words{"linecontinued"}));
+  EXPECT_TRUE(split_shell_words("   ").value().empty());
 }
 
 TEST(ShellWords, RefusesWhatOnlyAShellUnderstands) {
-  EXPECT_EQ(split_shell_words("a 'b").error, "unterminated single quote");
-  EXPECT_EQ(split_shell_words("a \"b").error, "unterminated double quote");
-  EXPECT_EQ(split_shell_words("a b\\").error, "ends with a backslash that escapes nothing");
+  EXPECT_EQ(split_shell_words("a 'b").error().message, "unterminated single quote");
+  EXPECT_EQ(split_shell_words("a \"b").error().message, "unterminated double quote");
+  EXPECT_EQ(split_shell_words("a b\\").error().message, "ends with a backslash that escapes nothing");
   for (const char* s : {"a | b", "a > log", "a; b", "a && b", "echo $HOME", "ls *.py", "a `b`", "echo \"$X\"", "a # c"})
-    EXPECT_NE(split_shell_words(s).error.find("shell: true"), std::string::npos) << s;
+    EXPECT_NE(split_shell_words(s).error().message.find("shell: true"), std::string::npos) << s;
   // '#' inside a word is not a comment.
-  EXPECT_EQ(split_shell_words("a#b").words, (Words{"a#b"}));
+  EXPECT_EQ(split_shell_words("a#b").value(), (Words{"a#b"}));
 }
 
 TEST(Templates, ScansVariablesAndEscapes) {
-  EXPECT_EQ(scan_template("x-{alloc}-{size}-{alloc}").variables, (Words{"alloc", "size", "alloc"}));
-  EXPECT_TRUE(scan_template("awk '{{print $1}}'").variables.empty());
+  EXPECT_EQ(scan_template("x-{alloc}-{size}-{alloc}").value(), (Words{"alloc", "size", "alloc"}));
+  EXPECT_TRUE(scan_template("awk '{{print $1}}'").value().empty());
   EXPECT_TRUE(scan_template("awk '{{print $1}}'").ok());
   EXPECT_FALSE(scan_template("{alloc").ok());
   EXPECT_FALSE(scan_template("a}b").ok());

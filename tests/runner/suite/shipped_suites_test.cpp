@@ -21,13 +21,13 @@ TEST(ShippedSuites, AllLoadWithoutErrors) {
     if (e.is_regular_file() && (e.path().extension() == ".yaml" || e.path().extension() == ".yml")) files.push_back(e.path());
   if (files.empty()) GTEST_SKIP() << "no suites under " << root;
   for (const auto& f : files) {
-    const SuiteLoad load = load_suite(f.string());
+    const auto load = load_suite(f.string());
     std::string errors;
-    for (const auto& e : load.errors) errors += e.str() + "\n";
-    EXPECT_TRUE(load.suite.has_value()) << errors;
-    if (load.suite) {
-      EXPECT_FALSE(load.suite->jobs.empty()) << f;
-      for (const auto& job : load.suite->jobs) {
+    for (const auto& e : load.error()) errors += e.str() + "\n";
+    EXPECT_TRUE(load.ok()) << errors;
+    if (load.ok()) {
+      EXPECT_FALSE(load->jobs.empty()) << f;
+      for (const auto& job : load->jobs) {
         EXPECT_FALSE(job.argv.empty()) << f << ": " << job.name;
       }
     }

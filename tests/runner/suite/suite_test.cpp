@@ -14,19 +14,19 @@ namespace {
 using Strings = std::vector<std::string>;
 
 Suite load_ok(const std::string& text, const std::string& dir = "/suites/demo") {
-  SuiteLoad load = load_suite_text(text, "s.yaml", dir);
+  auto load = load_suite_text(text, "s.yaml", dir);
   std::string errors;
-  for (const auto& e : load.errors) errors += e.str() + "\n";
-  EXPECT_TRUE(load.suite.has_value()) << errors;
-  EXPECT_TRUE(load.errors.empty()) << errors;
-  return load.suite.value_or(Suite{});
+  for (const auto& e : load.error()) errors += e.str() + "\n";
+  EXPECT_TRUE(load.ok()) << errors;
+  EXPECT_TRUE(load.error().empty()) << errors;
+  return load ? load.value() : Suite{};
 }
 
 std::vector<std::string> errors_of(const std::string& text) {
-  SuiteLoad load = load_suite_text(text, "s.yaml", "/suites/demo");
-  EXPECT_FALSE(load.suite.has_value());
+  auto load = load_suite_text(text, "s.yaml", "/suites/demo");
+  EXPECT_FALSE(load.ok());
   std::vector<std::string> out;
-  for (const auto& e : load.errors) out.push_back(e.str());
+  for (const auto& e : load.error()) out.push_back(e.str());
   return out;
 }
 
@@ -99,18 +99,18 @@ TEST(Suite, NameDefaultsToTheFileStemAndDirIsAbsolute) {
     std::ofstream out(path);
     out << "version: 1\njobs:\n  - name: a\n    run: ['true']\n";
   }
-  SuiteLoad load = load_suite(path);
-  ASSERT_TRUE(load.suite) << (load.errors.empty() ? "" : load.errors[0].str());
-  EXPECT_EQ(load.suite->name, "nightly-checks");
-  EXPECT_EQ(load.suite->file, path);
-  EXPECT_EQ(load.suite->dir, dir);
+  auto load = load_suite(path);
+  ASSERT_TRUE(load.ok()) << (load.error().empty() ? "" : load.error()[0].str());
+  EXPECT_EQ(load->name, "nightly-checks");
+  EXPECT_EQ(load->file, path);
+  EXPECT_EQ(load->dir, dir);
   std::filesystem::remove_all(dir);
 }
 
 TEST(Suite, MissingFileSaysSo) {
-  SuiteLoad load = load_suite("/nonexistent/dir/suite.yaml");
-  ASSERT_EQ(load.errors.size(), 1u);
-  EXPECT_EQ(load.errors[0].str(), "/nonexistent/dir/suite.yaml: cannot read suite: No such file or directory");
+  auto load = load_suite("/nonexistent/dir/suite.yaml");
+  ASSERT_EQ(load.error().size(), 1u);
+  EXPECT_EQ(load.error()[0].str(), "/nonexistent/dir/suite.yaml: cannot read suite: No such file or directory");
 }
 
 TEST(Suite, DefaultsMergeKeyByKeyAndJobsOverride) {
@@ -472,7 +472,7 @@ namespace {
 
 // Issue 15: `ranks` from defaults or the job; the runner's hang limit is no_hang's `stall`, else its default.
 TEST(Suite, RanksAndTheHangStallReachTheJob) {
-  SuiteLoad load = load_suite_text(R"(
+  auto load = load_suite_text(R"(
 version: 1
 defaults: {ranks: 2}
 jobs:
@@ -487,8 +487,8 @@ jobs:
     run: python train.py
     ranks: 1
 )", "s.yaml", "/suites");
-  ASSERT_TRUE(load.suite.has_value());
-  const auto& jobs = load.suite->jobs;
+  ASSERT_TRUE(load.ok());
+  const auto& jobs = load->jobs;
   ASSERT_EQ(jobs.size(), 3u);
   EXPECT_EQ(jobs[0].ranks, 2);
   EXPECT_EQ(jobs[0].hang_stall, 5);

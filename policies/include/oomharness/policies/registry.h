@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "oomharness/expected.h"
 #include "oomharness/policies/trace.h"
 #include "oomharness/policies/verdict.h"
 
@@ -45,13 +46,16 @@ struct PolicyInfo {
 const std::vector<PolicyInfo>& policies();
 const PolicyInfo* find_policy(const std::string& name);
 
-// Checks and normalises a policy's arguments (sizes to bytes, durations to seconds, defaults filled in).
-// On error returns the message (naming the argument and quoting the value) and the argument's name.
-struct ArgError {
-  std::string message;
-  std::string arg;  // empty when the error is about the whole value
-};
-std::optional<ArgError> normalise_args(const PolicyInfo& policy, nlohmann::json& args);
+// Checks and normalises a policy's arguments (sizes to bytes, durations to seconds, defaults filled in):
+// the arguments as the checks read them, or an Error (Note [One result type] in include/oomharness/expected.h)
+// whose path is the argument's ({"factor"}, {"reference", "metric"}, {"golden", "12"}; {} when the error is
+// about the whole value).
+// Note [A policy argument's error]
+// The message already names the argument in the user's words ("batch_halving's 'factor' must be above 0 and
+// at most 1, got 2"), as a `--expect` item and a suite's `expect:` entry both show it: front ends print
+// Error::message, not Error::str(), which would put the path before it a second time. The path is for
+// pointing: the suite loader reports the error at the YAML node of its outermost argument.
+Expected<nlohmann::json> normalise_args(const PolicyInfo& policy, nlohmann::json args);
 
 // Evaluates `policy` with `args` (already normalised) on `trace`. Recovery policies return inconclusive,
 // saying so, when every injected fault was absorbed by the framework.

@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "oomharness/expected.h"
+
 namespace oomh {
 
 struct SourceLocation {
@@ -139,21 +141,20 @@ struct Suite {
   std::vector<JobSpec> jobs;              // expanded
 };
 
-// Loads, validates and expands a suite file. Never throws for bad input: every problem found is returned
-// (at least one when the result has no value). `{workdir}` and `{attempt}` stay in the strings: the
-// launcher substitutes them per attempt with `substitute_runtime`.
-struct SuiteLoad {
-  std::optional<Suite> suite;
-  std::vector<SuiteError> errors;
-};
+// Loads, validates and expands a suite file. Never throws for bad input: the suite, or every problem found
+// (at least one), in the order of the file: the loader goes on after an error so that one run of
+// `oomharness validate` shows them all, hence a list of SuiteErrors, each at its own file:line:col, for
+// the error of the one result type (Note [One result type] in include/oomharness/expected.h).
+// `{workdir}` and `{attempt}` stay in the strings: the launcher substitutes them per attempt with
+// `substitute_runtime`.
 // What a suite may grow to (Note [Suite limits] in runner/src/suite/limits.h lists the fixed ones).
 struct SuiteLimits {
   static constexpr size_t default_max_jobs = 10'000;
   size_t max_jobs = default_max_jobs;  // jobs after matrix expansion (`--max-jobs`)
 };
-SuiteLoad load_suite(const std::string& path, const SuiteLimits& limits = {});
-SuiteLoad load_suite_text(const std::string& text, const std::string& file_name, const std::string& dir,
-                          const SuiteLimits& limits = {});
+Expected<Suite, std::vector<SuiteError>> load_suite(const std::string& path, const SuiteLimits& limits = {});
+Expected<Suite, std::vector<SuiteError>> load_suite_text(const std::string& text, const std::string& file_name,
+                                                         const std::string& dir, const SuiteLimits& limits = {});
 
 // Replaces `{workdir}` and `{attempt}` in `s`, and turns the escapes `{{` `}}` into single braces.
 std::string substitute_runtime(const std::string& s, const std::string& workdir, int attempt);
