@@ -67,11 +67,9 @@ std::optional<nlohmann::json> steps_range(const std::string& v) {
 
 }  // namespace
 
-SpecResult<FaultSpec> parse_fault_spec(const std::string& text, const std::string& name) {
-  SpecResult<FaultSpec> out;
+Expected<FaultSpec, std::string> parse_fault_spec(const std::string& text, const std::string& name) {
   auto fail = [&](const std::string& why) {
-    out.error = "bad --fault '" + text + "': " + why;
-    return out;
+    return Expected<FaultSpec, std::string>::failure("bad --fault '" + text + "': " + why);
   };
   if (text.find_first_not_of(" \t") == std::string::npos)
     return fail("empty (write e.g. step=5,times=4 or every=10,min_size=64MiB)");
@@ -130,8 +128,7 @@ SpecResult<FaultSpec> parse_fault_spec(const std::string& text, const std::strin
   }
   fault.rule = std::move(checked.value());
   fault.where = SourceLocation{"<command line>", 0, 0};
-  out.value = std::move(fault);
-  return out;
+  return Expected<FaultSpec, std::string>::success(std::move(fault));
 }
 
 }  // namespace oomh

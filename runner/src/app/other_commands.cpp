@@ -70,10 +70,10 @@ ExitCode command_explain(const std::string& results, const std::vector<std::stri
   for (const std::string& expression : filters) {
     auto f = JobFilter::parse(expression);
     if (!f) {
-      err << "oomharness explain: " << f.error << "\n";
+      err << "oomharness explain: " << f.error() << "\n";
       return ExitCode::usage_error;
     }
-    parsed.push_back(*f.value);
+    parsed.push_back(*f);
   }
   size_t shown = 0;
   for (const SuiteResult& suite : run.value().suites)

@@ -206,7 +206,7 @@ ExitCode command_predict(const PredictArgs& args, std::ostream& out, std::ostrea
       for (auto& a : e.command) a = with_batch(a, *b);
     std::optional<JobSpec> job = job_from_exec_args(e, "predict", err);
     if (job && job->expect.empty())
-      job->expect.push_back(std::move(*parse_expect_spec(job->target_step ? "completes" : "exit=0").value));
+      job->expect.push_back(parse_expect_spec(job->target_step ? "completes" : "exit=0").value());
     return job;
   };
   std::optional<JobSpec> base = make_job(placeholder ? std::optional<int64_t>(batch) : std::nullopt);

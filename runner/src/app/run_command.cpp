@@ -730,10 +730,10 @@ ExitCode command_run(const RunArgs& args, std::ostream& out, std::ostream& err) 
     for (const auto& k : args.filters) {
       auto f = JobFilter::parse(k);
       if (!f) {
-        err << "oomharness: " << f.error << "\n";
+        err << "oomharness: " << f.error() << "\n";
         return ExitCode::usage_error;
       }
-      filters.push_back(std::move(*f.value));
+      filters.push_back(std::move(*f));
     }
     size_t kept = 0;
     for (auto& s : suites) {
@@ -797,10 +797,10 @@ std::optional<JobSpec> job_from_exec_args(const ExecArgs& args, const std::strin
   for (size_t i = 0; i < args.faults.size(); ++i) {
     auto f = parse_fault_spec(args.faults[i], "");
     if (!f) {
-      err << "oomharness " << command << ": " << f.error << "\n";
+      err << "oomharness " << command << ": " << f.error() << "\n";
       return std::nullopt;
     }
-    FaultSpec fault = std::move(*f.value);
+    FaultSpec fault = std::move(*f);
     // Two identical specs are two rules: their names must still tell them apart in reports.
     std::string base = fault.name;
     for (int n = 2; !names.insert(fault.name).second; ++n) fault.name = base + " #" + std::to_string(n);
@@ -811,11 +811,11 @@ std::optional<JobSpec> job_from_exec_args(const ExecArgs& args, const std::strin
   for (const auto& text : args.expects) {
     auto e = parse_expect_spec(text);
     if (!e) {
-      err << "oomharness " << command << ": " << e.error << "\n";
+      err << "oomharness " << command << ": " << e.error() << "\n";
       return std::nullopt;
     }
     if (!fields.expect) fields.expect.emplace();
-    fields.expect->push_back(std::move(*e.value));
+    fields.expect->push_back(std::move(*e));
   }
   if (args.restart < 0 || args.restart > 1000) {
     err << "oomharness " << command << ": bad --restart " << args.restart << ": from 0 to 1000\n";
