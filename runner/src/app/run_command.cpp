@@ -34,6 +34,7 @@
 #include "oomharness/runner/cli_specs.h"
 #include "oomharness/runner/environment.h"
 #include "oomharness/runner/job_runner.h"
+#include "oomharness/runner/name_tables.h"
 #include "oomharness/runner/results_builder.h"
 #include "oomharness/runner/terminal.h"
 #include "oomharness/runner/untested.h"
@@ -827,9 +828,11 @@ std::optional<JobSpec> job_from_exec_args(const ExecArgs& args, const std::strin
     // The reasons given replace the default (`oom`), as `restart: {on: [...]}` does in a suite.
     fields.restart.on.emplace();
     for (const auto& on : split_items(args.restart_on)) {
-      if (on != "oom" && on != "nonzero" && on != "signal" && on != "any") {
+      if (!value_named(kRestartReasons, on)) {
+        const std::string near = suggest_name(kRestartReasons, on);
         err << "oomharness " << command << ": bad --restart-on '" << args.restart_on << "': '" << on
-            << "' is not one of oom, nonzero, signal, any\n";
+            << "' is not one of " << names_text(kRestartReasons)
+            << (near.empty() ? "" : " (did you mean '" + near + "'?)") << "\n";
         return std::nullopt;
       }
       fields.restart.on->push_back(on);
