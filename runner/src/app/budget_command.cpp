@@ -41,7 +41,7 @@ uint64_t peak_of(const JobResult& job) {
 }  // namespace
 
 ExitCode command_budget(const BudgetArgs& args, std::ostream& out, std::ostream& err) {
-  if (!args.exec.cap.empty()) {
+  if (!args.exec.value("--cap").empty()) {
     err << "oomharness budget: --cap is not for budget: it searches the cap itself (give --low and --high "
            "to bound it)\n";
     return ExitCode::usage_error;

@@ -68,9 +68,7 @@ std::optional<ExitCode> job_from_suite(const SweepArgs& args, std::optional<JobS
     err << "oomharness sweep: a suite's job or a command after --, not both\n";
     return ExitCode::usage_error;
   }
-  if (!e.cap.empty() || !e.cap_counts.empty() || !e.expects.empty() || !e.timeout.empty() || e.restart != 0 ||
-      !e.restart_on.empty() || e.clear_faults || e.target_step || e.step_base || !e.name.empty() || !e.env.empty() ||
-      !e.device.empty()) {
+  if (!e.job_flags.empty()) {
     err << "oomharness sweep: the job flags (--cap, --expect, --target-step, ...) describe a command's job; a "
            "suite's job says them in the suite\n";
     return ExitCode::usage_error;
@@ -339,7 +337,7 @@ ExitCode command_sweep(const SweepArgs& given, std::ostream& out, std::ostream& 
   if (!args.suite.empty()) {
     if (auto problem = job_from_suite(args, base, suite_dir, err)) return *problem;
   }
-  if (!args.exec.faults.empty()) {
+  if (args.exec.given("--fault")) {
     err << "oomharness sweep: --fault is not for sweep: it makes one fault per site itself (use "
            "oomharness exec --fault to run one)\n";
     return ExitCode::usage_error;
