@@ -134,7 +134,7 @@ JobResult job_with(JobStatus status, const char* last_outcome, int visible_fault
   JobResult j;
   j.status = status;
   AttemptResult a;
-  a.outcome = last_outcome;
+  a.outcome = *value_named(kAttemptOutcomes, last_outcome);
   j.attempts.push_back(a);
   for (int i = 0; i < visible_faults; ++i) {
     FaultRecord f;
