@@ -134,6 +134,8 @@ ExitCode command_agent(const std::string& plan_path, std::ostream& out, std::ost
 // `oomharness dev job-keys` (hidden): the job table as JSON (Note [One table of job fields] in
 // suite/job_table.h), for the checks of what other languages say about a job (tests/python).
 ExitCode command_dev_job_keys(std::ostream& out);
+// `oomharness dev backends`: kBackends' names on one line, for the bash completion of --backend.
+ExitCode command_dev_backends(std::ostream& out);
 ExitCode command_demo(const std::string& out_dir, const std::vector<std::string>& command_line, std::ostream& out,
                       std::ostream& err);
 

@@ -9,6 +9,7 @@
 #include "oomharness/runner/cli_specs.h"
 #include "oomharness/reports/writers.h"
 #include "oomharness/units.h"
+#include "oomharness/runner/name_tables.h"
 #include "suite/job_table.h"
 
 namespace fs = std::filesystem;
@@ -169,6 +170,11 @@ ExitCode command_dev_job_keys(std::ostream& out) {
                     {"in_defaults", k.in_defaults}, {"flags", flags}});
   }
   out << keys.dump(2) << "\n";
+  return ExitCode::ok;
+}
+
+ExitCode command_dev_backends(std::ostream& out) {
+  out << names_text(kBackends, " ") << "\n";
   return ExitCode::ok;
 }
 
