@@ -2,8 +2,9 @@
 // Note [Name tables]
 // A closed set of names that a user writes, or that crosses a process or a file, is declared once, as a
 // constexpr table of {value, name, help}: the training phases and the event kinds (the ABI: control_block.h,
-// events.h), and the restart reasons, devices, backends and exit codes of the runner
-// (runner/include/oomharness/runner/name_tables.h). Parsers (value_named), printers (name_of), the list an
+// events.h), the restart reasons, devices, backends and exit codes of the runner
+// (runner/include/oomharness/runner/name_tables.h), and the attempt outcomes of results.json
+// (reports/include/oomharness/reports/result.h). Parsers (value_named), printers (name_of), the list an
 // error message offers (names_text) and "did you mean" (suggest_name, Note [One typo threshold] in
 // names.h) read the table, so that a name added to it is known everywhere at once. The copies that
 // cannot include a C++ header (the Python package, the man page, the bash completion, docs/*.md) are

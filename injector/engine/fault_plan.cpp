@@ -1,5 +1,6 @@
 #include "fault_plan.h"
 
+#include <oomharness/names.h>
 #include <oomharness/units.h>
 
 #include <nlohmann/json.hpp>
@@ -36,14 +37,34 @@ constexpr EntryGroup kGroups[] = {
 
 // A parse failure: carries the field and the problem up to parse_fault_plan and check_rule, the only places
 // that catch it: the plan's error is one line, the rule's a structured Error (Note [One result type]).
+// A value outside a closed set (a phase, an entry point, a memory kind) also carries the set in words and
+// the name nearest what was written: the plan's one-line error lists the set, as it always has; the rule's
+// Error puts "did you mean" before the list in Error::suggestion, for the front ends to append.
 struct PlanError {
   std::string where;        // "rules[0].when.steps"; "" for the whole plan
-  std::string problem;      // "'from' is after 'to'", "unknown key 'stpe'"
+  std::string problem;      // "'from' is after 'to'", "unknown key 'stpe'", "unknown phase \"forwards\""
   std::string unknown_key;  // the key, for an unknown key in the map at `where`
-  std::string message() const { return where.empty() ? problem : where + ": " + problem; }
+  std::string choices;      // "use forward, backward, ...": what an unknown value may be; "" otherwise
+  std::string near;         // of those, the one nearest the value written (Note [One typo threshold]); "" for none
+  std::string message() const {
+    return (where.empty() ? problem : where + ": " + problem) + (choices.empty() ? "" : " (" + choices + ")");
+  }
+  // " (did you mean 'forward'?; use forward, backward, ...)", " (use ...)", or "".
+  std::string suggestion() const {
+    if (choices.empty()) return {};
+    return near.empty() ? " (" + choices + ")" : " (did you mean '" + near + "'?; " + choices + ")";
+  }
 };
 
-[[noreturn]] void fail(const std::string& where, const std::string& problem) { throw PlanError{where, problem, {}}; }
+[[noreturn]] void fail(const std::string& where, const std::string& problem) { throw PlanError{where, problem, {}, {}, {}}; }
+
+// An unknown value of a closed set: `names` are the set's, `choices` says it in words.
+template <class Names>
+[[noreturn]] void fail_choice(const std::string& where, const std::string& problem, const json& written,
+                              const Names& names, const std::string& choices) {
+  std::string near = written.is_string() ? nearest_name(written.get<std::string>(), names) : std::string();
+  throw PlanError{where, problem, {}, choices, std::move(near)};
+}
 
 std::string join(const std::string& where, const std::string& key) { return where.empty() ? key : where + "." + key; }
 
@@ -52,7 +73,7 @@ void check_keys(const json& object, const std::string& where, const Keys& allowe
   for (auto it = object.begin(); it != object.end(); ++it) {
     bool known = false;
     for (const char* k : allowed) known = known || it.key() == k;
-    if (!known) throw PlanError{where, "unknown key '" + it.key() + "'", it.key()};
+    if (!known) throw PlanError{where, "unknown key '" + it.key() + "'", it.key(), {}, {}};
   }
 }
 void check_keys(const json& object, const std::string& where, std::initializer_list<const char*> allowed) {
@@ -123,10 +144,10 @@ EntryMask entry_value(const json& name, const std::string& where) {
     if (s == kEntryNames[i]) return entry_bit(static_cast<Entry>(i));
   for (const auto& g : kGroups)
     if (s == g.name) return g.mask;
-  fail(where, "unknown entry point '" + s +
-                  "' (use cuMemAlloc, cuMemAllocPitch, cuMemAllocManaged, cuMemAllocAsync, cuMemAllocFromPoolAsync, "
-                  "cuMemCreate, cuMemHostAlloc, cuMemAllocHost, cuMemHostRegister, or a group: alloc, sync, async, "
-                  "vmm, managed, host)");
+  fail_choice(where, "unknown entry point '" + s + "'", name, kEntryChoices,
+              "use cuMemAlloc, cuMemAllocPitch, cuMemAllocManaged, cuMemAllocAsync, cuMemAllocFromPoolAsync, "
+              "cuMemCreate, cuMemHostAlloc, cuMemAllocHost, cuMemHostRegister, or a group: alloc, sync, async, "
+              "vmm, managed, host");
   static_assert(std::size(kEntryChoices) == kEntryCount + std::size(kGroups), "kEntryChoices lists every entry and group");
 }
 
@@ -152,7 +173,7 @@ void parse_steps(const json& v, const std::string& where, RuleWhen& w) {
 MemoryKind memory_value(const json& v, const std::string& where) {
   if (v.is_string() && v.get<std::string>() == "device") return MemoryKind::device;
   if (v.is_string() && v.get<std::string>() == "host") return MemoryKind::host;
-  fail(where, "unknown memory " + v.dump() + " (use device or host)");
+  fail_choice(where, "unknown memory " + v.dump(), v, kMemoryChoices, "use device or host");
 }
 
 RuleWhen parse_when(const json& v, const std::string& where) {
@@ -184,8 +205,13 @@ RuleWhen parse_when(const json& v, const std::string& where) {
   if (v.contains("phase")) {
     const json& p = v["phase"];
     Phase phase{};
-    if (!p.is_string() || !phase_from_name(p.get<std::string>().c_str(), phase) || phase == Phase::none)
-      fail(join(where, "phase"), "unknown phase " + p.dump() + " (use forward, backward, optimizer, eval, checkpoint or data)");
+    if (!p.is_string() || !phase_from_name(p.get<std::string>().c_str(), phase) || phase == Phase::none) {
+      std::vector<std::string_view> reported;  // a rule names a phase the probe reports: never `none`
+      for (const NameEntry<Phase>& e : kPhases)
+        if (e.value != Phase::none) reported.push_back(e.name);
+      fail_choice(join(where, "phase"), "unknown phase " + p.dump(), p, reported,
+                  "use forward, backward, optimizer, eval, checkpoint or data");
+    }
     w.has_phase = true;
     w.phase = phase;
   }
@@ -474,7 +500,7 @@ Expected<std::string> check_rule(std::string_view rule_json) noexcept {
     // parse_rule names fields from "rules[0]"; the caller knows which rule it is.
     std::vector<std::string> path = split_path(e.where);
     if (path.size() >= 2 && path[0] == "rules" && path[1] == "0") path.erase(path.begin(), path.begin() + 2);
-    if (e.unknown_key.empty()) return Result::failure(Error{std::move(path), e.problem, "", Error::Kind::value});
+    if (e.unknown_key.empty()) return Result::failure(Error{std::move(path), e.problem, e.suggestion(), Error::Kind::value});
     path.push_back(e.unknown_key);
     return Result::failure(Error{std::move(path), e.problem, "", Error::Kind::unknown_key});
   } catch (const json::exception& e) {

@@ -390,7 +390,7 @@ void attempts(std::ostream& out, const JobResult& job) {
   for (const AttemptResult& a : job.attempts) {
     std::string exit = a.exit_code ? "code " + std::to_string(*a.exit_code) : "";
     if (a.signal) exit += (exit.empty() ? "" : ", ") + std::string("signal ") + std::to_string(*a.signal);
-    out << "<tr><td class=\"num\">" << a.index + 1 << "</td><td>" << xml_escape(a.outcome) << "</td><td>" << xml_escape(exit)
+    out << "<tr><td class=\"num\">" << a.index + 1 << "</td><td>" << xml_escape(outcome_name(a.outcome)) << "</td><td>" << xml_escape(exit)
         << "</td><td class=\"num\">" << num(a.start, 2) << "s</td><td class=\"num\">"
         << xml_escape(format_duration(a.duration)) << "</td><td class=\"num\">"
         << (a.last_step >= 0 ? std::to_string(a.last_step) : "-") << "</td><td>" << (a.faults_enabled ? "on" : "cleared")
@@ -423,9 +423,9 @@ void output_tails(std::ostream& out, const JobResult& job) {
     const AttemptResult& a = job.attempts[i];
     if (a.output_tail.empty()) continue;
     // Open what explains a failure: the last attempt, and any attempt that ended in an OOM.
-    const bool open = job.status != JobStatus::passed && (i + 1 == job.attempts.size() || a.outcome == "oom");
+    const bool open = job.status != JobStatus::passed && (i + 1 == job.attempts.size() || a.outcome == AttemptOutcome::oom);
     out << "<details" << (open ? " open" : "") << "><summary>output of " << attempt_name(a.index) << " ("
-        << xml_escape(a.outcome) << ")";
+        << xml_escape(outcome_name(a.outcome)) << ")";
     if (!a.log_path.empty()) out << ", full log <code>" << xml_escape(a.log_path) << "</code>";
     out << "</summary>\n<pre>" << xml_escape(text::tail(a.output_tail, 80, 32 * 1024)) << "</pre></details>\n";
   }

@@ -124,7 +124,7 @@ std::string output(const JobResult& job) {
   std::string out;
   for (const AttemptResult& a : job.attempts) {
     if (job.attempts.size() > 1 || !a.output_tail.empty())
-      out += "--- " + attempt_name(a.index) + " (" + a.outcome + ") ---\n";
+      out += "--- " + attempt_name(a.index) + " (" + outcome_name(a.outcome) + ") ---\n";
     out += text::tail(a.output_tail, 200, 64 * 1024);
     if (!out.empty() && out.back() != '\n') out += '\n';
   }

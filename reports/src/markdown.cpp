@@ -115,7 +115,7 @@ void details(std::ostream& out, const Entry& e) {
   if (!job.attempts.empty()) {
     const AttemptResult& last = job.attempts.back();
     if (!last.output_tail.empty()) {
-      out << "\nOutput of " << attempt_name(last.index) << " (" << cell(last.outcome) << "), last lines:\n\n"
+      out << "\nOutput of " << attempt_name(last.index) << " (" << cell(outcome_name(last.outcome)) << "), last lines:\n\n"
           << fenced(text::tail(last.output_tail, 40, 8 * 1024));
     }
   }

@@ -72,10 +72,10 @@ void add_counters(std::vector<json>& events, int pid, double offset, const JobRe
 
 void add_attempts(std::vector<json>& events, int pid, double offset, const JobResult& job) {
   for (const AttemptResult& a : job.attempts) {
-    json args = {{"outcome", a.outcome}, {"last_step", a.last_step}, {"faults_enabled", a.faults_enabled}};
+    json args = {{"outcome", outcome_name(a.outcome)}, {"last_step", a.last_step}, {"faults_enabled", a.faults_enabled}};
     if (a.exit_code) args["exit_code"] = *a.exit_code;
     if (a.signal) args["signal"] = *a.signal;
-    events.push_back({{"ph", "X"}, {"name", attempt_name(a.index) + " (" + a.outcome + ")"},
+    events.push_back({{"ph", "X"}, {"name", attempt_name(a.index) + " (" + outcome_name(a.outcome) + ")"},
                       {"cat", "attempt"}, {"pid", pid}, {"tid", kAttempts}, {"ts", micros(offset + a.start)},
                       {"dur", micros(a.duration)}, {"args", std::move(args)}});
   }

@@ -314,18 +314,35 @@ void from_json(const json& j, Marker& v) {
   get(j, "kind", v.kind); get(j, "label", v.label); get(j, "rank", v.rank);
 }
 
+namespace {
+
+// An attempt's or a rank's `outcome`, read by kAttemptOutcomes.
+AttemptOutcome outcome_from(const json& j) {
+  AttemptOutcome out{};
+  within("outcome", [&] {
+    const json& o = detail::required(j, "outcome");
+    if (!o.is_string()) throw FieldError("", "expected a string");
+    std::optional<AttemptOutcome> named = value_named(kAttemptOutcomes, o.get<std::string>());
+    if (!named) throw FieldError("", "unknown outcome '" + o.get<std::string>() + "' (" + names_text(kAttemptOutcomes) + ")");
+    out = *named;
+  });
+  return out;
+}
+
+}  // namespace
+
 void to_json(json& j, const RankResult& v) {
-  j = json{{"rank", v.rank}, {"outcome", v.outcome}, {"last_step", v.last_step}, {"log_path", v.log_path}, {"stacks", v.stacks}};
+  j = json{{"rank", v.rank}, {"outcome", outcome_name(v.outcome)}, {"last_step", v.last_step}, {"log_path", v.log_path}, {"stacks", v.stacks}};
   put(j, "exit_code", v.exit_code);
   put(j, "signal", v.signal);
 }
 void from_json(const json& j, RankResult& v) {
-  get(j, "rank", v.rank); get(j, "outcome", v.outcome); get(j, "exit_code", v.exit_code); get(j, "signal", v.signal);
+  get(j, "rank", v.rank); v.outcome = outcome_from(j); get(j, "exit_code", v.exit_code); get(j, "signal", v.signal);
   get(j, "last_step", v.last_step); get(j, "log_path", v.log_path); get(j, "stacks", v.stacks);
 }
 
 void to_json(json& j, const AttemptResult& v) {
-  j = json{{"index", v.index}, {"start", v.start}, {"duration", v.duration}, {"outcome", v.outcome},
+  j = json{{"index", v.index}, {"start", v.start}, {"duration", v.duration}, {"outcome", outcome_name(v.outcome)},
            {"faults_enabled", v.faults_enabled}, {"last_step", v.last_step}, {"output_tail", v.output_tail},
            {"log_path", v.log_path}};
   put(j, "exit_code", v.exit_code);
@@ -333,7 +350,7 @@ void to_json(json& j, const AttemptResult& v) {
   if (!v.ranks.empty()) j["ranks"] = v.ranks;
 }
 void from_json(const json& j, AttemptResult& v) {
-  get(j, "index", v.index); get(j, "start", v.start); get(j, "duration", v.duration); get(j, "outcome", v.outcome);
+  get(j, "index", v.index); get(j, "start", v.start); get(j, "duration", v.duration); v.outcome = outcome_from(j);
   get(j, "exit_code", v.exit_code); get(j, "signal", v.signal); get(j, "faults_enabled", v.faults_enabled);
   get(j, "last_step", v.last_step); get(j, "output_tail", v.output_tail); get(j, "log_path", v.log_path);
   get_list(j, "ranks", v.ranks);

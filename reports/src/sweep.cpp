@@ -52,9 +52,10 @@ std::string sweep_outcome(const JobResult& job) {
     case JobStatus::passed: return job.faults_visible() > 0 ? "recovered" : "absorbed";
     case JobStatus::failed: break;
   }
-  const std::string last = job.attempts.empty() ? std::string() : job.attempts.back().outcome;
-  if (last == "timeout" || check_failed(job, "no_hang")) return "hang";
-  if (last == "oom" || last == "nonzero" || last == "signal") return "crash";
+  const std::optional<AttemptOutcome> last =
+      job.attempts.empty() ? std::nullopt : std::optional<AttemptOutcome>(job.attempts.back().outcome);
+  if (last == AttemptOutcome::timeout || check_failed(job, "no_hang")) return "hang";
+  if (last == AttemptOutcome::oom || last == AttemptOutcome::nonzero || last == AttemptOutcome::signal) return "crash";
   if (check_failed(job, "memory_stable")) return "leak";
   return "failed";
 }

@@ -28,6 +28,8 @@ _oomharness() {
     -o|--out) COMPREPLY=($(compgen -d -- "$cur")); return 0 ;;
     --junit|--json|--html|--markdown|--perfetto) COMPREPLY=($(compgen -f -- "$cur")); return 0 ;;
     --device) COMPREPLY=($(compgen -W "auto gpu virtual" -- "$cur")); return 0 ;;
+    # The backends come from the command's own table (kBackends), asked of the oomharness being completed.
+    --backend) COMPREPLY=($(compgen -W "$("${COMP_WORDS[0]}" dev backends 2>/dev/null)" -- "$cur")); return 0 ;;
     --cap-counts) COMPREPLY=($(compgen -W "allocations footprint" -- "$cur")); return 0 ;;
     --threads-per-job) COMPREPLY=($(compgen -W "auto off" -- "$cur")); return 0 ;;
     --restart-on) COMPREPLY=($(compgen -W "oom nonzero signal any" -- "$cur")); return 0 ;;

@@ -22,11 +22,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   auto filter = oomh::JobFilter::parse(parts[0]);
   if (filter) {
-    (void)filter.value->matches(parts[1], parts[2]);
-    (void)filter.value->matches(parts[2], parts[1]);
-    (void)filter.value->matches({}, {});
+    (void)filter->matches(parts[1], parts[2]);
+    (void)filter->matches(parts[2], parts[1]);
+    (void)filter->matches({}, {});
   } else {
-    OOMH_FUZZ_CHECK(!filter.error.empty(), "JobFilter::parse failed without a message");
+    OOMH_FUZZ_CHECK(!filter.error().empty(), "JobFilter::parse failed without a message");
   }
   return 0;
 }

@@ -146,6 +146,17 @@ TEST(FaultPlan, ARulesErrorHasItsPathAsData) {
   auto entry = check_rule(R"({"when":{"entry":["cuMemAlloc","cuMemAloc"]}})");
   ASSERT_FALSE(entry.ok());
   EXPECT_EQ(entry.error().path_text(), "when.entry[1]");
+  // A value outside a closed set: the message says what was wrong, the suggestion what was meant and what
+  // may be written, for the front end to append (the plan's one-line error lists the set alone).
+  EXPECT_EQ(entry.error().message, "unknown entry point 'cuMemAloc'");
+  EXPECT_EQ(entry.error().suggestion.rfind(" (did you mean 'cuMemAlloc'?; use cuMemAlloc, ", 0), 0u) << entry.error().suggestion;
+  auto phase = check_rule(R"({"when":{"phase":"forwards"}})");
+  ASSERT_FALSE(phase.ok());
+  EXPECT_EQ(phase.error().message, "unknown phase \"forwards\"");
+  EXPECT_EQ(phase.error().suggestion, " (did you mean 'forward'?; use forward, backward, optimizer, eval, checkpoint or data)");
+  auto memory = check_rule(R"({"when":{"memory":"pinned"}})");
+  ASSERT_FALSE(memory.ok());
+  EXPECT_EQ(memory.error().str(), "when.memory: unknown memory \"pinned\" (use device or host)");
 }
 
 TEST(FaultPlan, DefaultsAndOptionalParts) {

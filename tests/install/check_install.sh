@@ -85,6 +85,10 @@ done
 bash -c "shopt -s extglob; source '$prefix/share/bash-completion/completions/oomharness'
   COMP_WORDS=(oomharness run --maxf); COMP_CWORD=2; _oomharness; [ \"\${COMPREPLY[*]}\" = --maxfail ]" ||
   fail "completing 'oomharness run --maxf' did not give --maxfail"
+# --backend's values are the installed command's own (oomharness dev backends: kBackends).
+bash -c "source '$prefix/share/bash-completion/completions/oomharness'
+  COMP_WORDS=('$prefix/bin/oomharness' run --backend ''); COMP_CWORD=3; _oomharness; [ \"\${COMPREPLY[*]}\" = 'local slurm' ]" ||
+  fail "completing 'oomharness run --backend ' did not give local slurm"
 if command -v man >/dev/null 2>&1; then
   MANWIDTH=100 man -l "$prefix/share/man/man1/oomharness.1" 2>&1 | grep -q "test whether GPU training code survives" ||
     fail "man -l could not render the man page"

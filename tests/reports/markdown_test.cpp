@@ -20,7 +20,7 @@ RunResult many_jobs(int passing, int failing) {
     job.status = fails ? JobStatus::failed : JobStatus::passed;
     job.message = fails ? "no halving after the OOM at step 3" : "";
     AttemptResult a;
-    a.outcome = "ok";
+    a.outcome = AttemptOutcome::ok;
     a.output_tail = std::string(300, 'x') + "\n";
     job.attempts.push_back(a);
     run.suites[0].jobs.push_back(job);
@@ -68,7 +68,7 @@ TEST(Markdown, EscapesTableCellsAndFencesOutput) {
   job.status = JobStatus::failed;
   job.message = "bad";
   AttemptResult a;
-  a.outcome = "oom";
+  a.outcome = AttemptOutcome::oom;
   a.output_tail = "before\n````\nafter\n";
   job.attempts.push_back(a);
   run.suites[0].jobs.push_back(job);

@@ -284,8 +284,9 @@ TEST(Results, RanksOfMarkersRoundTripAndGetPerfettoLanes) {
   AttemptResult a;
   a.index = 0;
   a.duration = 10;
-  a.outcome = "ok";
-  a.ranks = {RankResult{0, "ok", 0, std::nullopt, 2, "/l0", ""}, RankResult{1, "oom", 1, std::nullopt, 1, "/l1", "stack"}};
+  a.outcome = AttemptOutcome::ok;
+  a.ranks = {RankResult{0, AttemptOutcome::ok, 0, std::nullopt, 2, "/l0", ""},
+             RankResult{1, AttemptOutcome::oom, 1, std::nullopt, 1, "/l1", "stack"}};
   job.attempts.push_back(a);
   job.markers = {{1, 0, "step", "step 1", 0}, {1.1, 0, "step", "step 1", 1}, {2, 0, "step", "step 2", 0},
                  {2.5, 0, "oom", "OOM at step 2", 1}, {3, 0, "restart", "x", std::nullopt}};
@@ -302,7 +303,7 @@ TEST(Results, RanksOfMarkersRoundTripAndGetPerfettoLanes) {
   EXPECT_EQ(b.markers[1].rank, 1);
   EXPECT_FALSE(b.markers[4].rank.has_value());
   ASSERT_EQ(b.attempts.at(0).ranks.size(), 2u);
-  EXPECT_EQ(b.attempts[0].ranks[1].outcome, "oom");
+  EXPECT_EQ(b.attempts[0].ranks[1].outcome, AttemptOutcome::oom);
   EXPECT_EQ(b.attempts[0].ranks[1].stacks, "stack");
 
   json trace = json::parse(render_perfetto(run));
@@ -322,6 +323,38 @@ TEST(Results, RanksOfMarkersRoundTripAndGetPerfettoLanes) {
   EXPECT_EQ(slices[2], 0);   // nothing on the job-wide steps lane
   // One memory counter per rank, not the per-device one that mixes them.
   EXPECT_EQ(counters, (std::map<std::string, int>{{"rank 0 memory", 1}, {"rank 1 memory", 1}}));
+}
+
+}  // namespace
+}  // namespace oomh
+
+namespace oomh {
+namespace {
+
+// Note [Name tables]: results.json's attempt and rank outcomes are kAttemptOutcomes, in the schema too.
+TEST(Results, TheSchemasOutcomesAreTheTables) {
+  std::ifstream in(std::string(OOMH_REPORTS_TEST_DIR) + "/../../docs/results-schema.json");
+  ASSERT_TRUE(in) << "docs/results-schema.json";
+  const json schema = json::parse(in);
+  for (const char* def : {"attempt", "rank"}) {
+    const json& outcome = schema.at("$defs").at(def).at("properties").at("outcome");
+    EXPECT_EQ(outcome.at("enum").get<std::vector<std::string>>(), names_of(kAttemptOutcomes))
+        << "docs/results-schema.json's " << def << ".outcome spells the outcomes otherwise than kAttemptOutcomes";
+  }
+}
+
+TEST(Results, AnOutcomeTheTableLacksIsRefused) {
+  json attempt = {{"index", 0}, {"outcome", "oom"}};
+  EXPECT_EQ(attempt.get<AttemptResult>().outcome, AttemptOutcome::oom);
+  EXPECT_EQ(json(attempt.get<AttemptResult>())["outcome"], "oom");
+  attempt["outcome"] = "crashed";
+  try {
+    (void)attempt.get<AttemptResult>();
+    ADD_FAILURE() << "an unknown outcome was read";
+  } catch (const std::exception& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "outcome: unknown outcome 'crashed' (ok, oom, nonzero, signal, timeout, interrupted, failed_to_start)");
+  }
 }
 
 }  // namespace

@@ -41,7 +41,7 @@ uint64_t peak_of(const JobResult& job) {
 }  // namespace
 
 ExitCode command_budget(const BudgetArgs& args, std::ostream& out, std::ostream& err) {
-  if (!args.exec.cap.empty()) {
+  if (!args.exec.value("--cap").empty()) {
     err << "oomharness budget: --cap is not for budget: it searches the cap itself (give --low and --high "
            "to bound it)\n";
     return ExitCode::usage_error;
@@ -110,7 +110,7 @@ ExitCode command_budget(const BudgetArgs& args, std::ostream& out, std::ostream&
           a.replace(at, 7, std::to_string(*batch));
     std::optional<JobSpec> job = job_from_exec_args(e, "budget", err);
     if (job && job->expect.empty() && job->target_step)
-      job->expect.push_back(std::move(*parse_expect_spec("completes").value));
+      job->expect.push_back(parse_expect_spec("completes").value());
     return job;
   };
   std::optional<JobSpec> base = make_job(batch_cap ? std::optional<int64_t>(1) : std::nullopt);

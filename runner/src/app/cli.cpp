@@ -12,7 +12,7 @@
 #include <algorithm>
 #include <exception>
 #include <iostream>
-#include <stdexcept>
+#include <map>
 
 #include "app/commands.h"
 #include "app/predict_command.h"
@@ -51,34 +51,38 @@ void add_verbosity_flags(CLI::App* cmd, Verbosity& v) {
   cmd->add_flag("-v,--verbose", v.verbose, "More output: every verdict's sentence in the table")->excludes(q);
 }
 
-// The flags that describe one job (exec, sweep, budget). Sweep and budget make their own faults. Each
-// flag's help is its row's in the job table, and every flag of the table must be bound here
-// (Note [One table of job fields] in suite/job_table.h).
+// The flags that describe one job (exec, sweep, budget, predict), bound from the job table as each row's
+// flags are written (Note [One table of job fields] in suite/job_table.h): a row given a flag is a flag
+// of these commands at once. Each stores what it was given in ExecArgs::job_flags, which
+// job_from_exec_args reads. Sweep, budget and predict make their own faults: no --fault.
 void add_job_flags(CLI::App* cmd, app::ExecArgs& a, Verbosity& v, bool with_faults) {
-  using suite::job_flag_help;
-  cmd->add_option("--cap", a.cap, job_flag_help("--cap"));
-  cmd->add_option("--cap-counts", a.cap_counts, job_flag_help("--cap-counts"));
-  if (with_faults) cmd->add_option("--fault", a.faults, job_flag_help("--fault"))->allow_extra_args(false);
-  cmd->add_option("--expect", a.expects, job_flag_help("--expect"))->allow_extra_args(false);
-  cmd->add_option("--timeout", a.timeout, job_flag_help("--timeout"));
-  cmd->add_option("--restart", a.restart, job_flag_help("--restart"));
-  cmd->add_option("--restart-on", a.restart_on, job_flag_help("--restart-on"));
-  cmd->add_flag("--clear-faults", a.clear_faults, job_flag_help("--clear-faults"));
-  cmd->add_option("--target-step", a.target_step, job_flag_help("--target-step"));
-  cmd->add_option("--step-base", a.step_base, job_flag_help("--step-base"));
-  cmd->add_option("--name", a.name, job_flag_help("--name"));
-  cmd->add_option("--env", a.env, job_flag_help("--env"))->allow_extra_args(false);
+  std::map<std::string, std::vector<std::string>, std::less<>>& given = a.job_flags;
+  for (const suite::JobKey& k : suite::job_keys())
+    for (const suite::JobFlag& f : k.flags) {
+      if (f.name.empty() || (!with_faults && f.name == "--fault")) continue;
+      const std::string name(f.name), help(f.help);
+      switch (f.takes) {
+        case suite::FlagTakes::text:
+          cmd->add_option_function<std::string>(name, [&given, name](const std::string& x) { given[name] = {x}; }, help);
+          break;
+        case suite::FlagTakes::integer:  // CLI11 checks the number, as it did for an int member
+          cmd->add_option_function<int64_t>(name, [&given, name](const int64_t& n) { given[name] = {std::to_string(n)}; }, help);
+          break;
+        case suite::FlagTakes::repeated:
+          cmd->add_option_function<std::vector<std::string>>(name, [&given, name](const std::vector<std::string>& x) { given[name] = x; }, help)
+              ->allow_extra_args(false);
+          break;
+        case suite::FlagTakes::nothing:
+          cmd->add_flag_function(name, [&given, name](int64_t n) { given[name] = {n > 0 ? "true" : "false"}; }, help);
+          break;
+      }
+    }
   add_report_flags(cmd, a.reports);
   cmd->add_flag("--summary", a.summary, "Append the Markdown summary to $GITHUB_STEP_SUMMARY");
   cmd->add_option("-o,--out", a.out_dir, "Output folder (default " + a.out_dir + ")");
   cmd->add_flag("--simulate", a.simulate, "Run on the CPU driver double instead of a GPU");
   cmd->add_flag("--strict", a.strict, "An inconclusive job fails the run");
-  cmd->add_option("--device", a.device, job_flag_help("--device"));
   add_verbosity_flags(cmd, v);
-  for (const suite::JobKey& k : suite::job_keys())
-    for (const suite::JobFlag& f : k.flags)
-      if (!f.name.empty() && !cmd->get_option_no_throw(std::string(f.name)) && (with_faults || f.name != "--fault"))
-        throw std::logic_error("the job table's flag " + std::string(f.name) + " is not bound to an option of " + cmd->get_name());
 }
 
 // Note [Did you mean, on the command line]
@@ -300,8 +304,10 @@ int parse_and_run(std::vector<std::string> args) {
   agent->group("");  // not listed in --help: users never type it
 
   std::string dev_what;
-  CLI::App* dev = app.add_subcommand("dev", "(internal) What the project's own tests ask of the runner: job-keys");
-  dev->add_option("what", dev_what, "job-keys: the job table as JSON")->required()->check(CLI::IsMember({"job-keys"}));
+  CLI::App* dev = app.add_subcommand("dev", "(internal) What the project's own tests and the bash completion ask of the runner");
+  dev->add_option("what", dev_what, "job-keys: the job table as JSON; backends: --backend's values")
+      ->required()
+      ->check(CLI::IsMember({"job-keys", "backends"}));
   dev->group("");
 
   std::vector<char*> argv;
@@ -373,7 +379,7 @@ int parse_and_run(std::vector<std::string> args) {
   if (explain->parsed()) return to_int(app::command_explain(explain_file, explain_filters, out, err, explain_max_size));
   if (compare->parsed()) return to_int(app::command_compare(compare_args, out, err));
   if (agent->parsed()) return to_int(app::command_agent(agent_plan, out, err));
-  if (dev->parsed()) return to_int(app::command_dev_job_keys(out));
+  if (dev->parsed()) return to_int(dev_what == "backends" ? app::command_dev_backends(out) : app::command_dev_job_keys(out));
   if (demo->parsed()) return to_int(app::command_demo(demo_out, args, out, err));
   return to_int(ExitCode::usage_error);
 }

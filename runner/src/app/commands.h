@@ -2,9 +2,11 @@
 // The commands behind the command line (cli.cpp parses, these do). Each returns an exit code (app.h)
 // and writes what a person reads to `out`, errors to `err`.
 
+#include <map>
 #include <optional>
 #include <ostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "exec/gpu_packing.h"
@@ -59,26 +61,23 @@ struct RunArgs {
 };
 
 struct ExecArgs {
-  std::string cap;
-  std::string cap_counts;             // allocations, footprint
-  std::vector<std::string> faults;
-  std::vector<std::string> expects;
-  std::string timeout;
-  int restart = 0;
-  std::string restart_on;             // comma list; empty: the default (oom)
-  bool clear_faults = false;
-  std::optional<int64_t> target_step;
-  std::optional<int> step_base;
+  // The job flags given (--cap, --env, ...), each with its values as written, one per use; a switch's is
+  // "true". Which flags there are, how they are written and what reads them is the job table's (Note [One
+  // table of job fields] in suite/job_table.h): cli.cpp binds them from it, job_from_exec_args reads them.
+  std::map<std::string, std::vector<std::string>, std::less<>> job_flags;
+  bool given(std::string_view flag) const { return job_flags.count(flag) > 0; }
+  // The value of a flag taken once (the last given), or "".
+  std::string value(std::string_view flag) const {
+    auto it = job_flags.find(flag);
+    return it == job_flags.end() || it->second.empty() ? std::string() : it->second.back();
+  }
   std::string threads_per_job = "off";  // exec only (Note [CPU share of packed jobs]): one job has every core
-  std::string name;
-  std::vector<std::string> env;       // KEY=VALUE
   std::vector<std::string> command;
   ReportFlags reports;
   bool summary = false;
   std::string out_dir = "oomh-out";  // exec: oomh-exec (cli.cpp), so that it never overwrites a suite's results
   bool simulate = false;
   bool strict = false;
-  std::string device;                 // --device auto|gpu|virtual
   int verbosity = 0;                  // -q: -1, -v: 1
   std::vector<std::string> command_line;
 };
@@ -135,6 +134,8 @@ ExitCode command_agent(const std::string& plan_path, std::ostream& out, std::ost
 // `oomharness dev job-keys` (hidden): the job table as JSON (Note [One table of job fields] in
 // suite/job_table.h), for the checks of what other languages say about a job (tests/python).
 ExitCode command_dev_job_keys(std::ostream& out);
+// `oomharness dev backends`: kBackends' names on one line, for the bash completion of --backend.
+ExitCode command_dev_backends(std::ostream& out);
 ExitCode command_demo(const std::string& out_dir, const std::vector<std::string>& command_line, std::ostream& out,
                       std::ostream& err);
 

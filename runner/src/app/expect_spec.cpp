@@ -72,11 +72,9 @@ std::optional<nlohmann::json> typed_value(const ArgSpec& spec, const std::string
 
 }  // namespace
 
-SpecResult<ExpectSpec> parse_expect_spec(const std::string& text) {
-  SpecResult<ExpectSpec> out;
+Expected<ExpectSpec, std::string> parse_expect_spec(const std::string& text) {
   auto fail = [&](const std::string& why) {
-    out.error = "bad --expect '" + text + "': " + why;
-    return out;
+    return Expected<ExpectSpec, std::string>::failure("bad --expect '" + text + "': " + why);
   };
   // The policy name ends at the first ':' or '='.
   size_t cut = text.find_first_of(":=");
@@ -135,8 +133,7 @@ SpecResult<ExpectSpec> parse_expect_spec(const std::string& text) {
   spec.policy = policy->name;
   spec.args = std::move(normalised).value();
   spec.where = SourceLocation{"<command line>", 0, 0};
-  out.value = std::move(spec);
-  return out;
+  return Expected<ExpectSpec, std::string>::success(std::move(spec));
 }
 
 }  // namespace oomh

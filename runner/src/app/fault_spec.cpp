@@ -67,11 +67,9 @@ std::optional<nlohmann::json> steps_range(const std::string& v) {
 
 }  // namespace
 
-SpecResult<FaultSpec> parse_fault_spec(const std::string& text, const std::string& name) {
-  SpecResult<FaultSpec> out;
+Expected<FaultSpec, std::string> parse_fault_spec(const std::string& text, const std::string& name) {
   auto fail = [&](const std::string& why) {
-    out.error = "bad --fault '" + text + "': " + why;
-    return out;
+    return Expected<FaultSpec, std::string>::failure("bad --fault '" + text + "': " + why);
   };
   if (text.find_first_not_of(" \t") == std::string::npos)
     return fail("empty (write e.g. step=5,times=4 or every=10,min_size=64MiB)");
@@ -118,20 +116,16 @@ SpecResult<FaultSpec> parse_fault_spec(const std::string& text, const std::strin
   rule["name"] = fault.name;
   Expected<nlohmann::json> checked = suite::check_fault_rule(rule);
   if (!checked) {
-    Error& p = checked.error();
+    const Error& p = checked.error();
     // Name the key as written here: `step`, `steps`, `times`, not `when.step`; an unknown key is in its map
     // (Note [One result type]).
     const size_t depth = p.path.size() - (p.kind == Error::Kind::unknown_key && !p.path.empty() ? 1 : 0);
     std::string key = depth >= 2 ? p.path[1] : depth == 0 ? std::string() : p.path[0];
-    if (!key.empty() && seen.count(key) && rule.value(p.path[0], nlohmann::json::object()).contains(key) &&
-        rule[p.path[0]][key].is_string())
-      suite::suggest_choice(p, rule[p.path[0]][key].get<std::string>());
     return fail((key.empty() || key == "when" || key == "fail" ? std::string() : "'" + key + "': ") + p.message + p.suggestion);
   }
   fault.rule = std::move(checked.value());
   fault.where = SourceLocation{"<command line>", 0, 0};
-  out.value = std::move(fault);
-  return out;
+  return Expected<FaultSpec, std::string>::success(std::move(fault));
 }
 
 }  // namespace oomh

@@ -205,25 +205,18 @@ class Parser {
 
 }  // namespace
 
-SpecResult<JobFilter> JobFilter::parse(const std::string& expression) {
-  SpecResult<JobFilter> out;
+Expected<JobFilter, std::string> JobFilter::parse(const std::string& expression) {
+  using Result = Expected<JobFilter, std::string>;
   auto tokens = tokenize(expression);
-  if (tokens.empty()) {
-    out.error = "bad -k '" + expression + "': empty expression";
-    return out;
-  }
+  if (tokens.empty()) return Result::failure("bad -k '" + expression + "': empty expression");
   std::string error;
   Parser parser(std::move(tokens));
   NodePtr root = parser.parse(error);
-  if (!root) {
-    out.error = "bad -k '" + expression + "': " + error;
-    return out;
-  }
+  if (!root) return Result::failure("bad -k '" + expression + "': " + error);
   JobFilter f;
   f.expression_ = expression;
   f.root_ = std::move(root);
-  out.value = std::move(f);
-  return out;
+  return Result::success(std::move(f));
 }
 
 bool JobFilter::matches(const std::string& suite, const std::string& job) const {

@@ -9,6 +9,7 @@
 #include "oomharness/runner/cli_specs.h"
 #include "oomharness/reports/writers.h"
 #include "oomharness/units.h"
+#include "oomharness/runner/name_tables.h"
 #include "suite/job_table.h"
 
 namespace fs = std::filesystem;
@@ -70,10 +71,10 @@ ExitCode command_explain(const std::string& results, const std::vector<std::stri
   for (const std::string& expression : filters) {
     auto f = JobFilter::parse(expression);
     if (!f) {
-      err << "oomharness explain: " << f.error << "\n";
+      err << "oomharness explain: " << f.error() << "\n";
       return ExitCode::usage_error;
     }
-    parsed.push_back(*f.value);
+    parsed.push_back(*f);
   }
   size_t shown = 0;
   for (const SuiteResult& suite : run.value().suites)
@@ -169,6 +170,11 @@ ExitCode command_dev_job_keys(std::ostream& out) {
                     {"in_defaults", k.in_defaults}, {"flags", flags}});
   }
   out << keys.dump(2) << "\n";
+  return ExitCode::ok;
+}
+
+ExitCode command_dev_backends(std::ostream& out) {
+  out << names_text(kBackends, " ") << "\n";
   return ExitCode::ok;
 }
 

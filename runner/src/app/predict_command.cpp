@@ -150,9 +150,10 @@ ExitCode command_predict(const PredictArgs& args, std::ostream& out, std::ostrea
     err << "oomharness predict: only --json is for predict: each run writes its results under OUT/run-N\n";
     return ExitCode::usage_error;
   }
-  if (!args.exec.device.empty() && args.exec.device != "virtual") {
+  const std::string device = args.exec.value("--device");
+  if (!device.empty() && device != "virtual") {
     err << "oomharness predict: predictions run on the virtual device in shape-only mode; --device "
-        << args.exec.device << " is not for predict\n";
+        << device << " is not for predict\n";
     return ExitCode::usage_error;
   }
   bool placeholder = false;
@@ -180,8 +181,8 @@ ExitCode command_predict(const PredictArgs& args, std::ostream& out, std::ostrea
     batch_cap = static_cast<uint64_t>(*c);
   }
   std::optional<uint64_t> cap;
-  if (!args.exec.cap.empty()) {
-    Expected<double> c = parse_bytes(args.exec.cap);
+  if (!args.exec.value("--cap").empty()) {
+    Expected<double> c = parse_bytes(args.exec.value("--cap"));
     if (!c || *c < 1) {
       err << "oomharness predict: bad --cap: " << (c ? "it must be more than 0" : c.error().str()) << "\n";
       return ExitCode::usage_error;
@@ -193,20 +194,21 @@ ExitCode command_predict(const PredictArgs& args, std::ostream& out, std::ostrea
   // Note [Predicting from a shape-only run]: exec's job, on the virtual device, in shape-only mode.
   auto make_job = [&](std::optional<int64_t> b) -> std::optional<JobSpec> {
     ExecArgs e = args.exec;
-    e.cap.clear();
-    e.device = "virtual";
+    e.job_flags.erase("--cap");
+    e.job_flags["--device"] = {"virtual"};
     e.simulate = true;
-    e.env.push_back("OOMH_SHAPE_ONLY=1");
+    std::vector<std::string>& env = e.job_flags["--env"];
+    env.push_back("OOMH_SHAPE_ONLY=1");
     // Note [A device larger than any card]: the driver double is an 80 GiB H100 by default, which would cap
     // the prediction at 80 GiB; uncapped, the job must find room for what it needs, and a cap is --cap's.
     bool sized = false;
-    for (const auto& kv : e.env) sized = sized || kv.rfind("CUDA_DOUBLE_MEMORY=", 0) == 0;
-    if (!sized) e.env.push_back(std::string("CUDA_DOUBLE_MEMORY=") + kPredictDeviceMemory);
+    for (const auto& kv : env) sized = sized || kv.rfind("CUDA_DOUBLE_MEMORY=", 0) == 0;
+    if (!sized) env.push_back(std::string("CUDA_DOUBLE_MEMORY=") + kPredictDeviceMemory);
     if (b)
       for (auto& a : e.command) a = with_batch(a, *b);
     std::optional<JobSpec> job = job_from_exec_args(e, "predict", err);
     if (job && job->expect.empty())
-      job->expect.push_back(std::move(*parse_expect_spec(job->target_step ? "completes" : "exit=0").value));
+      job->expect.push_back(parse_expect_spec(job->target_step ? "completes" : "exit=0").value());
     return job;
   };
   std::optional<JobSpec> base = make_job(placeholder ? std::optional<int64_t>(batch) : std::nullopt);

@@ -56,19 +56,19 @@ JobStatus job_status(const JobOutcome& outcome, const std::vector<Verdict>& verd
   return s;
 }
 
-static std::string end_outcome(AttemptEnd end, const std::optional<int>& exit_code, bool by_oom) {
+static AttemptOutcome end_outcome(AttemptEnd end, const std::optional<int>& exit_code, bool by_oom) {
   switch (end) {
-    case AttemptEnd::failed_to_start: return "failed_to_start";
-    case AttemptEnd::interrupted: return "interrupted";
-    case AttemptEnd::timed_out: return "timeout";
-    case AttemptEnd::signalled: return by_oom ? "oom" : "signal";
+    case AttemptEnd::failed_to_start: return AttemptOutcome::failed_to_start;
+    case AttemptEnd::interrupted: return AttemptOutcome::interrupted;
+    case AttemptEnd::timed_out: return AttemptOutcome::timeout;
+    case AttemptEnd::signalled: return by_oom ? AttemptOutcome::oom : AttemptOutcome::signal;
     case AttemptEnd::exited: break;
   }
-  if (exit_code && *exit_code == 0) return "ok";
-  return by_oom ? "oom" : "nonzero";
+  if (exit_code && *exit_code == 0) return AttemptOutcome::ok;
+  return by_oom ? AttemptOutcome::oom : AttemptOutcome::nonzero;
 }
 
-std::string attempt_outcome(const Attempt& a) { return end_outcome(a.end_kind, a.exit_code, a.ended_by_oom()); }
+AttemptOutcome attempt_outcome(const Attempt& a) { return end_outcome(a.end_kind, a.exit_code, a.ended_by_oom()); }
 
 // Which injected faults the code saw: Note [Visible faults] in policies/src/trace.cpp.
 std::vector<FaultRecord> fault_records(const Trace& trace, double job_start) {
@@ -232,13 +232,13 @@ std::string failure_sentence(const JobOutcome& outcome, const std::vector<Verdic
     if (v.status == VerdictStatus::inconclusive) return v.reason;
   if (status == JobStatus::failed && !outcome.trace.attempts.empty()) {
     const Attempt& last = outcome.trace.attempts.back();
-    std::string o = attempt_outcome(last);
+    const AttemptOutcome o = attempt_outcome(last);
     std::string which = "attempt " + std::to_string(last.index + 1);
-    if (o == "timeout") return which + " timed out";
-    if (o == "signal" && last.signal) return which + " was killed by signal " + std::to_string(*last.signal);
-    if (o == "oom") return which + " died of an out-of-memory error";
+    if (o == AttemptOutcome::timeout) return which + " timed out";
+    if (o == AttemptOutcome::signal && last.signal) return which + " was killed by signal " + std::to_string(*last.signal);
+    if (o == AttemptOutcome::oom) return which + " died of an out-of-memory error";
     if (last.exit_code) return which + " exited with code " + std::to_string(*last.exit_code);
-    return which + " failed (" + o + ")";
+    return which + " failed (" + outcome_name(o) + ")";
   }
   return {};
 }

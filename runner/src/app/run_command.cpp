@@ -14,6 +14,8 @@
 #include <future>
 #include <iostream>
 #include <set>
+#include <stdexcept>
+#include <string_view>
 
 #include "app/commands.h"
 #include "app/sweep_plan.h"
@@ -26,6 +28,7 @@
 #include "exec/signals.h"
 #include "suite/fault_rule.h"
 #include "suite/job_fields.h"
+#include "suite/job_table.h"
 #include "suite/limits.h"
 #include "oomharness/policies/registry.h"
 #include "oomharness/reports/terminal_text.h"
@@ -34,6 +37,7 @@
 #include "oomharness/runner/cli_specs.h"
 #include "oomharness/runner/environment.h"
 #include "oomharness/runner/job_runner.h"
+#include "oomharness/runner/name_tables.h"
 #include "oomharness/runner/results_builder.h"
 #include "oomharness/runner/terminal.h"
 #include "oomharness/runner/untested.h"
@@ -730,10 +734,10 @@ ExitCode command_run(const RunArgs& args, std::ostream& out, std::ostream& err) 
     for (const auto& k : args.filters) {
       auto f = JobFilter::parse(k);
       if (!f) {
-        err << "oomharness: " << f.error << "\n";
+        err << "oomharness: " << f.error() << "\n";
         return ExitCode::usage_error;
       }
-      filters.push_back(std::move(*f.value));
+      filters.push_back(std::move(*f));
     }
     size_t kept = 0;
     for (auto& s : suites) {
@@ -759,112 +763,71 @@ ExitCode command_run(const RunArgs& args, std::ostream& out, std::ostream& err) 
   return run_with_sweeps(std::move(suites), args, out, err);
 }
 
+namespace {
+
+// The job flags of kFlagsReadByTheApp (suite/job_table.h): --fault and --expect, parsed by the command
+// line's spec parsers (cli_specs.h).
+std::optional<std::string> read_spec_flag(std::string_view flag, const std::vector<std::string>& values,
+                                          suite::JobFields& fields) {
+  if (flag == "--fault") {
+    std::set<std::string> names;
+    for (const std::string& text : values) {
+      auto f = parse_fault_spec(text, "");
+      if (!f) return f.error();
+      FaultSpec fault = std::move(*f);
+      // Two identical specs are two rules: their names must still tell them apart in reports.
+      std::string base = fault.name;
+      for (int n = 2; !names.insert(fault.name).second; ++n) fault.name = base + " #" + std::to_string(n);
+      fault.rule["name"] = fault.name;
+      if (!fields.faults) fields.faults.emplace();
+      fields.faults->push_back(std::move(fault));
+    }
+    return std::nullopt;
+  }
+  if (flag == "--expect") {
+    for (const std::string& text : values) {
+      auto e = parse_expect_spec(text);
+      if (!e) return e.error();
+      if (!fields.expect) fields.expect.emplace();
+      fields.expect->push_back(std::move(*e));
+    }
+    return std::nullopt;
+  }
+  throw std::logic_error("the job flag " + std::string(flag) + " has no reader: give it one in the job table");
+}
+
+}  // namespace
+
 std::optional<JobSpec> job_from_exec_args(const ExecArgs& args, const std::string& command, std::ostream& err) {
   if (args.command.empty()) {
     err << "oomharness " << command << ": no command given: write it after --, like oomharness " << command
         << " --cap 8GiB -- python train.py\n";
     return std::nullopt;
   }
-  // The flags give fields; build_job makes the job, exactly as for a suite's job (Note [Job fields]).
+  // The flags give fields, each read by its row of the job table in the table's order; build_job makes the
+  // job, exactly as for a suite's job (Note [Job fields]).
   suite::JobFields fields;
-  fields.name = args.name.empty() ? fs::path(args.command.front()).filename().string() : args.name;
-  fields.argv = args.command;
-  if (!args.cap.empty()) {
-    Expected<double> cap = parse_bytes(args.cap);
-    if (!cap) {
-      err << "oomharness " << command << ": bad --cap: " << cap.error().str() << "\n";
-      return std::nullopt;
-    }
-    fields.memory.limit = static_cast<uint64_t>(*cap);
-  }
-  if (!args.cap_counts.empty()) {
-    auto counting = suite::cap_counts_footprint(args.cap_counts);
-    if (!counting) {
-      err << "oomharness " << command << ": bad --cap-counts '" << args.cap_counts << "': allocations or footprint\n";
-      return std::nullopt;
-    }
-    fields.memory.counts_footprint = *counting;
-  }
-  if (!args.timeout.empty()) {
-    Expected<double> t = parse_duration(args.timeout);
-    if (!t || *t <= 0) {
-      err << "oomharness " << command << ": bad --timeout: " << (t ? "bad duration '" + args.timeout + "': it must be more than 0" : t.error().str()) << "\n";
-      return std::nullopt;
-    }
-    fields.timeout = *t;
-  }
-  std::set<std::string> names;
-  for (size_t i = 0; i < args.faults.size(); ++i) {
-    auto f = parse_fault_spec(args.faults[i], "");
-    if (!f) {
-      err << "oomharness " << command << ": " << f.error << "\n";
-      return std::nullopt;
-    }
-    FaultSpec fault = std::move(*f.value);
-    // Two identical specs are two rules: their names must still tell them apart in reports.
-    std::string base = fault.name;
-    for (int n = 2; !names.insert(fault.name).second; ++n) fault.name = base + " #" + std::to_string(n);
-    fault.rule["name"] = fault.name;
-    if (!fields.faults) fields.faults.emplace();
-    fields.faults->push_back(std::move(fault));
-  }
-  for (const auto& text : args.expects) {
-    auto e = parse_expect_spec(text);
-    if (!e) {
-      err << "oomharness " << command << ": " << e.error << "\n";
-      return std::nullopt;
-    }
-    if (!fields.expect) fields.expect.emplace();
-    fields.expect->push_back(std::move(*e.value));
-  }
-  if (args.restart < 0 || args.restart > 1000) {
-    err << "oomharness " << command << ": bad --restart " << args.restart << ": from 0 to 1000\n";
-    return std::nullopt;
-  }
-  fields.restart.max = args.restart;
-  fields.restart.clear_faults = args.clear_faults;
-  if (!args.restart_on.empty()) {
-    // The reasons given replace the default (`oom`), as `restart: {on: [...]}` does in a suite.
-    fields.restart.on.emplace();
-    for (const auto& on : split_items(args.restart_on)) {
-      if (on != "oom" && on != "nonzero" && on != "signal" && on != "any") {
-        err << "oomharness " << command << ": bad --restart-on '" << args.restart_on << "': '" << on
-            << "' is not one of oom, nonzero, signal, any\n";
+  size_t read = 0;
+  for (const suite::JobKey& k : suite::job_keys())
+    for (const suite::JobFlag& f : k.flags) {
+      auto given = args.job_flags.find(f.name);
+      if (f.name.empty() || given == args.job_flags.end()) continue;
+      ++read;
+      // An empty value is no value, as it always was for a flag taken once (`--cap ''`: no cap).
+      if (f.takes == suite::FlagTakes::text && (given->second.empty() || given->second.back().empty())) continue;
+      std::optional<std::string> problem = f.read ? f.read(fields, given->second) : read_spec_flag(f.name, given->second, fields);
+      if (problem) {
+        err << "oomharness " << command << ": " << *problem << "\n";
         return std::nullopt;
       }
-      fields.restart.on->push_back(on);
     }
-  }
-  for (const auto& kv : args.env) {
-    size_t eq = kv.find('=');
-    if (eq == std::string::npos || eq == 0) {
-      err << "oomharness " << command << ": bad --env '" << kv << "': write NAME=VALUE\n";
-      return std::nullopt;
-    }
-    fields.env[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
-  // The same limits as a suite's fields (load.cpp): target_step at least 0, a name that can be printed and
-  // be a file name.
-  if (args.target_step && *args.target_step < 0) {
-    err << "oomharness " << command << ": bad --target-step " << *args.target_step << ": at least 0\n";
-    return std::nullopt;
-  }
-  if (args.step_base && *args.step_base != 0 && *args.step_base != 1) {
-    err << "oomharness " << command << ": bad --step-base " << *args.step_base << ": 0 or 1\n";
-    return std::nullopt;
-  }
+  if (read != args.job_flags.size()) throw std::logic_error("ExecArgs::job_flags holds a flag that the job table lacks");
+  if (!fields.name) fields.name = fs::path(args.command.front()).filename().string();
+  fields.argv = args.command;
+  // The same limits as a suite's name (load.cpp): one that can be printed and be a file name.
   if (auto problem = suite::name_problem(*fields.name)) {
     err << "oomharness " << command << ": bad --name '" << suite::printable(*fields.name) << "': it " << *problem << "\n";
     return std::nullopt;
-  }
-  fields.target_step = args.target_step;
-  fields.step_base = args.step_base;
-  if (!args.device.empty()) {
-    fields.device = device_choice_from_name(args.device);
-    if (!fields.device) {
-      err << "oomharness " << command << ": bad --device '" << args.device << "': auto, gpu or virtual\n";
-      return std::nullopt;
-    }
   }
   std::error_code cwd_error;
   fields.cwd = fs::current_path(cwd_error).string();

@@ -40,10 +40,10 @@ bool add_sweep_checks(JobSpec& job, std::ostream& err) {
   for (const char* text : {"no_hang", "memory_stable"}) {
     auto e = parse_expect_spec(text);
     if (!e) {  // the registry lost a check: a harness bug
-      err << "oomharness sweep: " << e.error << "\n";
+      err << "oomharness sweep: " << e.error() << "\n";
       return false;
     }
-    if (!has_policy(job, e.value->policy)) job.expect.push_back(std::move(*e.value));
+    if (!has_policy(job, e->policy)) job.expect.push_back(std::move(*e));
   }
   return true;
 }
@@ -68,9 +68,7 @@ std::optional<ExitCode> job_from_suite(const SweepArgs& args, std::optional<JobS
     err << "oomharness sweep: a suite's job or a command after --, not both\n";
     return ExitCode::usage_error;
   }
-  if (!e.cap.empty() || !e.cap_counts.empty() || !e.expects.empty() || !e.timeout.empty() || e.restart != 0 ||
-      !e.restart_on.empty() || e.clear_faults || e.target_step || e.step_base || !e.name.empty() || !e.env.empty() ||
-      !e.device.empty()) {
+  if (!e.job_flags.empty()) {
     err << "oomharness sweep: the job flags (--cap, --expect, --target-step, ...) describe a command's job; a "
            "suite's job says them in the suite\n";
     return ExitCode::usage_error;
@@ -87,11 +85,11 @@ std::optional<ExitCode> job_from_suite(const SweepArgs& args, std::optional<JobS
   } else {
     auto f = JobFilter::parse(args.filter);
     if (!f) {
-      err << "oomharness sweep: " << f.error << "\n";
+      err << "oomharness sweep: " << f.error() << "\n";
       return ExitCode::usage_error;
     }
     for (const auto& j : load->jobs)
-      if (f.value->matches(load->name, j.name)) chosen.push_back(j);
+      if (f->matches(load->name, j.name)) chosen.push_back(j);
   }
   if (chosen.size() != 1) {
     err << "oomharness sweep: " << (chosen.empty() ? "no job" : std::to_string(chosen.size()) + " jobs") << " of "
@@ -119,7 +117,7 @@ std::optional<ExitCode> complete_checks(JobSpec& job, const std::vector<int64_t>
       return ExitCode::usage_error;
     }
     auto completes = parse_expect_spec("completes");
-    job.expect.push_back(std::move(*completes.value));
+    job.expect.push_back(std::move(*completes));
   }
   if (job.target_step && *job.target_step < steps.back()) {
     err << who << ": --step " << steps.back() << " is after --target-step " << *job.target_step
@@ -257,7 +255,7 @@ std::optional<ExitCode> prepare_sweep(const SweepSetup& setup, const RunArgs& ru
       std::string text = site_fault_text(prepared.sites[si], mode, setup.transient_times);
       auto f = parse_fault_spec(text, "");
       if (!f) {
-        err << who << ": internal error: " << f.error << "\n";
+        err << who << ": internal error: " << f.error() << "\n";
         return ExitCode::internal_error;
       }
       JobSpec job = base;
@@ -265,8 +263,8 @@ std::optional<ExitCode> prepare_sweep(const SweepSetup& setup, const RunArgs& ru
       std::snprintf(name, sizeof name, "site%02zu-%s", si + 1, sweep_mode_name(mode));
       job.name = base.name + "-" + name;
       job.sweep.reset();
-      f.value->rule["name"] = f.value->name;
-      job.faults.push_back(std::move(*f.value));
+      f->rule["name"] = f->name;
+      job.faults.push_back(std::move(*f));
       if (packing_cap) job.memory.limit = packing_cap;
       set_golden_level(job, golden_held);
       if (auto problem = suite::check_fault_plan(job.plan())) {
@@ -339,7 +337,7 @@ ExitCode command_sweep(const SweepArgs& given, std::ostream& out, std::ostream& 
   if (!args.suite.empty()) {
     if (auto problem = job_from_suite(args, base, suite_dir, err)) return *problem;
   }
-  if (!args.exec.faults.empty()) {
+  if (args.exec.given("--fault")) {
     err << "oomharness sweep: --fault is not for sweep: it makes one fault per site itself (use "
            "oomharness exec --fault to run one)\n";
     return ExitCode::usage_error;

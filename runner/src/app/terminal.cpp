@@ -331,7 +331,7 @@ std::vector<std::string> explanation(const JobResult& job, int verbosity) {
     const AttemptResult& last = job.attempts.back();
     const std::string excerpt = output_excerpt(last, kOutputLines);
     if (!excerpt.empty() && excerpt != job.message) {  // a job that never started has the message as output
-      lines.push_back("    output of " + attempt_name(last.index) + " (" + last.outcome + "), last lines:");
+      lines.push_back("    output of " + attempt_name(last.index) + " (" + outcome_name(last.outcome) + "), last lines:");
       std::istringstream in(excerpt);
       for (std::string line; std::getline(in, line);) lines.push_back("    | " + line);
     }

@@ -1,11 +1,9 @@
 #include "suite/fault_rule.h"
 
 #include <algorithm>
-#include <cctype>
 #include <iterator>
 
 #include "engine/fault_plan.h"
-#include "oomharness/control_block.h"
 #include "suite/names.h"
 
 namespace oomh::suite {
@@ -55,26 +53,6 @@ std::optional<bool> cap_counts_footprint(const std::string& text) {
 
 std::vector<std::string> cap_counting_names() {
   return {inject::cap_counting_name(inject::CapCounting::allocations), inject::cap_counting_name(inject::CapCounting::footprint)};
-}
-
-void suggest_choice(Error& problem, const std::string& written) {
-  const auto& path = problem.path;
-  std::vector<std::string> choices;
-  if (!path.empty() && path.back() == "phase") {
-    for (const NameEntry<Phase>& e : kPhases)  // a rule names a phase the probe reports: never `none`
-      if (e.value != Phase::none) choices.emplace_back(e.name);
-  } else if ((!path.empty() && path.back() == "entry") || (path.size() >= 2 && path[path.size() - 2] == "entry")) {
-    choices = names(inject::kEntryChoices);
-  } else if (!path.empty() && path.back() == "memory") {
-    choices = names(inject::kMemoryChoices);
-  }
-  if (problem.kind == Error::Kind::unknown_key || choices.empty() || problem.message.rfind("unknown", 0) != 0) return;
-  std::string near = nearest_name(written, choices);
-  if (near.empty()) return;
-  // "unknown phase "forwards" (did you mean 'forward'?; use forward, backward, ...)"
-  size_t use = problem.message.find(" (use ");
-  if (use != std::string::npos) problem.message.replace(use, 6, " (did you mean '" + near + "'?; use ");
-  else problem.suggestion = " (did you mean '" + near + "'?)";
 }
 
 }  // namespace oomh::suite

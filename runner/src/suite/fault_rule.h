@@ -15,8 +15,9 @@ namespace oomh::suite {
 
 // The rule as the shim reads it (sizes in bytes, times in seconds), or the shim's Error (Note [One result
 // type] in include/oomharness/expected.h): its path relative to the rule ({"when", "steps", "from"},
-// {"fail"}, {"when", "entry", "1"}; for an unknown key, ending at the key), its words, and for a misspelt
-// key the suggestion from the keys the shim's table allows.
+// {"fail"}, {"when", "entry", "1"}; for an unknown key, ending at the key), its words, and its suggestion:
+// for a misspelt key, from the keys the shim's table allows; for a value outside a closed set (a phase, an
+// entry point, a memory kind), the shim's own " (did you mean 'forward'?; use forward, backward, ...)".
 Expected<nlohmann::json> check_fault_rule(const nlohmann::json& rule);
 
 // The whole plan of a job (its rules and caps), checked by the shim's parser: its problem, or nullopt.
@@ -29,8 +30,5 @@ std::vector<std::string> cap_counting_names();
 
 // The keys a map at `path` of a rule may have (the shim's table): {} -> name, when, fail; {"when"} -> ...
 std::vector<std::string> rule_keys_at(const std::vector<std::string>& path);
-
-// Adds " (did you mean 'x'?)" to a problem with a misspelt phase or entry point, given the value written.
-void suggest_choice(Error& problem, const std::string& written);
 
 }  // namespace oomh::suite

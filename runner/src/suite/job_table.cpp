@@ -3,11 +3,16 @@
 #include "suite/job_table.h"
 
 #include <algorithm>
+#include <cctype>
+#include <charconv>
 #include <iterator>
-#include <stdexcept>
 
 #include "oomharness/runner/model.h"
+#include "oomharness/runner/name_tables.h"
+#include "oomharness/units.h"
+#include "suite/fault_rule.h"
 #include "suite/loader.h"
+#include "suite/names.h"
 
 namespace oomh::suite {
 
@@ -96,59 +101,163 @@ void build_step_base(JobSpec& j, const JobFields& f) { j.step_base = f.step_base
 void build_ranks(JobSpec& j, const JobFields& f) { j.ranks = f.ranks.value_or(j.ranks); }
 void build_sweep(JobSpec& j, const JobFields& f) { j.sweep = f.sweep; }
 
+// ---- the readers of exec's job flags: a flag's values as written (the last counts for a flag taken once),
+// the problem as "oomharness exec: " goes on to say it. The limits are the suite's (load.cpp).
+
+using Problem = std::optional<std::string>;
+
+// A whole number; the command-line parser has checked it already (FlagTakes::integer).
+std::optional<int64_t> whole_number(const std::string& text) {
+  int64_t n = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return n;
+}
+
+Problem flag_name(JobFields& f, const std::vector<std::string>& v) {
+  f.name = v.back();  // checked by job_from_exec_args with the name it makes when none is given
+  return std::nullopt;
+}
+Problem flag_env(JobFields& f, const std::vector<std::string>& v) {
+  for (const std::string& kv : v) {
+    size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) return "bad --env '" + kv + "': write NAME=VALUE";
+    f.env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return std::nullopt;
+}
+Problem flag_timeout(JobFields& f, const std::vector<std::string>& v) {
+  Expected<double> t = parse_duration(v.back());
+  if (!t || *t <= 0)
+    return "bad --timeout: " + (t ? "bad duration '" + v.back() + "': it must be more than 0" : t.error().str());
+  f.timeout = *t;
+  return std::nullopt;
+}
+Problem flag_device(JobFields& f, const std::vector<std::string>& v) {
+  f.device = device_choice_from_name(v.back());
+  if (!f.device) return "bad --device '" + v.back() + "': " + names_text(kDevices, ", ", " or ");
+  return std::nullopt;
+}
+Problem flag_cap(JobFields& f, const std::vector<std::string>& v) {
+  Expected<double> cap = parse_bytes(v.back());
+  if (!cap) return "bad --cap: " + cap.error().str();
+  f.memory.limit = static_cast<uint64_t>(*cap);
+  return std::nullopt;
+}
+Problem flag_cap_counts(JobFields& f, const std::vector<std::string>& v) {
+  f.memory.counts_footprint = cap_counts_footprint(v.back());
+  if (!f.memory.counts_footprint) return "bad --cap-counts '" + v.back() + "': " + join(cap_counting_names(), " or ");
+  return std::nullopt;
+}
+Problem flag_restart(JobFields& f, const std::vector<std::string>& v) {
+  std::optional<int64_t> n = whole_number(v.back());
+  if (!n || *n < 0 || *n > 1000) return "bad --restart " + v.back() + ": from 0 to 1000";
+  f.restart.max = static_cast<int>(*n);
+  return std::nullopt;
+}
+// The reasons given replace the default (`oom`), as `restart: {on: [...]}` does in a suite.
+Problem flag_restart_on(JobFields& f, const std::vector<std::string>& v) {
+  f.restart.on.emplace();
+  size_t start = 0;
+  while (start <= v.back().size()) {
+    size_t comma = std::min(v.back().find(',', start), v.back().size());
+    std::string on = v.back().substr(start, comma - start);
+    auto space = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
+    on.erase(on.begin(), std::find_if_not(on.begin(), on.end(), space));
+    on.erase(std::find_if_not(on.rbegin(), on.rend(), space).base(), on.end());
+    if (!value_named(kRestartReasons, on)) {
+      const std::string near = suggest_name(kRestartReasons, on);
+      return "bad --restart-on '" + v.back() + "': '" + on + "' is not one of " + names_text(kRestartReasons) +
+             (near.empty() ? "" : " (did you mean '" + near + "'?)");
+    }
+    f.restart.on->push_back(on);
+    start = comma + 1;
+  }
+  return std::nullopt;
+}
+Problem flag_clear_faults(JobFields& f, const std::vector<std::string>& v) {
+  f.restart.clear_faults = v.back() == "true";
+  return std::nullopt;
+}
+Problem flag_target_step(JobFields& f, const std::vector<std::string>& v) {
+  std::optional<int64_t> n = whole_number(v.back());
+  if (!n || *n < 0) return "bad --target-step " + v.back() + ": at least 0";
+  f.target_step = *n;
+  return std::nullopt;
+}
+Problem flag_step_base(JobFields& f, const std::vector<std::string>& v) {
+  std::optional<int64_t> n = whole_number(v.back());
+  if (!n || (*n != 0 && *n != 1)) return "bad --step-base " + v.back() + ": 0 or 1";
+  f.step_base = static_cast<int>(*n);
+  return std::nullopt;
+}
+
 constexpr JobFlag none{};
+constexpr FlagTakes text = FlagTakes::text, integer = FlagTakes::integer, repeated = FlagTakes::repeated,
+                    nothing = FlagTakes::nothing;
 
 // In JobFields' order (which is JobSpec's): the loader reads the keys in the file's order, so the table's
 // order only shows in `dev job-keys` and in build_job, whose rows are independent of one another.
 constexpr JobKey kJobKeys[] = {
     {"name", "text; may name matrix variables", "", "the job's name, unique in the suite", false, &Loader::read_name,
-     merge_name, build_name, {{{"--name", "The job's name in reports (default: the command's name)"}, none, none}}},
+     merge_name, build_name, {{{"--name", "The job's name in reports (default: the command's name)", text, flag_name}, none, none}}, ""},
     {"run", "a command: one string (split like a shell's words) or a list of strings", "",
-     "the command to run; exec takes it after --", false, &Loader::read_run, merge_argv, build_argv, {}},
+     "the command to run; exec takes it after --", false, &Loader::read_run, merge_argv, build_argv, {},
+     "exec takes the command after --"},
     {"shell", "true or false", "false", "run `run` with /bin/sh -c", true, &Loader::read_shell, merge_shell,
-     build_shell, {}},
+     build_shell, {}, "exec runs the command after -- as given: write sh -c '...' there for a shell"},
     {"cwd", "a folder; relative to the suite's", "the suite's folder (exec: the current one)",
-     "the job's working folder", true, &Loader::read_cwd, merge_cwd, build_cwd, {}},
+     "the job's working folder", true, &Loader::read_cwd, merge_cwd, build_cwd, {},
+     "exec runs the command in the current folder"},
     {"env", "a map of NAME: value", "", "variables added to the job's environment", true, &Loader::read_env,
-     merge_env, build_env, {{{"--env", "NAME=VALUE for the job's environment (repeatable)"}, none, none}}},
+     merge_env, build_env, {{{"--env", "NAME=VALUE for the job's environment (repeatable)", repeated, flag_env}, none, none}}, ""},
     {"timeout", "a duration (30s, 10m)", "10m", "how long an attempt may run before it is stopped", true,
      &Loader::read_timeout, merge_timeout, build_timeout,
-     {{{"--timeout", "Stop the job after this long: 30s, 10m (default 10m)"}, none, none}}},
+     {{{"--timeout", "Stop the job after this long: 30s, 10m (default 10m)", text, flag_timeout}, none, none}}, ""},
     {"grace", "a duration", "5s", "time between SIGTERM and SIGKILL", true, &Loader::read_grace, merge_grace,
-     build_grace, {}},
+     build_grace, {}, "exec keeps the default grace; a suite gives another"},
     {"probe", "auto, python or none", "auto", "whether the Python probe is put into the job", true,
-     &Loader::read_probe, merge_probe, build_probe, {}},
+     &Loader::read_probe, merge_probe, build_probe, {}, "exec keeps the default (auto); a suite chooses otherwise"},
     {"device", "auto, gpu or virtual", "auto", "where the job's CUDA work runs", true, &Loader::read_device,
      merge_device, build_device,
-     {{{"--device", "Where the job's CUDA work runs: auto (default), gpu or virtual"}, none, none}}},
+     {{{"--device", "Where the job's CUDA work runs: auto (default), gpu or virtual", text, flag_device}, none, none}}, ""},
     {"observe", "a map of key: regular expression with one capture group", "", "values read from the job's output",
-     true, &Loader::read_observe, merge_observe, build_observe, {}},
+     true, &Loader::read_observe, merge_observe, build_observe, {}, "a map of patterns is a suite's to write"},
     {"memory", "a map: limit, counts, schedule, reserve, leave, reserve_chunk, snapshot, per", "no cap, nothing reserved",
      "the cap the shim applies and the memory the sidecar holds", true, &Loader::read_memory, merge_memory, build_memory,
-     {{{"--cap", "Make every GPU look this big to the job: 8GiB, 512MiB"},
-       {"--cap-counts", "What the cap counts: allocations (default) or footprint (the CUDA context and driver memory too)"},
-       none}}},
+     {{{"--cap", "Make every GPU look this big to the job: 8GiB, 512MiB", text, flag_cap},
+       {"--cap-counts", "What the cap counts: allocations (default) or footprint (the CUDA context and driver memory too)",
+        text, flag_cap_counts},
+       none}},
+     ""},
     {"faults", "a list of fault rules (docs/fault-plan.md)", "none", "the allocations the shim fails", true,
      &Loader::read_faults, merge_faults, build_faults,
-     {{{"--fault", "A fault rule: step=5,times=4 | every=10,min_size=64MiB | ... (repeatable)"}, none, none}}},
+     {{{"--fault", "A fault rule: step=5,times=4 | every=10,min_size=64MiB | ... (repeatable)", repeated, nullptr}, none,
+       none}},
+     ""},
     {"restart", "a map: max, on, clear_faults, scope", "max 0, on oom", "when a job that died is started again", true,
      &Loader::read_restart, merge_restart, build_restart,
-     {{{"--restart", "Restart the job up to N times when it dies (default 0)"},
-       {"--restart-on", "What restarts it: oom, nonzero, signal, any (comma list; default oom)"},
-       {"--clear-faults", "Restarted attempts run without the faults"}}}},
+     {{{"--restart", "Restart the job up to N times when it dies (default 0)", integer, flag_restart},
+       {"--restart-on", "What restarts it: oom, nonzero, signal, any (comma list; default oom)", text, flag_restart_on},
+       {"--clear-faults", "Restarted attempts run without the faults", nothing, flag_clear_faults}}},
+     ""},
     {"expect", "a list of checks (docs/policies.md)", "none", "the recovery checks the job's trace must pass", true,
      &Loader::read_expect, merge_expect, build_expect,
-     {{{"--expect", "A check: batch_halving:factor=0.5,min=8 | exit=0 | ... (repeatable)"}, none, none}}},
+     {{{"--expect", "A check: batch_halving:factor=0.5,min=8 | exit=0 | ... (repeatable)", repeated, nullptr}, none, none}},
+     ""},
     {"target_step", "an integer, 0 or more", "completes' steps", "the step training must reach", true,
      &Loader::read_target_step, merge_target_step, build_target_step,
-     {{{"--target-step", "The step training must reach"}, none, none}}},
+     {{{"--target-step", "The step training must reach", integer, flag_target_step}, none, none}}, ""},
     {"step_base", "0 or 1", "1", "the number of the first training step in the code's own log (Note [Step numbering])",
      true, &Loader::read_step_base, merge_step_base, build_step_base,
-     {{{"--step-base", "The number of the first training step in the code's own log: 0 or 1 (default 1)"}, none, none}}},
+     {{{"--step-base", "The number of the first training step in the code's own log: 0 or 1 (default 1)", integer,
+        flag_step_base},
+       none, none}},
+     ""},
     {"ranks", "an integer from 1", "1", "distributed processes per attempt", true, &Loader::read_ranks, merge_ranks,
-     build_ranks, {}},
+     build_ranks, {}, "not yet: a distributed job is a suite's (docs/distributed.md, what is not done)"},
     {"sweep", "a map: step, modes, transient_times (docs/sweep.md)", "none", "what `oomharness sweep` sweeps", true,
-     &Loader::read_sweep, merge_sweep, build_sweep, {}},
+     &Loader::read_sweep, merge_sweep, build_sweep, {}, "oomharness sweep has its own flags (--step, --modes, --transient-times)"},
 };
 
 // Every member of JobFields is one row; JobSpec has those and three that no key gives: hang_stall (from
@@ -174,11 +283,11 @@ std::vector<std::string> job_key_names() {
   return out;
 }
 
-std::string job_flag_help(std::string_view flag) {
+const JobFlag* find_job_flag(std::string_view flag) {
   for (const JobKey& k : kJobKeys)
     for (const JobFlag& f : k.flags)
-      if (!f.name.empty() && f.name == flag) return std::string(f.help);
-  throw std::logic_error("no job flag " + std::string(flag) + " in the job table");
+      if (!f.name.empty() && f.name == flag) return &f;
+  return nullptr;
 }
 
 }  // namespace oomh::suite

@@ -8,8 +8,13 @@
 // - the keys a suite's job may have, and so the "did you mean" for a misspelt one (Reader::map);
 // - which keys `defaults:` may not give (name, run);
 // - merge and build_job (job_fields.cpp), walked row by row;
-// - the help of exec's job flags (cli.cpp), and `oomharness dev job-keys`, which prints the table as JSON
-//   for tests/python's check of the pytest plugin's arguments.
+// - exec's job flags (and sweep's, budget's, predict's): cli.cpp binds each row's flags as their JobFlag
+//   says they are written, with their help, and job_from_exec_args (run_command.cpp) hands each flag given
+//   to its reader, so that a row with a flag is an `exec` flag at once;
+// - `oomharness dev job-keys`, which prints the table as JSON for tests/python's check of the pytest
+//   plugin's arguments.
+// A row without a flag says why in `no_flag` (exec takes the command after --, runs in the current
+// folder, ...); job_table_test.cpp fails for a row that has neither.
 // Compile-time checks in job_table.cpp stop the build when JobFields or JobSpec gain a member that the
 // table does not name (field_count, as the model codec does: Note [One codec per boundary type]), and
 // tests/runner/suite/job_table_test.cpp checks that each row's build and merge carry its field.
@@ -17,6 +22,7 @@
 // members that follow from other fields (hang_stall, the target step from `completes`) in build_job.
 
 #include <array>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -31,11 +37,31 @@ struct Partial;
 struct Entry;
 struct Field;
 
+// How a job flag is written on the command line; cli.cpp binds it so.
+enum class FlagTakes {
+  text,      // --cap 8GiB: one value
+  integer,   // --restart 2: one whole number, which the command-line parser checks
+  repeated,  // --env A=1 --env B=2: one value per use
+  nothing,   // --clear-faults: a switch; its value reads "true"
+};
+
+// Reads one flag's values as written (one per use) into the fields. Returns the problem as the command
+// says it after "oomharness exec: " ("bad --cap: ..."), or nullopt.
+using FlagReader = std::optional<std::string> (*)(JobFields& fields, const std::vector<std::string>& values);
+
 // One flag of `oomharness exec` (and sweep, budget, predict) that sets a job key.
 struct JobFlag {
   std::string_view name;  // "--cap"; "" ends a row's list
   std::string_view help;
+  FlagTakes takes;
+  FlagReader read;        // nullptr for the flags of kFlagsReadByTheApp
 };
+
+// The job flags whose values the app layer reads, not a FlagReader: `--fault` and `--expect` are parsed by
+// the command line's spec parsers (cli_specs.h: parse_fault_spec, parse_expect_spec), which translate
+// their own compact syntax and name its keys as written on the command line. Their rows still give their
+// name, help and how they are written; job_from_exec_args (run_command.cpp) reads them in the table's order.
+inline constexpr std::string_view kFlagsReadByTheApp[] = {"--fault", "--expect"};
 
 struct JobKey {
   std::string_view key;           // as a suite writes it: "timeout"
@@ -47,14 +73,14 @@ struct JobKey {
   void (*merge)(JobFields& base, const JobFields& over);  // `over`'s value laid over `base`'s
   void (*build)(JobSpec& job, const JobFields& fields);   // the default applied once
   std::array<JobFlag, 3> flags;
+  std::string_view no_flag;       // why exec has no flag for the key; "" when it has one
 };
 
 std::span<const JobKey> job_keys();
 const JobKey* find_job_key(std::string_view key);
 std::vector<std::string> job_key_names();
 
-// The help of one of exec's job flags; throws std::logic_error for a flag the table does not have (a
-// programming error, caught by every test that builds the command line).
-std::string job_flag_help(std::string_view flag);
+// One of exec's job flags ("--cap"), or nullptr.
+const JobFlag* find_job_flag(std::string_view flag);
 
 }  // namespace oomh::suite

@@ -581,7 +581,6 @@ void Loader::report_rule_problem(Error problem, const YAML::Node& item, const Fi
         return;
       }
   }
-  if (node.IsScalar()) suggest_choice(problem, node.Scalar());
   d_.error(d_.at(node), field.str() + ": " + problem.message + problem.suggestion);
 }
 

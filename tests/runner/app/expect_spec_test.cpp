@@ -9,14 +9,14 @@ namespace {
 
 ExpectSpec ok(const std::string& text) {
   auto r = parse_expect_spec(text);
-  EXPECT_TRUE(r) << r.error;
-  return r ? *r.value : ExpectSpec{};
+  EXPECT_TRUE(r) << r.error();
+  return r ? *r : ExpectSpec{};
 }
 
 std::string error_of(const std::string& text) {
   auto r = parse_expect_spec(text);
   EXPECT_FALSE(r) << "expected an error for '" << text << "'";
-  return r.error;
+  return r.error();
 }
 
 TEST(ExpectSpec, KeywordArguments) {

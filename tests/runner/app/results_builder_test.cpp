@@ -105,26 +105,26 @@ TEST(JobStatusTest, WithoutVerdictsTheLastExitDecides) {
 
 TEST(AttemptOutcome, Strings) {
   Attempt a = attempt(0, 0, 1, 0, {});
-  EXPECT_EQ(attempt_outcome(a), "ok");
+  EXPECT_EQ(outcome_name(attempt_outcome(a)), "ok");
   a.exit_code = 1;
-  EXPECT_EQ(attempt_outcome(a), "nonzero");
+  EXPECT_EQ(outcome_name(attempt_outcome(a)), "nonzero");
   a.oom_message = true;  // issue 26: a message alone is no OOM the trace records (Note [An OOM is an event])
-  EXPECT_EQ(attempt_outcome(a), "nonzero");
+  EXPECT_EQ(outcome_name(attempt_outcome(a)), "nonzero");
   a.events = {inject(0.5, 3)};  // beside a refusal of the shim that no step got past, it is
-  EXPECT_EQ(attempt_outcome(a), "oom");
+  EXPECT_EQ(outcome_name(attempt_outcome(a)), "oom");
   Attempt s = attempt(0, 0, 1, std::nullopt, {});
   s.end_kind = AttemptEnd::signalled;
   s.signal = SIGSEGV;
-  EXPECT_EQ(attempt_outcome(s), "signal");
+  EXPECT_EQ(outcome_name(attempt_outcome(s)), "signal");
   s.signal = SIGABRT;
   s.events = {oom(0.5, 3, false)};  // an uncaught c10::OutOfMemoryError aborts
-  EXPECT_EQ(attempt_outcome(s), "oom");
+  EXPECT_EQ(outcome_name(attempt_outcome(s)), "oom");
   s.end_kind = AttemptEnd::timed_out;
-  EXPECT_EQ(attempt_outcome(s), "timeout");
+  EXPECT_EQ(outcome_name(attempt_outcome(s)), "timeout");
   s.end_kind = AttemptEnd::interrupted;
-  EXPECT_EQ(attempt_outcome(s), "interrupted");
+  EXPECT_EQ(outcome_name(attempt_outcome(s)), "interrupted");
   s.end_kind = AttemptEnd::failed_to_start;
-  EXPECT_EQ(attempt_outcome(s), "failed_to_start");
+  EXPECT_EQ(outcome_name(attempt_outcome(s)), "failed_to_start");
 }
 
 TEST(FaultRecords, VisibleWhenAnOomFollowsBeforeTheNextStep) {
@@ -269,11 +269,11 @@ TEST(BuildJobResult, WholeResult) {
   EXPECT_EQ(r.gpu, 1);
   EXPECT_NEAR(r.duration, 6.0, 1e-9);
   ASSERT_EQ(r.attempts.size(), 2u);
-  EXPECT_EQ(r.attempts[0].outcome, "oom");
+  EXPECT_EQ(outcome_name(r.attempts[0].outcome), "oom");
   EXPECT_EQ(r.attempts[0].last_step, 2);
   EXPECT_EQ(r.attempts[0].output_tail, "CUDA out of memory");
   EXPECT_EQ(r.attempts[0].log_path, "/tmp/log0");
-  EXPECT_EQ(r.attempts[1].outcome, "ok");
+  EXPECT_EQ(outcome_name(r.attempts[1].outcome), "ok");
   EXPECT_EQ(r.attempts[1].last_step, 4);
   EXPECT_NEAR(r.attempts[1].start, 2.5, 1e-9);
   ASSERT_EQ(r.faults.size(), 1u);

@@ -25,8 +25,8 @@ Outcome through_fault_text(const std::string& spec) {
   Outcome o;
   auto f = parse_fault_spec(spec, "r");
   o.accepted = static_cast<bool>(f);
-  if (f) o.rule = f.value->rule;
-  else o.error = f.error;
+  if (f) o.rule = f->rule;
+  else o.error = f.error();
   return o;
 }
 

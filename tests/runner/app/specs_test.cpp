@@ -9,14 +9,14 @@ namespace {
 
 nlohmann::json rule_of(const std::string& spec) {
   auto r = parse_fault_spec(spec, "");
-  EXPECT_TRUE(r) << r.error;
-  return r ? r.value->rule : nlohmann::json();
+  EXPECT_TRUE(r) << r.error();
+  return r ? r->rule : nlohmann::json();
 }
 
 std::string error_of(const std::string& spec) {
   auto r = parse_fault_spec(spec, "");
-  EXPECT_FALSE(r) << "expected an error for '" << spec << "', got " << (r ? r.value->rule.dump() : "");
-  return r.error;
+  EXPECT_FALSE(r) << "expected an error for '" << spec << "', got " << (r ? r->rule.dump() : "");
+  return r.error();
 }
 
 TEST(FaultSpec, StepWithTimes) {
@@ -59,7 +59,7 @@ TEST(FaultSpec, StepsRangesPhaseEntriesAndName) {
   EXPECT_EQ(rule["name"], "bwd");
   auto named = parse_fault_spec("step=1", "cli-1");
   ASSERT_TRUE(named);
-  EXPECT_EQ(named.value->name, "cli-1");
+  EXPECT_EQ(named->name, "cli-1");
 }
 
 TEST(FaultSpec, ErrorsQuoteTheSpec) {
@@ -96,8 +96,8 @@ TEST(FaultSpec, ErrorsQuoteTheSpec) {
 
 bool k(const std::string& expr, const std::string& suite, const std::string& job) {
   auto f = JobFilter::parse(expr);
-  EXPECT_TRUE(f) << f.error;
-  return f && f.value->matches(suite, job);
+  EXPECT_TRUE(f) << f.error();
+  return f && f->matches(suite, job);
 }
 
 TEST(JobFilterTest, SubstringIgnoresCase) {
@@ -129,7 +129,7 @@ TEST(JobFilterTest, BadExpressions) {
   for (const char* bad : {"", "and", "a and", "(a or b", "a b", "not", "a or )"}) {
     auto f = JobFilter::parse(bad);
     EXPECT_FALSE(f) << "'" << bad << "' parsed";
-    EXPECT_EQ(f.error.rfind(std::string("bad -k '") + bad + "'", 0), 0u) << f.error;
+    EXPECT_EQ(f.error().rfind(std::string("bad -k '") + bad + "'", 0), 0u) << f.error();
   }
 }
 

@@ -122,9 +122,9 @@ TEST(SweepSites, EachModesFaultIsARuleTheSchemaAccepts) {
   EXPECT_EQ(site_fault_text(site, SweepMode::persistent, 2), "step=3,nth=7,until_freed=1");
   for (SweepMode m : {SweepMode::transient, SweepMode::persistent}) {
     auto f = parse_fault_spec(site_fault_text(site, m, 3), "");
-    ASSERT_TRUE(f.value) << f.error;
-    EXPECT_EQ(f.value->rule["when"]["nth"], 7);
-    EXPECT_EQ(f.value->rule["when"]["step"], 3);
+    ASSERT_TRUE(f) << f.error();
+    EXPECT_EQ(f->rule["when"]["nth"], 7);
+    EXPECT_EQ(f->rule["when"]["step"], 3);
   }
   EXPECT_EQ(sweep_mode_from_name("persistent"), SweepMode::persistent);
   EXPECT_FALSE(sweep_mode_from_name("forever"));
@@ -134,7 +134,7 @@ JobResult job_with(JobStatus status, const char* last_outcome, int visible_fault
   JobResult j;
   j.status = status;
   AttemptResult a;
-  a.outcome = last_outcome;
+  a.outcome = *value_named(kAttemptOutcomes, last_outcome);
   j.attempts.push_back(a);
   for (int i = 0; i < visible_faults; ++i) {
     FaultRecord f;

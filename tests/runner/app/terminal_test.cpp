@@ -227,7 +227,7 @@ TEST(Terminal, FailedAndErredJobsShowTheirLastOutputLines) {
   crashed.attempts.resize(2);
   crashed.attempts[0].output_tail = "the first attempt's output\n";
   crashed.attempts[1].index = 1;
-  crashed.attempts[1].outcome = "nonzero";
+  crashed.attempts[1].outcome = AttemptOutcome::nonzero;
   for (int i = 1; i <= 12; ++i) crashed.attempts[1].output_tail += "line " + std::to_string(i) + "\n";
   crashed.attempts[1].output_tail += "\033[31mModuleNotFoundError: No module named 'torch'\033[0m\n";
   JobResult failed = crashed;

@@ -2,8 +2,14 @@
 // field through merge and build_job, and the keys a suite may use are the table's. A member added to
 // JobFields or JobSpec without a row stops the build in job_table.cpp (its static_asserts).
 
+#include <algorithm>
+#include <iterator>
+#include <map>
+#include <optional>
 #include <set>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -87,9 +93,82 @@ TEST(JobTable, ASuiteAcceptsEveryKeyAndSuggestsFromTheTable) {
   EXPECT_EQ(find_job_key("tiemout"), nullptr);
 }
 
-TEST(JobTable, FlagsHaveHelp) {
-  EXPECT_EQ(job_flag_help("--cap"), "Make every GPU look this big to the job: 8GiB, 512MiB");
-  EXPECT_THROW(job_flag_help("--nope"), std::logic_error);
+// A value for each flag that has a reader, not the default. A flag added to the table without one here
+// fails FlagsSetTheirRowsField.
+const std::map<std::string_view, std::vector<std::string>> kFlagSamples = {
+    {"--name", {"n"}},         {"--env", {"A=1", "B=2"}},     {"--timeout", {"30s"}},     {"--device", {"virtual"}},
+    {"--cap", {"1GiB"}},       {"--cap-counts", {"footprint"}}, {"--restart", {"2"}},     {"--restart-on", {"oom, signal"}},
+    {"--clear-faults", {"true"}}, {"--target-step", {"5"}},     {"--step-base", {"0"}},
+};
+
+bool read_by_the_app(std::string_view flag) {
+  return std::find(std::begin(kFlagsReadByTheApp), std::end(kFlagsReadByTheApp), flag) != std::end(kFlagsReadByTheApp);
+}
+
+// Note [One table of job fields]: a row gives `exec` its flag, or says why it has none; a row that has
+// neither was added without deciding, and fails here.
+TEST(JobTable, EveryRowHasAnExecFlagOrSaysWhyNot) {
+  std::set<std::string> flags;
+  for (const JobKey& row : job_keys()) {
+    size_t n = 0;
+    for (const JobFlag& f : row.flags) {
+      if (f.name.empty()) continue;
+      ++n;
+      EXPECT_TRUE(flags.insert(std::string(f.name)).second) << f.name << " twice";
+      EXPECT_EQ(f.name.rfind("--", 0), 0u) << f.name;
+      EXPECT_FALSE(f.help.empty()) << f.name;
+      // Each flag has a reader, or is one of the two the app layer parses (kFlagsReadByTheApp).
+      EXPECT_NE(f.read != nullptr, read_by_the_app(f.name)) << f.name << ": a reader, or a name in kFlagsReadByTheApp";
+    }
+    EXPECT_NE(n > 0, !row.no_flag.empty()) << "row '" << row.key << "': give it an exec flag, or say in no_flag why it has none";
+  }
+  for (std::string_view f : kFlagsReadByTheApp) EXPECT_NE(find_job_flag(f), nullptr) << f;
+  EXPECT_EQ(find_job_flag("--nope"), nullptr);
+  EXPECT_EQ(find_job_flag("--cap")->help, "Make every GPU look this big to the job: 8GiB, 512MiB");
+}
+
+// Each reader sets its own row's field: the job built from it differs from the plain one in that member
+// alone (the member JobSpec's JSON names it by).
+TEST(JobTable, FlagsSetTheirRowsField) {
+  const nlohmann::json plain = as_json(build_job(JobFields{}));
+  const std::map<std::string_view, std::string> member = {{"name", "name"}, {"env", "env"},       {"timeout", "timeout"},
+                                                          {"device", "device"}, {"memory", "memory"}, {"restart", "restart"},
+                                                          {"target_step", "target_step"}, {"step_base", "step_base"}};
+  for (const JobKey& row : job_keys())
+    for (const JobFlag& f : row.flags) {
+      if (f.name.empty() || !f.read) continue;
+      auto sample = kFlagSamples.find(f.name);
+      ASSERT_NE(sample, kFlagSamples.end()) << f.name << ": give it a sample value in kFlagSamples";
+      JobFields fields;
+      std::optional<std::string> problem = f.read(fields, sample->second);
+      ASSERT_FALSE(problem) << f.name << ": " << *problem;
+      const nlohmann::json built = as_json(build_job(fields));
+      std::vector<std::string> changed;
+      for (auto it = built.begin(); it != built.end(); ++it)
+        if (it.value() != plain[it.key()]) changed.push_back(it.key());
+      ASSERT_EQ(changed.size(), 1u) << f.name << " changed " << built.dump();
+      ASSERT_TRUE(member.count(row.key)) << row.key;
+      EXPECT_EQ(changed[0], member.at(row.key)) << f.name;
+    }
+}
+
+TEST(JobTable, FlagReadersSayWhatIsWrong) {
+  auto problem = [](std::string_view flag, std::vector<std::string> values) {
+    JobFields fields;
+    std::optional<std::string> p = find_job_flag(flag)->read(fields, values);
+    return p.value_or("");
+  };
+  EXPECT_EQ(problem("--restart-on", {"oom,sgnal"}),
+            "bad --restart-on 'oom,sgnal': 'sgnal' is not one of oom, nonzero, signal, any (did you mean 'signal'?)");
+  EXPECT_EQ(problem("--restart-on", {"zzz"}), "bad --restart-on 'zzz': 'zzz' is not one of oom, nonzero, signal, any");
+  EXPECT_EQ(problem("--restart", {"1001"}), "bad --restart 1001: from 0 to 1000");
+  EXPECT_EQ(problem("--step-base", {"2"}), "bad --step-base 2: 0 or 1");
+  EXPECT_EQ(problem("--device", {"cpu"}), "bad --device 'cpu': auto, gpu or virtual");
+  EXPECT_EQ(problem("--cap-counts", {"all"}), "bad --cap-counts 'all': allocations or footprint");
+  EXPECT_EQ(problem("--env", {"A=1", "=2"}), "bad --env '=2': write NAME=VALUE");
+  JobFields fields;
+  ASSERT_FALSE(find_job_flag("--restart-on")->read(fields, {" nonzero ,signal"}));
+  EXPECT_EQ(fields.restart.on, (std::vector<std::string>{"nonzero", "signal"}));
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "oomharness/name_table.h"
 #include "oomharness/policies/findings.h"
 #include "oomharness/policies/trace.h"
 #include "oomharness/policies/verdict.h"
@@ -21,6 +22,21 @@ inline constexpr int kResultsSchemaVersion = 1;
 enum class JobStatus { passed, failed, error, skipped, inconclusive, interrupted };
 const char* to_string(JobStatus s);
 std::optional<JobStatus> job_status_from_string(const std::string& s);
+
+// How an attempt, or one rank of it, ended: results.json's `outcome` (Note [Name tables] in
+// oomharness/name_table.h). The results builder names each attempt from this table, the reader refuses a
+// name it lacks, and tests/reports/result_test.cpp checks docs/results-schema.json's enums against it.
+enum class AttemptOutcome { ok, oom, nonzero, signal, timeout, interrupted, failed_to_start };
+inline constexpr NameTable<AttemptOutcome, 7> kAttemptOutcomes{{
+    {AttemptOutcome::ok, "ok", "exited with code 0"},
+    {AttemptOutcome::oom, "oom", "died of an out-of-memory error (its exit or the signal that ended it)"},
+    {AttemptOutcome::nonzero, "nonzero", "exited with a code other than 0, not after an out-of-memory error"},
+    {AttemptOutcome::signal, "signal", "a signal killed it, not after an out-of-memory error"},
+    {AttemptOutcome::timeout, "timeout", "the runner stopped it at its timeout"},
+    {AttemptOutcome::interrupted, "interrupted", "the run was interrupted while it ran"},
+    {AttemptOutcome::failed_to_start, "failed_to_start", "its command could not be started"},
+}};
+inline std::string outcome_name(AttemptOutcome o) { return std::string(name_of(kAttemptOutcomes, o)); }
 
 struct FaultRecord {
   int attempt = 0;
@@ -52,7 +68,7 @@ struct Marker {               // what the timeline chart marks
 // One rank of a distributed job's attempt (Note [Ranks] in policies' trace.h).
 struct RankResult {
   int rank = 0;
-  std::string outcome;        // as AttemptResult's
+  AttemptOutcome outcome = AttemptOutcome::ok;
   std::optional<int> exit_code;
   std::optional<int> signal;
   int64_t last_step = -1;
@@ -64,7 +80,7 @@ struct AttemptResult {
   int index = 0;              // from 0, as data; people read attempt_name(index)
   double start = 0;           // seconds since the job started
   double duration = 0;
-  std::string outcome;        // "ok", "oom", "nonzero", "signal", "timeout", "interrupted", "failed_to_start"
+  AttemptOutcome outcome = AttemptOutcome::ok;
   std::optional<int> exit_code;
   std::optional<int> signal;
   bool faults_enabled = true;

@@ -4,35 +4,33 @@
 // never throw. docs/cli.md documents the syntax; tests/runner/app/specs_test.cpp holds the examples.
 
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
+#include "oomharness/expected.h"
 #include "oomharness/runner/suite.h"
 
 namespace oomh {
 
-template <class T>
-struct SpecResult {
-  std::optional<T> value;
-  std::string error;  // "bad --fault 'stpe=5': unknown key 'stpe' (did you mean 'step'?)"
-  explicit operator bool() const { return value.has_value(); }
-};
+// The parsers' errors are complete messages that name the flag and quote its text, with any suggestion in
+// place: "bad --fault 'stpe=5': unknown key 'stpe' (did you mean 'step'?)". A flag's value is one word on
+// the command line, not a tree, so there is no path to keep as data: E = std::string (Note [One result
+// type] in oomharness/expected.h). Callers print the message after "oomharness COMMAND: ".
 
 // `--fault step=5,times=4`: one rule of the fault plan (docs/fault-plan.md), sizes and times normalised
 // to numbers. `name` is used as the rule's name unless the spec says `name=...`.
-SpecResult<FaultSpec> parse_fault_spec(const std::string& text, const std::string& name);
+Expected<FaultSpec, std::string> parse_fault_spec(const std::string& text, const std::string& name);
 
 // `--expect batch_halving:factor=0.5,min=8`, `--expect exit=0`, `--expect peak_below:8GiB`: a policy
 // from the registry with its arguments checked and normalised by it.
-SpecResult<ExpectSpec> parse_expect_spec(const std::string& text);
+Expected<ExpectSpec, std::string> parse_expect_spec(const std::string& text);
 
 // `-k EXPR`, like pytest's: words joined by `and`, `or`, `not` and parentheses; each word matches a job
 // whose `suite::job` name contains it (case-insensitive), or, when it has a glob character (* ? [),
 // whose full name or job name matches it as a glob.
 class JobFilter {
  public:
-  static SpecResult<JobFilter> parse(const std::string& expression);
+  static Expected<JobFilter, std::string> parse(const std::string& expression);
   bool matches(const std::string& suite, const std::string& job) const;
   const std::string& expression() const { return expression_; }
 

@@ -28,8 +28,8 @@ struct StatusRules {
 // tested (rules.inconclusive) is inconclusive; under rules.strict an inconclusive job fails.
 JobStatus job_status(const JobOutcome& outcome, const std::vector<Verdict>& verdicts, const StatusRules& rules = {});
 
-// "ok", "oom", "nonzero", "signal", "timeout", "interrupted", "failed_to_start".
-std::string attempt_outcome(const Attempt& attempt);
+// How the attempt ended (kAttemptOutcomes in oomharness/reports/result.h).
+AttemptOutcome attempt_outcome(const Attempt& attempt);
 
 // The fault records of a trace, with `visible` set by the rule in results_builder.cpp (Note [Visible faults]).
 std::vector<FaultRecord> fault_records(const Trace& trace, double job_start);
