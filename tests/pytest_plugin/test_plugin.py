@@ -6,6 +6,7 @@ arrives through its `pytest11` entry point, and reads what pytest printed.
 """
 
 import configparser
+import json
 import os
 import re
 import shutil
@@ -313,3 +314,9 @@ def test_suggestions_use_the_command_lines_one_threshold():
     assert pytest_plugin._closest("stepbase", known) == "step_base"
     assert pytest_plugin._closest("ab", known) is None
     assert pytest_plugin._closest("zzzzzzz", known) is None
+    # The cases the runner's own picker answers in runner_suite_test (Names.SharedCases): the same answers.
+    with open(os.path.join(SOURCE, "tests", "runner", "suite", "nearest_names.json")) as f:
+        cases = json.load(f)["cases"]
+    assert len(cases) >= 10
+    for c in cases:
+        assert (pytest_plugin._closest(c["name"], c["candidates"]) or "") == c["nearest"], c

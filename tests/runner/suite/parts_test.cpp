@@ -1,8 +1,10 @@
 // The suite loader's parts on their own: shell words, templates, matrix expansion, suggestions.
 
+#include <fstream>
 #include <set>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "oomharness/runner/suite.h"
 #include "suite/limits.h"
@@ -111,6 +113,18 @@ TEST(Names, SuggestsTyposOnly) {
   EXPECT_EQ(nearest_name("enviroment", {"env", "cwd"}), "env");
   EXPECT_EQ(nearest_name("zzz", {"env", "cwd"}), "");
   EXPECT_EQ(suggestion("zzz", {"env", "cwd"}, "keys"), " (keys: env, cwd)");
+}
+
+// The cases the pytest plugin's copy of the picker is held to as well (nearest_names.json says why it has one).
+TEST(Names, SharedCases) {
+  std::ifstream f(std::string(OOMH_SUITE_TEST_DIR) + "/nearest_names.json");
+  ASSERT_TRUE(f) << "nearest_names.json";
+  const nlohmann::json cases = nlohmann::json::parse(f).at("cases");
+  ASSERT_GE(cases.size(), 10u);
+  for (const nlohmann::json& c : cases) {
+    const auto candidates = c.at("candidates").get<std::vector<std::string>>();
+    EXPECT_EQ(nearest_name(c.at("name").get<std::string>(), candidates), c.at("nearest").get<std::string>()) << c.dump();
+  }
 }
 
 // Note [One job, one folder] (issue 26): distinct names never share a folder; names a folder keeps as they
