@@ -27,10 +27,30 @@ namespace oomh {
 
 namespace {
 
-const char* kFooter =
-    "Exit codes: 0 the jobs passed, 1 some failed or erred (or a regression), 2 interrupted, 3 internal error,\n"
-    "4 usage or suite error, 5 nothing was tested (no job selected, or none passed or failed). Inconclusive\n"
-    "jobs beside passed ones do not fail a run unless --strict. docs/cli.md has every flag and example.";
+// The exit codes in kExitCodes' words (the man page's EXIT STATUS is checked against the same table), then
+// what the table cannot say; wrapped at 104 columns as the rest of --help.
+std::string footer_text() {
+  std::string text = "Exit codes:";
+  for (const auto& e : kExitCodes)
+    text += " " + std::to_string(static_cast<int>(e.value)) + " " + std::string(e.help) + ",";
+  text.back() = '.';
+  text += " Inconclusive jobs beside passed ones do not fail a run unless --strict. docs/cli.md has every flag and example.";
+  std::string out, line;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find(' ', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string word = text.substr(start, end - start);
+    if (!line.empty() && line.size() + 1 + word.size() > 104) {
+      out += line + "\n";
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + word;
+    start = end + 1;
+  }
+  return out + line;
+}
+const std::string kFooter = footer_text();
 
 void add_report_flags(CLI::App* cmd, app::ReportFlags& f) {
   cmd->add_option("--junit", f.junit, "Also write JUnit XML here");
