@@ -150,7 +150,9 @@ TEST(ThinnedEventLog, EveryCheckGivesTheVerdictOfTheWholeLog) {
       EXPECT_EQ(to_string(vw.status), to_string(vt.status))
           << "variant " << variant << ", " << name << " " << args.dump() << "\n whole: " << vw.reason << "\n thinned: " << vt.reason;
       // The reasons too, but for effective_batch's count of the steps it saw (it says the log was thinned).
-      if (name != "effective_batch") EXPECT_EQ(vw.reason, vt.reason) << "variant " << variant << ", " << name;
+      if (name != "effective_batch") {
+        EXPECT_EQ(vw.reason, vt.reason) << "variant " << variant << ", " << name;
+      }
       judged += vw.status != VerdictStatus::inconclusive;
     }
     EXPECT_GE(judged, 6) << variant;  // the logs give the checks something to judge

@@ -151,8 +151,9 @@ TEST(NameTables, EventKindsEverywhere) {
     for (auto it = std::sregex_iterator(text.begin(), text.end(), written); it != std::sregex_iterator(); ++it) {
       const NameEntry<std::string_view>* e = entry_named(events::kEventKinds, (*it)[1].str());
       ASSERT_NE(e, nullptr) << f << " writes the kind '" << (*it)[1] << "', which include/oomharness/events.h lacks";
-      if (e->name != std::string_view(events::kWarning))  // a warning comes from any source (events.h)
+      if (e->name != std::string_view(events::kWarning)) {  // a warning comes from any source (events.h)
         EXPECT_EQ(e->value, events::kSrcProbe) << (*it)[1] << " is written by Python, so its source is the probe";
+      }
       ++seen;
     }
   }
