@@ -7,15 +7,17 @@
 #include <string_view>
 #include <vector>
 
+#include "suite/items.h"
+
 namespace oomh::app {
 
-// Splits "a=1,b=2,c" at commas that are not inside braces or brackets (an --expect argument may be JSON).
-std::vector<std::string> split_items(std::string_view text);
+// Comma lists and whole numbers, as the job table's flag readers take them too (suite/items.h).
+using suite::parse_integer;
+using suite::split_items;
 
 // "key=value" -> ("key", "value"); "flag" -> ("flag", nullopt). Both parts trimmed.
 std::pair<std::string, std::optional<std::string>> split_key_value(std::string_view item);
 
-std::optional<int64_t> parse_integer(std::string_view text);
 std::optional<double> parse_number(std::string_view text);
 std::optional<bool> parse_boolean(std::string_view text);
 

@@ -3,14 +3,13 @@
 #include "suite/job_table.h"
 
 #include <algorithm>
-#include <cctype>
-#include <charconv>
 #include <iterator>
 
 #include "oomharness/runner/model.h"
 #include "oomharness/runner/name_tables.h"
 #include "oomharness/units.h"
 #include "suite/fault_rule.h"
+#include "suite/items.h"
 #include "suite/loader.h"
 #include "suite/names.h"
 
@@ -106,14 +105,6 @@ void build_sweep(JobSpec& j, const JobFields& f) { j.sweep = f.sweep; }
 
 using Problem = std::optional<std::string>;
 
-// A whole number; the command-line parser has checked it already (FlagTakes::integer).
-std::optional<int64_t> whole_number(const std::string& text) {
-  int64_t n = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
-  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
-  return n;
-}
-
 Problem flag_name(JobFields& f, const std::vector<std::string>& v) {
   f.name = v.back();  // checked by job_from_exec_args with the name it makes when none is given
   return std::nullopt;
@@ -150,7 +141,7 @@ Problem flag_cap_counts(JobFields& f, const std::vector<std::string>& v) {
   return std::nullopt;
 }
 Problem flag_restart(JobFields& f, const std::vector<std::string>& v) {
-  std::optional<int64_t> n = whole_number(v.back());
+  std::optional<int64_t> n = parse_integer(v.back());
   if (!n || *n < 0 || *n > 1000) return "bad --restart " + v.back() + ": from 0 to 1000";
   f.restart.max = static_cast<int>(*n);
   return std::nullopt;
@@ -158,20 +149,13 @@ Problem flag_restart(JobFields& f, const std::vector<std::string>& v) {
 // The reasons given replace the default (`oom`), as `restart: {on: [...]}` does in a suite.
 Problem flag_restart_on(JobFields& f, const std::vector<std::string>& v) {
   f.restart.on.emplace();
-  size_t start = 0;
-  while (start <= v.back().size()) {
-    size_t comma = std::min(v.back().find(',', start), v.back().size());
-    std::string on = v.back().substr(start, comma - start);
-    auto space = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
-    on.erase(on.begin(), std::find_if_not(on.begin(), on.end(), space));
-    on.erase(std::find_if_not(on.rbegin(), on.rend(), space).base(), on.end());
+  for (const std::string& on : split_items(v.back())) {
     if (!value_named(kRestartReasons, on)) {
       const std::string near = suggest_name(kRestartReasons, on);
       return "bad --restart-on '" + v.back() + "': '" + on + "' is not one of " + names_text(kRestartReasons) +
              (near.empty() ? "" : " (did you mean '" + near + "'?)");
     }
     f.restart.on->push_back(on);
-    start = comma + 1;
   }
   return std::nullopt;
 }
@@ -180,13 +164,13 @@ Problem flag_clear_faults(JobFields& f, const std::vector<std::string>& v) {
   return std::nullopt;
 }
 Problem flag_target_step(JobFields& f, const std::vector<std::string>& v) {
-  std::optional<int64_t> n = whole_number(v.back());
+  std::optional<int64_t> n = parse_integer(v.back());
   if (!n || *n < 0) return "bad --target-step " + v.back() + ": at least 0";
   f.target_step = *n;
   return std::nullopt;
 }
 Problem flag_step_base(JobFields& f, const std::vector<std::string>& v) {
-  std::optional<int64_t> n = whole_number(v.back());
+  std::optional<int64_t> n = parse_integer(v.back());
   if (!n || (*n != 0 && *n != 1)) return "bad --step-base " + v.back() + ": 0 or 1";
   f.step_base = static_cast<int>(*n);
   return std::nullopt;

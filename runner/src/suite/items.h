@@ -1,0 +1,24 @@
+#pragma once
+// Text written by hand on a command line: comma lists and whole numbers. The command line's spec parsers
+// (app/spec_text.h: --fault, --expect, -k) and the job table's exec flag readers (job_table.cpp:
+// --restart-on, --restart) read them with these, so that a list or a number means the same to both.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace oomh::suite {
+
+// `s` without the white space at either end.
+std::string_view trim(std::string_view s);
+
+// Splits "a=1,b=2,c" at commas that are not inside braces or brackets (an --expect argument may be JSON);
+// each item trimmed.
+std::vector<std::string> split_items(std::string_view text);
+
+// A whole number in base 10, white space around it allowed; nullopt for anything else or out of range.
+std::optional<int64_t> parse_integer(std::string_view text);
+
+}  // namespace oomh::suite
