@@ -68,6 +68,20 @@ template <class Names>
 
 std::string join(const std::string& where, const std::string& key) { return where.empty() ? key : where + "." + key; }
 
+// "use a, b or c": a closed set in words, from its own names, so that the words cannot drift from the set.
+template <class Names>
+std::string use_one_of(const Names& names) {
+  std::string out = "use ";
+  const size_t n = std::size(names);
+  size_t i = 0;
+  for (const auto& name : names) {
+    if (i > 0) out += i + 1 == n ? " or " : ", ";
+    out += name;
+    ++i;
+  }
+  return out;
+}
+
 template <class Keys>
 void check_keys(const json& object, const std::string& where, const Keys& allowed) {
   for (auto it = object.begin(); it != object.end(); ++it) {
@@ -173,7 +187,7 @@ void parse_steps(const json& v, const std::string& where, RuleWhen& w) {
 MemoryKind memory_value(const json& v, const std::string& where) {
   if (v.is_string() && v.get<std::string>() == "device") return MemoryKind::device;
   if (v.is_string() && v.get<std::string>() == "host") return MemoryKind::host;
-  fail_choice(where, "unknown memory " + v.dump(), v, kMemoryChoices, "use device or host");
+  fail_choice(where, "unknown memory " + v.dump(), v, kMemoryChoices, use_one_of(kMemoryChoices));
 }
 
 RuleWhen parse_when(const json& v, const std::string& where) {
@@ -209,8 +223,7 @@ RuleWhen parse_when(const json& v, const std::string& where) {
       std::vector<std::string_view> reported;  // a rule names a phase the probe reports: never `none`
       for (const NameEntry<Phase>& e : kPhases)
         if (e.value != Phase::none) reported.push_back(e.name);
-      fail_choice(join(where, "phase"), "unknown phase " + p.dump(), p, reported,
-                  "use forward, backward, optimizer, eval, checkpoint or data");
+      fail_choice(join(where, "phase"), "unknown phase " + p.dump(), p, reported, use_one_of(reported));
     }
     w.has_phase = true;
     w.phase = phase;
