@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A small data-parallel trainer for oomharness's distributed jobs (`ranks: N`, docs/distributed.md): each
-rank trains the same MLP on its own synthetic batches and averages the gradients with all_reduce after every
-backward, as DistributedDataParallel does. torch.distributed with gloo on the CPU and the virtual CUDA device,
+rank trains the same MLP on its own synthetic batches and averages the gradients with one all_reduce of a
+bucket after every backward, as DistributedDataParallel does. torch.distributed with gloo on the CPU and the virtual CUDA device,
 NCCL on GPUs. Reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (and LOCAL_RANK for the GPU) as torchrun sets them.
 
     ddp_train.py --recovery consistent   # correct: after each backward, every rank all-reduces "did I hit an
@@ -79,6 +79,16 @@ def main(argv=None):
     model = nn.Sequential(nn.Linear(args.features, args.hidden), nn.ReLU(), nn.Linear(args.hidden, args.hidden),
                           nn.ReLU(), nn.Linear(args.hidden, args.classes)).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    # Note [Buffers a collective holds]: the tensors handed to all_reduce live as long as the run, as DDP's
+    # reducer keeps its buckets. torch's gloo backend releases a collective's tensors on its worker thread some
+    # time after the call returned; if the Python object was gone by then (a gradient set to None by
+    # zero_grad), that release takes the GIL, and during interpreter shutdown a thread that takes the GIL is
+    # ended: "terminate called without an active exception", SIGABRT after the last step (torch 2.13 and
+    # 2.14, about 1 run in 20 on 2 busy cores, without oomharness too; pytorch/pytorch#190489 is that crash
+    # without destroy_process_group). A buffer that Python still holds is released without the GIL.
+    params = list(model.parameters())
+    bucket = torch.zeros(sum(p.numel() for p in params), device=device)
+    anyone = torch.zeros(1, device=device)
 
     def batch(step, size):
         g = torch.Generator().manual_seed(args.seed * 1_000_003 + step * 1009 + rank)
@@ -107,7 +117,7 @@ def main(argv=None):
                 print("rank %d: out of memory at step %d, halving to %d on this rank" % (rank, step + 1, bs), flush=True)
                 continue
         if args.recovery == "consistent":
-            anyone = torch.tensor([float(failed)], device=device)
+            anyone.fill_(float(failed))
             dist.all_reduce(anyone, op=dist.ReduceOp.MAX)
             if anyone.item() > 0:
                 opt.zero_grad(set_to_none=True)
@@ -116,9 +126,16 @@ def main(argv=None):
                 print("rank %d: a rank ran out of memory at step %d, every rank halves to %d" % (rank, step + 1, bs),
                       flush=True)
                 continue
-        for p in model.parameters():
-            dist.all_reduce(p.grad)
-            p.grad /= world
+        offset = 0
+        for p in params:
+            bucket[offset:offset + p.numel()].copy_(p.grad.reshape(-1))
+            offset += p.numel()
+        dist.all_reduce(bucket)
+        bucket /= world
+        offset = 0
+        for p in params:
+            p.grad.copy_(bucket[offset:offset + p.numel()].view_as(p.grad))
+            offset += p.numel()
         opt.step()
         opt.zero_grad(set_to_none=True)
         step += 1

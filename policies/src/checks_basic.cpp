@@ -54,8 +54,16 @@ Verdict exit_code(const Trace& trace, const nlohmann::json& args) {
   std::string reason = "the last attempt (" + attempt_name(last.index) + ") " + view::end_text(last) +
                        ", expected exit code " + std::to_string(expected);
   // Note [An OOM is an event] (trace.cpp): a message alone is not an OOM the trace can vouch for.
-  if (last.ended_by_oom()) reason += ", after an out-of-memory error";
-  else if (last.oom_message) reason += " (its output mentions an out-of-memory error that neither the shim nor the probe recorded)";
+  if (last.ended_by_oom()) {
+    reason += ", after an out-of-memory error";
+  } else if (last.oom_message) {
+    // The job met OOMs the trace records and got past them (a caught `oom`, a refusal followed by a step):
+    // whatever ended it, saying that nothing recorded them would be false.
+    bool recorded = !view::injections_of(last).empty();
+    for (const view::OomPoint& o : view::ooms_of(last)) recorded = recorded || o.from_probe;
+    reason += recorded ? " (the out-of-memory errors it met were caught and it went on past them: it ended for another reason)"
+                       : " (its output mentions an out-of-memory error that neither the shim nor the probe recorded)";
+  }
   return verdict(VerdictStatus::fail, reason, {ev});
 }
 

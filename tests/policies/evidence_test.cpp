@@ -56,6 +56,22 @@ TEST(OomIsAnEvent, GracefulExitDoesNotPassOnOutputAlone) {
   EXPECT_VERDICT(check("exit", t), fail, "neither the shim nor the probe recorded");
 }
 
+// A job that caught its OOM, went on, then ended with an error that is not an OOM (a library's abort at exit,
+// torch 2.13's gloo worker taking the GIL during finalisation): `exit` fails, and says the OOM was met and
+// caught, not that nothing recorded it.
+TEST(OomIsAnEvent, ExitAfterACaughtOomSaysItWasCaught) {
+  TraceBuilder b;
+  b.attempt().step(1, 64).inject_at(2).inject_at(2).oom(2, 64, true);
+  for (int64_t s = 2; s <= 4; ++s) b.step(s, 32);
+  b.output("rank 1: out of memory at step 2, halving to 32\nterminate called without an active exception\n").exit(1, true);
+  const Trace t = b.build();
+  EXPECT_FALSE(t.attempts[0].ended_by_oom());
+  Verdict v = check("exit", t);
+  EXPECT_EQ(v.status, VerdictStatus::fail) << v.reason;
+  EXPECT_THAT(v.reason, HasSubstr("were caught and it went on past them"));
+  EXPECT_THAT(v.reason, Not(HasSubstr("neither the shim nor the probe")));
+}
+
 // The same program without a probe, written another way: the cap was reached (the shim refused an
 // allocation it never got past) and it died printing PyTorch's message: a graceful exit.
 TEST(OomIsAnEvent, GracefulExitPassesOnTheShimsRefusalWithoutAProbe) {

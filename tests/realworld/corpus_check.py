@@ -70,29 +70,13 @@ KNOWN_GAPS = {
                                "resumed attempt counts its steps from 1 (training 'stops at step 4 of 10')"),
 }
 
-# Note [gloo ranks that abort] (tests/CMakeLists.txt): the torchrun DDP job runs under the CPU build only.
-CPU_BUILD_ONLY = {"ddp-gloo-torchrun"}
 
-
-def torch_build():
-    env_name = os.environ.get("TORCH_ENV_UNDER_TEST", "")
-    if env_name:
-        return env_name
-    try:
-        import torch
-        return "torch-%s-%s" % (torch.__version__.split("+")[0], "cuda" if torch.version.cuda else "cpu")
-    except Exception:  # noqa: BLE001
-        return ""
-
-
-def run_corpus(out, skip):
+def run_corpus(out):
     build = os.environ["OOMH_BUILD_DIR"]
     env = dict(os.environ)
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     argv = [os.path.join(build, "runner", "oomharness"), "run", os.path.join(HERE, "corpus.yaml"), "--simulate",
             "-j", "2", "--out", out]
-    if skip:
-        argv += ["-k", " and ".join("not %s" % name for name in sorted(skip))]
     print(" ".join(argv), flush=True)
     t0 = time.time()
     proc = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1500)
@@ -114,7 +98,7 @@ def host_injects(out, job_name):
     return n
 
 
-def compare(results_path, skip, known_gaps):
+def compare(results_path, known_gaps):
     """Rows (job, check, expected, got, note) of every difference, and the known-gap notes."""
     with open(results_path) as f:
         results = json.load(f)
@@ -124,8 +108,6 @@ def compare(results_path, skip, known_gaps):
     for name in sorted(set(jobs) - set(EXPECTED)):
         rows.append((name, "-", "no such job", "ran", "add it to EXPECTED"))
     for name, (status, checks) in EXPECTED.items():
-        if name in skip:
-            continue
         j = jobs.get(name)
         if j is None:
             rows.append((name, "-", status, "did not run", ""))
@@ -205,10 +187,7 @@ def main():
         i = args.index("--results")
         results_path = args[i + 1]
         del args[i:i + 2]
-    build, skip = "", set()
     if results_path is None:
-        build = torch_build()
-        skip = set() if build.endswith("-cpu") or not build else set(CPU_BUILD_ONLY)
         from torch_env import require_torch  # tests/python/torch_env.py
         require_torch("the corpus of training styles")
         for lib in ("accelerate", "transformers", "lightning", "safetensors"):
@@ -221,16 +200,14 @@ def main():
                 print("skipped: %s cannot be imported: %s" % (lib, e))
                 return 125
         out = args[0] if args else tempfile.mkdtemp(prefix="oomh-realworld-")
-        results_path = run_corpus(out, skip)
-    rows, notes = compare(results_path, skip, {} if gpu else KNOWN_GAPS)
+        results_path = run_corpus(out)
+    rows, notes = compare(results_path, {} if gpu else KNOWN_GAPS)
     for n in notes:
         print(n)
-    if skip:
-        print("not run under %s: %s (Note [gloo ranks that abort])" % (build, ", ".join(sorted(skip))))
     if rows:
         print("\n%d difference(s) from the expected verdicts:\n%s" % (len(rows), table(rows)))
         return 1
-    print("corpus: %d jobs, every verdict as expected (%d known gaps)" % (len(EXPECTED) - len(skip), len(notes)))
+    print("corpus: %d jobs, every verdict as expected (%d known gaps)" % (len(EXPECTED), len(notes)))
     return 0
 
 
