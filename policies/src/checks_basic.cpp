@@ -64,6 +64,15 @@ Verdict exit_code(const Trace& trace, const nlohmann::json& args) {
     reason += recorded ? " (the out-of-memory errors it met were caught and it went on past them: it ended for another reason)"
                        : " (its output mentions an out-of-memory error that neither the shim nor the probe recorded)";
   }
+  // A job that completed its last step and then failed did not fail in training: say so, for a user who would
+  // otherwise look for the OOM handling's fault (a gloo worker ended during interpreter shutdown aborts so).
+  if (!last.ended_by_oom() && trace.target_step) {
+    auto reached = view::highest_step(view::steps_of(last));
+    if (reached && *reached >= *trace.target_step)
+      reason += "; it had completed its last step (step " + std::to_string(*reached) + " of " +
+                std::to_string(*trace.target_step) + "), so it failed in what runs after training (evaluation, "
+                "saving, shutdown)";
+  }
   return verdict(VerdictStatus::fail, reason, {ev});
 }
 

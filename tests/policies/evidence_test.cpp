@@ -70,6 +70,14 @@ TEST(OomIsAnEvent, ExitAfterACaughtOomSaysItWasCaught) {
   EXPECT_EQ(v.status, VerdictStatus::fail) << v.reason;
   EXPECT_THAT(v.reason, HasSubstr("were caught and it went on past them"));
   EXPECT_THAT(v.reason, Not(HasSubstr("neither the shim nor the probe")));
+  EXPECT_THAT(v.reason, Not(HasSubstr("completed its last step")));  // no target: nothing to say about it
+  // With a target the job reached, the failure came after training.
+  b.target(4);
+  Verdict after = check("exit", b.build());
+  EXPECT_VERDICT(after, fail, "it had completed its last step (step 4 of 4), so it failed in what runs after training");
+  // One that stopped short of it failed in training: no such words.
+  b.target(5);
+  EXPECT_THAT(check("exit", b.build()).reason, Not(HasSubstr("completed its last step")));
 }
 
 // The same program without a probe, written another way: the cap was reached (the shim refused an
