@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """A small data-parallel trainer for oomharness's distributed jobs (`ranks: N`, docs/distributed.md): each
 rank trains the same MLP on its own synthetic batches and averages the gradients with one all_reduce of a
-bucket after every backward, as DistributedDataParallel does. torch.distributed with gloo on the CPU and the virtual CUDA device,
-NCCL on GPUs. Reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (and LOCAL_RANK for the GPU) as torchrun sets them.
+bucket after every backward, as DistributedDataParallel does. torch.distributed with gloo on the CPU and the
+virtual CUDA device, NCCL on GPUs. Reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (and LOCAL_RANK for the GPU) as torchrun sets them.
 
     ddp_train.py --recovery consistent   # correct: after each backward, every rank all-reduces "did I hit an
                                          #   OOM"; when any did, every rank halves its batch and redoes the step
@@ -87,7 +87,8 @@ def main(argv=None):
     # 2.14, about 1 run in 20 on 2 busy cores, without oomharness too; pytorch/pytorch#190489 is that crash
     # without destroy_process_group). A buffer that Python still holds is released without the GIL.
     params = list(model.parameters())
-    bucket = torch.zeros(sum(p.numel() for p in params), device=device)
+    sizes = [p.numel() for p in params]
+    bucket = torch.zeros(sum(sizes), device=device)
     anyone = torch.zeros(1, device=device)
 
     def batch(step, size):
@@ -126,16 +127,11 @@ def main(argv=None):
                 print("rank %d: a rank ran out of memory at step %d, every rank halves to %d" % (rank, step + 1, bs),
                       flush=True)
                 continue
-        offset = 0
-        for p in params:
-            bucket[offset:offset + p.numel()].copy_(p.grad.reshape(-1))
-            offset += p.numel()
+        torch.cat([p.grad.reshape(-1) for p in params], out=bucket)
         dist.all_reduce(bucket)
         bucket /= world
-        offset = 0
-        for p in params:
-            p.grad.copy_(bucket[offset:offset + p.numel()].view_as(p.grad))
-            offset += p.numel()
+        for p, part in zip(params, bucket.split(sizes)):
+            p.grad.copy_(part.view_as(p.grad))
         opt.step()
         opt.zero_grad(set_to_none=True)
         step += 1

@@ -54,7 +54,8 @@ Verdict exit_code(const Trace& trace, const nlohmann::json& args) {
   std::string reason = "the last attempt (" + attempt_name(last.index) + ") " + view::end_text(last) +
                        ", expected exit code " + std::to_string(expected);
   // Note [An OOM is an event] (trace.cpp): a message alone is not an OOM the trace can vouch for.
-  if (last.ended_by_oom()) {
+  const bool ended_by_oom = last.ended_by_oom();
+  if (ended_by_oom) {
     reason += ", after an out-of-memory error";
   } else if (last.oom_message) {
     // The job met OOMs the trace records and got past them (a caught `oom`, a refusal followed by a step):
@@ -66,7 +67,7 @@ Verdict exit_code(const Trace& trace, const nlohmann::json& args) {
   }
   // A job that completed its last step and then failed did not fail in training: say so, for a user who would
   // otherwise look for the OOM handling's fault (a gloo worker ended during interpreter shutdown aborts so).
-  if (!last.ended_by_oom() && trace.target_step) {
+  if (!ended_by_oom && trace.target_step) {
     auto reached = view::highest_step(view::steps_of(last));
     if (reached && *reached >= *trace.target_step)
       reason += "; it had completed its last step (step " + std::to_string(*reached) + " of " +
