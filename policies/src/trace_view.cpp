@@ -39,9 +39,9 @@ std::optional<double> observed_number(const Event& e) {
 }
 
 void set_known(StepPoint& p, const std::string& key, double value) {
-  if (key == "batch_size") p.batch = static_cast<int64_t>(value);
-  else if (key == "allocated") p.allocated = static_cast<int64_t>(value);
-  else if (key == "reserved") p.reserved = static_cast<int64_t>(value);
+  if (key == "batch_size") p.batch = saturating_int64(value);
+  else if (key == "allocated") p.allocated = saturating_int64(value);
+  else if (key == "reserved") p.reserved = saturating_int64(value);
   else p.metrics[key] = value;
 }
 
@@ -157,13 +157,13 @@ std::vector<StepPoint> observed_steps(const Attempt& a) {
     }
     if (j == i) ++j;  // a repeated key on the same line: start a new group with it
     i = j;
-    if (auto b = group.find("batch_size"); b != group.end()) current_batch = static_cast<int64_t>(b->second);
+    if (auto b = group.find("batch_size"); b != group.end()) current_batch = saturating_int64(b->second);
     auto s = group.find("step");
     if (s == group.end()) continue;
     StepPoint p;
     p.attempt = a.index;
     p.t = t;
-    p.step = static_cast<int64_t>(s->second);
+    p.step = saturating_int64(s->second);
     for (const auto& [k, v] : group)
       if (k != "step") set_known(p, k, v);
     if (p.batch < 0) p.batch = current_batch;
@@ -517,15 +517,18 @@ LeakJudgement judge_leak(const Growth& g, const LeakRule& rule) {
   LeakJudgement j;
   j.base = std::max(0.0, g.base);
   j.horizon = std::max(rule.horizon, g.to);
-  j.grown = g.slope * static_cast<double>(j.horizon - g.from);
+  j.grown = g.slope * (static_cast<double>(j.horizon) - static_cast<double>(g.from));
   if (g.thirds) {
     const double first = g.low[1] - g.low[0], second = g.low[2] - g.low[1];
     j.steady = first >= kLeakGranule && second >= std::max(kLeakGranule, first / 2);
   }
   if (rule.cap > 0 && g.slope > 0 && g.thirds) {
     const double room = static_cast<double>(rule.cap) - g.low[2];
-    const int64_t at = g.to + static_cast<int64_t>(std::ceil(std::max(0.0, room) / g.slope));
-    if (at <= j.horizon) j.cap_step = at;
+    // In doubles until it is known to fall within the horizon: a slope of a byte in a billion steps is
+    // no step an int64 holds.
+    const double steps_left = std::ceil(std::max(0.0, room) / g.slope);
+    if (steps_left <= static_cast<double>(j.horizon) - static_cast<double>(g.to))
+      j.cap_step = g.to + static_cast<int64_t>(steps_left);
   }
   if (rule.limit) {
     j.leak = g.slope > *rule.limit;

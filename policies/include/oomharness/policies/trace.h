@@ -13,6 +13,11 @@
 
 namespace oomh {
 
+// A number a job wrote, as an int64: one past int64's range is clamped to it (casting 1e30 to int64 is
+// undefined), a fraction is cut toward zero and a NaN gives `nan`. Every double that came from a job's
+// output and becomes a count or a step goes through it.
+int64_t saturating_int64(double d, int64_t nan = 0);
+
 // One line of an event log, or an event the runner added (src "runner").
 struct Event {
   double t = 0;             // wall-clock seconds (CLOCK_REALTIME)
