@@ -114,6 +114,15 @@ inline std::string format_bytes(uint64_t bytes) {
   return buf;
 }
 
+// A byte count that came as a double (a job's figure, a line fitted to them): casting one past 2^64
+// or below 0 to uint64_t is undefined, so below 0 (and NaN) reads 0 and past the range reads its end.
+inline uint64_t saturating_bytes(double bytes) {
+  if (!(bytes > 0)) return 0;
+  if (bytes >= 18446744073709551616.0) return UINT64_MAX;  // 2^64
+  return static_cast<uint64_t>(bytes);
+}
+inline std::string format_bytes_figure(double bytes) { return format_bytes(saturating_bytes(bytes)); }
+
 // "250ms", "1.5s", "2m05s".
 // Minutes are printed from a double, never cast to int: a duration read from a file can be anything
 // (2147483648m once overflowed an int here), and what does not fit a clock is printed as plain seconds.

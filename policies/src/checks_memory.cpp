@@ -92,7 +92,7 @@ Verdict memory_stable(const Trace& trace, const nlohmann::json& args) {
       return "at that rate it reaches the job's cap of " + format_bytes(rule.cap) + " by step " + std::to_string(j.cap_step);
     std::string s = mib(j.grown) + " by step " + std::to_string(j.horizon);
     if (j.base > 0)
-      s += ", " + percent(j.grown / j.base) + " of the " + format_bytes(static_cast<uint64_t>(j.base)) + " held at step " +
+      s += ", " + percent(j.grown / j.base) + " of the " + format_bytes_figure(j.base) + " held at step " +
            std::to_string(tr.from);
     return s;
   };
@@ -167,23 +167,23 @@ Verdict memory_stable(const Trace& trace, const nlohmann::json& args) {
   std::string golden_words;
   if (args.contains("golden") && args["golden"].is_object() && !args["golden"].empty() && !trace.attempts.empty()) {
     const nlohmann::json& golden = args["golden"];
-    const int64_t tolerance = static_cast<int64_t>(args.value("golden_tolerance", uint64_t{64 * 1024}));
+    // In uint64_t, as the suite gives them: a golden figure or tolerance near 2^64 must not wrap a sum.
+    const uint64_t tolerance = args.value("golden_tolerance", uint64_t{64 * 1024});
     const Attempt& a = trace.attempts.back();
     auto steps = view::steps_of(a);
     for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
       auto g = golden.find(std::to_string(it->step));
       if (g == golden.end() || !g->is_number_unsigned()) continue;
-      int64_t held = view::held_at(a, *it);
-      if (held < 0) continue;
-      const int64_t level = static_cast<int64_t>(g->get<uint64_t>());
-      ev.push_back({a.index, it->t, view::step_text(it->step) + ": " + format_bytes(static_cast<uint64_t>(held)) +
-                                         " held; the run without faults held " + format_bytes(static_cast<uint64_t>(level))});
-      if (held > level + tolerance)
+      const int64_t h = view::held_at(a, *it);
+      if (h < 0) continue;
+      const uint64_t held = static_cast<uint64_t>(h), level = g->get<uint64_t>();
+      ev.push_back({a.index, it->t, view::step_text(it->step) + ": " + format_bytes(held) +
+                                         " held; the run without faults held " + format_bytes(level)});
+      if (held > level && held - level > tolerance)
         return verdict(VerdictStatus::fail, "at " + view::step_text(it->step) + " the job held " +
-                                                format_bytes(static_cast<uint64_t>(held - level)) + " more than the same job "
-                                                "without faults (" + format_bytes(static_cast<uint64_t>(held)) + " against " +
-                                                format_bytes(static_cast<uint64_t>(level)) + ", tolerance " +
-                                                format_bytes(static_cast<uint64_t>(tolerance)) +
+                                                format_bytes(held - level) + " more than the same job "
+                                                "without faults (" + format_bytes(held) + " against " +
+                                                format_bytes(level) + ", tolerance " + format_bytes(tolerance) +
                                                 "): the recovery kept memory it should have freed", ev);
       golden_words = "; back to the level of the run without faults by " + view::step_text(it->step);
       break;
@@ -205,8 +205,8 @@ Verdict memory_stable(const Trace& trace, const nlohmann::json& args) {
   else if (!judged.steady)
     trend = "held memory grew by " + mib(worst->slope) + " per step " + span(*worst) +
             ", but not steadily (warm-up or the allocator's caching: the lowest held in each third of them was " +
-            format_bytes(static_cast<uint64_t>(worst->low[0])) + ", " + format_bytes(static_cast<uint64_t>(worst->low[1])) +
-            ", " + format_bytes(static_cast<uint64_t>(worst->low[2])) + ")";
+            format_bytes_figure(worst->low[0]) + ", " + format_bytes_figure(worst->low[1]) +
+            ", " + format_bytes_figure(worst->low[2]) + ")";
   else if (judged.grown < view::kLeakFloor)
     trend = "held memory grew steadily by " + mib(worst->slope) + " per step " + span(*worst) + ", " + extent(*worst, judged) +
             ", less than one of the allocator's 2 MiB segments by the job's end (give `steps:` the length of the real "

@@ -49,7 +49,7 @@ namespace oomh {
 
 namespace {
 
-std::string bytes_text(double b) { return format_bytes(static_cast<uint64_t>(std::max(0.0, b))); }
+std::string bytes_text(double b) { return format_bytes_figure(b); }
 
 std::string mib_text(double b) {
   char buf[32];

@@ -195,10 +195,12 @@ std::string normalise_value(const std::string& where, ArgType type, nlohmann::js
       if (!v.is_string()) return wrong();
       return {};
     case ArgType::bytes: {
+      if (v.is_number_unsigned()) return {};  // 0 to 2^64-1, exactly as written
       if (v.is_number()) {
         double d = v.get<double>();
         if (d < 0) return negative();
         if (std::floor(d) != d) return wrong();
+        if (!(d < 18446744073709551616.0)) return where + " is too large: " + quoted(v) + " is past 2^64-1 bytes";
         v = static_cast<uint64_t>(d);
         return {};
       }

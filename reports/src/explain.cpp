@@ -12,8 +12,7 @@ namespace {
 
 uint64_t bytes_of(const nlohmann::json& b, const char* key) {
   if (!b.is_object() || !b.contains(key) || !b[key].is_number()) return 0;
-  double v = b[key].get<double>();
-  return v > 0 ? static_cast<uint64_t>(v) : 0;
+  return saturating_bytes(b[key].get<double>());
 }
 
 std::string text_of(const nlohmann::json& b, const char* key) {

@@ -162,7 +162,7 @@ void axes(std::ostream& svg, const Chart& c) {
     svg << "<line x1=\"" << num(Chart::kLeft) << "\" x2=\"" << num(Chart::kWidth - Chart::kRight) << "\" y1=\""
         << num(c.y(v)) << "\" y2=\"" << num(c.y(v)) << "\" stroke=\"#eaeef2\"/>";
     svg << "<text x=\"" << num(Chart::kLeft - 6) << "\" y=\"" << num(c.y(v) + 4) << "\" text-anchor=\"end\">"
-        << xml_escape(format_bytes(static_cast<uint64_t>(v))) << "</text>\n";
+        << xml_escape(format_bytes_figure(v)) << "</text>\n";
   }
   const double tstep = nice_step(c.t_max, 8);
   for (double t = 0; t <= c.t_max + 1e-9; t += tstep) {
@@ -459,7 +459,7 @@ void breakdowns(std::ostream& out, const JobResult& job) {
       double w = part(key) / whole * 640.0;
       if (w <= 0) continue;
       out << "<rect x=\"" << num(x) << "\" y=\"0\" width=\"" << num(w) << "\" height=\"20\" fill=\"" << colour
-          << "\"><title>" << key << ": " << xml_escape(format_bytes(static_cast<uint64_t>(part(key)))) << "</title></rect>";
+          << "\"><title>" << key << ": " << xml_escape(format_bytes_figure(part(key))) << "</title></rect>";
       x += w;
     }
     out << "</svg>\n";

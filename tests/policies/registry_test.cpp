@@ -107,6 +107,11 @@ TEST(NormaliseArgs, MemoryStablesGoldenMapsStepsToSizes) {
   EXPECT_THAT(error_of("memory_stable", {{"golden", {{"3", "lots"}}}}).message, HasSubstr("'lots'"));
   EXPECT_THAT(error_of("memory_stable", {{"golden", {{"3", -1}}}}).message, HasSubstr("cannot be negative"));
   EXPECT_THAT(error_of("memory_stable", {{"golden", 5}}).message, HasSubstr("golden"));
+  // A byte count is a uint64: 2^64-1 written out is kept exactly; a float past it is refused, never cast.
+  EXPECT_EQ(normalised("memory_stable", {{"golden", {{"3", UINT64_MAX}}}})["golden"]["3"].get<uint64_t>(), UINT64_MAX);
+  EXPECT_THAT(error_of("memory_stable", {{"golden", {{"3", 1e30}}}}).message,
+              HasSubstr("golden step 3 is too large: 1e+30 is past 2^64-1 bytes"));
+  EXPECT_THAT(error_of("memory_stable", {{"golden_tolerance", 18446744073709551616.0}}).message, HasSubstr("is too large"));
 }
 
 TEST(NormaliseArgs, WrongTypeQuotesTheValue) {

@@ -301,8 +301,8 @@ std::optional<std::string> cap_use(const Trace& trace) {
     handles = 0;
     for (const Event& e : a.events) {
       if (is_probe(e, events::kLibraryAlloc) && e.flag("counted", true)) handles += e.number("bytes");
-      if (e.src == events::kSrcShim && e.kind == events::kShimStart && cap == 0 && e.number("cap") > 0)
-        cap = static_cast<uint64_t>(e.number("cap"));
+      if (e.src == events::kSrcShim && e.kind == events::kShimStart && cap == 0 && e.integer("cap", 0) > 0)
+        cap = static_cast<uint64_t>(e.integer("cap", 0));
       if (!is_probe(e, events::kMemoryBreakdown) || !e.has("step")) continue;
       const int64_t step = e.integer("step", INT64_MAX);
       double fixed = e.number("parameters") + e.number("gradients") + e.number("optimizer_state") + e.number("workspace");
@@ -317,14 +317,14 @@ std::optional<std::string> cap_use(const Trace& trace) {
   if (cap == 0) return std::nullopt;
   std::string out = "cap " + format_bytes(cap);
   if (!best) return out + ": no memory breakdown was recorded (no probe, or no step began), so what it left for the batch is unknown";
-  const auto bytes = [&](const char* key) { return format_bytes(static_cast<uint64_t>(std::max(0.0, best->number(key)))); };
-  const uint64_t fixed = static_cast<uint64_t>(best_fixed + handles);
-  out += ": at step " + std::to_string(first_step) + " (counted from " + std::to_string(trace.step_base) + ") the fixed part took " + format_bytes(fixed) +
+  const auto bytes = [&](const char* key) { return format_bytes_figure(best->number(key)); };
+  const double fixed = best_fixed + handles, room = static_cast<double>(cap);
+  out += ": at step " + std::to_string(first_step) + " (counted from " + std::to_string(trace.step_base) + ") the fixed part took " + format_bytes_figure(fixed) +
          " (parameters " + bytes("parameters") + ", gradients " + bytes("gradients") + ", optimizer state " +
          bytes("optimizer_state") + ", workspaces " + bytes("workspace") +
-         (handles > 0 ? ", cuBLAS handles " + format_bytes(static_cast<uint64_t>(handles)) : std::string()) + "), ";
-  if (fixed >= cap) return out + "more than the cap by " + format_bytes(fixed - cap) + ": nothing was left for the batch";
-  return out + "leaving " + format_bytes(cap - fixed) + " for the batch (activations and the rest)";
+         (handles > 0 ? ", cuBLAS handles " + format_bytes_figure(handles) : std::string()) + "), ";
+  if (fixed >= room) return out + "more than the cap by " + format_bytes_figure(fixed - room) + ": nothing was left for the batch";
+  return out + "leaving " + format_bytes_figure(room - fixed) + " for the batch (activations and the rest)";
 }
 
 std::optional<double> recovery_seconds(const Trace& trace) {
