@@ -42,6 +42,7 @@
 
 #include "oomharness/events.h"
 #include "oomharness/policies/oom_kinds.h"
+#include "oomharness/json_number.h"
 #include "oomharness/units.h"
 #include "trace_view.h"
 
@@ -346,7 +347,7 @@ void from_json(const nlohmann::json& j, Finding& f) {
   f.sentence = j.value("sentence", std::string());
   f.site = j.value("site", std::string());
   f.kept_at = j.value("kept_at", std::string());
-  f.attempt = j.value("attempt", 0);
+  f.attempt = whole_member(j, "attempt", 0);
   f.t = j.value("t", 0.0);
 }
 

@@ -15,6 +15,7 @@
 #include <set>
 
 #include "oomharness/events.h"
+#include "oomharness/json_number.h"
 #include "trace_view.h"
 
 namespace oomh {
@@ -248,7 +249,7 @@ std::optional<Event> parse_event_line(const std::string& line) {
   auto src = j.find("src");
   if (src != j.end() && !src->is_string()) return std::nullopt;
   auto pid = j.find("pid");
-  if (pid != j.end() && !pid->is_number_integer()) return std::nullopt;
+  if (pid != j.end() && !(pid->is_number_integer() && whole_number<int>(*pid))) return std::nullopt;
   auto fields = j.find("fields");
   if (fields != j.end() && !fields->is_object()) return std::nullopt;
   Event e;
@@ -264,7 +265,7 @@ void to_json(nlohmann::json& j, const Event& e) {
 void from_json(const nlohmann::json& j, Event& e) {
   e.t = j.at("t").get<double>();
   e.kind = j.at("kind").get<std::string>();
-  e.pid = j.contains("pid") ? j.at("pid").get<int>() : 0;
+  e.pid = whole_member(j, "pid", 0);
   e.src = j.contains("src") ? j.at("src").get<std::string>() : std::string();
   e.fields = j.contains("fields") && j.at("fields").is_object() ? j.at("fields") : nlohmann::json::object();
 }

@@ -4,6 +4,8 @@
 
 #include <stdexcept>
 
+#include "oomharness/json_number.h"
+
 namespace oomh {
 
 namespace {
@@ -20,7 +22,7 @@ void to_json(nlohmann::json& j, const Evidence& e) {
 }
 
 void from_json(const nlohmann::json& j, Evidence& e) {
-  e.attempt = j.value("attempt", 0);
+  e.attempt = whole_member(j, "attempt", 0);
   e.t = j.value("t", 0.0);
   e.what = j.value("what", std::string());
 }

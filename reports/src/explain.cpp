@@ -4,6 +4,7 @@
 
 #include <sstream>
 
+#include "oomharness/json_number.h"
 #include "oomharness/units.h"
 
 namespace oomh {
@@ -20,7 +21,8 @@ std::string text_of(const nlohmann::json& b, const char* key) {
 }
 
 int64_t int_of(const nlohmann::json& b, const char* key, int64_t fallback = -1) {
-  return b.is_object() && b.contains(key) && b[key].is_number() ? b[key].get<int64_t>() : fallback;
+  if (!b.is_object() || !b.contains(key)) return fallback;
+  return whole_number<int64_t>(b[key]).value_or(fallback);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <map>
 #include <sstream>
 
+#include "oomharness/json_number.h"
 #include "oomharness/reports/writers.h"
 #include "result_json.h"
 
@@ -135,7 +136,7 @@ class JobStreamReader {
     }
     try {
       if (number_ == 1) {
-        if (j.value("schema_version", 0) != kResultsSchemaVersion)
+        if (!j.contains("schema_version") || whole_number<int>(j["schema_version"]) != kResultsSchemaVersion)
           return fail(": schema_version " + j.value("schema_version", json()).dump() +
                       " is not supported: this oomharness reads schema_version " + std::to_string(kResultsSchemaVersion));
         run_.start = j.value("start", 0.0);

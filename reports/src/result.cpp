@@ -9,7 +9,9 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
+#include "oomharness/json_number.h"
 #include "oomharness/reports/result.h"
 #include "result_json.h"
 #include "text.h"
@@ -245,18 +247,29 @@ using detail::FieldError;
 using detail::member;
 using detail::within;
 
+// One value: an integer through whole_number (Note [Whole numbers from JSON]), anything else by its codec.
+template <class T>
+T decode(const json& v) {
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    if (auto n = whole_number<T>(v)) return *n;
+    throw FieldError("", whole_number_problem<T>(v));
+  } else {
+    return v.get<T>();
+  }
+}
+
 template <class T>
 void get(const json& j, const char* key, T& out) {
   const json* v = member(j, key);
   if (!v) return;  // absent: keep the default
-  within(key, [&] { v->get_to(out); });
+  within(key, [&] { out = decode<T>(*v); });
 }
 
 template <class T>
 void get(const json& j, const char* key, std::optional<T>& out) {
   const json* v = member(j, key);
   if (!v) { out.reset(); return; }
-  within(key, [&] { out = v->get<T>(); });
+  within(key, [&] { out = decode<T>(*v); });
 }
 
 template <class T>
@@ -267,7 +280,7 @@ void get_list(const json& j, const char* key, std::vector<T>& out) {
   within(key, [&] {
     if (!v->is_array()) throw FieldError("", std::string("expected an array, found ") + v->type_name());
     for (size_t i = 0; i < v->size(); ++i) {
-      within("[" + std::to_string(i) + "]", [&] { out.push_back((*v)[i].get<T>()); });
+      within("[" + std::to_string(i) + "]", [&] { out.push_back(decode<T>((*v)[i])); });
     }
   });
 }
@@ -444,7 +457,7 @@ void from_json(const json& j, JobResult& v) {
       for (const auto& item : p->items()) {
         const std::string key = item.key();
         const json& bytes = item.value();
-        within(key, [&] { v.peak[device_key(key)] = bytes.get<uint64_t>(); });
+        within(key, [&] { v.peak[device_key(key)] = decode<uint64_t>(bytes); });
       }
     });
   }
@@ -497,10 +510,10 @@ void to_json(json& j, const RunResult& v) {
 void from_json(const json& j, RunResult& v) {
   within("schema_version", [&] {
     const json& s = detail::required(j, "schema_version");
-    if (!s.is_number_integer() || s.get<int>() != kResultsSchemaVersion)
+    if (whole_number<int>(s) != kResultsSchemaVersion)
       throw FieldError("", "version " + s.dump() + " is not supported (this oomharness reads version " +
                                std::to_string(kResultsSchemaVersion) + ")");
-    v.schema_version = s.get<int>();
+    v.schema_version = kResultsSchemaVersion;
   });
   get(j, "start", v.start); get(j, "duration", v.duration); get(j, "interrupted", v.interrupted);
   get(j, "environment", v.environment);

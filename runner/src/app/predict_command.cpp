@@ -22,6 +22,7 @@
 
 #include "app/predict_command.h"
 #include "oomharness/events.h"
+#include "oomharness/json_number.h"
 #include "oomharness/reports/terminal_text.h"
 #include "oomharness/reports/writers.h"
 #include "oomharness/runner/cli_specs.h"
@@ -60,8 +61,7 @@ struct PredictRun {
 
 uint64_t u64(const nlohmann::json& j, const char* key) {
   if (!j.is_object() || !j.contains(key) || !j[key].is_number()) return 0;
-  double v = j[key].get<double>();
-  return v > 0 ? static_cast<uint64_t>(v) : 0;
+  return saturating_bytes(j[key].get<double>());
 }
 
 std::string text_of(const nlohmann::json& j, const char* key) {
@@ -81,7 +81,12 @@ std::string with_batch(std::string a, int64_t batch) {
 
 // What a card must hold for the prediction `p`: peak reserved, the CUDA context and the libraries' handles.
 uint64_t card_need(const nlohmann::json& p) {
-  return u64(p, "peak_reserved") + u64(p, "context") + u64(p, "libraries");
+  uint64_t need = 0;  // saturating: figures a job wrote near 2^64 must not wrap round to a small need that fits
+  for (const char* key : {"peak_reserved", "context", "libraries"}) {
+    const uint64_t v = u64(p, key);
+    need = v > UINT64_MAX - need ? UINT64_MAX : need + v;
+  }
+  return need;
 }
 
 nlohmann::json fits_table(uint64_t need) {
@@ -103,7 +108,7 @@ void print_prediction(const PredictRun& r, std::ostream& out) {
       << " + cuBLAS/cuDNN handles " << format_bytes(libraries) << " = " << format_bytes(card_need(p)) << " of a card)\n";
   if (b.is_object() && b.contains("allocated")) {
     out << "  at the peak allocated (" << format_bytes(u64(b, "allocated"));
-    if (b.contains("step")) out << ", step " << b.value("step", -1);
+    if (b.contains("step")) out << ", step " << whole_number<int64_t>(b["step"]).value_or(-1);
     if (!text_of(b, "phase").empty()) out << ", " << text_of(b, "phase");
     out << "):\n";
     const uint64_t workspace = u64(b, "workspace"), other = u64(b, "other");
@@ -115,7 +120,7 @@ void print_prediction(const PredictRun& r, std::ostream& out) {
     if (b.contains("sites") && b["sites"].is_array())
       for (const auto& s : b["sites"]) {
         std::string site = text_of(s, "site");
-        const int count = s.value("count", 0);
+        const int64_t count = s.is_object() && s.contains("count") ? whole_number<int64_t>(s["count"]).value_or(0) : 0;
         out << "      " << pad(site.empty() ? std::string("(small tensors, no line)") : site, 38) << "  "
             << format_bytes(u64(s, "bytes")) << " in " << count << (count == 1 ? " tensor\n" : " tensors\n");
       }
@@ -126,14 +131,14 @@ void print_prediction(const PredictRun& r, std::ostream& out) {
   for (const auto& row : fits_table(card_need(p))) {
     const double h = row["headroom"].get<double>();
     out << "    " << pad(std::to_string(row["card_gib"].get<int>()) + " GiB", 9)
-        << (row["fits"].get<bool>() ? "yes  " + format_bytes(static_cast<uint64_t>(h)) + " to spare"
-                                    : "no   " + format_bytes(static_cast<uint64_t>(-h)) + " short")
+        << (row["fits"].get<bool>() ? "yes  " + format_bytes_figure(h) + " to spare"
+                                    : "no   " + format_bytes_figure(-h) + " short")
         << "\n";
   }
 }
 
 std::string oom_text(const nlohmann::json& o) {
-  std::string s = "out of memory at step " + std::to_string(o.value("step", -1));
+  std::string s = "out of memory at step " + std::to_string(o.contains("step") ? whole_number<int64_t>(o["step"]).value_or(-1) : -1);
   if (!text_of(o, "phase").empty()) s += ", " + text_of(o, "phase");
   if (!text_of(o, "site").empty()) s += ", " + text_of(o, "site");
   s += " (" + format_bytes(u64(o, "allocated")) + " allocated, " + format_bytes(u64(o, "reserved")) + " reserved)";

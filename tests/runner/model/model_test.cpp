@@ -181,6 +181,23 @@ TEST(Model, ErrorsNameTheNestedPath) {
     EXPECT_NE(std::string(e.what()).find("not a valid job outcome: trace.attempts[0].samples[0].rank: "), std::string::npos)
         << e.what();
   }
+  // Note [Whole numbers from JSON]: out of the field's range, or not whole, is refused by its path, not cast.
+  for (json bad : {json(1e30), json(2.5), json(4294967296LL)}) {
+    j = filled<JobOutcome>();
+    j["trace"]["attempts"][0]["samples"][0]["rank"] = bad;
+    try {
+      model_from_json<JobOutcome>(j, "job outcome");
+      FAIL() << "accepted rank " << bad.dump();
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("trace.attempts[0].samples[0].rank: expected a whole number from -2147483648 to "
+                                           "2147483647, found " + bad.dump()),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  j = filled<JobOutcome>();
+  j["trace"]["attempts"][0]["samples"][0]["held"] = -1;
+  EXPECT_THROW(model_from_json<JobOutcome>(j, "job outcome"), std::runtime_error);
   j = filled<JobOutcome>();
   j["trace"]["attempts"][0]["end_kind"] = "vanished";
   EXPECT_THROW(model_from_json<JobOutcome>(j, "job outcome"), std::runtime_error);
