@@ -64,4 +64,14 @@ T whole_member(const nlohmann::json& j, const char* key, T fallback) {
   throw std::invalid_argument(std::string(key) + ": " + whole_number_problem<T>(*it));
 }
 
+// For a figure a job wrote (an event's nested field, a prediction), where a bad one is ignored rather than an
+// error: the member read by whole_number, or `fallback` when j is not an object or the member is absent or
+// not a whole number within T.
+template <class T>
+T whole_member_or(const nlohmann::json& j, const char* key, T fallback) {
+  if (!j.is_object()) return fallback;
+  auto it = j.find(key);
+  return it == j.end() ? fallback : whole_number<T>(*it).value_or(fallback);
+}
+
 }  // namespace oomh

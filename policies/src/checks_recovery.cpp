@@ -11,6 +11,7 @@
 
 #include "checks.h"
 #include "oomharness/events.h"
+#include "oomharness/json_number.h"
 #include "oomharness/policies/oom_kinds.h"
 #include "oomharness/policies/findings.h"
 #include "oomharness/units.h"
@@ -617,7 +618,7 @@ std::optional<Verdict> resume_by_content(const Trace& trace, size_t i, const std
     for (const auto& group : from.is_array() ? from : nlohmann::json::array()) {
       bool in_newest = false;
       std::string other;
-      if (group.contains("digests") && group["digests"].is_array())
+      if (group.is_object() && group.contains("digests") && group["digests"].is_array())
         for (const auto& d : group["digests"])
           if (d.is_string()) {
             if (newest_digests.count(d.get<std::string>())) in_newest = true;
@@ -626,7 +627,7 @@ std::optional<Verdict> resume_by_content(const Trace& trace, size_t i, const std
           }
       if (!in_newest)
         return verdict(VerdictStatus::fail, who + " loaded " + loaded->path + " (step " + std::to_string(newest.step) + ") but " +
-                                                std::to_string(group.value("tensors", int64_t{0})) + " of its model's " + std::to_string(tensors) +
+                                                std::to_string(whole_member_or(group, "tensors", int64_t{0})) + " of its model's " + std::to_string(tensors) +
                                                 " tensors at its first step are those of " + (other.empty() ? "another checkpoint" : other) +
                                                 ", not of the newest state: the model took an older or pretrained state", ev);
     }

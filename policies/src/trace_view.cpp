@@ -60,7 +60,7 @@ BatchData batch_data(const Event& e) {
   } else {
     d.samples = -1;
   }
-  d.per_sample = j.value("per_sample", false);
+  d.per_sample = j.contains("per_sample") && j["per_sample"].is_boolean() && j["per_sample"].get<bool>();
   if (j.contains("shape") && j["shape"].is_array())
     for (const auto& v : j["shape"])
       if (v.is_number_integer()) d.shape.push_back(v.get<int64_t>());

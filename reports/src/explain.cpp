@@ -21,8 +21,7 @@ std::string text_of(const nlohmann::json& b, const char* key) {
 }
 
 int64_t int_of(const nlohmann::json& b, const char* key, int64_t fallback = -1) {
-  if (!b.is_object() || !b.contains(key)) return fallback;
-  return whole_number<int64_t>(b[key]).value_or(fallback);
+  return whole_member_or(b, key, fallback);
 }
 
 }  // namespace

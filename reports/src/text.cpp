@@ -123,10 +123,12 @@ std::string tail(std::string_view s, size_t max_lines, size_t max_bytes) {
 }
 
 std::string iso8601_utc(double epoch_seconds) {
-  if (epoch_seconds <= 0) return "";
+  // A results file may say anything: NaN, below 0 or after the year 9999 (253402300800 s) is no time to
+  // print (and past time_t's range the cast would be undefined).
+  if (!(epoch_seconds > 0 && epoch_seconds < 253402300800.0)) return "";
   const std::time_t t = static_cast<std::time_t>(epoch_seconds);
   std::tm tm{};
-  gmtime_r(&t, &tm);
+  if (!gmtime_r(&t, &tm)) return "";
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
   return buf;

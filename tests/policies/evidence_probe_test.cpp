@@ -226,6 +226,22 @@ TEST(EvidenceResume, AStateLoadedButNotUsedFails) {
   EXPECT_VERDICT(check("checkpoint_resume", b.build()), fail, "4 of its model's 4 tensors at its first step match no loaded checkpoint");
 }
 
+// The probe's groups are a job's output: a group that is not an object is skipped, and a count written
+// 1e30 is not cast (Note [Whole numbers from JSON]); the state is still judged from its digests.
+TEST(EvidenceResume, HostileGroupsOfTheModelStateAreReadSafely) {
+  TraceBuilder b = died_after_atomic_saves(true);
+  b.attempt().event("probe", "checkpoint_load", {{"path", "init.pt"}, {"digest", "1111"}});
+  b.event("probe", "checkpoint_load", {{"path", "ckpt/last.pt"}, {"step", 6}, {"digest", "c6"}});
+  nlohmann::json state = model_state({});
+  state["tensors"] = 4;
+  state["from"] = {5, "x", {{"digests", {"1111"}}, {"tensors", 1e30}}};
+  b.event("probe", "model_state", state);
+  for (int k = 6; k < 10; ++k) step(b, k + 1, 16, data(16, batch(k)));
+  b.exit(0);
+  EXPECT_VERDICT(check("checkpoint_resume", b.build()), fail,
+                 "but 0 of its model's 4 tensors at its first step are those of");
+}
+
 TEST(EvidenceResume, WeightsLoadedByOtherMeansAreNotJudged) {
   // Hugging Face's Trainer: the weights from model.safetensors, optimizer.pt through torch.load.
   TraceBuilder b = died_after_atomic_saves();

@@ -108,7 +108,7 @@ void print_prediction(const PredictRun& r, std::ostream& out) {
       << " + cuBLAS/cuDNN handles " << format_bytes(libraries) << " = " << format_bytes(card_need(p)) << " of a card)\n";
   if (b.is_object() && b.contains("allocated")) {
     out << "  at the peak allocated (" << format_bytes(u64(b, "allocated"));
-    if (b.contains("step")) out << ", step " << whole_number<int64_t>(b["step"]).value_or(-1);
+    if (b.contains("step")) out << ", step " << whole_member_or(b, "step", int64_t{-1});
     if (!text_of(b, "phase").empty()) out << ", " << text_of(b, "phase");
     out << "):\n";
     const uint64_t workspace = u64(b, "workspace"), other = u64(b, "other");
@@ -120,7 +120,7 @@ void print_prediction(const PredictRun& r, std::ostream& out) {
     if (b.contains("sites") && b["sites"].is_array())
       for (const auto& s : b["sites"]) {
         std::string site = text_of(s, "site");
-        const int64_t count = s.is_object() && s.contains("count") ? whole_number<int64_t>(s["count"]).value_or(0) : 0;
+        const int64_t count = whole_member_or(s, "count", int64_t{0});
         out << "      " << pad(site.empty() ? std::string("(small tensors, no line)") : site, 38) << "  "
             << format_bytes(u64(s, "bytes")) << " in " << count << (count == 1 ? " tensor\n" : " tensors\n");
       }
@@ -138,7 +138,7 @@ void print_prediction(const PredictRun& r, std::ostream& out) {
 }
 
 std::string oom_text(const nlohmann::json& o) {
-  std::string s = "out of memory at step " + std::to_string(o.contains("step") ? whole_number<int64_t>(o["step"]).value_or(-1) : -1);
+  std::string s = "out of memory at step " + std::to_string(whole_member_or(o, "step", int64_t{-1}));
   if (!text_of(o, "phase").empty()) s += ", " + text_of(o, "phase");
   if (!text_of(o, "site").empty()) s += ", " + text_of(o, "site");
   s += " (" + format_bytes(u64(o, "allocated")) + " allocated, " + format_bytes(u64(o, "reserved")) + " reserved)";
