@@ -225,7 +225,7 @@ std::optional<Finding> batch_too_large(const Trace& trace) {
       // Issue 26: the OOM's own figures hold no gradients or optimizer state when it came before the first
       // backward or optimizer step: those are still to come, so "a batch of N fits" would be a guess.
       const bool state_to_come = !full && e->number("gradients") <= 0;
-      int64_t fits = per_sample > 0 ? saturating_int64(std::floor((total - fixed) / per_sample)) : 0;
+      int64_t fits = per_sample > 0 ? job_integer(std::floor((total - fixed) / per_sample)) : 0;
       if (!full) fits = std::min<int64_t>(fits, batch / 2);
       fits = std::max<int64_t>(fits, 0);
       // A batch as large as the failed one fits by the earlier peak's figures: what grew since was not the

@@ -29,26 +29,24 @@ const nlohmann::json* field(const nlohmann::json& fields, const char* key) {
 }
 }  // namespace
 
-int64_t saturating_int64(double d, int64_t nan) {
+int64_t job_integer(double d, int64_t nan) {
   if (std::isnan(d)) return nan;
-  if (d >= 9223372036854775808.0) return std::numeric_limits<int64_t>::max();  // 2^63: the first double past it
-  if (d < -9223372036854775808.0) return std::numeric_limits<int64_t>::min();
+  if (d >= static_cast<double>(kJobIntegerLimit)) return kJobIntegerLimit;  // 2^53 is exactly a double
+  if (d <= -static_cast<double>(kJobIntegerLimit)) return -kJobIntegerLimit;
   return static_cast<int64_t>(d);
+}
+
+int64_t job_integer(const nlohmann::json& v, int64_t fallback) {
+  // Clamped to the limit whatever the JSON type (a 1e30, a 2^64-1); a NaN or a non-number is `fallback`.
+  if (v.is_number_unsigned()) return static_cast<int64_t>(std::min<uint64_t>(v.get<uint64_t>(), kJobIntegerLimit));
+  if (v.is_number_integer()) return std::clamp<int64_t>(v.get<int64_t>(), -kJobIntegerLimit, kJobIntegerLimit);
+  if (v.is_number_float()) return job_integer(v.get<double>(), fallback);
+  return fallback;
 }
 
 int64_t Event::integer(const char* key, int64_t fallback) const {
   const nlohmann::json* v = field(fields, key);
-  if (!v) return fallback;
-  // A job writes what it likes: a number past int64's range is clamped to it (casting 1e30 or a
-  // 2^64-1 to int64 is undefined or wraps), and a NaN is no number.
-  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
-  if (v->is_number_unsigned()) {  // before is_number_integer, which is true of unsigned numbers too
-    const uint64_t u = v->get<uint64_t>();
-    return u > static_cast<uint64_t>(kMax) ? kMax : static_cast<int64_t>(u);
-  }
-  if (v->is_number_integer()) return v->get<int64_t>();
-  if (v->is_number_float()) return saturating_int64(v->get<double>(), fallback);
-  return fallback;
+  return v ? job_integer(*v, fallback) : fallback;
 }
 
 double Event::number(const char* key, double fallback) const {

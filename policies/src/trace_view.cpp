@@ -39,9 +39,9 @@ std::optional<double> observed_number(const Event& e) {
 }
 
 void set_known(StepPoint& p, const std::string& key, double value) {
-  if (key == "batch_size") p.batch = saturating_int64(value);
-  else if (key == "allocated") p.allocated = saturating_int64(value);
-  else if (key == "reserved") p.reserved = saturating_int64(value);
+  if (key == "batch_size") p.batch = job_integer(value);
+  else if (key == "allocated") p.allocated = job_integer(value);
+  else if (key == "reserved") p.reserved = job_integer(value);
   else p.metrics[key] = value;
 }
 
@@ -51,7 +51,7 @@ BatchData batch_data(const Event& e) {
   BatchData d;
   if (!e.has("data") || !e.fields["data"].is_object()) return d;
   const nlohmann::json& j = e.fields["data"];
-  if (j.contains("samples") && j["samples"].is_number_integer()) d.samples = j["samples"].get<int64_t>();
+  if (j.contains("samples") && j["samples"].is_number_integer()) d.samples = job_integer(j["samples"], -1);
   if (j.contains("digest") && j["digest"].is_string()) {
     const std::string hex = j["digest"].get<std::string>();
     char* end = nullptr;
@@ -103,7 +103,7 @@ std::optional<size_t> redone_by(const BatchData& failed, const std::vector<const
       if (all) return 1;
     }
     if (!failed.per_sample || !d.per_sample) return 0;
-    samples += d.samples;
+    samples = std::min(samples + d.samples, kJobIntegerLimit);  // each at most the limit: the sum cannot overflow
     sum += d.digest;  // modulo 2^64, as the probe adds
     if (samples >= failed.samples) return samples == failed.samples && sum == failed.digest ? std::optional<size_t>(k + 1) : 0;
   }
@@ -157,13 +157,13 @@ std::vector<StepPoint> observed_steps(const Attempt& a) {
     }
     if (j == i) ++j;  // a repeated key on the same line: start a new group with it
     i = j;
-    if (auto b = group.find("batch_size"); b != group.end()) current_batch = saturating_int64(b->second);
+    if (auto b = group.find("batch_size"); b != group.end()) current_batch = job_integer(b->second);
     auto s = group.find("step");
     if (s == group.end()) continue;
     StepPoint p;
     p.attempt = a.index;
     p.t = t;
-    p.step = saturating_int64(s->second);
+    p.step = job_integer(s->second);
     for (const auto& [k, v] : group)
       if (k != "step") set_known(p, k, v);
     if (p.batch < 0) p.batch = current_batch;
@@ -474,11 +474,11 @@ bool growth_unjudged(const Attempt& attempt) {
 }
 
 std::optional<Growth> held_growth(const Attempt& attempt) {
-  struct Point { double step, held, t; };
+  struct Point { int64_t step; double held, t; };  // the step kept whole: a double of INT64_MAX does not cast back
   std::vector<Point> pts;
   for (const auto& s : steps_of(attempt)) {
     int64_t held = held_at(attempt, s);
-    if (held >= 0) pts.push_back({static_cast<double>(s.step), static_cast<double>(held), s.t});
+    if (held >= 0) pts.push_back({s.step, static_cast<double>(held), s.t});
   }
   if (pts.size() >= kGrowthWarmUpSteps) pts.erase(pts.begin(), pts.begin() + kGrowthWarmUpSteps);
   // The thirds' lows, from the steps kept (for a thinned log, a sample of them spread over the run).
@@ -504,11 +504,10 @@ std::optional<Growth> held_growth(const Attempt& attempt) {
   }
   if (pts.size() + kGrowthWarmUpSteps < kGrowthMinSteps) return std::nullopt;
   LineFit fit;
-  for (const Point& p : pts) fit.add(p.step, p.held);
+  for (const Point& p : pts) fit.add(static_cast<double>(p.step), p.held);
   if (!fit.sloped()) return std::nullopt;  // every point at one step number (retries): no trend to fit
-  Growth g{attempt.index, fit.slope(), static_cast<int64_t>(pts.front().step), static_cast<int64_t>(pts.back().step),
-           pts.back().t};
-  g.base = fit.at(pts.front().step);
+  Growth g{attempt.index, fit.slope(), pts.front().step, pts.back().step, pts.back().t};
+  g.base = fit.at(static_cast<double>(pts.front().step));
   fill_thirds(g);
   return g;
 }
@@ -527,8 +526,10 @@ LeakJudgement judge_leak(const Growth& g, const LeakRule& rule) {
     // In doubles until it is known to fall within the horizon: a slope of a byte in a billion steps is
     // no step an int64 holds.
     const double steps_left = std::ceil(std::max(0.0, room) / g.slope);
-    if (steps_left <= static_cast<double>(j.horizon) - static_cast<double>(g.to))
-      j.cap_step = g.to + static_cast<int64_t>(steps_left);
+    int64_t at = 0;
+    if (steps_left < 9223372036854775808.0 && !__builtin_add_overflow(g.to, static_cast<int64_t>(steps_left), &at) &&
+        at <= j.horizon)
+      j.cap_step = at;
   }
   if (rule.limit) {
     j.leak = g.slope > *rule.limit;

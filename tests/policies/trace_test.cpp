@@ -134,15 +134,25 @@ TEST(Trace, AllEventsInOrderWithAttempt) {
 namespace oomh {
 namespace {
 
-TEST(EventInteger, ClampsNumbersPastInt64) {
+// Note [A job's integers]: clamped to +-2^53, so that `step + 1` on the largest cannot overflow.
+TEST(EventInteger, ClampsNumbersToTheJobLimit) {
   auto e = parse_event_line(
-      R"({"t":1,"kind":"inject","fields":{"big":1e30,"small":-1e30,"huge":18446744073709551615,"edge":9223372036854775808.0,"frac":-2.7}})");
+      R"({"t":1,"kind":"inject","fields":{"big":1e30,"small":-1e30,"huge":18446744073709551615,"edge":9223372036854775808.0,)"
+      R"("frac":-2.7,"int":9223372036854775807,"neg":-9223372036854775808,"at":9007199254740992,"below":9007199254740991}})");
   ASSERT_TRUE(e.has_value());
-  EXPECT_EQ(e->integer("big"), std::numeric_limits<int64_t>::max());
-  EXPECT_EQ(e->integer("small"), std::numeric_limits<int64_t>::min());
-  EXPECT_EQ(e->integer("huge"), std::numeric_limits<int64_t>::max());
-  EXPECT_EQ(e->integer("edge"), std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(kJobIntegerLimit, 9007199254740992);
+  EXPECT_EQ(e->integer("big"), kJobIntegerLimit);
+  EXPECT_EQ(e->integer("small"), -kJobIntegerLimit);
+  EXPECT_EQ(e->integer("huge"), kJobIntegerLimit);
+  EXPECT_EQ(e->integer("edge"), kJobIntegerLimit);
+  EXPECT_EQ(e->integer("int"), kJobIntegerLimit);
+  EXPECT_EQ(e->integer("neg"), -kJobIntegerLimit);
+  EXPECT_EQ(e->integer("at"), kJobIntegerLimit);
+  EXPECT_EQ(e->integer("below"), kJobIntegerLimit - 1);
   EXPECT_EQ(e->integer("frac"), -2);
+  EXPECT_EQ(job_integer(std::nan(""), 5), 5);
+  EXPECT_EQ(job_integer(-1e300), -kJobIntegerLimit);
+  EXPECT_EQ(job_integer(nlohmann::json("12"), -1), -1);
   Event nan_event;
   nan_event.fields = {{"x", std::nan("")}};
   EXPECT_EQ(nan_event.integer("x", 7), 7);

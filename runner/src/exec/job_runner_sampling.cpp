@@ -46,7 +46,8 @@ void JobRunner::Impl::sample(AttemptRun& r, bool last) {
   }
   if (!last && (r.tick++ % r.stride) != 0) return;
   double t = now();
-  int64_t step = cb->step.load(std::memory_order_relaxed);
+  // The control block is the job's to write: its figures are read within Note [A job's integers].
+  const int64_t step = std::clamp<int64_t>(cb->step.load(std::memory_order_relaxed), -1, kJobIntegerLimit);
   uint32_t n = std::min<uint32_t>(cb->device_count.load(std::memory_order_relaxed), kMaxDevices);
   std::vector<MemorySample>& out = r.attempt.samples;
   for (uint32_t d = 0; d < n; ++d) {
@@ -54,8 +55,8 @@ void JobRunner::Impl::sample(AttemptRun& r, bool last) {
     MemorySample s;
     s.t = t;
     s.device = static_cast<int>(d);
-    s.held = c.held.load(std::memory_order_relaxed);
-    s.peak = c.peak.load(std::memory_order_relaxed);
+    s.held = std::min<uint64_t>(c.held.load(std::memory_order_relaxed), kJobIntegerLimit);
+    s.peak = std::min<uint64_t>(c.peak.load(std::memory_order_relaxed), kJobIntegerLimit);
     s.cap = c.cap.load(std::memory_order_relaxed);
     s.step = step;
     s.rank = r.rank;

@@ -13,10 +13,20 @@
 
 namespace oomh {
 
-// A number a job wrote, as an int64: one past int64's range is clamped to it (casting 1e30 to int64 is
-// undefined), a fraction is cut toward zero and a NaN gives `nan`. Every double that came from a job's
-// output and becomes a count or a step goes through it.
-int64_t saturating_int64(double d, int64_t nan = 0);
+// Note [A job's integers]
+// A step, a batch size, a count of samples or of bytes that a job wrote (its event log, its output, its
+// control block) is read within +-kJobIntegerLimit, 2^53 (about 9.0e15): no training has that many steps,
+// no GPU that many bytes, and a double holds every whole number up to it exactly. Past it a figure reads as
+// the limit. Casting 1e30 to int64 would be undefined, and a step read as INT64_MAX would overflow the
+// first `step + 1`; within the limit a check may add one to a step, subtract two figures or sum a
+// thousand of them in int64. Event::integer, job_integer and the runner's sampler of the control block
+// clamp to it; a sum over any number of events (samples seen) saturates at it.
+inline constexpr int64_t kJobIntegerLimit = int64_t{1} << 53;
+// A double a job wrote, as a count or a step: clamped to the limit, a fraction cut toward zero, NaN gives `nan`.
+int64_t job_integer(double d, int64_t nan = 0);
+// A JSON value a job wrote (an event's field, or one nested in it), as a count or a step: a number read as
+// above, `fallback` for anything else. Event::integer reads its fields with it.
+int64_t job_integer(const nlohmann::json& v, int64_t fallback);
 
 // One line of an event log, or an event the runner added (src "runner").
 struct Event {
