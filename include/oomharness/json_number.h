@@ -54,14 +54,22 @@ std::string whole_number_problem(const nlohmann::json& v) {
          ", found " + v.dump();
 }
 
-// The member `key` of object j read by whole_number; `fallback` when it is absent or null. A value that is
-// not a whole number within T throws std::invalid_argument naming the key, for the codec to put its path on.
+// For a codec: the value read by whole_number, or std::runtime_error with whole_number_problem's words. A
+// runtime_error because every codec puts its path on one (the model codec catches no other kind).
+template <class T>
+T read_whole(const nlohmann::json& v) {
+  if (auto n = whole_number<T>(v)) return *n;
+  throw std::runtime_error(whole_number_problem<T>(v));
+}
+
+// The member `key` of object j read by read_whole; `fallback` when it is absent or null. The error it throws
+// names the key.
 template <class T>
 T whole_member(const nlohmann::json& j, const char* key, T fallback) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return fallback;
   if (auto n = whole_number<T>(*it)) return *n;
-  throw std::invalid_argument(std::string(key) + ": " + whole_number_problem<T>(*it));
+  throw std::runtime_error(std::string(key) + ": " + whole_number_problem<T>(*it));
 }
 
 // For a figure a job wrote (an event's nested field, a prediction), where a bad one is ignored rather than an

@@ -474,7 +474,7 @@ bool growth_unjudged(const Attempt& attempt) {
 }
 
 std::optional<Growth> held_growth(const Attempt& attempt) {
-  struct Point { int64_t step; double held, t; };  // the step kept whole: a double of INT64_MAX does not cast back
+  struct Point { int64_t step; double held, t; };  // the step as steps_of gives it, so Growth takes it uncast
   std::vector<Point> pts;
   for (const auto& s : steps_of(attempt)) {
     int64_t held = held_at(attempt, s);

@@ -247,15 +247,11 @@ using detail::FieldError;
 using detail::member;
 using detail::within;
 
-// One value: an integer through whole_number (Note [Whole numbers from JSON]), anything else by its codec.
+// One value: an integer through read_whole (Note [Whole numbers from JSON]), anything else by its codec.
 template <class T>
 T decode(const json& v) {
-  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-    if (auto n = whole_number<T>(v)) return *n;
-    throw FieldError("", whole_number_problem<T>(v));
-  } else {
-    return v.get<T>();
-  }
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) return read_whole<T>(v);
+  else return v.get<T>();
 }
 
 template <class T>

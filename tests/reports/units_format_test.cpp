@@ -69,7 +69,9 @@ TEST(WholeNumber, OnlyWholeNumbersWithinTheTypeAreRead) {
   EXPECT_EQ(whole_number<int64_t>(json(9223372036854775808.0)), std::nullopt);
   EXPECT_EQ(whole_member_or(json{{"n", 1e30}}, "n", int64_t{-1}), -1);
   EXPECT_EQ(whole_member_or(json(5), "n", int64_t{-1}), -1);
-  EXPECT_THROW(whole_member(json{{"n", 2.5}}, "n", 0), std::invalid_argument);
+  EXPECT_THROW(whole_member(json{{"n", 2.5}}, "n", 0), std::runtime_error);
+  EXPECT_THROW(read_whole<int>(json(1e30)), std::runtime_error);
+  EXPECT_EQ(read_whole<int>(json(-3)), -3);
   EXPECT_EQ(whole_member(json{{"n", nullptr}}, "n", 3), 3);
 }
 

@@ -65,13 +65,8 @@ void read_value(const json& j, T& out) {
     out = std::move(v);
   } else {
     try {
-      if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {  // Note [Whole numbers from JSON]
-        auto n = whole_number<T>(j);
-        if (!n) throw PathError("", whole_number_problem<T>(j));
-        out = *n;
-      } else {
-        out = j.get<T>();
-      }
+      if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) out = read_whole<T>(j);  // Note [Whole numbers from JSON]
+      else out = j.get<T>();
     } catch (const PathError&) {
       throw;
     } catch (const json::exception& e) {

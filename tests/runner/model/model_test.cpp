@@ -198,6 +198,17 @@ TEST(Model, ErrorsNameTheNestedPath) {
   j = filled<JobOutcome>();
   j["trace"]["attempts"][0]["samples"][0]["held"] = -1;
   EXPECT_THROW(model_from_json<JobOutcome>(j, "job outcome"), std::runtime_error);
+  // An event's pid is read by the event's own codec (whole_member): its error is the codec's too.
+  j = filled<JobOutcome>();
+  j["trace"]["attempts"][0]["events"][0]["pid"] = 1e30;
+  try {
+    model_from_json<JobOutcome>(j, "job outcome");
+    FAIL() << "accepted a pid of 1e30";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("not a valid job outcome: trace.attempts[0].events[0]: pid: expected a whole number"),
+              std::string::npos)
+        << e.what();
+  }
   j = filled<JobOutcome>();
   j["trace"]["attempts"][0]["end_kind"] = "vanished";
   EXPECT_THROW(model_from_json<JobOutcome>(j, "job outcome"), std::runtime_error);
