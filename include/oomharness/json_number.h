@@ -18,6 +18,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "oomharness/units.h"
+
 namespace oomh {
 
 template <class T>
@@ -80,6 +82,14 @@ T whole_member_or(const nlohmann::json& j, const char* key, T fallback) {
   if (!j.is_object()) return fallback;
   auto it = j.find(key);
   return it == j.end() ? fallback : whole_number<T>(*it).value_or(fallback);
+}
+
+// A byte figure a job wrote as a member of j (a breakdown's part, a prediction's peak), read through
+// saturating_bytes (units.h); 0 when j is not an object or the member is absent or not a number.
+inline uint64_t bytes_in(const nlohmann::json& j, const char* key) {
+  if (!j.is_object()) return 0;
+  auto it = j.find(key);
+  return it != j.end() && it->is_number() ? saturating_bytes(it->get<double>()) : 0;
 }
 
 }  // namespace oomh

@@ -11,11 +11,6 @@ namespace oomh {
 
 namespace {
 
-uint64_t bytes_of(const nlohmann::json& b, const char* key) {
-  if (!b.is_object() || !b.contains(key) || !b[key].is_number()) return 0;
-  return saturating_bytes(b[key].get<double>());
-}
-
 std::string text_of(const nlohmann::json& b, const char* key) {
   return b.is_object() && b.contains(key) && b[key].is_string() ? b[key].get<std::string>() : std::string();
 }
@@ -44,16 +39,16 @@ std::string breakdown_sentence(const nlohmann::json& b) {
                       (batch > 0 ? ", batch " + std::to_string(batch) : std::string()) + "), " +
                       attempt_name(static_cast<int>(int_of(b, "attempt", 0)));
   bool exact = !(b.is_object() && b.contains("exact") && b["exact"].is_boolean() && !b["exact"].get<bool>());
-  return where + ": " + format_bytes(bytes_of(b, "allocated")) + " allocated " + (exact ? "= " : "~ ") + "parameters " +
-         format_bytes(bytes_of(b, "parameters")) + " + gradients " + format_bytes(bytes_of(b, "gradients")) +
-         " + optimizer state " + format_bytes(bytes_of(b, "optimizer_state")) + " + workspaces " +
-         format_bytes(bytes_of(b, "workspace")) + " + other live tensors " + format_bytes(bytes_of(b, "other")) +
-         "; cached but free " + format_bytes(bytes_of(b, "cached_free")) +
-         (bytes_of(b, "total") ? " (of " + format_bytes(bytes_of(b, "total")) + ")" : std::string()) +
-         (bytes_of(b, "inputs") ? "; its inputs " + format_bytes(bytes_of(b, "inputs")) + " of the other live tensors"
+  return where + ": " + format_bytes(bytes_in(b, "allocated")) + " allocated " + (exact ? "= " : "~ ") + "parameters " +
+         format_bytes(bytes_in(b, "parameters")) + " + gradients " + format_bytes(bytes_in(b, "gradients")) +
+         " + optimizer state " + format_bytes(bytes_in(b, "optimizer_state")) + " + workspaces " +
+         format_bytes(bytes_in(b, "workspace")) + " + other live tensors " + format_bytes(bytes_in(b, "other")) +
+         "; cached but free " + format_bytes(bytes_in(b, "cached_free")) +
+         (bytes_in(b, "total") ? " (of " + format_bytes(bytes_in(b, "total")) + ")" : std::string()) +
+         (bytes_in(b, "inputs") ? "; its inputs " + format_bytes(bytes_in(b, "inputs")) + " of the other live tensors"
                                 : std::string()) +
          (b.is_object() && b.contains("stats_allocated") && b["stats_allocated"].is_number() && !exact
-              ? "; torch.cuda.memory_stats() said " + format_bytes(bytes_of(b, "stats_allocated")) + " allocated"
+              ? "; torch.cuda.memory_stats() said " + format_bytes(bytes_in(b, "stats_allocated")) + " allocated"
               : std::string());
 }
 
@@ -65,7 +60,7 @@ std::vector<std::string> largest_tensor_lines(const nlohmann::json& b, size_t ma
     std::string site = text_of(t, "site");
     // On a GPU the memory history names blocks, not tensors: no shape or dtype.
     std::string what = text_of(t, "shape").empty() ? std::string("a block") : text_of(t, "shape") + " " + text_of(t, "dtype");
-    out.push_back(what + ", " + format_bytes(bytes_of(t, "bytes")) +
+    out.push_back(what + ", " + format_bytes(bytes_in(t, "bytes")) +
                   (site.empty() ? std::string() : ", made at " + site));
   }
   return out;

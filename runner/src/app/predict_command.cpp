@@ -59,11 +59,6 @@ struct PredictRun {
   double seconds = 0;
 };
 
-uint64_t u64(const nlohmann::json& j, const char* key) {
-  if (!j.is_object() || !j.contains(key) || !j[key].is_number()) return 0;
-  return saturating_bytes(j[key].get<double>());
-}
-
 std::string text_of(const nlohmann::json& j, const char* key) {
   return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
 }
@@ -83,7 +78,7 @@ std::string with_batch(std::string a, int64_t batch) {
 uint64_t card_need(const nlohmann::json& p) {
   uint64_t need = 0;  // saturating: figures a job wrote near 2^64 must not wrap round to a small need that fits
   for (const char* key : {"peak_reserved", "context", "libraries"}) {
-    const uint64_t v = u64(p, key);
+    const uint64_t v = bytes_in(p, key);
     need = v > UINT64_MAX - need ? UINT64_MAX : need + v;
   }
   return need;
@@ -102,19 +97,20 @@ nlohmann::json fits_table(uint64_t need) {
 void print_prediction(const PredictRun& r, std::ostream& out) {
   const nlohmann::json& p = r.prediction;
   const nlohmann::json& b = p.contains("breakdown") ? p["breakdown"] : nlohmann::json::object();
-  const uint64_t reserved = u64(p, "peak_reserved"), context = u64(p, "context"), libraries = u64(p, "libraries");
-  out << "  peak allocated    " << format_bytes(u64(p, "peak_allocated")) << "\n"
+  const uint64_t reserved = bytes_in(p, "peak_reserved"), context = bytes_in(p, "context");
+  const uint64_t libraries = bytes_in(p, "libraries");
+  out << "  peak allocated    " << format_bytes(bytes_in(p, "peak_allocated")) << "\n"
       << "  peak reserved     " << format_bytes(reserved) << "  (+ CUDA context " << format_bytes(context)
       << " + cuBLAS/cuDNN handles " << format_bytes(libraries) << " = " << format_bytes(card_need(p)) << " of a card)\n";
   if (b.is_object() && b.contains("allocated")) {
-    out << "  at the peak allocated (" << format_bytes(u64(b, "allocated"));
+    out << "  at the peak allocated (" << format_bytes(bytes_in(b, "allocated"));
     if (b.contains("step")) out << ", step " << whole_member_or(b, "step", int64_t{-1});
     if (!text_of(b, "phase").empty()) out << ", " << text_of(b, "phase");
     out << "):\n";
-    const uint64_t workspace = u64(b, "workspace"), other = u64(b, "other");
+    const uint64_t workspace = bytes_in(b, "workspace"), other = bytes_in(b, "other");
     for (auto [name, key] : {std::pair{"parameters", "parameters"}, {"gradients", "gradients"},
                              {"optimizer state", "optimizer_state"}}) {
-      out << "    " << pad(name, 31) << format_bytes(u64(b, key)) << "\n";
+      out << "    " << pad(name, 31) << format_bytes(bytes_in(b, key)) << "\n";
     }
     out << "    " << pad("activations and other tensors", 31) << format_bytes(other) << "\n";
     if (b.contains("sites") && b["sites"].is_array())
@@ -122,10 +118,10 @@ void print_prediction(const PredictRun& r, std::ostream& out) {
         std::string site = text_of(s, "site");
         const int64_t count = whole_member_or(s, "count", int64_t{0});
         out << "      " << pad(site.empty() ? std::string("(small tensors, no line)") : site, 38) << "  "
-            << format_bytes(u64(s, "bytes")) << " in " << count << (count == 1 ? " tensor\n" : " tensors\n");
+            << format_bytes(bytes_in(s, "bytes")) << " in " << count << (count == 1 ? " tensor\n" : " tensors\n");
       }
     out << "    " << pad("cuBLAS workspaces", 31) << format_bytes(workspace) << "\n"
-        << "    " << pad("cached but free", 31) << format_bytes(u64(b, "cached_free")) << "\n";
+        << "    " << pad("cached but free", 31) << format_bytes(bytes_in(b, "cached_free")) << "\n";
   }
   out << "  fits on (peak reserved + context + handles):\n";
   for (const auto& row : fits_table(card_need(p))) {
@@ -141,7 +137,8 @@ std::string oom_text(const nlohmann::json& o) {
   std::string s = "out of memory at step " + std::to_string(whole_member_or(o, "step", int64_t{-1}));
   if (!text_of(o, "phase").empty()) s += ", " + text_of(o, "phase");
   if (!text_of(o, "site").empty()) s += ", " + text_of(o, "site");
-  s += " (" + format_bytes(u64(o, "allocated")) + " allocated, " + format_bytes(u64(o, "reserved")) + " reserved)";
+  s += " (" + format_bytes(bytes_in(o, "allocated")) + " allocated, " + format_bytes(bytes_in(o, "reserved")) +
+       " reserved)";
   // A library's handle outside the caching allocator (virtual_device.py): the code sees a RuntimeError.
   if (!text_of(o, "library").empty()) s += ": " + text_of(o, "library") + "'s handle was refused, " + text_of(o, "message");
   return s;
@@ -298,18 +295,18 @@ ExitCode command_predict(const PredictArgs& args, std::ostream& out, std::ostrea
       auto h = run_at(cap, half);
       if (!h) return ExitCode::internal_error;
       out << "  halving the batch to " << half << ": "
-          << (h->completed ? "completes, peak reserved " + format_bytes(u64(h->prediction, "peak_reserved"))
+          << (h->completed ? "completes, peak reserved " + format_bytes(bytes_in(h->prediction, "peak_reserved"))
                            : std::string("does not complete either"))
           << "\n";
       doc["halved"] = {{"batch", half}, {"completed", h->completed},
-                       {"peak_reserved", u64(h->prediction, "peak_reserved")}};
+                       {"peak_reserved", bytes_in(h->prediction, "peak_reserved")}};
     }
   } else if (!first->completed) {
     code = ExitCode::tests_failed;
     out << "  the job did not complete, so the figures above are up to where it stopped, not its needs: "
         << terminal_text(first->message) << "\n";
   }
-  const uint64_t stand_ins = u64(p, "stand_ins");
+  const uint64_t stand_ins = bytes_in(p, "stand_ins");
   if (stand_ins > 0) {
     out << "  values not computed: " << stand_ins << " stand-in value" << (stand_ins == 1 ? "" : "s")
         << " given to the code";
@@ -332,7 +329,7 @@ ExitCode command_predict(const PredictArgs& args, std::ostream& out, std::ostrea
       auto r = run_at(batch_cap, mid);
       if (!r) return ExitCode::internal_error;
       tried.push_back({{"batch", mid}, {"completed", r->completed},
-                       {"peak_reserved", u64(r->prediction, "peak_reserved")}});
+                       {"peak_reserved", bytes_in(r->prediction, "peak_reserved")}});
       if (r->completed) lo = mid;
       else hi = mid;
     }
