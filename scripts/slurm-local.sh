@@ -11,7 +11,7 @@
 # when Slurm is not installed or cannot start here (tests skip on it), 1 on other errors.
 #
 # Note [A one-node Slurm without systemd]
-# What ../shared/notes/slurm.md found, applied (22.05, Debian 12):
+# What docs/design/slurm.md found, applied (22.05, Debian 12):
 # - auth/none + cred/none: no munge daemon to start; the cluster listens on loopback only.
 # - fake GPUs: gres.conf with AutoDetect=off and character devices made with mknod (regular files are
 #   rejected, and a count without files marks the node invalid). 4 GPUs, each split into 2 shards.

@@ -105,7 +105,7 @@ bool Attempt::ended_by_oom() const {
 // Note [Visible faults]
 // An injected failure is *visible* when the training code saw an out-of-memory error because of it, and
 // *absorbed* when the framework got past it unseen (PyTorch's caching allocator frees its cache and
-// retries once; DESIGN.md). The trace does not link an OOM to the allocation that caused it, so the rule
+// retries once; docs/design/DESIGN.md). The trace does not link an OOM to the allocation that caused it, so the rule
 // is about order, within one attempt: an `inject` event is visible when, after it and before the next
 // completed step, the probe reported an `oom` (or `oom_caught`), or the job printed one (an `observe:` key
 // `oom`, a job without a probe), or the attempt ended by an OOM

@@ -13,7 +13,7 @@
 // A site is failed at its first call: `step=S,nth=K` in the rule schema every front end shares, so the
 // `--fault` printed for a site is exactly the rule its job ran.
 //  - transient: `times=T`, T failures in a row (default 2: PyTorch's caching allocator frees its cache and
-//    retries once, so two failures reach the code as torch.OutOfMemoryError; DESIGN.md, "the spike"), then
+//    retries once, so two failures reach the code as torch.OutOfMemoryError; docs/design/DESIGN.md, "the spike"), then
 //    the driver answers again;
 //  - persistent: `until_freed=1`, every allocation fails until the process frees memory.
 // Only the first process's calls are swept (the one that recorded the first call of the step): a rule's

@@ -2,7 +2,7 @@
 // Slurm's command-line tools as the Slurm backend uses them (Note [Backends] in backend.h): the plain CLI
 // (`sbatch --parsable`, `squeue -h -t all -j IDS -o '%i|%T|%r'`, `scontrol show job -o`, `scancel`), stable
 // for years, rather than libslurm (its ABI follows each release) or the JSON outputs (they change
-// between versions and do not exist before 23.02). ../shared/notes/slurm.md has the measurements.
+// between versions and do not exist before 23.02). docs/design/slurm.md has the measurements.
 
 #include <map>
 #include <optional>

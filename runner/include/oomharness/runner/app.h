@@ -1,6 +1,6 @@
 #pragma once
 // The `oomharness` command. main.cpp only calls app_main; everything else lives in the oomh_app library
-// so that tests link it (STYLE.md habit 5). docs/cli.md describes every command and flag.
+// so that tests link it (docs/design/STYLE.md, habit 5). docs/cli.md describes every command and flag.
 
 #include <string>
 #include <vector>
