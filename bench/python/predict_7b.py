@@ -24,8 +24,8 @@ def in_process(args):
     t0 = time.time()
     sys.path.insert(0, os.path.join(ROOT, "python"))
     import torch  # noqa: F401
-    from oomharness import shape_only
-    dev = shape_only.install_with_budget(200 << 30)
+    from oomharness.virtual_device import install_with_budget
+    dev = install_with_budget(200 << 30, shape_only=True)
     sys.argv = ["llama_train.py", "--config", args.config, "--batch-size", "1", "--seq", "2048", "--steps",
                 str(args.steps)]
     runpy.run_path(os.path.join(ROOT, "bench", "python", "llama_train.py"), run_name="__main__")
@@ -43,7 +43,7 @@ def main():
     ap.add_argument("--config", default="7b")
     ap.add_argument("--json")
     ap.add_argument("--in-process", action="store_true",
-                    help="run the trainer in this process under shape_only.install_with_budget(200 GiB)")
+                    help="run the trainer in this process under install_with_budget(200 GiB, shape_only=True)")
     args = ap.parse_args()
     if args.in_process:
         return in_process(args)

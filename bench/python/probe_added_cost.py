@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What issue 14 added to the probe's per-step work without an OOM, timed in-process (probe_overhead.py's
 end-to-end figure is too noisy on a shared machine to show a microsecond): the cleared-gradients check and
-remembering the first gradient (Note [Cleared gradients] in python/oomharness/probe.py). The last line is the
+remembering the first gradient (Note [Cleared gradients] in python/oomharness/probe/grads.py). The last line is the
 healthy path (the code calls zero_grad); the others time its parts and the not-cleared path, which also looks
 up the optimizer.step() line.
 
@@ -11,17 +11,17 @@ import sys, timeit, weakref
 sys.path.insert(0, __import__("os").path.join(__import__("os").path.dirname(__import__("os").path.abspath(__file__)), "..", "..", "python"))
 import torch
 from oomharness import probe
-p = probe._Probe()
+p = probe.get().parts["grads"]
 model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 model(torch.randn(4, 32)).sum().backward()
-p.optimizers.add(opt); p.models.add(model); p.top = model; p.last_optimizer = id(opt)
 p.remember_grads(opt)
+top, last_optimizer = model, id(opt)
 n = 200000
 def added_per_step():
     # what a step now does beyond before: the identity checks, the cleared check, remembering the grads
-    model is not p.top
-    id(opt) != p.last_optimizer
+    model is not top
+    id(opt) != last_optimizer
     p.check_cleared()
     p.remember_grads(opt)
     p.backwards += 1

@@ -60,11 +60,14 @@ print((time.perf_counter() - t0) / steps)
 '''
 
 
-def run(steps, probe, tmp, device="cpu", model="tiny", item=False):
+def run(steps, probe, tmp, device="cpu", model="tiny", item=False, evidence=None):
     from harness import Job  # tests/python/harness.py: a real control block in /dev/shm and the probe's env
     job = Job()
     try:
         env = job.env(probe=probe)
+        env.pop("OOMH_CHECK_EVENTS", None)  # the tests' schema check is not what a job pays for
+        if evidence is not None:
+            env["OOMH_EVIDENCE"] = evidence
         out = subprocess.run([sys.executable, "-c", WORKER, str(steps), device, model, "1" if item else "0"],
                              env=env, capture_output=True, text=True, timeout=600, check=True)
         return float(out.stdout.strip().splitlines()[-1])
@@ -78,6 +81,10 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--model", choices=("tiny", "mlp"), default="tiny")
+    ap.add_argument("--evidence", default="all",
+                    help="OOMH_EVIDENCE for the probed runs: 'all' (every part, as a job run by hand), '' (none: "
+                         "a job whose checks need no per-step evidence), or a list such as 'batches,data' "
+                         "(Note [A probe that pays for what is checked] in include/oomharness/evidence.h)")
     a = ap.parse_args()
     plain, synced, probed = [], [], []
     gpu = a.device == "cuda"
@@ -86,10 +93,10 @@ def main():
             plain.append(run(a.steps, False, tmp, a.device, a.model))
             if gpu:
                 synced.append(run(a.steps, False, tmp, a.device, a.model, item=True))
-            probed.append(run(a.steps, True, tmp, a.device, a.model))
+            probed.append(run(a.steps, True, tmp, a.device, a.model, evidence=a.evidence))
     runs = lambda vs: ", ".join(f"{v * 1e6:.1f}" for v in vs)
     p, q = statistics.median(plain), statistics.median(probed)
-    print(f"device {a.device}, model {a.model}, {a.steps} steps, {a.reps} runs each")
+    print(f"device {a.device}, model {a.model}, {a.steps} steps, {a.reps} runs each, evidence {a.evidence!r}")
     print(f"without probe: {p * 1e6:.1f} us/step  (runs: {runs(plain)})")
     if gpu:
         s = statistics.median(synced)

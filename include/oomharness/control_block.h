@@ -5,7 +5,8 @@
 //
 // Note [Control block layout]
 // The layout is an ABI between the runner, the C++ shim and the Python probe (which maps the segment with
-// mmap and reads/writes fields at fixed offsets, see python/oomharness/_control.py). Every field is
+// mmap and reads/writes fields at the offsets the generated python/oomharness/_abi.py holds: Note [Generated,
+// not checked] in runner/src/app/python_abi.cpp; python/oomharness/_control.py). Every field is
 // a fixed-width integer at a fixed offset, checked by static_asserts below; a change of layout bumps
 // kControlVersion. Readers check magic, version and size before trusting anything else.
 //
@@ -41,7 +42,7 @@ inline constexpr uint32_t kPlanCapacity = 64 * 1024;
 inline constexpr int64_t kUnknownStep = -1;
 
 // The training phase the probe reports. Numbers are ABI (the Python probe writes them: PHASES in
-// python/oomharness/_control.py, checked by tests/runner/model/control_layout_test.cpp).
+// python/oomharness/_control.py, generated into python/oomharness/_abi.py: Note [Generated, not checked]).
 enum class Phase : uint32_t { none = 0, forward = 1, backward = 2, optimizer = 3, eval = 4, checkpoint = 5, data = 6 };
 
 // Note [Name tables] in name_table.h; what the probe calls each phase is docs/probe.md's.

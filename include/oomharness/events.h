@@ -20,6 +20,8 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <iterator>
+#include <string_view>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -60,11 +62,11 @@ inline constexpr const char* kSnapshot = "snapshot";
 inline constexpr const char* kProbeExit = "probe_exit";
 inline constexpr const char* kMemoryBreakdown = "memory_breakdown";
 inline constexpr const char* kEvalForward = "eval_forward";
-// Written by the virtual CUDA device (python/oomharness/virtual_device.py), with src "probe".
+// Written by the virtual CUDA device (python/oomharness/virtual_device/), with src "probe".
 inline constexpr const char* kVirtualDevice = "virtual_device";
 inline constexpr const char* kDivergence = "divergence";
 inline constexpr const char* kLibraryAlloc = "library_alloc";
-// Written by its shape-only mode (python/oomharness/shape_only.py, `oomharness predict`), with src "probe".
+// Written by its shape-only mode (python/oomharness/virtual_device/shape_only.py, `oomharness predict`), with src "probe".
 inline constexpr const char* kShapeOnly = "shape_only";
 inline constexpr const char* kValuesNotComputed = "values_not_computed";
 inline constexpr const char* kPrediction = "prediction";
@@ -107,9 +109,9 @@ inline constexpr NameTable<std::string_view, 35> kEventKinds{{
      "reserved, total, parameters, gradients, optimizer_state, workspace, other, cached_free, exact, "
      "top [{bytes, shape, dtype, site}], sites [{site, bytes, count}]"},
     {kSrcProbe, kEvalForward, "step, grad, training, batch_size, site (once per evaluation)"},
-    // Written by the virtual CUDA device (python/oomharness/virtual_device.py), with src "probe".
+    // Written by the virtual CUDA device (python/oomharness/virtual_device/), with src "probe".
     {kSrcProbe, kVirtualDevice, "description, torch, model, cublas_workspace"},
-    {kSrcProbe, kDivergence, "kind, detail (Note [Divergences] in virtual_device.py)"},
+    {kSrcProbe, kDivergence, "kind, detail (Note [Divergences] in virtual_device/device.py)"},
     {kSrcProbe, kLibraryAlloc, "library, thread, bytes, counted (a CUDA library's handle made outside the caching allocator; "
                                "counted: whether the shim saw it, so that a cap counts it: cuBLAS's yes, cuDNN 9's no)"},
     {kSrcProbe, kShapeOnly, "kernels, context (at the start of a shape-only run)"},
@@ -125,6 +127,70 @@ inline constexpr NameTable<std::string_view, 35> kEventKinds{{
      "last step in progress, -1 unknown), waited (seconds since another rank ended or since its last step, whichever "
      "is later), stall (the limit), after_rank (the rank that ended first)"},
 }};
+
+// Note [Event fields]
+// The fields each kind may carry, declared once: the C++ writers spell them as here, and the Python package
+// gets them through python/oomharness/_abi.py, which is generated from this table (Note [Generated, not
+// checked] in runner/src/app/python_abi.cpp): its event writer refuses, under the tests, a field a kind does not
+// list. `rank` may be on any event a probe writes (Note [Ranks seen in events] in python/oomharness/probe/),
+// and `truncated` on any line EventLine cut short. docs/events.md says what each field means.
+struct KindFields {
+  std::string_view kind;
+  std::string_view fields;  // space-separated
+};
+inline constexpr std::string_view kAnyProbeFields = "rank";
+inline constexpr std::string_view kAnyFields = "truncated";
+inline constexpr KindFields kEventFields[] = {
+    {kShimStart, "ppid exec forked rules cap plan plan_error"},
+    {kDriverCall, "entry export dlsym proc_address"},
+    {kInject, "entry size device rule reason step phase tid call memory"},
+    {kAlloc, "entry size device step phase call nth where"},
+    {kCapChange, "device from to reason"},
+    {kPlanChange, "generation rules"},
+    {kFootprint, "device footprint overhead"},
+    {kShimExit, "device alloc_calls free_calls failures held peak job_held job_peak overhead events_dropped"},
+    {kWarning, "message observed_dropped"},
+    {kProbeStart, "framework version allocator"},
+    {kStep, "step batch_size batch_from loss data grads_cleared site allocated reserved"},
+    {kPhase, "phase"},
+    {kOom, "step batch_size batch_from phase message oom_kind exception device size caught data"},
+    {kOomCaught, "step"},
+    {kEmptyCache, "reserved_before reserved_after allocated_before freeable_before"},
+    {kSave, "path step completed digest tensors"},
+    {kLoad, "path step completed digest tensors"},
+    {kModelState, "step model tensors unmatched unseen from"},
+    {kSamples, "count"},
+    {kMemory, "allocated reserved"},
+    {kSnapshot, "path"},
+    {kProbeExit, "reason"},
+    {kMemoryBreakdown,
+     "at step phase batch_size completed site allocated reserved total parameters gradients optimizer_state "
+     "workspace other cached_free exact top sites inputs stats_allocated stats_reserved summary history_allocated "
+     "gather_s reserved_peak error"},
+    {kEvalForward, "step grad training batch_size site"},
+    {kVirtualDevice, "description torch model cublas_workspace"},
+    {kDivergence, "kind detail"},
+    {kLibraryAlloc, "library thread bytes counted"},
+    {kShapeOnly, "kernels context"},
+    {kValuesNotComputed, "site"},
+    {kPrediction,
+     "peak_allocated peak_reserved context libraries breakdown ooms values_computed stand_ins stand_in_sites "
+     "kernels divergences segments torch"},
+    {kAttemptStart, "attempt argv master_port reserved"},
+    {kAttemptExit, "attempt code signal timed_out oom_message interrupted"},
+    {kObserved, "key value stream line"},
+    {kReclaimed, "pid device bytes"},
+    {kHang, "rank step waited stall after_rank after"},
+};
+
+// kEventFields lists the kinds of kEventKinds, in its order.
+constexpr bool event_fields_follow_kinds() {
+  if (std::size(kEventFields) != kEventKinds.size()) return false;
+  for (size_t i = 0; i < kEventKinds.size(); ++i)
+    if (kEventFields[i].kind != kEventKinds[i].name) return false;
+  return true;
+}
+static_assert(event_fields_follow_kinds(), "kEventFields must list every kind of kEventKinds, in the same order");
 
 inline double now_seconds() {
   timespec ts{};

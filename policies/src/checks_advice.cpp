@@ -1,7 +1,7 @@
 // The checks for the advice that is about habits rather than recovery (issue 14): gradients cleared every
 // optimizer step, evaluation without a graph, and the samples per optimizer step kept after halving.
 // Each reads what the probe records (docs/events.md): `step`'s grads_cleared (Note [Cleared gradients] in
-// python/oomharness/probe.py), `eval_forward`, and `samples`.
+// python/oomharness/probe/grads.py), `eval_forward`, and `samples`.
 
 #include <algorithm>
 

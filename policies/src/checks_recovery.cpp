@@ -134,7 +134,7 @@ Verdict nothing_completed(const Trace& trace, const std::vector<OomPoint>& ooms,
 
 // Note [The batch dimension from evidence]
 // The probe reads the batch from the dimension its evidence names (Note [Which dimension is the batch] in
-// python/oomharness/_evidence.py). Where it could only guess (dimension 0), the shapes of the failed
+// python/oomharness/probe/evidence.py). Where it could only guess (dimension 0), the shapes of the failed
 // step's input and of the next step's say more: when they differ in exactly one dimension, that one is
 // the batch, and both batch sizes are read from it (a sequence-first model that halves: (128, 32) then
 // (128, 16)).
@@ -162,7 +162,7 @@ Verdict batch_halving(const Trace& trace, const nlohmann::json& args) {
   auto ooms = view::ooms_of(trace);
   std::vector<Evidence> ev;
   std::string chain;
-  // Note [The batch the code did not report] (probe.py): the verdict says when the batches it compared were
+  // Note [The batch the code did not report] (probe/batches.py): the verdict says when the batches it compared were
   // the probe's inference.
   std::string inferred;
   auto note_inferred = [&](const std::string& from) {
@@ -538,7 +538,7 @@ Verdict checkpoint_resume(const Trace& trace, const nlohmann::json& args) {
 namespace {
 
 // Note [A checkpoint is its content]
-// Where the probe reported digests (python/oomharness/_evidence.py), a checkpoint is what was written, not
+// Where the probe reported digests (python/oomharness/probe/evidence.py), a checkpoint is what was written, not
 // where: the atomic save (torch.save to last.pt.tmp, os.replace to last.pt), a copy to best.pt, a save to an
 // in-memory stream written out by the code, a relative path saved and an absolute one loaded are all the
 // same state. The state saved last before the death is the newest save and every save of the same process
@@ -771,7 +771,7 @@ Verdict checkpoint_resume_one(const Trace& trace, const nlohmann::json& args) {
     const nlohmann::json& ref = args["reference"];
     std::string metric = ref.value("metric", std::string("loss"));
     double rtol = ref.value("rtol", 1e-5), atol = ref.value("atol", 0.0);
-    // Note [Shape-only mode] (python/oomharness/shape_only.py): a run whose values were stand-ins compares
+    // Note [Shape-only mode] (python/oomharness/virtual_device/shape_only.py): a run whose values were stand-ins compares
     // nothing, so it can never pass a comparison of values.
     for (const auto* attempts : {&trace.attempts, &trace.reference})
       for (const Attempt& at : *attempts)

@@ -5,7 +5,7 @@
 // A breakdown names, for the tensors that are not parameters, gradients or optimizer state, the user's lines
 // that made them and how many bytes each line's tensors hold (`sites`, docs/events.md). A leak shows as a
 // line whose tensors hold more at each step's end: the breakdowns the probe writes when held memory grew at
-// a step's end (`at: "step"`, Note [The growth breakdown] in probe.py) are compared, first and last, and
+// a step's end (`at: "step"`, Note [The growth breakdown] in probe/memory.py) are compared, first and last, and
 // the line that grew the most is named. It is the line that MADE the kept tensors (a forward, a
 // loss), innermost first with its callers. Where the probe found the variable that keeps them (`kept_by`:
 // a list the loop appends to, with the line that appends; Note [Which variable keeps them] in
@@ -13,7 +13,7 @@
 //
 // Note [Kept after the loop]
 // Rule 5: references kept after the loop. The probe writes a breakdown `at: "after_loop"` when an evaluation
-// starts after training steps (Note [After the loop] in probe.py), before the evaluation allocates
+// starts after training steps (Note [After the loop] in probe/memory.py), before the evaluation allocates
 // anything. There parameters, gradients and optimizer state are what a model needs; the evaluation's own
 // arguments are counted apart (`inputs`); every other live tensor (`other` - `inputs`) was left alive by the
 // code before it: the loop's last output or loss still bound, a list of the loop's tensors. More than
@@ -24,7 +24,7 @@
 // At an OOM, the bytes that grow with the batch are the activations and other live tensors (`other`); the
 // rest (parameters, gradients, optimizer state, workspaces) stays. Per-sample cost is other / batch. An OOM
 // comes in the middle of a step, so that figure is a lower bound: when a peak breakdown of an earlier
-// completed step exists (within 1/16 of the true peak, Note [The peak breakdown] in probe.py) its
+// completed step exists (within 1/16 of the true peak, Note [The peak breakdown] in probe/memory.py) its
 // figures are used instead. The largest batch that fits is (total - fixed) / per-sample; from the lower bound
 // it is capped at half the failed batch, since the failed batch did not fit. When the earlier peak's figures
 // say that the failed batch itself fits, the batch is not what ran out (a leak grew since): no finding.

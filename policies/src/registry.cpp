@@ -71,15 +71,16 @@ std::vector<PolicyInfo> make_policies() {
                {{"factor", ArgType::number, false, "the next batch is at most this fraction of the failed one", 0.5},
                 {"min", ArgType::integer, false, "the smallest batch the code may go down to", 1},
                 {"no_sample_loss", ArgType::boolean, false, "the failed step's samples were processed afterwards", false}},
-               false, false, recovery(checks::batch_halving)});
+               false, false, recovery(checks::batch_halving), {EvidenceKind::batches, EvidenceKind::data}});
   p.push_back({"empty_cache_retry", "after an OOM the code emptied the cache and the same step then completed",
                {{"max_retries", ArgType::integer, false, "the most OOMs one step may take", 3}},
-               false, false, recovery(checks::empty_cache_retry)});
+               false, false, recovery(checks::empty_cache_retry), {EvidenceKind::batches, EvidenceKind::data}});
   p.push_back({"checkpoint_resume", "the job died of the OOM, restarted from its newest checkpoint and reached its target",
                {{"max_lost_steps", ArgType::integer, false, "the most steps the restart may redo; default: no limit", nullptr},
                 {"reference", ArgType::object, false,
                  "compare a metric with an uninterrupted run: {metric: loss, rtol: 1e-5, atol: 0}", nullptr}},
-               false, true, recovery(checks::checkpoint_resume)});
+               false, true, recovery(checks::checkpoint_resume),
+               {EvidenceKind::batches, EvidenceKind::data, EvidenceKind::losses, EvidenceKind::checkpoints}});
   p.push_back({"graceful_exit", "the job exited non-zero with an out-of-memory message, in time",
                {{"within", ArgType::duration, false, "the longest the exit may take after the first injected failure", nullptr},
                 {"message", ArgType::string, false,
@@ -100,7 +101,7 @@ std::vector<PolicyInfo> make_policies() {
                  "it): the last such step the job completed must hold no more than that plus golden_tolerance",
                  nullptr},
                 {"golden_tolerance", ArgType::bytes, false, "how far above the golden level counts as the same", 64 * 1024}},
-               false, false, checks::memory_stable});
+               false, false, checks::memory_stable, {EvidenceKind::memory}});
   p.push_back({"peak_below", "peak memory held stayed at or under this budget",
                {{"bytes", ArgType::bytes, true, "the budget", nullptr}},
                true, false, checks::peak_below});
@@ -111,14 +112,14 @@ std::vector<PolicyInfo> make_policies() {
                "after an OOM on any rank of a distributed job, every rank ran the next steps at the same batch size, "
                "or every rank ended within `within`",
                {{"within", ArgType::duration, false, "the longest the other ranks may run on after a rank died of the OOM", 30}},
-               false, false, recovery(checks::ranks_recover_together)});
+               false, false, recovery(checks::ranks_recover_together), {EvidenceKind::batches}});
   p.push_back({"zero_grad", "the gradients were cleared before every optimizer step (the Python probe tells)",
-               {}, false, false, checks::zero_grad});
+               {}, false, false, checks::zero_grad, {EvidenceKind::grads}});
   p.push_back({"eval_no_grad", "evaluation forwards ran without building an autograd graph (under no_grad)",
-               {}, false, false, checks::eval_no_grad});
+               {}, false, false, checks::eval_no_grad, {EvidenceKind::evaluation}});
   p.push_back({"effective_batch", "after an OOM every optimizer step still took the samples of the first step (gradient accumulation)",
                {{"samples", ArgType::integer, false, "the samples per optimizer step; default: the first step's", nullptr}},
-               false, false, recovery(checks::effective_batch)});
+               false, false, recovery(checks::effective_batch), {EvidenceKind::batches, EvidenceKind::data}});
   return p;
 }
 

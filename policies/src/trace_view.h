@@ -31,7 +31,7 @@
 
 namespace oomh::view {
 
-// Note [A step is its data] (python/oomharness/_evidence.py): what the training forwards of a step (or, at
+// Note [A step is its data] (python/oomharness/probe/evidence.py): what the training forwards of a step (or, at
 // an OOM, those since the last step) trained on, as the probe fingerprinted it: the samples, a digest that
 // is the sum of one hash per sample (so that pieces add up to the whole) or, on a GPU, of the batch as a
 // whole, and the first input's shape with its batch dimension and how that was found.
@@ -81,7 +81,7 @@ struct OomPoint {
   bool as_other_error() const;
 };
 // Whether a batch size was inferred by the probe rather than reported by the code (Note [The batch the code
-// did not report] in python/oomharness/probe.py).
+// did not report] in python/oomharness/probe/batches.py).
 inline bool batch_inferred(const std::string& from) { return from == "inputs" || from == "loader"; }
 
 // Whether the steps `after` (in order, each completed after an OOM) trained on `failed` again: the first

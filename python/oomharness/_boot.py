@@ -54,24 +54,22 @@ def no_torch_sentence():
 
 
 def _after_torch(module):
-    import os
     wrong = unsupported_torch(module)
     if wrong:
         # Raised out of the job's `import torch`: the job stops there, with this sentence as its error.
         sys.stderr.write(wrong + "\n")
         raise ImportError(wrong)
-    if os.environ.get("OOMH_DEVICE") == "virtual":
-        # First, so that the probe wraps the virtual device's torch.cuda (its empty_cache, its figures).
+    from oomharness import _job
+    ctx = _job.current()  # Note [One job context]: made once, handed to the device and the probe
+    ctx.torch = module
+    if ctx.settings.device == "virtual":
+        # First, so that the probe's layers go on top of the device's (Note [The patch table]).
         try:
-            if os.environ.get("OOMH_SHAPE_ONLY") == "1":  # `oomharness predict` (Note [Shape-only mode])
-                from oomharness import shape_only
-                shape_only.install_for_job()
-            else:
-                from oomharness import virtual_device
-                virtual_device.install_for_job()
+            from oomharness import virtual_device
+            virtual_device.install_for_job(ctx)
         except Exception as e:  # the job then fails on its first CUDA request, and the harness says why
             sys.stderr.write("oomharness: the virtual CUDA device could not start: %s: %s\n" % (type(e).__name__, e))
-    if os.environ.get("OOMH_PROBE") != "1":
+    if not ctx.settings.probe:
         return
     try:
         from oomharness import probe

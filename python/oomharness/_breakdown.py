@@ -2,7 +2,7 @@
 attempt's peak (issue 14; docs/diagnosis.md).
 
 Note [A breakdown that adds up]
-On the virtual device every device storage is booked with its block (virtual_device.py), so a breakdown can
+On the virtual device every device storage is booked with its block (virtual_device/device.py), so a breakdown can
 put each allocated byte in exactly one bin: parameters, gradients, optimizer state (the tensors the probe
 finds through the models and optimizers it saw), the cuBLAS workspaces, and other live tensors (activations,
 saved tensors, whatever the code keeps). `other` is what no earlier bin claimed, so
@@ -21,7 +21,7 @@ as the allocator rounds them; allocated and reserved come from torch.cuda.memory
 remainder (never below 0) and the event says `exact: false`, since blocks are not visible one by one there.
 
 Gathering costs a walk over every booked storage and every parameter; it happens only at an OOM and when
-allocated first passes 17/16 of the last peak taken (Note [The peak breakdown] in probe.py), never per step.
+allocated first passes 17/16 of the last peak taken (Note [The peak breakdown] in probe/memory.py), never per step.
 """
 
 import dis
@@ -153,7 +153,7 @@ def virtual(dev, models, optimizers, inputs=(), frame=None):
             claimed.add(k)
             total += entry.block.size
         bins[name] = total
-    workspace = sum(b.size for b in dev.workspaces.values() if b is not None and not b.free)
+    workspace = dev.libraries.workspace_bytes()
     model = dev.model
     allocated = model.allocated
     other = allocated - bins["parameters"] - bins["gradients"] - bins["optimizer_state"] - workspace
@@ -226,7 +226,7 @@ def _tensors_in(value, depth, budget=None):
 # `.insert(`, `.add(`, `name[...] =`, `name +=`), else the last line that assigns the name. It is found
 # from the source text of the function (linecache), so it is a reading of the code, not a trace: a
 # container filled through another name is named without its line. Only at these breakdowns (at most
-# MAX_GROWTH_BREAKDOWNS and MAX_AFTER_LOOP in probe.py), never per step.
+# MAX_GROWTH_BREAKDOWNS and MAX_AFTER_LOOP in probe/memory.py), never per step.
 KEEPER_FRAMES = 8
 KEEPER_DEPTH = 3
 KEEPER_ITEMS = 4096
@@ -352,7 +352,7 @@ def allocator_fields(torch, oom):
 
 # Note [Reading the memory history]
 # On a GPU no tensor is booked with its line, but PyTorch's memory history (recorded with OOMH_SNAPSHOT,
-# probe.py) keeps the Python frames that allocated each block. At an OOM the probe reads the snapshot
+# probe/memory.py) keeps the Python frames that allocated each block. At an OOM the probe reads the snapshot
 # (torch.cuda.memory._snapshot()) and names the largest blocks in use and the lines holding the most, as the
 # virtual device does: the user's frames only (torch's and oomharness's left out), innermost first. The
 # snapshot's format moved between versions: 1.13 keeps the frames in a block's `history` (the last entry),

@@ -7,8 +7,7 @@ on Linux the file /dev/shm/<name without the slash>. The probe maps it with mmap
 fields it owns (step, phase, batch size, OOM and empty_cache counters) at the fixed offsets that
 control_block.h checks with static_asserts. Each field is written through a ctypes integer laid over the
 mapping, so a write is one aligned store of the field's width and the shim, reading the same field from C++
-in another thread, never sees half of it. The offsets below are checked against the C++ layout by
-tests/runner/model/control_layout_test.cpp, which reads this file.
+in another thread, never sees half of it.
 
 Note [Counters from Python]
 ctypes has no atomic read-modify-write, so `value += 1` is a load and a store: an increment another writer
@@ -29,30 +28,27 @@ import fcntl
 import mmap
 import os
 
-MAGIC = 0x484D4F4F
-VERSION = 1
-UNKNOWN_STEP = -1
+from . import _abi
 
-# Offsets of the fields the probe reads or writes (control_block.h).
-_OFF_MAGIC = 0
-_OFF_VERSION = 4
-_OFF_SIZE = 8
-_OFF_STEP = 24
-_OFF_PHASE = 32
-_OFF_BATCH_SIZE = 40
-_OFF_EVENTS_WRITTEN = 56
-_OFF_OOMS_SEEN = 64
-_OFF_OOMS_CAUGHT = 72
-_OFF_EMPTY_CACHE_CALLS = 80
-_OFF_PROBE_EVENTS_WRITTEN = 112
-_HEADER_BYTES = 128
-# sizeof(oomh::ControlBlock): the header, 16 devices of 64 bytes, 256 process slots of 16 + 8 * 16 bytes,
-# plan_size and its reserved word, the plan text (64 KiB).
-CONTROL_BYTES = 128 + 64 * 16 + 256 * (16 + 8 * 16) + 8 + 64 * 1024
-
+MAGIC = _abi.CONTROL_MAGIC
+VERSION = _abi.CONTROL_VERSION
+UNKNOWN_STEP = _abi.UNKNOWN_STEP
+CONTROL_BYTES = _abi.CONTROL_BYTES
+_HEADER_BYTES = _abi.CONTROL_HEADER_BYTES
 # Phase numbers are ABI (oomh::Phase).
-PHASES = {"none": 0, "forward": 1, "backward": 2, "optimizer": 3, "eval": 4, "checkpoint": 5, "data": 6}
+PHASES = dict(_abi.PHASES)
 PHASE_NAMES = {v: k for k, v in PHASES.items()}
+_CTYPES = {(4, False): ctypes.c_uint32, (4, True): ctypes.c_int32, (8, False): ctypes.c_uint64, (8, True): ctypes.c_int64}
+
+
+# The bytes every Python probe's add locks (Note [Counters from Python]): probe_events_written's.
+_LOCKED = _abi.CONTROL_FIELDS["probe_events_written"][0]
+
+
+def _field(mapping, name):
+    """The ctypes integer laid over field `name` of the block (_abi.CONTROL_FIELDS: offset, width, signed)."""
+    offset, size, signed = _abi.CONTROL_FIELDS[name]
+    return _CTYPES[(size, signed)].from_buffer(mapping, offset)
 
 
 def shm_path(name):
@@ -70,14 +66,14 @@ class ControlBlock:
     def __init__(self, mapping, fd=None):
         self._map = mapping
         self._fd = fd  # kept open for the lock of Note [Counters from Python]; None: no lock (one writer)
-        self._step = ctypes.c_int64.from_buffer(mapping, _OFF_STEP)
-        self._phase = ctypes.c_uint32.from_buffer(mapping, _OFF_PHASE)
-        self._batch_size = ctypes.c_int64.from_buffer(mapping, _OFF_BATCH_SIZE)
-        self._events_written = ctypes.c_uint64.from_buffer(mapping, _OFF_EVENTS_WRITTEN)
-        self._probe_events_written = ctypes.c_uint64.from_buffer(mapping, _OFF_PROBE_EVENTS_WRITTEN)
-        self._ooms_seen = ctypes.c_uint64.from_buffer(mapping, _OFF_OOMS_SEEN)
-        self._ooms_caught = ctypes.c_uint64.from_buffer(mapping, _OFF_OOMS_CAUGHT)
-        self._empty_cache_calls = ctypes.c_uint64.from_buffer(mapping, _OFF_EMPTY_CACHE_CALLS)
+        self._step = _field(mapping, "step")
+        self._phase = _field(mapping, "phase")
+        self._batch_size = _field(mapping, "batch_size")
+        self._events_written = _field(mapping, "events_written")
+        self._probe_events_written = _field(mapping, "probe_events_written")
+        self._ooms_seen = _field(mapping, "ooms_seen")
+        self._ooms_caught = _field(mapping, "ooms_caught")
+        self._empty_cache_calls = _field(mapping, "empty_cache_calls")
 
     @classmethod
     def open(cls, name):
@@ -96,9 +92,9 @@ class ControlBlock:
         except (OSError, ValueError):
             os.close(fd)
             return None
-        magic = ctypes.c_uint32.from_buffer(mapping, _OFF_MAGIC).value
-        version = ctypes.c_uint32.from_buffer(mapping, _OFF_VERSION).value
-        declared = ctypes.c_uint32.from_buffer(mapping, _OFF_SIZE).value
+        magic = _field(mapping, "magic").value
+        version = _field(mapping, "version").value
+        declared = _field(mapping, "size").value
         if magic != MAGIC or version != VERSION or declared > size or declared < _HEADER_BYTES:
             os.close(fd)
             return None
@@ -109,7 +105,7 @@ class ControlBlock:
         locked = False
         if self._fd is not None:
             try:
-                fcntl.lockf(self._fd, fcntl.LOCK_EX, 8, _OFF_PROBE_EVENTS_WRITTEN, os.SEEK_SET)
+                fcntl.lockf(self._fd, fcntl.LOCK_EX, 8, _LOCKED, os.SEEK_SET)
                 locked = True
             except OSError:
                 pass  # a file that takes no record locks: one writer is the usual case
@@ -118,7 +114,7 @@ class ControlBlock:
                 c.value += 1
         finally:
             if locked:
-                fcntl.lockf(self._fd, fcntl.LOCK_UN, 8, _OFF_PROBE_EVENTS_WRITTEN, os.SEEK_SET)
+                fcntl.lockf(self._fd, fcntl.LOCK_UN, 8, _LOCKED, os.SEEK_SET)
 
     # Fields the probe owns.
     @property

@@ -3,7 +3,10 @@
     {"t":1763780000.123456,"pid":4242,"src":"probe","kind":"step","fields":{"step":5,"batch_size":64}}
 
 Each line goes out in one os.write on a descriptor opened with O_APPEND, so lines of the job's several
-processes (and of the shim, in this same process) never interleave.
+processes (and of the shim, in this same process) never interleave. The kinds and the fields each may carry
+are the C++ table's (Note [Event fields] in include/oomharness/events.h), which this package gets through
+the generated _abi.py; with check on (OOMH_CHECK_EVENTS=1, which the project's tests set), writing a kind or
+a field the table lacks raises SchemaError, which the parts do not swallow, so the test fails.
 """
 
 import json
@@ -11,9 +14,28 @@ import math
 import os
 import time
 
+from . import _abi
+
 SRC = "probe"
 # A line is at most this long, like EventLine::kCapacity; long strings are cut to keep under it.
 _MAX_STRING = 1000
+_ALLOWED = {kind: frozenset(fields) | frozenset(_abi.ANY_PROBE_FIELDS) | frozenset(_abi.ANY_FIELDS)
+            for kind, (_, fields) in _abi.EVENT_KINDS.items()}
+
+
+class SchemaError(Exception):
+    """A kind or a field the C++ event table lacks (only raised with check on)."""
+
+
+def check_fields(kind, fields):
+    """Raises SchemaError when `kind` is not a kind, or `fields` holds a field it does not carry."""
+    allowed = _ALLOWED.get(kind)
+    if allowed is None:
+        raise SchemaError("oomharness: the probe wrote the event kind %r, which include/oomharness/events.h lacks" % kind)
+    unknown = sorted(set(fields) - allowed)
+    if unknown:
+        raise SchemaError("oomharness: the probe wrote field(s) %s of %r, which kEventFields in "
+                          "include/oomharness/events.h does not list" % (", ".join(unknown), kind))
 
 
 def _clean(value):
@@ -46,10 +68,11 @@ def format_line(kind, fields, now_ns=None, pid=None):
 
 
 class EventLog:
-    """An event log opened for appending; write() never raises."""
+    """An event log opened for appending; write() never raises, but for SchemaError under check."""
 
-    def __init__(self, path):
+    def __init__(self, path, check=False):
         self.fd = -1
+        self.check = check
         if path:
             try:
                 self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
@@ -58,6 +81,8 @@ class EventLog:
 
     def write(self, kind, fields):
         """Appends one event. Returns True when the whole line was written."""
+        if self.check:
+            check_fields(kind, fields)
         if self.fd < 0:
             return False
         try:

@@ -15,8 +15,12 @@ import shutil
 import subprocess
 import tempfile
 
-# Exit codes of the command (docs/cli.md, "Exit codes"): as pytest's.
-EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INTERNAL, EXIT_USAGE, EXIT_NOTHING_TESTED = 0, 1, 2, 3, 4, 5
+from oomharness import _abi
+
+# Exit codes of the command (docs/cli.md, "Exit codes"): as pytest's; kExitCodes through the generated _abi.py.
+_EXIT = dict(_abi.EXIT_CODES)
+EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = _EXIT["ok"], _EXIT["tests_failed"], _EXIT["interrupted"]
+EXIT_INTERNAL, EXIT_USAGE, EXIT_NOTHING_TESTED = _EXIT["internal_error"], _EXIT["usage_error"], _EXIT["nothing_tested"]
 
 BINARY_VARIABLE = "OOMH_BINARY"
 # The Python the wheel's console script runs under, tried first for the demo's PyTorch jobs (__main__.py).

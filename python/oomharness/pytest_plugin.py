@@ -51,7 +51,7 @@ import types
 
 import pytest
 
-from oomharness import harness
+from oomharness import _abi, harness
 
 MARKER = "oom"
 # The marker's name before it was `oom`: a test marked with it must not quietly run without the harness.
@@ -187,7 +187,7 @@ def _list(value):
 
 def pytest_addoption(parser):
     group = parser.getgroup("oomharness", "oomharness: out-of-memory recovery checks")
-    group.addoption("--oomh-device", choices=("auto", "gpu", "virtual"), default=None,
+    group.addoption("--oomh-device", choices=_abi.DEVICES, default=None,
                     help="where jobs run: gpu, virtual (the CPU, Python jobs on the virtual CUDA device), or "
                          "auto (default: virtual when nvidia-smi lists no GPU)")
     group.addoption("--oomh-out", metavar="DIR", default=None,

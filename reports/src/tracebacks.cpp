@@ -10,20 +10,27 @@ namespace oomh {
 
 namespace {
 
-// The package's modules (python/oomharness/*.py) and the part of the harness each belongs to.
-constexpr std::array<std::pair<std::string_view, std::string_view>, 12> kModules{{
-    {"virtual_device.py", "virtual device"},
-    {"caching_allocator.py", "virtual device"},
-    {"probe.py", "probe"},
+// The package's modules and subpackages (python/oomharness/: a name ending in '/' is a folder, every file in
+// it) and the part of the harness each belongs to. The modules every in-job part shares (the job context,
+// the hook bus, the patch table, events, the control block) are the probe's to a user.
+constexpr std::array<std::pair<std::string_view, std::string_view>, 17> kModules{{
+    {"virtual_device/", "virtual device"},
+    {"probe/", "probe"},
     {"_boot.py", "probe"},
     {"_breakdown.py", "probe"},
-    {"_evidence.py", "probe"},
     {"_control.py", "probe"},
     {"_events.py", "probe"},
+    {"_job.py", "probe"},
+    {"_hooks.py", "probe"},
+    {"_patches.py", "probe"},
+    {"_abi.py", "probe"},
+    {"oom_kinds.py", "probe"},
     {"recover.py", "recovery helpers"},
     {"harness.py", "harness"},
     {"pytest_plugin.py", "pytest plugin"},
     {"__init__.py", "package"},
+    {"__main__.py", "package"},
+    {"_native/", "package"},
 }};
 
 size_t indent_of(std::string_view line) {
@@ -43,8 +50,17 @@ std::string_view frame_path(std::string_view line) {
 
 // The harness's part a frame's file belongs to, or empty for a file of someone else's.
 std::string_view harness_part(std::string_view path) {
-  for (const auto& [file, part] : kModules) {
-    const std::string tail = "oomharness/" + std::string(file);
+  for (const auto& [name, part] : kModules) {
+    const std::string tail = "oomharness/" + std::string(name);
+    if (name.back() == '/') {
+      // A folder: "oomharness/probe/" at the start of the path or after a '/', a file name after it.
+      for (size_t at = path.find(tail); at != std::string_view::npos; at = path.find(tail, at + 1)) {
+        const std::string_view rest = path.substr(at + tail.size());
+        if ((at == 0 || path[at - 1] == '/') && !rest.empty() && rest.find('/') == std::string_view::npos)
+          return part;
+      }
+      continue;
+    }
     if (path.size() >= tail.size() && path.substr(path.size() - tail.size()) == tail &&
         (path.size() == tail.size() || path[path.size() - tail.size() - 1] == '/'))
       return part;

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """What a GPU allocates outside PyTorch's caching allocator, measured (issues 27 and 32, item 2): the figures
-the virtual device models (LIBRARY_HANDLE_BYTES, the pinned host cache in python/oomharness/_pinned.py).
+the virtual device models (LIBRARY_HANDLE_BYTES, the pinned host cache in python/oomharness/virtual_device/pinned.py).
 
     python3 tests/gpu/library_ooms.py measure            # plain: prints one JSON object
     oomharness exec --fault memory=host,forever -- python3 tests/gpu/library_ooms.py pin   # under the shim
@@ -122,11 +122,11 @@ def which():
 
 def spaced():
     """The probe's one-copy read of a GPU batch's values (Note [One copy of a GPU batch's values] in
-    python/oomharness/_evidence.py) against reading the same elements one by one, for several dtypes, on the
+    python/oomharness/probe/evidence.py) against reading the same elements one by one, for several dtypes, on the
     default stream and a side stream; and its cost against the one-by-one read."""
     import os
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
-    from oomharness import _evidence as ev
+    from oomharness.probe import evidence as ev
     ok = ev._cuda_runtime() is not False
     print("RESULT spaced_runtime", "PASS" if ok else "FAIL (no libcudart found: the probe reads one by one)")
     side = torch.cuda.Stream()

@@ -283,7 +283,7 @@ run_phase() {  # run_phase NAME: the phase's command, its output to stdout
     ecosystemboth)  # issue 32 item 5: the CPU-sized ecosystem suite on this GPU and on the virtual device, job by job
       gpu_and_virtual "$root/tests/python/ecosystem_virtual.yaml" ecosystem ;;
     probecost)  # issue 19: the probe's cost per step on the GPU, its .item() wait told apart
-      # Note [Memory figures per step] (probe.py): the nested stats the probe reads give the public figures
+      # Note [Memory figures per step] (probe/memory.py): the nested stats the probe reads give the public figures
       python3 -c 'import torch; x = [torch.empty(n << 20, dtype=torch.uint8, device="cuda") for n in (1, 3, 40)]; del x[1]
 s = torch._C._cuda_memoryStats(0); a, r = s["allocated_bytes"]["all"]["current"], s["reserved_bytes"]["all"]["current"]
 ok = (a, r) == (torch.cuda.memory_allocated(), torch.cuda.memory_reserved())

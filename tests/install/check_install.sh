@@ -40,8 +40,9 @@ expected=(
   bin/oomharness
   lib/oomharness/liboomharness_inject.so lib/oomharness/oomh-reserve lib/oomharness/emulated_trainer
   lib/oomharness/cuda_double/libcuda.so.1
-  share/oomharness/python/sitecustomize.py share/oomharness/python/oomharness/probe.py
-  share/oomharness/python/oomharness/virtual_device.py share/oomharness/python/oomharness/pytest_plugin.py
+  share/oomharness/python/sitecustomize.py share/oomharness/python/oomharness/probe/__init__.py
+  share/oomharness/python/oomharness/virtual_device/__init__.py share/oomharness/python/oomharness/_abi.py
+  share/oomharness/python/oomharness/pytest_plugin.py
   share/oomharness/python/pyproject.toml
   share/oomharness/suites/demo.yaml share/oomharness/suites/demo-simulated.yaml
   share/oomharness/examples/python/train.py

@@ -47,7 +47,8 @@ for f in oomharness/_native/bin/oomharness oomharness/_native/lib/oomharness/lib
   oomharness/_native/lib/oomharness/cuda_double/nvml/libnvidia-ml.so.1 \
   oomharness/_native/share/oomharness/python/sitecustomize.py \
   oomharness/_native/share/oomharness/suites/demo-simulated.yaml \
-  oomharness/pytest_plugin.py oomharness/__main__.py oomharness/probe.py; do
+  oomharness/pytest_plugin.py oomharness/__main__.py oomharness/probe/__init__.py oomharness/probe/steps.py \
+  oomharness/virtual_device/__init__.py oomharness/virtual_device/shape_only.py oomharness/_abi.py; do
   grep -qx "$f" "$work/contents" || fail "the wheel lacks $f"
 done
 ! grep -E '^oomharness/_native/share/(doc|man)/' "$work/contents" || fail "the wheel carries the docs component"

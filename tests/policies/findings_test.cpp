@@ -370,6 +370,16 @@ TEST(Findings, OomAsOtherErrorCaughtByABroaderHandler) {
   EXPECT_THAT(f->sentence, HasSubstr("the code caught it, but code that catches only OutOfMemoryError would not"));
 }
 
+// The table's own rules (Note [Which errors are OOMs] in oom_kinds.h): words are lowercase (a message is
+// lowercased before it is searched), and a row the code cannot catch as OutOfMemoryError says what to do.
+TEST(OomKinds, RowsAreLowercaseAndAdviseWhereTheyCannotBeCaught) {
+  for (const oom::OomKind& k : oom::kOomKinds) {
+    EXPECT_TRUE(k.catchable || !k.advice.empty()) << k.name << ": a row the code cannot catch as OutOfMemoryError needs advice";
+    for (std::string_view w : k.words)
+      for (char c : w) EXPECT_FALSE(c >= 'A' && c <= 'Z') << k.name << ": '" << w << "' is not lowercase";
+  }
+}
+
 TEST(OomKinds, ClassifyAndThePattern) {
   EXPECT_EQ(oom::classify("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`")->name, "cublas");
   EXPECT_EQ(oom::classify("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB")->name, "allocator");

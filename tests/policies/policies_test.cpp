@@ -518,7 +518,7 @@ TEST(GracefulExit, FailTooSlow) {
                  "attempt 1 took 97s to exit after the first injected failure (limit 30s)");
 }
 
-// Note [The batch the code did not report] (probe.py): batches the probe inferred are named in the verdict;
+// Note [The batch the code did not report] (probe/batches.py): batches the probe inferred are named in the verdict;
 // batches the code reported are not.
 TEST(BatchHalving, SaysWhenTheBatchWasInferred) {
   for (const std::string from : {"inputs", "loader", "code"}) {
@@ -530,7 +530,9 @@ TEST(BatchHalving, SaysWhenTheBatchWasInferred) {
     EXPECT_EQ(v.status, VerdictStatus::pass) << from << ": " << v.reason;
     const bool said = v.reason.find("batch sizes inferred from") != std::string::npos;
     EXPECT_EQ(said, from != "code") << v.reason;
-    if (from == "loader") EXPECT_NE(v.reason.find("inferred from the DataLoader's batches"), std::string::npos) << v.reason;
+    if (from == "loader") {
+      EXPECT_NE(v.reason.find("inferred from the DataLoader's batches"), std::string::npos) << v.reason;
+    }
   }
   // Judged, not inconclusive, and it can fail: an inferred batch that did not halve.
   TraceBuilder b;

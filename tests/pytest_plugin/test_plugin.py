@@ -30,7 +30,7 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 # Under a 280 MiB cap the mlp at batch 4096 runs out in PyTorch's allocator (torch.OutOfMemoryError) after
 # cuBLAS's two 64 MiB handles fit; under 256 MiB autograd's handle is refused first (CUBLAS_STATUS_ALLOC_FAILED,
-# a RuntimeError), as on a GPU (virtual_device.py's Note [What libraries allocate outside the caching allocator]).
+# a RuntimeError), as on a GPU (Note [What libraries allocate outside the caching allocator] in virtual_device/libraries.py).
 SMALL = ["--model", "mlp", "--steps", "4", "--batch", "4096"]
 CHECKS = ["oom_visible", "batch_halving"]
 
@@ -138,8 +138,9 @@ def test_the_package_installs_offline_and_registers_the_plugin(installed, user_d
     entry_points = configparser.ConfigParser()
     entry_points.read(os.path.join(installed, dist[0], "entry_points.txt"))
     assert entry_points["pytest11"]["oomharness"] == "oomharness.pytest_plugin"
-    assert {"probe.py", "recover.py", "virtual_device.py", "pytest_plugin.py", "harness.py", "__main__.py"} <= set(
+    assert {"probe", "recover.py", "virtual_device", "pytest_plugin.py", "harness.py", "__main__.py", "_abi.py"} <= set(
         os.listdir(os.path.join(installed, "oomharness")))
+    assert {"__init__.py", "steps.py"} <= set(os.listdir(os.path.join(installed, "oomharness", "probe")))
 
 
 def test_the_package_version_is_the_projects():

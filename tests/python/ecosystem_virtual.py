@@ -26,7 +26,7 @@ for lib in ("accelerate", "transformers", "lightning"):
 
 # This suite's own verdicts on a GPU: `tests/gpu/run_all.sh build ecosystemboth` on an H200 (PyTorch 2.11.0+cu130,
 # 2026-11-26), where the virtual device with the same PyTorch gave the same verdicts for all 7 jobs (issue 32).
-# The caps leave room for cuBLAS's two 64 MiB handles (virtual_device.py's Note [What libraries allocate
+# The caps leave room for cuBLAS's two 64 MiB handles (Note [What libraries allocate
 # outside the caching allocator]); under the 96-112 MiB caps before them, Transformers' run died in cublasCreate.
 SAME = {"exit": "pass", "oom_visible": "pass", "completes": "pass", "no_hang": "pass"}
 GPU = {

@@ -15,14 +15,25 @@ SOURCE = os.environ.get("OOMH_SOURCE_DIR") or os.path.abspath(os.path.join(HERE,
 PROBE_DIR = os.path.join(SOURCE, "python")
 EXAMPLES = os.path.join(SOURCE, "examples", "python")
 
-# The layout is the probe's own (python/oomharness/_control.py, checked against control_block.h by
-# tests/runner/model/control_layout_test.cpp), loaded by path so that the package's __init__ is not run.
-_spec = importlib.util.spec_from_file_location("_oomh_control", os.path.join(PROBE_DIR, "oomharness", "_control.py"))
-CB = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(CB)
-CONTROL_SIZE = CB.CONTROL_BYTES
+# The layout is the C++ one, as the generated python/oomharness/_abi.py holds it (Note [Generated, not checked] in
+# runner/src/app/python_abi.cpp), loaded by path so that the package's __init__ is not run.
+_spec = importlib.util.spec_from_file_location("_oomh_abi", os.path.join(PROBE_DIR, "oomharness", "_abi.py"))
+ABI = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ABI)
+CONTROL_SIZE = ABI.CONTROL_BYTES
 LINE = re.compile(r'^\{"t":\d+\.\d{6},"pid":\d+,"src":"probe","kind":"[a-z_]+","fields":\{.*\}\}\n$')
-PHASES = [CB.PHASE_NAMES[i] for i in range(len(CB.PHASE_NAMES))]
+PHASES = [name for name, _ in sorted(ABI.PHASES, key=lambda p: p[1])]
+_FORMAT = {(4, False): "<I", (4, True): "<i", (8, False): "<Q", (8, True): "<q"}
+
+
+def _pack(buf, name, value):
+    offset, size, signed = ABI.CONTROL_FIELDS[name]
+    struct.pack_into(_FORMAT[(size, signed)], buf, offset, value)
+
+
+def _unpack(data, name):
+    offset, size, signed = ABI.CONTROL_FIELDS[name]
+    return struct.unpack_from(_FORMAT[(size, signed)], data, offset)[0]
 
 
 class Job:
@@ -32,11 +43,11 @@ class Job:
         self.name = "/oomh-pytest-%s" % uuid.uuid4().hex[:12]
         self.shm = "/dev/shm" + self.name
         buf = bytearray(CONTROL_SIZE)
-        struct.pack_into("<I", buf, CB._OFF_MAGIC, CB.MAGIC)
-        struct.pack_into("<I", buf, CB._OFF_VERSION, CB.VERSION)
-        struct.pack_into("<I", buf, CB._OFF_SIZE, CONTROL_SIZE)
-        struct.pack_into("<q", buf, CB._OFF_STEP, CB.UNKNOWN_STEP)
-        struct.pack_into("<q", buf, CB._OFF_BATCH_SIZE, -1)
+        _pack(buf, "magic", ABI.CONTROL_MAGIC)
+        _pack(buf, "version", ABI.CONTROL_VERSION)
+        _pack(buf, "size", CONTROL_SIZE)
+        _pack(buf, "step", ABI.UNKNOWN_STEP)
+        _pack(buf, "batch_size", -1)
         with open(self.shm, "wb") as f:
             f.write(buf)
 
@@ -53,7 +64,8 @@ class Job:
                 del env[k]
         env["PYTHONPATH"] = PROBE_DIR + os.pathsep + env.get("PYTHONPATH", "")
         if probe:
-            env.update({"OOMH_PROBE": "1", "OOMH_EVENTS": self.events, "OOMH_CONTROL": self.name})
+            env.update({"OOMH_PROBE": "1", "OOMH_EVENTS": self.events, "OOMH_CONTROL": self.name,
+                        "OOMH_CHECK_EVENTS": "1"})
         env.update(extra or {})
         return env
 
@@ -82,14 +94,10 @@ class Job:
 
     def block(self):
         with open(self.shm, "rb") as f:
-            b = f.read(CB._HEADER_BYTES)
-        (step,) = struct.unpack_from("<q", b, CB._OFF_STEP)
-        (phase,) = struct.unpack_from("<I", b, CB._OFF_PHASE)
-        (batch,) = struct.unpack_from("<q", b, CB._OFF_BATCH_SIZE)
-        field = lambda off: struct.unpack_from("<Q", b, off)[0]
+            b = f.read(ABI.CONTROL_HEADER_BYTES)
         # A block's events: the shims' and the Python probes' (Note [Counters from Python]).
-        written = field(CB._OFF_EVENTS_WRITTEN) + field(CB._OFF_PROBE_EVENTS_WRITTEN)
-        return {"step": step, "phase": PHASES[phase], "batch_size": batch, "events_written": written,
-                "probe_events_written": field(CB._OFF_PROBE_EVENTS_WRITTEN),
-                "ooms_seen": field(CB._OFF_OOMS_SEEN), "ooms_caught": field(CB._OFF_OOMS_CAUGHT),
-                "empty_cache_calls": field(CB._OFF_EMPTY_CACHE_CALLS)}
+        written = _unpack(b, "events_written") + _unpack(b, "probe_events_written")
+        return {"step": _unpack(b, "step"), "phase": PHASES[_unpack(b, "phase")], "batch_size": _unpack(b, "batch_size"),
+                "events_written": written, "probe_events_written": _unpack(b, "probe_events_written"),
+                "ooms_seen": _unpack(b, "ooms_seen"), "ooms_caught": _unpack(b, "ooms_caught"),
+                "empty_cache_calls": _unpack(b, "empty_cache_calls")}

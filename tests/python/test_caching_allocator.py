@@ -1,5 +1,5 @@
 """The caching-allocator model of the virtual CUDA device (Note [The caching allocator, modelled] in
-python/oomharness/caching_allocator.py): PyTorch's rules, checked against hand-counted figures, and
+python/oomharness/virtual_device/allocator.py): PyTorch's rules, checked against hand-counted figures, and
 its segments asked of the CPU driver double through the real shim."""
 import json
 import os
@@ -8,7 +8,7 @@ import sys
 import tempfile
 import unittest
 
-from oomharness.caching_allocator import (BudgetSegments, CachingAllocatorModel, round_size, segment_size,
+from oomharness.virtual_device.allocator import (BudgetSegments, CachingAllocatorModel, round_size, segment_size,
                                           MIN_BLOCK)
 
 MiB = 1 << 20
@@ -123,7 +123,7 @@ class Faults(unittest.TestCase):
 @unittest.skipUnless(os.environ.get("OOMH_BUILD_DIR"), "needs the build (OOMH_BUILD_DIR): run through ctest")
 class ThroughTheShim(unittest.TestCase):
     """Segments asked of the CPU driver double with the real shim preloaded: the job's faults and caps are the
-    shim's own, and so are its events (DESIGN.md, "One rule engine")."""
+    shim's own, and so are its events (docs/design/DESIGN.md, "One rule engine")."""
 
     def run_model(self, env_extra, script):
         build = os.environ["OOMH_BUILD_DIR"]
@@ -147,7 +147,7 @@ class ThroughTheShim(unittest.TestCase):
             return proc, lines
 
     PROGRAM = """
-from oomharness.caching_allocator import CachingAllocatorModel, DriverSegments
+from oomharness.virtual_device.allocator import CachingAllocatorModel, DriverSegments
 m = CachingAllocatorModel(DriverSegments(), oom_error=lambda msg: MemoryError(msg))
 kept = [m.malloc(30 << 20)]
 m.free(m.malloc(30 << 20))

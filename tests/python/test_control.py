@@ -5,7 +5,11 @@ import os
 import struct
 import unittest
 
-from harness import CB, Job
+from harness import ABI, Job
+
+from oomharness import _control as CB
+
+EVENTS_WRITTEN = ABI.CONTROL_FIELDS["events_written"][0]
 
 N = 20000
 
@@ -40,13 +44,13 @@ class Counters(unittest.TestCase):
 
     def test_the_shims_counter_is_left_to_the_shim(self):
         with open(self.job.shm, "r+b") as f:  # what a shim appended: 7 lines
-            f.seek(CB._OFF_EVENTS_WRITTEN)
+            f.seek(EVENTS_WRITTEN)
             f.write(struct.pack("<Q", 7))
         cb = CB.ControlBlock.open(self.job.name)
         for _ in range(5):
             cb.count_event()
         with open(self.job.shm, "rb") as f:
-            f.seek(CB._OFF_EVENTS_WRITTEN)
+            f.seek(EVENTS_WRITTEN)
             (shim,) = struct.unpack("<Q", f.read(8))
         self.assertEqual(shim, 7)
         self.assertEqual(cb.counters()["events_written"], 12)

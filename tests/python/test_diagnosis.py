@@ -18,13 +18,12 @@ PRELUDE = """
 import os, sys
 sys.path.insert(0, %r)
 import torch
-from oomharness.caching_allocator import round_size
+from oomharness.virtual_device.allocator import round_size
 from oomharness import probe, virtual_device, _breakdown
 """  % PY
 
 DEVICE = """
 dev = virtual_device.install_with_budget(%d)
-virtual_device._installed = dev
 """
 
 
@@ -38,6 +37,7 @@ def run(body, budget=256 << 20, device=True):
             f.write(code)
         env = {k: v for k, v in os.environ.items() if not k.startswith("OOMH_")}
         env["OOMH_EVENTS"] = events
+        env["OOMH_CHECK_EVENTS"] = "1"
         proc = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=240, env=env)
         if proc.returncode != 0:
             raise AssertionError("the program failed:\n" + proc.stdout + proc.stderr)
@@ -193,7 +193,7 @@ model.train()
 
 
 class AfterTheLoop(unittest.TestCase):
-    """Note [After the loop] in probe.py: a breakdown as an evaluation starts after training steps."""
+    """Note [After the loop] in probe/memory.py: a breakdown as an evaluation starts after training steps."""
 
     def test_the_loops_output_still_bound_is_named_with_its_line(self):
         _, events, lines = run(AFTER_LOOP.replace("LEAVE", "pass"))
@@ -236,7 +236,7 @@ class MemoryHistory(unittest.TestCase):
         here = os.path.abspath(__file__)
         user = [{"filename": "/home/u/train.py", "line": 79, "name": "forward"},
                 {"filename": "/home/u/train.py", "line": 251, "name": "run"}]
-        torchy = [{"filename": os.path.join(os.path.dirname(PY), "python", "oomharness", "probe.py"), "line": 1,
+        torchy = [{"filename": os.path.join(os.path.dirname(PY), "python", "oomharness", "probe", "steps.py"), "line": 1,
                    "name": "x"}]
         return {"segments": [{"blocks": [block(16 << 20, "active_allocated", torchy + user),
                                          block(16 << 20, "active_allocated", user),

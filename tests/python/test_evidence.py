@@ -1,4 +1,4 @@
-"""The probe's evidence (python/oomharness/_evidence.py, issue 26): a batch's digest is the sum of its samples'
+"""The probe's evidence (python/oomharness/probe/evidence.py, issue 26): a batch's digest is the sum of its samples'
 (pieces add up, other samples do not), the batch dimension comes from evidence, and a checkpoint's digest is
 its content, whatever path or stream carried it."""
 import io
@@ -9,7 +9,7 @@ import unittest
 
 import torch
 
-from oomharness import _evidence as E
+from oomharness.probe import evidence as E
 
 
 class BatchDigest(unittest.TestCase):

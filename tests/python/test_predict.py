@@ -135,8 +135,8 @@ class StandIns(unittest.TestCase):
 import sys
 sys.path.insert(0, %r)
 import torch
-from oomharness import shape_only
-dev = shape_only.install_with_budget(1 << 30)
+from oomharness.virtual_device import install_with_budget
+dev = install_with_budget(1 << 30, shape_only=True)
 x = torch.randn(64, 64, device="cuda")
 loss = (x @ x).mean()
 print("item", loss.item())

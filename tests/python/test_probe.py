@@ -48,6 +48,33 @@ class ProbeTest(unittest.TestCase):
         self.assertEqual(modules, [])
         self.assertNotIn("TorchFinder", finders)
 
+    def test_a_job_pays_for_the_evidence_its_checks_need(self):
+        # Note [A probe that pays for what is checked] (include/oomharness/evidence.h): the runner says which
+        # evidence the job's checks read (OOMH_EVIDENCE); the probe installs those parts only. Without any, a
+        # step event carries its step, and the global module hooks are gone once training started (the lean
+        # forwards of Note [Which forward is a model's]); the block still holds the step in progress.
+        code = LOOP.replace("print(json.dumps(losses))", textwrap.dedent("""
+            from torch.nn.modules import module as m
+            print(json.dumps([len(m._global_forward_pre_hooks), len(m._global_forward_hooks)]))"""))
+        seen = {}
+        for evidence in ("", "batches", "batches,data,losses,memory", "all"):
+            job = Job()
+            try:
+                r = job.run(code, extra_env={"OOMH_EVIDENCE": evidence})
+                self.assertEqual(r.returncode, 0, r.stderr)
+                steps = [e["fields"] for e in job.read_events() if e["kind"] == "step"]
+                self.assertEqual([s["step"] for s in steps], [1, 2, 3], evidence)
+                seen[evidence] = (sorted(steps[-1]), json.loads(r.stdout.splitlines()[-1]), job.block()["step"])
+            finally:
+                job.close()
+        self.assertEqual(seen[""], (["step"], [0, 0], 4), "no evidence: the step alone, and no module hook left")
+        self.assertEqual(seen["batches"][0], ["batch_from", "batch_size", "step"])
+        self.assertEqual(seen["batches"][1], [1, 1], "the batches part hears every forward")
+        # (No memory figures on the CPU: no CUDA is in use.)
+        self.assertEqual(seen["batches,data,losses,memory"][0], ["batch_from", "batch_size", "data", "loss", "step"])
+        self.assertEqual(seen["all"][0], ["batch_from", "batch_size", "data", "grads_cleared", "loss", "step"],
+                         "'all' is every part, as with no variable")
+
     def test_waits_for_torch_and_never_imports_it(self):
         code = "import sys; print('torch' in sys.modules, any(type(f).__name__ == 'TorchFinder' for f in sys.meta_path))"
         r = self.job.run(code)
@@ -87,7 +114,7 @@ class ProbeTest(unittest.TestCase):
         self.assertEqual(block["events_written"], len(events))
 
     def test_batch_of_keyword_inputs_and_of_the_loader(self):
-        # Note [The batch the code did not report] (probe.py), issue 27: `model(**batch)` (Hugging Face,
+        # Note [The batch the code did not report] (probe/batches.py), issue 27: `model(**batch)` (Hugging Face,
         # Accelerate, Lightning) gives the global forward pre-hook no tensor; the batch is read from the call's
         # keyword arguments. A model whose inputs hold no tensor (a list of strings) has the DataLoader's
         # count. Each step says where its batch came from; probe.step(batch_size=) says "code".
@@ -456,7 +483,7 @@ class ProbeTest(unittest.TestCase):
             except RuntimeError:
                 pass
             model(torch.ones(2, 2)).sum().backward(); opt.step()
-            probe._probe.observed(0, 4096, 0, 0)
+            probe.get().ooms.observed(0, 4096, 0, 0)
             model(torch.ones(1, 2)).sum().backward(); opt.step()
         """)
         r = self.job.run(code)
@@ -473,8 +500,8 @@ class ProbeTest(unittest.TestCase):
             from oomharness import probe
             model = torch.nn.Linear(2, 2)
             opt = torch.optim.SGD(model.parameters(), lr=0.1)
-            probe._probe.observed(0, 4096, 0, 0)
-            probe._probe.observed(0, 2048, 0, 0)
+            probe.get().ooms.observed(0, 4096, 0, 0)
+            probe.get().ooms.observed(0, 2048, 0, 0)
             model(torch.ones(2, 2)).sum().backward(); opt.step()
         """)
         r = self.job.run(code)
@@ -490,13 +517,13 @@ class ProbeTest(unittest.TestCase):
             from oomharness import probe, recover
             model = torch.nn.Linear(2, 2)
             opt = torch.optim.SGD(model.parameters(), lr=0.1)
-            probe._probe.observed(0, 1 << 30, 0, 1 << 20)
+            probe.get().ooms.observed(0, 1 << 30, 0, 1 << 20)
             try:
                 raise recover.oom_error("CUDA out of memory")
             except recover.oom_error_types() as e:
                 probe.oom(caught=True, exc=e)
             model(torch.ones(4, 2)).sum().backward(); opt.step()
-            probe._probe.observed(0, 4096, 0, 0)
+            probe.get().ooms.observed(0, 4096, 0, 0)
             model(torch.ones(2, 2)).sum().backward(); opt.step()
         """)
         r = self.job.run(code)

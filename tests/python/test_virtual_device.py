@@ -1,5 +1,5 @@
 """The virtual CUDA device (Note [Which tensors are on the virtual device] in
-python/oomharness/virtual_device.py): unchanged CUDA code runs on the CPU, its device memory is
+python/oomharness/virtual_device/): unchanged CUDA code runs on the CPU, its device memory is
 counted byte-exactly in the caching-allocator model, and running out raises PyTorch's own error."""
 import json
 import subprocess
@@ -16,7 +16,7 @@ PRELUDE = """
 import sys
 sys.path.insert(0, %r)
 import torch
-from oomharness.caching_allocator import round_size
+from oomharness.virtual_device.allocator import round_size
 """ % PY
 
 
@@ -75,7 +75,7 @@ a = torch.randn(64, 64, device="cuda", requires_grad=True)
 before = torch.cuda.memory_allocated()
 (a @ a).sum().backward()
 (a @ a).sum().backward()
-print(torch.cuda.memory_allocated() - before - round_size(64 * 64 * 4), sorted(w for w, _ in dev.workspaces))
+print(torch.cuda.memory_allocated() - before - round_size(64 * 64 * 4), sorted(w for w, _ in dev.libraries.workspaces))
 """)
         self.assertEqual(out.split("\n")[0], "%d ['backward', 'forward']" % (2 * (2 * 4096 * 1024 + 8 * 16 * 1024)),
                          "two workspaces of :4096:2:16:8 and the gradient of a; the second step adds nothing")
@@ -116,7 +116,7 @@ except RuntimeError as e:
     print(probe.oom_kind(e).name)
 del filler
 torch.cuda.empty_cache()  # the filler's segment goes back to the driver: room for the handle
-print(step(2) >= 0, sorted(k for k in dev.handles))
+print(step(2) >= 0, sorted(k for k in dev.libraries.handles))
 """, budget=200 << 20)
         lines = out.strip().split("\n")
         self.assertEqual(lines[0], "RuntimeError CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
@@ -129,7 +129,7 @@ print(step(2) >= 0, sorted(k for k in dev.handles))
         out = run(self.HANDLE + """
 step(1)  # the warm-up: forward and backward, both threads' handles
 """ + self.FILL + """
-print(step(2) >= 0, sorted(k for k in dev.handles), torch.cuda.mem_get_info()[0])
+print(step(2) >= 0, sorted(k for k in dev.libraries.handles), torch.cuda.mem_get_info()[0])
 """, budget=200 << 20)
         self.assertEqual(out.strip(), "True [('cublas', 'backward'), ('cublas', 'forward')] 0")
 
@@ -142,7 +142,7 @@ with torch.no_grad():
 try:
     step(2)
 except RuntimeError as e:
-    print(type(e).__name__, "CUBLAS_STATUS_ALLOC_FAILED" in str(e), sorted(k for k in dev.handles))
+    print(type(e).__name__, "CUBLAS_STATUS_ALLOC_FAILED" in str(e), sorted(k for k in dev.libraries.handles))
 """, budget=130 << 20)
         self.assertEqual(out.strip(), "RuntimeError True [('cublas', 'forward')]")
 
@@ -167,7 +167,7 @@ for stream in (None, side):
         scaler.scale(loss).backward(); scaler.step(opt); scaler.update(); opt.zero_grad()
     torch.cuda.current_stream().wait_stream(side)
 end.record(); end.synchronize(); torch.cuda.synchronize()
-print(start.elapsed_time(end) >= 0, sorted(dev.handles), len(dev.workspaces))
+print(start.elapsed_time(end) >= 0, sorted(dev.libraries.handles), len(dev.libraries.workspaces))
 try:
     with torch.cuda.graph(torch.cuda.CUDAGraph()):
         pass
@@ -333,14 +333,14 @@ except torch.cuda.OutOfMemoryError:
 
 
 class PinnedHostCache(unittest.TestCase):
-    """Note [The pinned host cache] (python/oomharness/_pinned.py): as PyTorch's CachingHostAllocator, the
+    """Note [The pinned host cache] (python/oomharness/virtual_device/pinned.py): as PyTorch's CachingHostAllocator, the
     virtual device asks the driver only for a size class it holds no free block of, and reuses freed blocks
     (an H100 took no new cudaHostAlloc for a second pin after the first died)."""
 
     def test_freed_blocks_are_reused_and_sizes_rounded_to_a_power_of_two(self):
         out = run("""
 import ctypes, gc
-from oomharness import _pinned
+from oomharness.virtual_device import pinned as _pinned
 calls = []
 class Lib:
     pass

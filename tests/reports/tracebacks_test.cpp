@@ -15,12 +15,12 @@ const char* kVirtualOom =
     "           ^^^^^^^^\n"
     "  File \"/venv/lib/python3.11/site-packages/torch/nn/modules/module.py\", line 1775, in _wrapped_call_impl\n"
     "    return self._call_impl(*args, **kwargs)\n"
-    "  File \"/venv/lib/python3.11/site-packages/oomharness/virtual_device.py\", line 770, in __torch_dispatch__\n"
+    "  File \"/venv/lib/python3.11/site-packages/oomharness/virtual_device/mode.py\", line 770, in __torch_dispatch__\n"
     "    out = func(*args, **kwargs)\n"
     "          ^^^^^^^^^^^^^^^^^^^^^\n"
-    "  File \"/venv/lib/python3.11/site-packages/oomharness/virtual_device.py\", line 155, in book\n"
+    "  File \"/venv/lib/python3.11/site-packages/oomharness/virtual_device/device.py\", line 155, in book\n"
     "    self.allocator.malloc(n)\n"
-    "  File \"/venv/lib/python3.11/site-packages/oomharness/caching_allocator.py\", line 230, in malloc\n"
+    "  File \"/venv/lib/python3.11/site-packages/oomharness/virtual_device/allocator.py\", line 230, in malloc\n"
     "    raise torch.OutOfMemoryError(message)\n"
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 64.00 MiB\n";
 
@@ -40,9 +40,9 @@ TEST(Tracebacks, HarnessFramesFoldIntoOneLineThatSaysSo) {
 
 TEST(Tracebacks, PartsAreNamedAndUserFramesBetweenThemStay) {
   const std::string text =
-      "  File \"/x/oomharness/probe.py\", line 9, in backward\n"
+      "  File \"/x/oomharness/probe/steps.py\", line 9, in backward\n"
       "    return original(*a)\n"
-      "  File \"/x/oomharness/virtual_device.py\", line 460, in wrapper\n"
+      "  File \"/x/oomharness/virtual_device/libraries.py\", line 460, in wrapper\n"
       "    return fn(*a)\n"
       "  File \"/me/my_loss.py\", line 3, in hook\n"
       "    raise ValueError('mine')\n"
@@ -62,6 +62,8 @@ TEST(Tracebacks, NothingOfOursIsLeftUnchanged) {
       "  File \"/me/not_oomharness/probe.py\", line 1, in f\n"
       "    x()\n"
       "  File \"/me/oomharness/mymodule.py\", line 2, in g\n"
+      "  File \"/me/oomharness/probe/deeper/x.py\", line 2, in g\n"
+      "  File \"/me/not_oomharness/probe/steps.py\", line 2, in g\n"
       "  File \"probe.py\", line 3, in h\n"
       "no newline at the end";
   EXPECT_EQ(fold_harness_frames(text), text);

@@ -325,9 +325,10 @@ int parse_and_run(std::vector<std::string> args) {
 
   std::string dev_what;
   CLI::App* dev = app.add_subcommand("dev", "(internal) What the project's own tests and the bash completion ask of the runner");
-  dev->add_option("what", dev_what, "job-keys: the job table as JSON; backends: --backend's values")
+  dev->add_option("what", dev_what,
+                  "job-keys: the job table as JSON; backends: --backend's values; python-abi: python/oomharness/_abi.py")
       ->required()
-      ->check(CLI::IsMember({"job-keys", "backends"}));
+      ->check(CLI::IsMember({"job-keys", "backends", "python-abi"}));
   dev->group("");
 
   std::vector<char*> argv;
@@ -399,7 +400,11 @@ int parse_and_run(std::vector<std::string> args) {
   if (explain->parsed()) return to_int(app::command_explain(explain_file, explain_filters, out, err, explain_max_size));
   if (compare->parsed()) return to_int(app::command_compare(compare_args, out, err));
   if (agent->parsed()) return to_int(app::command_agent(agent_plan, out, err));
-  if (dev->parsed()) return to_int(dev_what == "backends" ? app::command_dev_backends(out) : app::command_dev_job_keys(out));
+  if (dev->parsed()) {
+    if (dev_what == "backends") return to_int(app::command_dev_backends(out));
+    if (dev_what == "python-abi") return to_int(app::command_dev_python_abi(out));
+    return to_int(app::command_dev_job_keys(out));
+  }
   if (demo->parsed()) return to_int(app::command_demo(demo_out, args, out, err));
   return to_int(ExitCode::usage_error);
 }

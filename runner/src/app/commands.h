@@ -136,6 +136,8 @@ ExitCode command_agent(const std::string& plan_path, std::ostream& out, std::ost
 ExitCode command_dev_job_keys(std::ostream& out);
 // `oomharness dev backends`: kBackends' names on one line, for the bash completion of --backend.
 ExitCode command_dev_backends(std::ostream& out);
+// python/oomharness/_abi.py (Note [Generated, not checked] in python_abi.cpp).
+ExitCode command_dev_python_abi(std::ostream& out);
 ExitCode command_demo(const std::string& out_dir, const std::vector<std::string>& command_line, std::ostream& out,
                       std::ostream& err);
 

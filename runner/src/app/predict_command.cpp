@@ -1,9 +1,9 @@
 // `oomharness predict`: the memory a training needs, from one shape-only run on the virtual device
-// (docs/predict.md; python/oomharness/shape_only.py).
+// (docs/predict.md; python/oomharness/virtual_device/shape_only.py).
 //
 // Note [Predicting from a shape-only run]
 // The job runs as `exec --device virtual` would, with OOMH_SHAPE_ONLY=1: its tensors carry shapes and no
-// data (Note [Shape-only mode] in shape_only.py), every device storage is still booked in the caching-
+// data (Note [Shape-only mode] in virtual_device/shape_only.py), every device storage is still booked in the caching-
 // allocator model through the shim, and at exit the device writes one `prediction` event: the model's peak
 // allocated and reserved, the breakdown at the peak allocated (Note [The exact peak] there), the CUDA context
 // the driver double holds, the first OOMs the model raised (step, phase, the user's line) and the stand-in
@@ -39,7 +39,7 @@ namespace {
 // context, which the table counts.
 constexpr int kCardsGiB[] = {16, 24, 40, 48, 80, 94, 141};
 
-// The event the shape-only device writes at exit (src "probe"; python/oomharness/shape_only.py), beside
+// The event the shape-only device writes at exit (src "probe"; python/oomharness/virtual_device/shape_only.py), beside
 // `shape_only` at its start and `values_not_computed` at the first stand-in value (events.h).
 constexpr const char* kPredictionEvent = events::kPrediction;
 
@@ -139,7 +139,7 @@ std::string oom_text(const nlohmann::json& o) {
   if (!text_of(o, "site").empty()) s += ", " + text_of(o, "site");
   s += " (" + format_bytes(bytes_in(o, "allocated")) + " allocated, " + format_bytes(bytes_in(o, "reserved")) +
        " reserved)";
-  // A library's handle outside the caching allocator (virtual_device.py): the code sees a RuntimeError.
+  // A library's handle outside the caching allocator (virtual_device/libraries.py): the code sees a RuntimeError.
   if (!text_of(o, "library").empty()) s += ": " + text_of(o, "library") + "'s handle was refused, " + text_of(o, "message");
   return s;
 }
@@ -201,6 +201,9 @@ ExitCode command_predict(const PredictArgs& args, std::ostream& out, std::ostrea
     e.simulate = true;
     std::vector<std::string>& env = e.job_flags["--env"];
     env.push_back("OOMH_SHAPE_ONLY=1");
+    // Every part of the probe: the breakdown at the peak sorts tensors by the models and optimizers it saw, and
+    // a shape-only step costs no kernel wait (Note [A probe that pays for what is checked] in evidence.h).
+    env.push_back("OOMH_EVIDENCE=all");
     // Note [A device larger than any card]: the driver double is an 80 GiB H100 by default, which would cap
     // the prediction at 80 GiB; uncapped, the job must find room for what it needs, and a cap is --cap's.
     bool sized = false;

@@ -72,7 +72,7 @@ std::vector<std::string> job_environment(const JobSpec& job, const HarnessPaths&
     env.insert_or_assign("OOMH_PROBE", std::string("1"));
   }
   if (job.device == DeviceChoice::virtual_device) {
-    // The virtual CUDA device (python/oomharness/virtual_device.py) installs itself when the job
+    // The virtual CUDA device (python/oomharness/virtual_device/) installs itself when the job
     // imports torch, and asks the driver double for its segments: the shim sees them as a GPU's.
     if (job.probe == ProbeMode::none) prepend_path(env, "PYTHONPATH", paths.python_probe_dir);
     env["OOMH_DEVICE"] = "virtual";
@@ -96,6 +96,9 @@ std::vector<std::string> job_environment(const JobSpec& job, const HarnessPaths&
     env["OOMH_FLUSH_AT_STEPS"] = steps;
   }
   if (job.step_base != 1) env["OOMH_STEP_BASE"] = std::to_string(job.step_base);  // Note [Step numbering]
+  // Note [A probe that pays for what is checked] (include/oomharness/evidence.h): the job's own env may ask
+  // for more ("all").
+  env.try_emplace("OOMH_EVIDENCE", job.evidence());
   if (ctx.rank) {
     // The job's own env may not override these: each rank must know which it is.
     env["RANK"] = std::to_string(*ctx.rank);

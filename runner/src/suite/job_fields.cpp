@@ -20,7 +20,7 @@ JobFields merge(JobFields base, const JobFields& over) {
 // numbering the job's code uses, and every step number stays in it from end to end: the runner passes a
 // fault's `step`/`steps`, a cap's `at: {step}`, the target step and the steps to flush through unchanged,
 // the probe numbers the steps it counts and reads the numbers it is given in it (OOMH_STEP_BASE; _Steps in
-// python/oomharness/probe.py is the one conversion, Note [Step convention] there), a `step` the runner
+// StepClock in python/oomharness/_job.py is the one conversion, Note [Step convention] in probe/steps.py), a `step` the runner
 // observes in the output is the code's own, and the reports print the numbers they get, saying once per
 // job which numbering they are in (step_numbering() in reports/include/oomharness/reports/result.h). The
 // C++ probe reports the program's own numbers and converts nothing.

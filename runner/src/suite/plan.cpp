@@ -4,6 +4,9 @@
 
 #include <set>
 
+#include "oomharness/evidence.h"
+#include "oomharness/policies/registry.h"
+
 namespace oomh {
 
 nlohmann::json JobSpec::plan(bool with_faults) const {
@@ -38,6 +41,21 @@ std::vector<int64_t> JobSpec::flush_steps(bool with_faults) const {
   for (const auto& change : memory.schedule)
     if (change.at_step) steps.insert(*change.at_step);
   return {steps.begin(), steps.end()};
+}
+
+std::string JobSpec::evidence() const {
+  std::set<EvidenceKind> wanted;
+  for (const ExpectSpec& e : expect)
+    if (const PolicyInfo* p = find_policy(e.policy)) wanted.insert(p->evidence.begin(), p->evidence.end());
+  // A fault that waits for a phase needs the probe to write it (the steps are written whatever the checks).
+  for (const FaultSpec& f : faults) {
+    const nlohmann::json& when = f.rule.value("when", nlohmann::json::object());
+    if (when.is_object() && when.contains("phase")) wanted.insert(EvidenceKind::phases);
+  }
+  std::string out;
+  for (const auto& e : kEvidenceKinds)
+    if (wanted.count(e.value)) out += (out.empty() ? "" : ",") + std::string(e.name);
+  return out;
 }
 
 }  // namespace oomh

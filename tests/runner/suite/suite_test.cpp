@@ -378,6 +378,23 @@ jobs:
   EXPECT_FALSE(s.jobs[1].plan().contains("cap_counts"));
 }
 
+// Note [A probe that pays for what is checked] (include/oomharness/evidence.h): a job's OOMH_EVIDENCE is what
+// its checks read, and phases where a fault waits for one; nothing for a job whose checks need no per-step
+// evidence.
+TEST(Suite, AJobsEvidenceIsWhatItsChecksAndFaultsNeed) {
+  const Suite s = load_ok(R"(version: 1
+jobs:
+  - {name: bare, run: 'true', expect: [exit, oom_visible, completes, graceful_exit, no_hang]}
+  - {name: halving, run: 'true', expect: [batch_halving, {peak_below: 1GiB}]}
+  - {name: resume, run: 'true', expect: [checkpoint_resume, zero_grad, memory_stable]}
+  - {name: phase, run: 'true', faults: [{when: {step: 3, phase: backward}}], expect: [eval_no_grad]}
+)");
+  EXPECT_EQ(s.jobs[0].evidence(), "");
+  EXPECT_EQ(s.jobs[1].evidence(), "batches,data");
+  EXPECT_EQ(s.jobs[2].evidence(), "batches,data,losses,memory,grads,checkpoints");
+  EXPECT_EQ(s.jobs[3].evidence(), "evaluation,phases");
+}
+
 TEST(Suite, EveryErrorIsReportedInFileOrder) {
   const auto errors = errors_of(R"(version: 1
 jobs:

@@ -1,5 +1,5 @@
 #pragma once
-// What counts as an out-of-memory failure: one table (DESIGN.md, "An OOM is an event"; issue 27), read by
+// What counts as an out-of-memory failure: one table (docs/design/DESIGN.md, "An OOM is an event"; issue 27), read by
 // the runner's output detector (runner/src/exec/output.cpp), the checks (graceful_exit's default message,
 // the OOMs the code saw) and the findings (oom_as_other_error). Its Python twin is
 // python/oomharness/oom_kinds.py, which the probe reads; tests/python/test_oom_kinds.py checks that the two

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "oomharness/evidence.h"
 #include "oomharness/expected.h"
 #include "oomharness/policies/trace.h"
 #include "oomharness/policies/verdict.h"
@@ -40,6 +41,7 @@ struct PolicyInfo {
   bool scalar_arg = false;                     // accepts a bare value: `- exit: 0`, `- peak_below: 8GiB` (the first arg)
   bool needs_reference = false;                // wants the job run once more without faults
   std::function<Verdict(const Trace&, const nlohmann::json& args)> evaluate;
+  std::vector<EvidenceKind> evidence = {};         // what the probe must gather for it (Note [A probe that pays for what is checked])
 };
 
 // All policies, in the order they are documented.

@@ -190,7 +190,7 @@ struct Attempt {
 // The attempt of a distributed job from its ranks' attempts, ranks[k] being rank k's (Note [Ranks]).
 Attempt merge_ranks(std::vector<Attempt> ranks);
 // An attempt the runner ran as one process, whose probe events name two or more ranks (a job that starts
-// torchrun itself; Note [Ranks seen in events] in python/oomharness/probe.py): gives each untagged shim
+// torchrun itself; Note [Ranks seen in events] in python/oomharness/_job.py): gives each untagged shim
 // and probe event the rank of the probe events of its pid, and fills `ranks` with one RankEnd per rank 0
 // to the highest seen, each with the process's end (the launcher's), its own last step and whether its
 // own events show it died of an OOM, so that the checks judge every rank as for `ranks: N`. Returns

@@ -211,7 +211,7 @@ std::string expected_failure_sentence(const JobResult& job);
 // HTML, Markdown, JUnit) says so above its jobs in these same words. The driver double shows the harness,
 // not a GPU. The virtual device runs the user's own PyTorch code: its recovery verdicts are meaningful, its
 // absolute memory figures are modelled. A job on the virtual device also lists its divergences, what the
-// device saw that job do that a GPU would not (python/oomharness/virtual_device.py, Note [Divergences]).
+// device saw that job do that a GPU would not (python/oomharness/virtual_device/device.py, Note [Divergences]).
 std::vector<std::string> simulation_notes(const RunResult& run);
 // "attention: ...; autocast: ..." for a job's divergences; "" when it has none.
 std::string divergence_list(const JobResult& job);

@@ -130,6 +130,9 @@ struct JobSpec {
   // or lowers a cap (`memory.schedule` at a step), in order: the probes empty the framework's cache as each
   // begins (OOMH_FLUSH_AT_STEPS), so that the step's allocations reach the driver.
   std::vector<int64_t> flush_steps(bool with_faults = true) const;
+  // What the probe must gather for this job's checks and faults, as OOMH_EVIDENCE says it ("batches,data";
+  // Note [A probe that pays for what is checked] in include/oomharness/evidence.h).
+  std::string evidence() const;
 };
 
 struct Suite {

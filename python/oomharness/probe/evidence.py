@@ -1,4 +1,4 @@
-"""What a step trained on and what a checkpoint holds, told by content (DESIGN.md, "Evidence"; issue 26).
+"""What a step trained on and what a checkpoint holds, told by content (docs/design/DESIGN.md, "Evidence"; issue 26).
 
 Note [A step is its data]
 Counting optimizer steps cannot tell a retried step from the next one: code that empties the cache and
@@ -13,7 +13,7 @@ never recomputes them). Two samples equal in every sampled value look the same; 
 between the sampled values is taken for the other.
 
 The hashes are computed with torch on the host: on the virtual device the tensors live on the CPU, and the
-probe's own operations are kept off its books (VirtualDevice.copying_to_host). On a GPU the probe never
+probe's own operations are kept off its books (off_books: VirtualDevice.host_work). On a GPU the probe never
 computes on the device (an injected fault could land on it): it copies the first values of every sample to
 the host (Note [One copy of a GPU batch's values]), or, where the samples are not contiguous, up to
 WHOLE_VALUES elements, and then the digest covers the batch as a whole (`per_sample` false: a redone batch
@@ -60,6 +60,7 @@ or put an older or pretrained state into it, shows there. Not seen: checkpoints 
 than torch.save (safetensors, numpy), and a state saved in another dtype than the model's.
 """
 
+import contextlib
 import ctypes
 import struct
 
@@ -92,21 +93,6 @@ def _text_hash(text):
 
 def hex64(h):
     return "%016x" % (h & MASK)
-
-
-class _OffBooks:
-    """Keeps the probe's own operations off the virtual device's books (they are the host's work)."""
-
-    def __init__(self, device):
-        self.local = getattr(device, "_local", None)
-
-    def __enter__(self):
-        if self.local is not None:
-            self.local.host = getattr(self.local, "host", 0) + 1
-
-    def __exit__(self, *exc):
-        if self.local is not None:
-            self.local.host -= 1
 
 
 def _positions(n, k):
@@ -467,42 +453,10 @@ def indices_text(indices):
     return head + (", ... (%d in all)" % len(ints) if len(ints) > 4 else "")
 
 
-def wrap_dataloader(torch, on_batch, safely):
-    """Wraps the DataLoader's iterator so that on_batch(indices) runs as each batch is handed out."""
-    import collections
-    import importlib
-    mod = importlib.import_module("torch.utils.data.dataloader")
-    Base = getattr(mod, "_BaseDataLoaderIter", None)
-    if Base is None or getattr(Base._next_index, "_oomh_original", None) is not None:
-        return
-    original_index = Base._next_index
-    original_next = Base.__next__
-
-    def _next_index(self):
-        indices = original_index(self)
-        try:
-            q = self.__dict__.setdefault("_oomh_indices", collections.deque())
-            q.append(indices if isinstance(indices, (list, tuple)) else None)
-        except Exception:
-            pass
-        return indices
-
-    def __next__(self):
-        batch = original_next(self)
-        q = getattr(self, "_oomh_indices", None)
-        indices = q.popleft() if q else None
-        safely(on_batch, indices)
-        return batch
-
-    _next_index._oomh_original = original_index
-    __next__._oomh_original = original_next
-    Base._next_index = _next_index
-    Base.__next__ = __next__
-
-
 def off_books(device):
-    return _OffBooks(device)
+    """Keeps the probe's own operations off the virtual device's books (they are the host's work)."""
+    return device.host_work() if device is not None else contextlib.nullcontext()
 
 
 __all__ = ["call_kwargs", "has_tensor", "batch_hash", "tensor_hash", "state_digest", "model_state", "batch_dim", "changed_dim",
-           "has_sequence_first_rnn", "first_tensor", "wrap_dataloader", "indices_text", "hex64", "off_books"]
+           "has_sequence_first_rnn", "first_tensor", "indices_text", "hex64", "off_books"]

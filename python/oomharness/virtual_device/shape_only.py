@@ -28,7 +28,7 @@ training. Every stand-in is counted by the user's line that asked for it.
 
 Note [The exact peak]
 The full device takes a peak breakdown when allocated first passes 17/16 of the last one (Note [The peak
-breakdown] in probe.py). A prediction wants the breakdown at the peak itself, and shape-only steps are cheap,
+breakdown] in probe/memory.py). A prediction wants the breakdown at the peak itself, and shape-only steps are cheap,
 so this device takes it at each local maximum that is a new high: when a storage is about to be given back
 while allocated is above the last breakdown taken (by more than 1/1024), the breakdown is gathered before the
 free, without sweeping (the sweep would free storages first and change what is measured).
@@ -43,15 +43,18 @@ with the full virtual device's figure (tests/python/test_predict.py).
 """
 
 import atexit
-import os
 import sys
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from . import _breakdown
-from . import virtual_device as vd
-from .caching_allocator import CachingAllocatorModel
+from .. import _breakdown
+from .. import _patches
+from .device import VirtualDevice
+from .libraries import LIBRARY_ERRORS
+from .mode import DeviceMode
+
+WHO = _patches.SHAPE_ONLY
 
 _aten = torch.ops.aten
 _SCALAR = _aten._local_scalar_dense.default
@@ -61,13 +64,13 @@ MAX_OOMS = 4
 SNAP_FRACTION = 1024  # Note [The exact peak]
 
 
-class ShapeOnlyDevice(vd.VirtualDevice):
+class ShapeOnlyDevice(VirtualDevice):
     """Note [Shape-only mode]."""
 
     values_computed = False
 
-    def __init__(self, model):
-        super().__init__(model)
+    def __init__(self, ctx, model):
+        super().__init__(ctx, model)
         self.fake = None
         self.stand_ins = 0
         self.stand_in_sites = {}   # the user's line -> stand-ins it asked for
@@ -78,7 +81,7 @@ class ShapeOnlyDevice(vd.VirtualDevice):
         self.peak = None           # the breakdown at the highest allocated seen
         self.ooms = []             # the first OOMs the model raised: where and when
         self.context = 0           # the driver's memory in use before the first segment (the CUDA context)
-        self.kernels = os.environ.get("OOMH_SHAPE_KERNELS", "gpu")
+        self.kernels = ctx.settings.shape_kernels
 
     @staticmethod
     def _key(t):
@@ -87,12 +90,14 @@ class ShapeOnlyDevice(vd.VirtualDevice):
         except Exception:  # noqa: BLE001 - sparse and other layouts have no plain storage
             return None
 
-    def _make_mode(self):
+    def make_mode(self):
         return _ShapeOnlyMode(self)
 
     def install(self):
         self.fake = FakeTensorMode(allow_non_fake_inputs=True)
         self.fake.__enter__()  # below the device's mode: entered first
+        self.ctx.patches.registered(WHO, "FakeTensorMode, entered beneath the device's mode",
+                                    lambda: self.fake.__exit__(None, None, None))
         try:
             free, total = self.model.source.mem_info()
             self.context = max(0, total - free - self.model.reserved)
@@ -110,8 +115,10 @@ class ShapeOnlyDevice(vd.VirtualDevice):
         self._patch_checks()
         if self.kernels == "gpu":
             self._patch_optimizer_defaults()
-        self.events.write("shape_only", {"kernels": self.kernels, "context": self.context})
+        self.ctx.emit("shape_only", kernels=self.kernels, context=self.context)
         atexit.register(self.write_prediction)
+        self.ctx.patches.registered(WHO, "the prediction written at exit (atexit)",
+                                    lambda: atexit.unregister(self.write_prediction))
         return self
 
     # ---- Note [The exact peak]
@@ -141,10 +148,9 @@ class ShapeOnlyDevice(vd.VirtualDevice):
             return
         self.snapping = True
         try:
-            models, optimizers, probe = _probe_objects()
-            fields = _breakdown.virtual(self, models, optimizers)
-            if probe is not None:
-                fields.update(step=probe.current_step(), phase=probe.phase_name)
+            seen, clock = self.ctx.seen, self.ctx.clock
+            fields = _breakdown.virtual(self, list(seen.models), list(seen.optimizers))
+            fields.update(step=clock.current_step(), phase=clock.phase)
             fields["reserved_peak"] = self.model.peak_reserved
             self.peak = fields
         except Exception as e:  # noqa: BLE001 - a prediction without its breakdown still has its figures
@@ -160,7 +166,7 @@ class ShapeOnlyDevice(vd.VirtualDevice):
         first = not self.stand_in_sites
         self.stand_in_sites[site] = self.stand_in_sites.get(site, 0) + 1
         if first:
-            self.events.write("values_not_computed", {"site": site})
+            self.ctx.emit("values_not_computed", site=site)
         if t.dtype == torch.bool:
             return bool(self.assumed.get(self._key(t), False))
         if t.dtype.is_floating_point or t.dtype.is_complex:
@@ -170,54 +176,48 @@ class ShapeOnlyDevice(vd.VirtualDevice):
     def _note_oom(self, message, library=None):
         if len(self.ooms) >= MAX_OOMS:
             return
-        _, _, probe = _probe_objects()
+        clock = self.ctx.clock
         oom = {"site": _breakdown.site_text(_breakdown.user_site(sys._getframe(2))),
-               "step": probe.current_step() if probe is not None else -1,
-               "phase": probe.phase_name if probe is not None else "",
+               "step": clock.current_step(), "phase": clock.phase,
                "allocated": self.model.allocated, "reserved": self.model.reserved, "message": message}
         if library is not None:
             oom["library"] = library  # its handle, outside the caching allocator: a RuntimeError, not an OOM
         self.ooms.append(oom)
 
     def library_refused(self, library):
-        self._note_oom(vd.LIBRARY_ERRORS[library], library)
+        self._note_oom(LIBRARY_ERRORS[library], library)
 
     def _patch_swap(self):
         """Module._apply (`model.cuda()`, `.to(dtype)`) swaps a FakeTensor parameter with its converted copy,
         which fails when anything holds a weak reference to it (the fake mode does, for every Parameter made
         under it); then the parameter takes the copy's data in place, as `_apply` does for plain tensors."""
-        original = torch.utils.swap_tensors
-
-        def swap_tensors(t1, t2):
-            try:
-                return original(t1, t2)
-            except RuntimeError:
-                if not (isinstance(t1, torch.Tensor) and isinstance(t2, torch.Tensor)):
-                    raise
-                with torch.no_grad():
-                    t1.data = t2.detach()
-
-        swap_tensors.__wrapped__ = original
-        self._set(torch.utils, "swap_tensors", swap_tensors)
+        def swap(original):
+            def swap_tensors(t1, t2):
+                try:
+                    return original(t1, t2)
+                except RuntimeError:
+                    if not (isinstance(t1, torch.Tensor) and isinstance(t2, torch.Tensor)):
+                        raise
+                    with torch.no_grad():
+                        t1.data = t2.detach()
+            return swap_tensors
+        self.ctx.patches.replace(WHO, "torch.utils", "swap_tensors", swap)
 
     def _patch_checks(self):
         """isfinite and isinf are composite (made of eq, abs, ne, ...): the value a healthy run computes is set
         on their result here (Note [Stand-in values])."""
-        dev = self
-        for owner in (torch, torch.Tensor):
-            for name, value in _ALWAYS.items():
-                original = getattr(owner, name, None)
-                if original is None:
-                    continue
-
-                def check(*args, _original=original, _value=value, **kwargs):
-                    out = _original(*args, **kwargs)
+        def assuming(value):
+            def make(original):
+                def check(*args, **kwargs):
+                    out = original(*args, **kwargs)
                     if isinstance(out, torch.Tensor):
-                        dev.assume(out, _value)
+                        self.assume(out, value)
                     return out
-
-                check.__wrapped__ = original
-                self._set(owner, name, check)
+                return check
+            return make
+        for owner in ("torch", "torch.Tensor"):
+            for name in _patches.FINITE_CHECKS:
+                self.ctx.patches.replace(WHO, owner, name, assuming(_ALWAYS[name]))
 
     def assume(self, t, value):
         if len(self.assumed) > 4096:  # keys of dead storages: the newest matter
@@ -226,27 +226,22 @@ class ShapeOnlyDevice(vd.VirtualDevice):
 
     def _patch_optimizer_defaults(self):
         """Note [Kernels a GPU runs]: the foreach optimizers a GPU would run."""
-        import torch.optim as optim
+        import torch.optim  # noqa: F401 - its submodules, each with its own reference to the function
         dev = self
-        seen = {}
+
+        def gpu_default(original):
+            def _default_to_fused_or_foreach(params, differentiable, use_fused=False):
+                fused, foreach = original(params, differentiable, use_fused)
+                if fused or foreach or differentiable or torch.jit.is_scripting():
+                    return fused, foreach
+                on_device = all(p is None or dev.on_device(p) for p in params)
+                return False, bool(params) and on_device
+            return _default_to_fused_or_foreach
+
         for mod in list(sys.modules.values()):
             name = getattr(mod, "__name__", "") or ""
-            if not (name == "torch.optim" or name.startswith("torch.optim.")):
-                continue
-            original = getattr(mod, "_default_to_fused_or_foreach", None)
-            if original is None:
-                continue
-            wrapper = seen.get(original)
-            if wrapper is None:
-                def wrapper(params, differentiable, use_fused=False, _original=original):
-                    fused, foreach = _original(params, differentiable, use_fused)
-                    if fused or foreach or differentiable or torch.jit.is_scripting():
-                        return fused, foreach
-                    on_device = all(p is None or dev.on_device(p) for p in params)
-                    return False, bool(params) and on_device
-                seen[original] = wrapper
-            self._set(mod, "_default_to_fused_or_foreach", wrapper)
-        del optim
+            if name == "torch.optim" or name.startswith("torch.optim."):
+                self.ctx.patches.replace_in(WHO, "torch.optim.*", mod, "_default_to_fused_or_foreach", gpu_default)
 
     # ---- the prediction
     def prediction(self):
@@ -255,9 +250,9 @@ class ShapeOnlyDevice(vd.VirtualDevice):
         m = self.model
         return {
             "peak_allocated": m.peak_allocated, "peak_reserved": m.peak_reserved, "context": self.context,
-            # cuBLAS's and cuDNN's own handles, outside the caching allocator (virtual_device.py's Note [What
-            # libraries allocate outside the caching allocator]): a card holds them beside reserved memory.
-            "libraries": sum(size for _, size in self.handles.values()),
+            # cuBLAS's and cuDNN's own handles, outside the caching allocator (Note [What libraries allocate
+            # outside the caching allocator] in libraries.py): a card holds them beside reserved memory.
+            "libraries": self.libraries.held(),
             "breakdown": self.peak or {}, "ooms": self.ooms, "values_computed": False,
             "stand_ins": self.stand_ins,
             "stand_in_sites": [{"site": s, "count": n} for s, n in
@@ -268,20 +263,12 @@ class ShapeOnlyDevice(vd.VirtualDevice):
 
     def write_prediction(self):
         try:
-            self.events.write("prediction", self.prediction())
+            self.ctx.emit("prediction", **self.prediction())
         except Exception as e:  # noqa: BLE001 - at exit: say it, never raise
             sys.stderr.write("oomharness: the shape-only prediction could not be written: %r\n" % (e,))
 
 
-def _probe_objects():
-    probe_mod = sys.modules.get("oomharness.probe")
-    p = getattr(probe_mod, "_probe", None) if probe_mod is not None else None
-    if p is None:
-        return [], [], None
-    return list(p.models), list(p.optimizers), p
-
-
-class _ShapeOnlyMode(vd._DeviceMode):
+class _ShapeOnlyMode(DeviceMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         dev = self.device
         if func is _SCALAR:
@@ -296,23 +283,3 @@ class _ShapeOnlyMode(vd._DeviceMode):
                 if value is not None:
                     dev.assume(out, (not value) if _CARRY[name] else value)
         return out
-
-
-_installed = None
-
-
-def install_for_job():
-    """Shape-only mode for a job the runner started with OOMH_DEVICE=virtual and OOMH_SHAPE_ONLY=1: as
-    virtual_device.install_for_job, with fake tensors underneath (Note [Shape-only mode])."""
-    global _installed
-    if _installed is None:
-        from .caching_allocator import DriverSegments
-        _installed = ShapeOnlyDevice(CachingAllocatorModel(DriverSegments(), oom_error=vd.oom_error)).install()
-        vd._installed = _installed  # the probe attaches to the device it finds there
-    return _installed
-
-
-def install_with_budget(total_bytes):
-    """Shape-only mode on a plain byte budget (tests, and `python -m oomharness.predict` without the runner)."""
-    from .caching_allocator import BudgetSegments
-    return ShapeOnlyDevice(CachingAllocatorModel(BudgetSegments(total_bytes), oom_error=vd.oom_error)).install()

@@ -1,5 +1,5 @@
 """A model of PyTorch's CUDA caching allocator, for the virtual CUDA device (issue 13; the feasibility study's
-facts are in shared/notes/virtual-device.md).
+facts are in docs/design/virtual-device.md).
 
 Note [The caching allocator, modelled]
 What a training loop's memory looks like on a GPU is decided less by its tensors than by how PyTorch's
@@ -18,15 +18,14 @@ the rules that decide what the driver sees and what `torch.cuda` reports:
   - `empty_cache` gives every wholly free segment back to the driver.
 Segments come from a SegmentSource: on the virtual device, the CUDA driver double through the shim
 (DriverSegments), so that fault rules, caps, events, the control block and the armed record are the shim's own
-(DESIGN.md, "One rule engine"); in unit tests, a plain byte budget. Streams, expandable segments,
+(docs/design/DESIGN.md, "One rule engine"); in unit tests, a plain byte budget. Streams, expandable segments,
 cudaMallocAsync and CUDA graphs are not modelled.
 """
 
 import ctypes
-import os
 import sys
 
-from oomharness import _breakdown
+from .. import _breakdown
 
 MIN_BLOCK = 512
 SMALL_SIZE = 1 << 20
@@ -99,7 +98,7 @@ class DriverSegments:
     CUDA_SUCCESS = 0
     CUDA_ERROR_OUT_OF_MEMORY = 2
 
-    def __init__(self, device=0, library="libcuda.so.1"):
+    def __init__(self, device=0, library="libcuda.so.1", record_sites=False):
         self.lib = ctypes.CDLL(library, mode=ctypes.RTLD_GLOBAL)
         self._check(self.lib.cuInit(0), "cuInit")
         self.device = ctypes.c_int(0)
@@ -117,7 +116,7 @@ class DriverSegments:
         # a step's allocations, each segment's `alloc` event names the user's line that asked for it. Only
         # then: finding the line walks the stack.
         self._note_site = None
-        if os.environ.get("OOMH_RECORD_STEP"):
+        if record_sites:
             try:
                 self._note_site = ctypes.CDLL(None).oomh_note_site
                 self._note_site.argtypes = [ctypes.c_char_p]

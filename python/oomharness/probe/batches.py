@@ -1,0 +1,193 @@
+"""The probe's batches part: the batch size of each top-level forward, the samples each step trained on and
+what they were (Note [A step is its data] in evidence.py), and the DataLoader's indices.
+
+Note [The batch the code did not report]
+The zero-code promise: a job that reports no batch size still gets one at each step and each OOM, inferred
+from what the probe already sees, and every event says where its batch came from (`batch_from`): "inputs",
+the batch dimension of the model's inputs at its top-level forward (positional or keyword: Note [Keyword
+inputs] and Note [Which dimension is the batch] in evidence.py); "loader", the number of samples the
+DataLoader handed out for the batch in hand, when the forward's inputs hold no tensor the probe can read;
+"code", the batch_size the code passed to probe.step(). An OOM before the step's first forward (moving the
+batch to the device) has the batch of the last forward. batch_halving says in its verdict when the batches
+it compared were inferred.
+"""
+
+import collections
+import weakref
+
+from .._hooks import safely
+from . import evidence
+
+WHO = "probe.batches"
+MAX_PARTS = 64  # forwards of one step whose digests a step event lists (Note [A step is its data])
+
+
+class Batches:
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.batch_size = -1              # leading dimension of the last training forward
+        self.batch_from = ""              # where it came from (Note [The batch the code did not report])
+        self.pending_samples = 0          # samples of training forwards since the last step
+        self.manual_samples = False       # the code reports samples itself (probe.samples)
+        self.loader_indices = None        # the DataLoader batch handed out last (Note [The DataLoader's indices])
+        self.loader_fresh = False         # ... and not used by a training forward yet
+        self.last_shape = weakref.WeakKeyDictionary()   # model -> shape of its last training input
+        self.changed = weakref.WeakKeyDictionary()      # model -> the dimension seen changing
+        self.rnn = weakref.WeakKeyDictionary()          # model -> holds a sequence-first recurrent module
+        self.digests = ctx.settings.wants("data")       # the samples' digests: only where a check compares them
+        self._reset_data()
+
+    def _reset_data(self):
+        # Note [A step is its data]: the data of the training forwards since the last step.
+        self.data_samples = 0
+        self.data_digest = 0
+        self.data_per_sample = True
+        self.data_parts = []              # the digest of each training forward (gradient accumulation)
+        self.data_shape = None            # the first input's shape, its batch dimension and how it was found
+        self.data_dim = None
+        self.data_from = None
+        self.data_loader = ""             # indices text of the batches trained on since the last step
+
+    def install(self, torch):
+        """Note [The DataLoader's indices] (evidence.py): the indices each batch was made of, in the order the
+        batches come out of the iterator."""
+        patches = self.ctx.patches
+        where = "torch.utils.data.dataloader._BaseDataLoaderIter"
+
+        def next_index(original):
+            def _next_index(it):
+                indices = original(it)
+                try:
+                    q = it.__dict__.setdefault("_oomh_indices", collections.deque())
+                    q.append(indices if isinstance(indices, (list, tuple)) else None)
+                except Exception:
+                    pass
+                return indices
+            return _next_index
+
+        def next_batch(original):
+            def __next__(it):
+                batch = original(it)
+                q = getattr(it, "_oomh_indices", None)
+                safely(self.loader_batch, q.popleft() if q else None)
+                return batch
+            return __next__
+
+        patches.replace(WHO, where, "_next_index", next_index)
+        patches.replace(WHO, where, "__next__", next_batch)
+
+    def loader_batch(self, indices):
+        """The DataLoader handed out a batch."""
+        self.loader_indices = list(indices) if indices is not None else None
+        self.loader_fresh = self.loader_indices is not None
+
+    # ---- each top-level forward
+    def on_forward(self, module, args, kwargs, training, frame):
+        ctx = self.ctx
+        bs = safely(self.batch_of, module, args, kwargs, training)
+        if bs is None:
+            t, _ = evidence.first_tensor(ctx.torch, args, kwargs)
+            bs = int(t.shape[0]) if t is not None and t.dim() > 0 else None
+        how = "inputs"
+        if bs is None and self.loader_fresh and self.loader_indices:
+            bs, how = len(self.loader_indices), "loader"  # Note [The batch the code did not report]
+        if bs is not None:
+            ctx.clock.batch_size, ctx.clock.batch_from = bs, how
+            if ctx.block is not None:
+                ctx.block.batch_size = bs
+        if training and bs is not None:
+            self.batch_size, self.batch_from = bs, how
+            if not self.manual_samples:
+                self.pending_samples += bs
+
+    def batch_of(self, module, args, kwargs, training):
+        """The batch size of a top-level forward, from its batch dimension; for a training forward, its data
+        is added to the step's."""
+        torch = self.ctx.torch
+        t, tensors = evidence.first_tensor(torch, args, kwargs)
+        if t is None or t.dim() == 0:
+            return None
+        shape = tuple(t.shape)
+        rnn = self.rnn.get(module)
+        if rnn is None:
+            rnn = evidence.has_sequence_first_rnn(torch, module)
+            safely(self.rnn.__setitem__, module, rnn)
+        if training:
+            changed = evidence.changed_dim(self.last_shape.get(module), shape)
+            if changed is not None and module not in self.changed:
+                safely(self.changed.__setitem__, module, changed)
+            safely(self.last_shape.__setitem__, module, shape)
+        loader = len(self.loader_indices) if self.loader_fresh and self.loader_indices else None
+        dim, how = evidence.batch_dim(t, loader, rnn, self.changed.get(module))
+        count = int(shape[dim])
+        if not training or not self.digests:
+            return count
+        with evidence.off_books(self.ctx.device):
+            samples, digest, per_sample = 0, 0, True
+            for u in tensors:
+                if u.dim() <= dim or int(u.shape[dim]) != count:
+                    continue
+                got = evidence.batch_hash(torch, u, dim)
+                if got is None:
+                    continue
+                if not samples:
+                    samples = got[0]
+                digest = (digest + got[1]) & evidence.MASK
+                per_sample = per_sample and got[2]
+        self.data_samples += samples
+        self.data_parts.append(digest)
+        self.data_digest = (self.data_digest + digest) & evidence.MASK
+        self.data_per_sample = self.data_per_sample and per_sample
+        if self.data_shape is None:
+            self.data_shape, self.data_dim, self.data_from = list(shape), dim, how
+        if self.loader_fresh and self.loader_indices:
+            text = evidence.indices_text(self.loader_indices)
+            if text:
+                self.data_loader = text if not self.data_loader else self.data_loader + "; " + text
+        self.loader_fresh = False
+        return count
+
+    def take_data(self):
+        """The `data` field of a step or OOM event (None when no training forward was fingerprinted), and
+        the count starts again."""
+        data = None
+        if self.data_shape is not None:
+            data = {"samples": self.data_samples, "digest": evidence.hex64(self.data_digest),
+                    "per_sample": self.data_per_sample, "shape": self.data_shape, "dim": self.data_dim,
+                    "from": self.data_from}
+            if self.data_loader:
+                data["loader"] = self.data_loader
+            if 1 < len(self.data_parts) <= MAX_PARTS:
+                data["parts"] = [evidence.hex64(d) for d in self.data_parts]
+        self._reset_data()
+        return data
+
+    # ---- the events
+    def samples(self, k):
+        """probe.samples(k): the code counts its samples itself from now on."""
+        self.manual_samples = True
+        self.pending_samples = 0
+        self.ctx.emit("samples", count=int(k))
+
+    def on_step_ending(self):
+        if not self.manual_samples and self.pending_samples > 0:
+            self.ctx.emit("samples", count=self.pending_samples)
+        self.pending_samples = 0
+
+    def on_step_fields(self, fields, batch_size, loss):
+        bs = self.batch_size if batch_size is None else batch_size
+        if bs is not None and bs >= 0:
+            fields["batch_size"] = int(bs)
+            fields["batch_from"] = "code" if batch_size is not None else (self.batch_from or "inputs")
+        data = self.take_data()
+        if data is not None:
+            fields["data"] = data
+
+    def on_oom_fields(self, fields):
+        data = self.take_data()
+        if data is not None:
+            fields["data"] = data
+
+    def on_oom_seen(self, fields):
+        # The failed attempt's work does not count: a redo reports its samples again.
+        self.pending_samples = 0

@@ -1,0 +1,76 @@
+"""The virtual device's loading part: torch.load(..., map_location="cuda" | "cuda:0" | torch.device("cuda") | 0
+| {...: "cuda:0"} | fn) reads the storages to the host, and what was meant for the device is booked there, as
+a GPU would hold it (Note [No CUDA runtime under the virtual device] in runtime.py)."""
+
+import threading
+
+import torch
+
+from .tensors import is_cuda
+
+WHO = "device.loading"
+
+
+def host_location(where):
+    """(the map_location to read with, whether the result goes on the device: None when only the load can
+    tell)."""
+    if where is None:
+        return None, False
+    if isinstance(where, (str, torch.device)) or (isinstance(where, int) and not isinstance(where, bool)):
+        to_cuda = isinstance(where, int) or is_cuda(where)
+        return ("cpu" if to_cuda else where), to_cuda
+    if isinstance(where, dict):
+        cuda = {k for k, v in where.items() if is_cuda(v)}
+        return {k: ("cpu" if k in cuda else v) for k, v in where.items()}, bool(cuda)
+    if callable(where):
+        return where, None  # known after the load: did the function move a storage (storage.cuda())?
+    return where, False
+
+
+def tensors_in(obj, depth=0):
+    """The tensors in what torch.load returned: nested dicts, lists and tuples (a checkpoint's shape)."""
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif depth < 16 and isinstance(obj, dict):
+        for v in obj.values():
+            yield from tensors_in(v, depth + 1)
+    elif depth < 16 and isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from tensors_in(v, depth + 1)
+
+
+class Loading:
+    def __init__(self, device):
+        self.device = device
+        self._local = threading.local()  # load_moved: a map_location function moved a storage to "the GPU"
+
+    def install(self, torch_, patches):
+        original_load = torch.load
+        patches.replace(WHO, "torch", "load", self._load)
+        if getattr(torch.serialization, "load", None) is original_load:
+            patches.replace(WHO, "torch.serialization", "load", self._load)
+        # A map_location function moves storages with storage.cuda(): on the CPU build that raises, and on a
+        # CUDA build without a GPU it reaches the driver. Here it leaves the storage on the host and says so.
+        for owner in ("torch.storage._StorageBase", "torch.storage.TypedStorage"):
+            patches.replace(WHO, owner, "cuda", self._storage_cuda)
+
+    def _load(self, original):
+        dev, local = self.device, self._local
+
+        def load(f, map_location=None, *args, **kwargs):
+            target, to_device = host_location(map_location)
+            local.load_moved = False
+            out = original(f, target, *args, **kwargs)
+            if to_device or (to_device is None and getattr(local, "load_moved", False)):
+                for t in tensors_in(out):
+                    dev.book(t)
+            return out
+        return load
+
+    def _storage_cuda(self, original):
+        local = self._local
+
+        def storage_cuda(storage, device=None, non_blocking=False, **kwargs):
+            local.load_moved = True
+            return storage
+        return storage_cuda

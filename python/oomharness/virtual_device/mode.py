@@ -1,0 +1,93 @@
+"""The virtual device's dispatch mode: sees every ATen operation of the thread that installed the device,
+books the storages an operation makes from device inputs (Note [Which tensors are on the virtual device] in
+device.py), and hands the operations a GPU runs differently to their watchers: BLAS calls and convolutions to
+the libraries part, attention's probabilities and `.item()` to the device."""
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from .libraries import BLAS_OPS
+
+
+class DeviceMode(TorchDispatchMode):
+    def __init__(self, device):
+        super().__init__()
+        self.device = device
+
+    # Runs at every ATen operation: kept to what the booking needs (its cost is measured against a bare
+    # dispatch mode's by bench/python/virtual_device_cost.py).
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        dev = self.device
+        out = func(*args, **kwargs) if kwargs else func(*args)
+        if dev.copying_to_host():
+            return out
+        key = dev._key
+        in_keys = []
+        from_device = dev.creating()
+        for a in _tensors(args, kwargs):
+            k = key(a)
+            in_keys.append(k)
+            if not from_device and k is not None and dev._live(k):
+                from_device = True
+        if not from_device:
+            return out
+        outs = (out,) if isinstance(out, torch.Tensor) else _tensors(out if isinstance(out, (list, tuple)) else (), None)
+        swept = False
+        for t in outs:
+            k = key(t)
+            if k is None or k in in_keys or dev._live(k):
+                continue  # a view, an in-place result, or a storage already on the device
+            if not swept:  # tensors that died since: their blocks go back to the cache first, as on a GPU
+                dev.sweep(young_only=True)
+                swept = True
+            dev.book(t)
+        # After the outputs: a library asks for its handle when the operation runs, its result already allocated.
+        watch = _WATCHED.get(func)
+        if watch is None:
+            watch = _WATCHED[func] = _WATCHED_BY_NAME.get(func.overloadpacket.__name__, False)
+        if watch:
+            watch(dev, out, args)
+        return out
+
+
+def _tensors(args, kwargs):
+    """The tensors among an operation's arguments (and one level into lists: cat, stack, foreach ops)."""
+    found = []
+    for group in (args, kwargs.values() if kwargs else ()):
+        for a in group:
+            if isinstance(a, torch.Tensor):
+                found.append(a)
+            elif isinstance(a, (list, tuple)):
+                found.extend(b for b in a if isinstance(b, torch.Tensor))
+    return found
+
+
+def _softmax(dev, out, args):
+    # Attention computed from its parts on the CPU (PyTorch 1.x's nn.MultiheadAttention, hand-written
+    # attention, and PyTorch 2.x's math fallback, whose parts the mode sees) keeps the B*H*S^2 probabilities,
+    # which fused attention on a GPU does not (the study: 128 of 388 MiB per sample of the fidelity model;
+    # examples/python/train.py's transformer peaked 1.42x higher than on an H100 with PyTorch 2.11).
+    if isinstance(out, torch.Tensor) and out.dim() >= 3 and out.shape[-1] == out.shape[-2] >= 64:
+        dev.diverged("attention", "attention kept its %s probabilities, which a GPU's fused attention does not "
+                     "keep: peaks are higher and the largest batch lower than on a GPU that fuses it"
+                     % "x".join(str(d) for d in out.shape))
+
+
+def _scalar_read(dev, out, args):
+    # `.item()` of a device tensor: PyTorch 2.x copies the value through a pinned host block (measured on an
+    # H200: a 4-byte cuMemHostAlloc at a loop's first float32 loss.item(); Note [The pinned host cache]).
+    if dev.pinned_host is not None and args and isinstance(args[0], torch.Tensor):
+        dev.pinned_host.scratch(args[0].element_size())
+
+
+def _convolution(dev, out, args):
+    dev.libraries.conv_call()
+    dev.diverged("convolution", "convolutions ran on the CPU: cuDNN's handle is allocated as on a GPU, its "
+                 "workspaces and algorithm choice are not modelled")
+
+
+_WATCHED_BY_NAME = {name: (lambda dev, out, args: dev.libraries.blas_call()) for name in BLAS_OPS}
+_WATCHED_BY_NAME.update({"_softmax": _softmax, "softmax": _softmax, "convolution": _convolution,
+                         "_local_scalar_dense": _scalar_read,
+                         "convolution_backward": _convolution})
+_WATCHED = {}  # operation -> its watcher, or False: looked up by name once per operation

@@ -1,0 +1,283 @@
+"""The virtual device's runtime part: torch.cuda (and torch.accelerator) answered from the caching-allocator
+model and from host objects: memory figures, empty_cache, the device's properties, streams, events, device
+guards, NVTX ranges, the RNG, and a clear refusal of CUDA graphs.
+
+Note [No CUDA runtime under the virtual device]
+On a CUDA build without a GPU (what `pip install torch` gives a laptop or a CI runner), any call that reaches
+the CUDA runtime fails ("API call is not supported in the installed CUDA driver") or prints its
+initialisation warnings; on a CPU build the same calls raise "Torch not compiled with CUDA" or meet dummy
+classes. So nothing the virtual device does may reach it: streams and events are host objects (work runs
+synchronously on the CPU, so an event is complete once recorded and times with the host's clock), a device
+guard changes nothing (there is one device), NVTX ranges are no-ops, and torch.load reads storages meant for
+the device to the host and books them. tests/python/test_cuda_build.py runs each way public code writes
+these, under every PyTorch of the CI matrix.
+"""
+
+import time
+
+import torch
+
+from .. import _patches
+
+WHO = "device.runtime"
+# torch.cuda's names the device answers only where this torch has them (the rest it provides in any case).
+_ONLY_WHERE_THERE = frozenset(("Event", "Stream", "ExternalStream", "StreamContext", "stream", "current_stream",
+                               "default_stream", "set_stream", "device", "device_of", "_exchange_device",
+                               "_maybe_exchange_device", "_lazy_init", "CUDAGraph", "graph", "make_graphed_callables",
+                               "graph_pool_handle"))
+
+
+class Event:
+    def __init__(self, enable_timing=False, blocking=False, interprocess=False, **kwargs):
+        self.enable_timing = enable_timing
+        self._t = None
+
+    def record(self, stream=None):
+        self._t = time.perf_counter()
+
+    def wait(self, stream=None):
+        pass
+
+    def query(self):
+        return True
+
+    def synchronize(self):
+        pass
+
+    def elapsed_time(self, end_event):
+        if not (self.enable_timing and end_event.enable_timing):
+            raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
+        if self._t is None or end_event._t is None:
+            raise RuntimeError("Both events must be recorded before calculating elapsed time.")
+        return (end_event._t - self._t) * 1000.0
+
+
+GRAPHS_NOT_MODELLED = ("torch.cuda.%s: CUDA graphs are not modelled by oomharness's virtual CUDA device "
+                       "(docs/without-a-gpu.md): run this job without capturing graphs, or on a GPU")
+
+
+def _graphs_not_modelled(name):
+    """What stands for torch.cuda.NAME: a class where PyTorch has one (CUDAGraph, graph), so that annotations
+    such as `torch.cuda.CUDAGraph | None` in libraries' code still work, else a function; either refuses."""
+    def refuse(*args, **kwargs):
+        raise RuntimeError(GRAPHS_NOT_MODELLED % name)
+    if name in ("CUDAGraph", "graph"):
+        return type(name, (), {"__init__": refuse, "__module__": "torch.cuda"})
+    refuse.__name__ = name
+    return refuse
+
+
+class Stream:
+    def __init__(self, device=None, priority=0, **kwargs):
+        self.device = torch.device("cuda", 0)
+        self.priority = priority
+        self.cuda_stream = 0
+
+    def wait_event(self, event):
+        pass
+
+    def wait_stream(self, stream):
+        pass
+
+    def record_event(self, event=None):
+        event = event if event is not None else Event()
+        event.record(self)
+        return event
+
+    def query(self):
+        return True
+
+    def synchronize(self):
+        pass
+
+    def is_capturing(self):
+        return False  # no CUDA graph is ever captured on the virtual device
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class _DeviceGuard:
+    """torch.cuda.device(i) / device_of(t): one device, so a guard that changes nothing."""
+
+    def __init__(self, device=None):
+        self.idx = 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class _Range:
+    """torch.cuda.nvtx.range: a no-op context manager and decorator."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def __call__(self, fn):
+        return fn
+
+
+class Runtime:
+    def __init__(self, device):
+        self.device = device
+        self.default_stream = Stream()
+        self.current = self.default_stream
+
+    def make_current(self, stream):
+        # The cuBLAS workspace is per handle and stream (Libraries.blas_call): the device knows the current one.
+        self.current = stream
+        self.device.current_stream = None if stream is self.default_stream else stream
+
+    def answers(self):
+        """What torch.cuda's functions answer on the virtual device: name -> value."""
+        dev, model = self.device, self.device.model
+        runtime = self
+
+        def memory_allocated(device=None):
+            dev.sweep()
+            return model.allocated
+
+        def memory_reserved(device=None):
+            dev.sweep()
+            return model.reserved
+
+        def memory_stats(device=None):
+            dev.sweep()
+            return model.stats()
+
+        def reset_peak_memory_stats(device=None):
+            dev.sweep()
+            model.reset_peak()
+
+        def empty_cache():
+            dev.sweep()
+            model.empty_cache()
+
+        def mem_get_info(device=None):
+            dev.sweep()
+            return model.mem_info()
+
+        def set_per_process_memory_fraction(fraction, device=None):
+            _, total = model.source.mem_info()
+            model.fraction_limit = int(total * fraction)
+
+        class _Properties:
+            def __init__(self):
+                free, total = mem_get_info()
+                self.name = "virtual CUDA device (PyTorch %s on the CPU, caching-allocator model)" % torch.__version__
+                self.total_memory = total
+                self.major, self.minor = 9, 0  # as the H100 the model's figures were checked against
+                self.multi_processor_count = 1
+
+        def memory_summary(device=None, abbreviated=False):
+            s = memory_stats()
+            return ("|  virtual CUDA device: memory summary (modelled)  |\n"
+                    "|  allocated: %d bytes (peak %d)  |\n|  reserved: %d bytes (peak %d)  |\n|  segments: %d  |\n"
+                    % (s["allocated_bytes.all.current"], s["allocated_bytes.all.peak"],
+                       s["reserved_bytes.all.current"], s["reserved_bytes.all.peak"], s["segment.all.current"]))
+
+        class _StreamContext:
+            def __init__(self, stream):
+                self.stream, self.saved = stream, None
+
+            def __enter__(self):
+                self.saved = runtime.current
+                if self.stream is not None:
+                    runtime.make_current(self.stream)
+                return self.stream
+
+            def __exit__(self, *exc):
+                runtime.make_current(self.saved)
+                return False
+
+        def set_stream(stream):
+            runtime.make_current(stream if stream is not None else runtime.default_stream)
+
+        answers = {
+            "is_available": lambda: True, "device_count": lambda: 1, "current_device": lambda: 0,
+            "set_device": lambda d: None, "synchronize": lambda device=None: None, "is_initialized": lambda: True,
+            "init": lambda: None, "get_device_name": lambda device=None: _Properties().name,
+            "get_device_properties": lambda device=None: _Properties(),
+            "memory_allocated": memory_allocated, "memory_reserved": memory_reserved,
+            "max_memory_allocated": lambda device=None: model.peak_allocated,
+            "max_memory_reserved": lambda device=None: model.peak_reserved,
+            "memory_stats": memory_stats, "reset_peak_memory_stats": reset_peak_memory_stats,
+            "empty_cache": empty_cache, "mem_get_info": mem_get_info,
+            "set_per_process_memory_fraction": set_per_process_memory_fraction, "memory_summary": memory_summary,
+            "get_device_capability": lambda device=None: (9, 0), "is_bf16_supported": lambda *a, **k: True,
+            # No stream is ever capturing a graph (optimizers on PyTorch 2.x ask).
+            "is_current_stream_capturing": lambda: False,
+            # The CPU RNG stands in for CUDA's: torch.manual_seed seeds it already.
+            "manual_seed": lambda seed: None, "manual_seed_all": lambda seed: None, "seed": lambda: None,
+            "seed_all": lambda: None, "get_rng_state": lambda device="cuda": torch.get_rng_state(),
+            "set_rng_state": lambda state, device="cuda": torch.set_rng_state(state),
+            "get_rng_state_all": lambda: [torch.get_rng_state()],
+            "set_rng_state_all": lambda states: torch.set_rng_state(states[0]),
+            "Event": Event, "Stream": Stream, "ExternalStream": Stream, "StreamContext": _StreamContext,
+            "stream": _StreamContext, "current_stream": lambda device=None: runtime.current,
+            "default_stream": lambda device=None: runtime.default_stream, "set_stream": set_stream,
+            "device": _DeviceGuard, "device_of": _DeviceGuard, "_exchange_device": lambda device: 0,
+            "_maybe_exchange_device": lambda device: 0, "_lazy_init": lambda: None,
+        }
+        # CUDA graphs are not modelled: a clear error where the CPU build's dummy class would say "Tried to
+        # instantiate dummy base class CUDAGraph" (Note [No CUDA runtime under the virtual device]).
+        for name in ("CUDAGraph", "graph", "make_graphed_callables", "graph_pool_handle"):
+            answers[name] = _graphs_not_modelled(name)
+        return answers
+
+    def install(self, torch_, patches):
+        answers = self.answers()
+        model = self.device.model
+
+        def answer(name):
+            return lambda original: answers[name]
+
+        for name in _patches.CUDA_RUNTIME + ("empty_cache",):
+            # A CPU build lacks some of them (its torch.cuda is a stub): provided all the same, as code calls them.
+            patches.replace(WHO, "torch.cuda", name, answer(name), add=name not in _ONLY_WHERE_THERE)
+        for owner, names in _patches.CUDA_MIRRORS + (("torch.cuda.memory", ("empty_cache",)),):
+            for name in names:
+                patches.replace(WHO, owner, name, answer(name))
+        # The allocator's own entry, which the probe calls to flush the cache before a faulted step (Note
+        # [Flushing before a faulted step] in probe/steps.py), so that the code's empty_cache() stays its own.
+        patches.replace(WHO, "torch._C", "_cuda_emptyCache", answer("empty_cache"), add=True)
+        # The allocator's OOM observers (the probe's: Note [Caught or not] in probe/ooms.py) hear of each OOM
+        # the model raises, as the native allocator's do on PyTorch 2.x.
+        patches.replace(WHO, "torch._C", "_cuda_attach_out_of_memory_observer", lambda original: model.oom_observers.append,
+                        add=True)
+        nvtx = {"range_push": lambda msg: 0, "range_pop": lambda: 0, "mark": lambda msg: None,
+                "range_start": lambda msg: 0, "range_end": lambda rid: None, "range": _Range}
+        for name in _patches.NVTX:
+            patches.replace(WHO, "torch.cuda.nvtx", name, lambda original, value=nvtx[name]: value)
+        self._install_accelerator(answers, patches)
+
+    def _install_accelerator(self, answers, patches):
+        """torch.accelerator (PyTorch 2.x) answers as torch.cuda does."""
+        accel = {"is_available": lambda: True, "device_count": lambda: 1,
+                 "current_accelerator": lambda check_available=False: torch.device("cuda"),
+                 "current_device_index": lambda: 0, "current_device_idx": lambda: 0,
+                 "set_device_index": lambda device: None, "set_device_idx": lambda device: None,
+                 "synchronize": lambda device=None: None,
+                 # Adam and AdamW (PyTorch >= 2.10) ask the accelerator's current stream whether a graph is
+                 # being captured, before every step: the virtual device's stream never is.
+                 "current_stream": lambda device=None: self.current,
+                 "set_stream": answers["set_stream"],
+                 "get_memory_info": lambda device=None: answers["mem_get_info"]()}
+        for name in ("empty_cache", "memory_allocated", "memory_reserved", "memory_stats", "max_memory_allocated",
+                     "max_memory_reserved", "reset_peak_memory_stats"):
+            accel[name] = answers[name]
+        for owner in ("torch.accelerator", "torch.accelerator.memory"):
+            for name in _patches.ACCELERATOR:
+                patches.replace(WHO, owner, name, lambda original, value=accel[name]: value)
