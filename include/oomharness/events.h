@@ -45,6 +45,7 @@ inline constexpr const char* kPlanChange = "plan_change";
 inline constexpr const char* kFootprint = "footprint";
 inline constexpr const char* kShimExit = "shim_exit";
 inline constexpr const char* kWarning = "warning";
+inline constexpr const char* kRuleSeen = "rule_seen";
 
 // Kinds written by the probes (Python and C++).
 inline constexpr const char* kProbeStart = "probe_start";
@@ -80,17 +81,22 @@ inline constexpr const char* kHang = "hang";
 
 // Note [Name tables] in name_table.h: every kind, the source that writes it, and its fields (docs/events.md
 // says more). A `warning` comes from the shim, the runner and the probe alike (listed under the shim).
-inline constexpr NameTable<std::string_view, 35> kEventKinds{{
+inline constexpr NameTable<std::string_view, 36> kEventKinds{{
     {kSrcShim, kShimStart,
      "pid, ppid, exec (bool), forked (bool), rules, cap, plan (\"accepted\"|\"rejected\"), plan_error"},
     {kSrcShim, kDriverCall, "entry, export, dlsym, proc_address (the process's first driver call)"},
-    {kSrcShim, kInject, "entry, size, device, rule, reason (\"rule\"|\"cap\"), step, phase, tid, call"},
+    {kSrcShim, kInject,
+     "entry, size, device, rule, reason (\"rule\"|\"cap\"), step, phase, tid, call, memory, layer (\"driver\"|"
+     "\"allocator\"|\"probe\": Note [Where a step fault fires] in injector/engine/fault_plan.h)"},
     {kSrcShim, kAlloc, "entry, size, device, step, phase, call, nth[, where] (OOMH_RECORD_STEP only)"},
     {kSrcShim, kCapChange, "device, from, to, reason"},
     {kSrcShim, kPlanChange, "generation, rules"},
     {kSrcShim, kFootprint, "device, footprint, overhead (first measurement per device)"},
     {kSrcShim, kShimExit, "per device: alloc_calls, failures, held, peak, overhead"},
     {kSrcShim, kWarning, "message"},
+    {kSrcShim, kRuleSeen,
+     "at a process's exit, for each rule with a step window: rule, layer, triggers, driver_calls and requests "
+     "met in its window (Note [Where a step fault fires])"},
     {kSrcProbe, kProbeStart, "framework, version, allocator"},
     {kSrcProbe, kStep, "step, batch_size, loss, allocated, reserved"},
     {kSrcProbe, kPhase, "phase (only when a fault needs it; not per step by default)"},
@@ -143,13 +149,14 @@ inline constexpr std::string_view kAnyFields = "truncated";
 inline constexpr KindFields kEventFields[] = {
     {kShimStart, "ppid exec forked rules cap plan plan_error"},
     {kDriverCall, "entry export dlsym proc_address"},
-    {kInject, "entry size device rule reason step phase tid call memory"},
+    {kInject, "entry size device rule reason step phase tid call memory layer"},
     {kAlloc, "entry size device step phase call nth where"},
     {kCapChange, "device from to reason"},
     {kPlanChange, "generation rules"},
     {kFootprint, "device footprint overhead"},
     {kShimExit, "device alloc_calls free_calls failures held peak job_held job_peak overhead events_dropped"},
     {kWarning, "message observed_dropped"},
+    {kRuleSeen, "rule layer triggers driver_calls requests"},
     {kProbeStart, "framework version allocator"},
     {kStep, "step batch_size batch_from loss data grads_cleared site allocated reserved"},
     {kPhase, "phase"},

@@ -371,7 +371,51 @@ CallFacts Engine::call_facts(const Plan& plan, MemoryKind memory, Entry entry, u
   facts.phase = phase;
   facts.elapsed_s = plan.rules.needs_time() ? process_elapsed() : 0.0;
   facts.freed_total = freed_.load(std::memory_order_relaxed);
+  facts.requests = requests_layer();
   return facts;
+}
+
+void Engine::register_requests(Layer layer) noexcept {
+  requests_.store(static_cast<uint8_t>(layer), std::memory_order_relaxed);
+}
+
+bool Engine::request(Layer layer, uint64_t size, int device) noexcept {
+  if (layer == Layer::driver || layer != requests_layer() || !valid_device(device) ||
+      finished_.load(std::memory_order_relaxed))
+    return false;
+  poll_plan();
+  Plan& plan = *plan_.load(std::memory_order_acquire);
+  if (plan.rules.size() == 0) return false;
+  int64_t step = cb_->step.load(std::memory_order_relaxed);
+  auto phase = static_cast<Phase>(cb_->phase.load(std::memory_order_relaxed));
+  CallFacts facts = call_facts(plan, MemoryKind::device, Entry::mem_alloc, size, device, step, phase);
+  facts.layer = layer;
+  uint64_t call = request_calls_.fetch_add(1, std::memory_order_relaxed) + 1;
+  int rule = plan.rules.decide(facts);
+  if (rule < 0) return false;
+  cb_->devices[device].failures_injected.fetch_add(1, std::memory_order_relaxed);
+  failures_[device].fetch_add(1, std::memory_order_relaxed);
+  note_device(device);
+  report_inject(layer_name(layer), size, device, plan.rules.rule(static_cast<size_t>(rule)).name.c_str(), "rule", step,
+                phase, call, MemoryKind::device, layer);
+  return true;
+}
+
+void Engine::report_rules_seen() noexcept {
+  Plan& plan = *plan_.load(std::memory_order_acquire);
+  for (size_t i = 0; i < plan.rules.size(); ++i) {
+    const Rule& rule = plan.rules.rule(i);
+    if (!rule.when.has_steps) continue;
+    RuleSeen seen = plan.rules.seen(i);
+    Layer layer = at_request_layer(rule.when, requests_layer()) ? requests_layer() : Layer::driver;
+    events::EventLine line(events::kSrcShim, events::kRuleSeen);
+    line.add("rule", rule.name.c_str())
+        .add("layer", layer_name(layer))
+        .add("triggers", seen.triggers)
+        .add("driver_calls", seen.driver_calls)
+        .add("requests", seen.requests);
+    emit(line);
+  }
 }
 
 AllocDecision Engine::begin_host_alloc(Entry entry, const char* symbol, uint64_t size) noexcept {
@@ -535,7 +579,7 @@ void Engine::note_physical_total(int device, uint64_t bytes) noexcept {
 }
 
 void Engine::report_inject(const char* symbol, uint64_t size, int device, const char* rule, const char* reason,
-                           int64_t step, Phase phase, uint64_t call, MemoryKind memory) noexcept {
+                           int64_t step, Phase phase, uint64_t call, MemoryKind memory, Layer layer) noexcept {
   log(LogLevel::debug, "failing %s of %llu bytes on device %d (%s %s, call %llu)", symbol,
       static_cast<unsigned long long>(size), device, reason, rule, static_cast<unsigned long long>(call));
   if (inject_events_.fetch_add(1, std::memory_order_relaxed) >= kInjectEventLimit) {
@@ -552,7 +596,8 @@ void Engine::report_inject(const char* symbol, uint64_t size, int device, const 
       .add("phase", phase_name(phase))
       .add("tid", static_cast<int64_t>(syscall(SYS_gettid)))
       .add("call", call)
-      .add("memory", memory_kind_name(memory));
+      .add("memory", memory_kind_name(memory))
+      .add("layer", layer_name(layer));
   emit(line);
 }
 
@@ -598,6 +643,7 @@ void Engine::emit(events::EventLine& line) noexcept {
 
 void Engine::finish() noexcept {
   if (finished_.exchange(true, std::memory_order_acq_rel)) return;
+  report_rules_seen();
   uint32_t used = used_devices_.load(std::memory_order_relaxed);
   for (int d = 0; d < kMaxDevices; ++d) {
     if (!(used & (1u << d))) continue;

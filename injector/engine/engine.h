@@ -118,7 +118,7 @@ class Engine {
  public:
   // Note [The site of a recorded call]
   // A caller that knows where in the user's code the next allocation comes from says so before making it:
-  // the virtual device's caching-allocator model (python/oomharness/caching_allocator.py) calls the shim's
+  // the virtual device's caching-allocator model (python/oomharness/virtual_device/allocator.py) calls the shim's
   // exported `oomh_note_site("train.py:77")` before each segment it asks the driver for, and `nullptr`
   // after. While recording (Note [Recording a step's allocations]) the `alloc` events of that thread carry
   // it as `where`, so a sweep's site names its Python line. Per thread (a static, initial-exec TLS buffer:
@@ -162,6 +162,13 @@ class Engine {
   void note_driver_call(const char* symbol) noexcept {
     if (!driver_called_.load(std::memory_order_relaxed)) record_first_driver_call(symbol);
   }
+
+  // Note [Where a step fault fires] in fault_plan.h: the request layer this process asks step rules at
+  // (registered once, by the virtual device or the probe, before training), and one request there: true when
+  // the fault plan refuses a request of `size` bytes (0: not known) on `device`; an inject event says so.
+  void register_requests(Layer layer) noexcept;
+  Layer requests_layer() const noexcept { return static_cast<Layer>(requests_.load(std::memory_order_relaxed)); }
+  bool request(Layer layer, uint64_t size, int device) noexcept;
 
   // Checks the control block for a new plan (called by begin_alloc and the memory queries).
   void poll_plan() noexcept;
@@ -208,7 +215,11 @@ class Engine {
   void unhold(int device, uint64_t bytes) noexcept;
   void count_freed(uint64_t bytes) noexcept;
   void report_inject(const char* symbol, uint64_t size, int device, const char* rule, const char* reason,
-                     int64_t step, Phase phase, uint64_t call, MemoryKind memory = MemoryKind::device) noexcept;
+                     int64_t step, Phase phase, uint64_t call, MemoryKind memory = MemoryKind::device,
+                     Layer layer = Layer::driver) noexcept;
+  // At exit, a `rule_seen` event for each step rule: what it met in its window, for the message of a fault
+  // that never fired (Note [Where a step fault fires]).
+  void report_rules_seen() noexcept;
   // Counts this process as armed or as having rejected its plan, and writes shim_start.
   void write_start_event() noexcept;
   void record_first_driver_call(const char* symbol) noexcept;
@@ -258,6 +269,8 @@ class Engine {
   std::atomic<uint32_t> used_devices_{0};
   std::atomic<uint32_t> physical_known_{0};
   std::atomic<uint64_t> inject_events_{0};
+  std::atomic<uint8_t> requests_{0};          // the registered request layer (Layer); 0: driver, none
+  std::atomic<uint64_t> request_calls_{0};    // requests asked at it (the `call` of their inject events)
   int64_t record_from_, record_to_;         // Note [Recording a step's allocations]; -1: none
   std::atomic<int64_t> recorded_step_{-1};  // the step whose calls recorded_ numbers
   std::atomic<uint64_t> recorded_{0};       // calls of that step recorded so far (their `nth`)

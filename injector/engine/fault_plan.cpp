@@ -418,6 +418,14 @@ std::optional<CapCounting> parse_cap_counting(std::string_view text) {
   return std::nullopt;
 }
 
+const char* layer_name(Layer l) { return name_of(kLayers, l, "driver").data(); }
+
+bool at_request_layer(const RuleWhen& w, Layer registered) noexcept {
+  if (registered == Layer::driver || !w.has_steps || w.memory != MemoryKind::device || w.entries != kAllEntries)
+    return false;
+  return registered == Layer::allocator || (w.min_size == 0 && w.max_size == UINT64_MAX);
+}
+
 const char* memory_kind_name(MemoryKind m) { return m == MemoryKind::host ? "host" : "device"; }
 
 const char* entry_name(Entry e) {

@@ -5,6 +5,7 @@
 // message that names the field ("rules[0].when: unknown key 'stpe'"; Note [A plan's error is a line]).
 
 #include <oomharness/control_block.h>
+#include <oomharness/request_layer.h>
 #include <oomharness/expected.h>
 
 #include <cstdint>
@@ -51,6 +52,33 @@ inline constexpr EntryMask kDeviceEntries = entry_bit(Entry::mem_alloc) | entry_
 inline constexpr EntryMask kHostEntries = entry_bit(Entry::mem_host_alloc) | entry_bit(Entry::mem_alloc_host) |
                                           entry_bit(Entry::mem_host_register) | entry_bit(Entry::mem_create);
 constexpr EntryMask entries_of(MemoryKind m) { return m == MemoryKind::host ? kHostEntries : kDeviceEntries; }
+
+// Note [Where a step fault fires]
+// A caching allocator serves a training loop's steady state from its cache: a step may ask the driver for
+// nothing, and whether step 3 asks at all varies from run to run (issue 40: a `step: 3` fault was
+// "inconclusive, no fault was injected" in 4 runs of 6). Flushing the cache before a faulted step (Note
+// [Flushing before a faulted step] in python/oomharness/probe/steps.py) does not help once segments hold
+// live blocks beside the freed ones. So a rule aimed at a step is asked where the step's allocations are
+// made, not where the driver is reached: at a *request layer* the job registers with the shim
+// (oomh_register_requests, then oomh_request for each request; injector/preload/hooks.cpp):
+//  - `allocator`: the virtual device's caching-allocator model asks for every tensor request, with its size,
+//    before it looks in its cache (python/oomharness/virtual_device/allocator.py). A refusal is taken as
+//    PyTorch's allocator takes a refused segment: it frees its cache and asks once more, and raises
+//    OutOfMemoryError when that is refused too; so `times: 1` is absorbed and `times: 2` reaches the code,
+//    as on the driver, but in the targeted step every time.
+//  - `probe`: on a GPU, where no Python sees PyTorch's allocations, the probe asks at the points of a step
+//    it sees begin (a model's top-level forward, backward, the optimizer's step), with no size, and raises
+//    PyTorch's OutOfMemoryError where it is refused twice (python/oomharness/probe/faults.py).
+// A rule goes to the registered layer when it has a step window, names no driver entry point and targets
+// device memory, and (at the probe layer, which knows no sizes) has no size filter; every other rule, and
+// every rule of a process that registered no layer (a C++ program, a job without the probe), stays at the
+// driver. A rule is asked at one layer only, so one request never counts twice. The inject event says at
+// which layer it fired (`layer`), and so do the reports.
+using oomh::Layer;  // include/oomharness/request_layer.h
+const char* layer_name(Layer l);
+struct RuleWhen;
+// Whether the rule is asked at `registered` (the process's request layer; driver: none registered).
+bool at_request_layer(const RuleWhen& w, Layer registered) noexcept;
 
 enum class Trigger : uint8_t { first, nth, every, probability };
 enum class Duration : uint8_t { times, until_freed, forever };

@@ -36,15 +36,29 @@ int RuleBook::decide(const CallFacts& call) noexcept {
   int first = -1;
   for (size_t i = 0; i < rules_.size(); ++i) {
     const RuleWhen& w = rules_[i].when;
+    // Note [Where a step fault fires]: a rule is asked at one layer only.
+    if ((call.layer != Layer::driver) != at_request_layer(w, call.requests)) continue;
     if (!target_matches(w, call)) continue;
     State& s = states_[i];
     bool active = s.active.load(std::memory_order_relaxed);
     if (!active && s.done.load(std::memory_order_relaxed)) continue;
     bool window = window_matches(w, call);
+    if (window && w.has_steps)
+      (call.layer == Layer::driver ? s.window_driver : s.window_requests).fetch_add(1, std::memory_order_relaxed);
     if (!active && !window) continue;
     if (evaluate(i, window, call) && first < 0) first = static_cast<int>(i);
   }
   return first;
+}
+
+RuleSeen RuleBook::seen(size_t i) const noexcept {
+  RuleSeen out;
+  if (i >= rules_.size()) return out;
+  const State& s = states_[i];
+  out.triggers = s.triggers;
+  out.driver_calls = s.window_driver.load(std::memory_order_relaxed);
+  out.requests = s.window_requests.load(std::memory_order_relaxed);
+  return out;
 }
 
 bool RuleBook::evaluate(size_t i, bool window, const CallFacts& call) noexcept {

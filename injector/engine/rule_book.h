@@ -13,8 +13,9 @@
 //    fails the trigger and the next N-1 target calls, `until_freed: B` fails target calls until the process
 //    has freed B bytes since the trigger, `forever` fails every later target call.
 //  - Counters are per process: a forked child or an exec'd child starts with fresh counters.
-//  - Every rule sees every call (rules are independent); the call fails when any rule fails it, and the
-//    first such rule in plan order is the one reported.
+//  - Every rule sees every call of its layer (rules are independent; Note [Where a step fault fires] in
+//    fault_plan.h says which layer asks a rule); the call fails when any rule fails it, and the first such
+//    rule in plan order is the one reported.
 //
 // Cost: a rule whose target does not match costs a few compares and no lock; a matching rule takes its own
 // SpinLock for a few instructions.
@@ -41,6 +42,15 @@ struct CallFacts {
   Phase phase = Phase::none;
   double elapsed_s = 0;      // since the process started
   uint64_t freed_total = 0;  // bytes the process has freed so far (only differences are used: see needs_freed)
+  Layer layer = Layer::driver;     // who asks: the driver's entry point, or a request layer
+  Layer requests = Layer::driver;  // the request layer the process registered (driver: none)
+};
+
+// What a rule met in its window: for the message of a fault that never fired (Note [Where a step fault fires]).
+struct RuleSeen {
+  uint64_t triggers = 0;
+  uint64_t driver_calls = 0;   // driver allocations in its window
+  uint64_t requests = 0;       // requests of the registered layer in its window
 };
 
 uint64_t splitmix64(uint64_t& state) noexcept;
@@ -60,6 +70,8 @@ class RuleBook {
   // True when some rule fails `until_freed` (the caller then counts the bytes freed for freed_total).
   bool needs_freed() const { return needs_freed_; }
 
+  RuleSeen seen(size_t i) const noexcept;
+
   // Fork safety (Note [Fork safety] in engine.h).
   void lock_all() noexcept;
   void unlock_all() noexcept;
@@ -74,6 +86,8 @@ class RuleBook {
     uint64_t remaining = 0;   // times: calls still to fail
     uint64_t freed_mark = 0;  // until_freed: freed_total at the trigger
     uint64_t rng = 0;
+    std::atomic<uint64_t> window_driver{0};    // RuleSeen (step rules only: a relaxed add in their window)
+    std::atomic<uint64_t> window_requests{0};
   };
 
   bool evaluate(size_t i, bool window, const CallFacts& call) noexcept;

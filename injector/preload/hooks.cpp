@@ -827,6 +827,25 @@ OOMH_EXPORT CUresult cuMemHostUnregister(void* p) {
 // the user's line of the segment it is about to ask for. Needs no engine (a thread-local copy).
 OOMH_EXPORT void oomh_note_site(const char* where) { oomh::inject::Engine::note_site(where); }
 
+// Note [Where a step fault fires] in injector/engine/fault_plan.h: the virtual device's allocator model
+// (layer 1, `allocator`) or the probe on a GPU (layer 2, `probe`) registers itself once, then asks for each
+// request; 1: the fault plan refuses it (the shim wrote the inject event), 0: it does not, or the shim is not
+// active. Called from Python through ctypes, at any time after the shim started: the engine is what the
+// hooks use (engine() starts it when needed), and nothing here allocates.
+OOMH_EXPORT void oomh_register_requests(int layer) {
+  Engine* e = engine();
+  if (!e || (layer != 1 && layer != 2)) return;
+  HookGuard guard;
+  e->register_requests(static_cast<oomh::inject::Layer>(layer));
+}
+
+OOMH_EXPORT int oomh_request(int layer, unsigned long long size, int device) {
+  Engine* e = engine();
+  if (!e || (layer != 1 && layer != 2)) return 0;
+  HookGuard guard;
+  return e->request(static_cast<oomh::inject::Layer>(layer), size, device) ? 1 : 0;
+}
+
 OOMH_EXPORT CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
   auto real = real_fn<decltype(&cuMemGetInfo_v2)>("cuMemGetInfo_v2");
   if (!real) return missing();

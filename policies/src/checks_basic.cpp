@@ -143,9 +143,13 @@ Verdict oom_visible(const Trace& trace, const nlohmann::json&) {
                      plan.cap == 0 ? std::string("no fault was injected: the job has neither fault rules nor a cap")
                                    : "no allocation was refused: " + view::cap_never_reached(plan),
                      ev);
+    // Note [Where a step fault fires]: what the step rules met in their steps, where the shims said it.
+    const std::string why = view::unfired_reason(trace);
     return verdict(VerdictStatus::inconclusive,
-                   "no fault was injected: the fault plan never matched an allocation (check its step, phase and size filters; a caching "
-                   "allocator serves steady steps from its cache: a step fault needs the probe, which empties it as the step begins)", ev);
+                   "no fault was injected: " + (why.empty() ? std::string("the fault plan never matched an allocation (check "
+                                                                          "its step, phase and size filters)")
+                                                            : why),
+                   ev);
   }
   if (visible == 0) return verdict(VerdictStatus::fail, view::absorbed_reason(injected), ev);
   return verdict(VerdictStatus::pass, std::to_string(injected) + (injected == 1 ? " fault was" : " faults were") +

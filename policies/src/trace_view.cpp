@@ -443,6 +443,48 @@ std::string cap_never_reached(const PlanSeen& plan) {
          ": lower the cap, or add a fault rule";
 }
 
+std::vector<RuleSeen> rules_seen(const Trace& trace) {
+  // Each figure is within 2^53 (Note [A job's integers] in trace.h): a sum of two cannot overflow, and stays there.
+  auto add = [](int64_t sum, int64_t more) { return std::min<int64_t>(sum + std::max<int64_t>(0, more), int64_t{1} << 53); };
+  std::vector<RuleSeen> out;
+  for (const Attempt& a : trace.attempts)
+    for (const Event& e : a.events) {
+      if (e.src != events::kSrcShim || e.kind != events::kRuleSeen) continue;
+      const std::string rule = e.text("rule");
+      auto it = std::find_if(out.begin(), out.end(), [&](const RuleSeen& r) { return r.rule == rule; });
+      if (it == out.end()) it = out.insert(out.end(), RuleSeen{rule, e.text("layer", "driver")});
+      it->triggers = add(it->triggers, e.integer("triggers", 0));
+      it->driver_calls = add(it->driver_calls, e.integer("driver_calls", 0));
+      it->requests = add(it->requests, e.integer("requests", 0));
+      if (e.text("layer", "driver") != "driver") it->layer = e.text("layer");
+    }
+  return out;
+}
+
+std::string unfired_reason(const Trace& trace) {
+  std::optional<int64_t> reached;
+  for (const Attempt& a : trace.attempts)
+    if (auto h = highest_step(steps_of(a))) reached = std::max(reached.value_or(*h), *h);
+  std::string out;
+  for (const RuleSeen& r : rules_seen(trace)) {
+    if (r.triggers > 0) continue;
+    if (!out.empty()) out += "; ";
+    out += "rule '" + r.rule + "' ";
+    if (r.driver_calls == 0 && r.requests == 0) {
+      out += "never met its steps" + (reached ? " (the job's steps went up to " + std::to_string(*reached) + ")"
+                                                : std::string(" (no step was reported: does the job run under the probe?)"));
+      continue;
+    }
+    out += "met " + std::to_string(r.driver_calls) + " driver call" + (r.driver_calls == 1 ? "" : "s");
+    if (r.layer != "driver") out += " and " + std::to_string(r.requests) + " " + r.layer + " request" + (r.requests == 1 ? "" : "s");
+    out += " in its steps and matched none (its phase or size filters, or its nth)";
+  }
+  if (out.empty()) return out;
+  return out + ". A step rule is asked at every request of its step on the virtual device and at the probe's points of "
+               "the step on a GPU; without the probe (a C++ program) only at the driver, which a caching allocator may not "
+               "call in that step: `oomharness sweep --step N` lists the step's allocations";
+}
+
 std::string nothing_happened_reason(const Trace& trace) {
   std::string reason = "no out-of-memory error happened: nothing to recover from";
   const PlanSeen plan = plan_seen(trace);

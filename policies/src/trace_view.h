@@ -201,6 +201,19 @@ PlanSeen plan_seen(const Trace& trace);
 // "the job has no fault rules and never reached its cap of 8.00 GiB (it held 3.00 GiB at most): lower the cap,
 // or add a fault rule": what a job with only a cap is told when nothing was refused.
 std::string cap_never_reached(const PlanSeen& plan);
+// What each step rule met in its window, from the shims' `rule_seen` events summed over the job's processes
+// and attempts (Note [Where a step fault fires] in injector/engine/fault_plan.h), in the order they came.
+struct RuleSeen {
+  std::string rule;
+  std::string layer;        // where the rule was asked: driver, allocator, probe
+  int64_t triggers = 0;
+  int64_t driver_calls = 0;
+  int64_t requests = 0;
+};
+std::vector<RuleSeen> rules_seen(const Trace& trace);
+// Why no fault was injected though the plan has rules: what the step rules that never fired met in their
+// window, the last step the job reached, and what would make them fire; "" when the trace cannot tell.
+std::string unfired_reason(const Trace& trace);
 // The sentence for a trace with no OOM recorded and no fault injected (Note [An OOM is an event] in
 // trace.cpp): "no out-of-memory error happened: nothing to recover from", and why, when the trace tells.
 std::string nothing_happened_reason(const Trace& trace);

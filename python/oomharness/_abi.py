@@ -40,13 +40,14 @@ PHASES = (
 EVENT_KINDS = {
     "shim_start": ("shim", ("ppid", "exec", "forked", "rules", "cap", "plan", "plan_error")),
     "driver_call": ("shim", ("entry", "export", "dlsym", "proc_address")),
-    "inject": ("shim", ("entry", "size", "device", "rule", "reason", "step", "phase", "tid", "call", "memory")),
+    "inject": ("shim", ("entry", "size", "device", "rule", "reason", "step", "phase", "tid", "call", "memory", "layer")),
     "alloc": ("shim", ("entry", "size", "device", "step", "phase", "call", "nth", "where")),
     "cap_change": ("shim", ("device", "from", "to", "reason")),
     "plan_change": ("shim", ("generation", "rules")),
     "footprint": ("shim", ("device", "footprint", "overhead")),
     "shim_exit": ("shim", ("device", "alloc_calls", "free_calls", "failures", "held", "peak", "job_held", "job_peak", "overhead", "events_dropped")),
     "warning": ("shim", ("message", "observed_dropped")),
+    "rule_seen": ("shim", ("rule", "layer", "triggers", "driver_calls", "requests")),
     "probe_start": ("probe", ("framework", "version", "allocator")),
     "step": ("probe", ("step", "batch_size", "batch_from", "loss", "data", "grads_cleared", "site", "allocated", "reserved")),
     "phase": ("probe", ("phase",)),
@@ -101,6 +102,8 @@ EXIT_CODES = (
     ("nothing_tested", 5),
 )
 DEVICES = ("auto", "gpu", "virtual")
+# The layers the shim is asked at (Note [Where a step fault fires] in injector/engine/fault_plan.h).
+REQUEST_LAYERS = {"driver": 0, "allocator": 1, "probe": 2}
 # What the probe's parts gather (Note [A probe that pays for what is checked] in evidence.h).
 EVIDENCE = ("batches", "data", "losses", "memory", "grads", "evaluation", "checkpoints", "phases")
 RESTART_REASONS = ("oom", "nonzero", "signal", "any")

@@ -36,6 +36,14 @@ TOP_SITES = 5
 _BLOCK = 512
 
 
+def format_bytes(n):
+    """"2.00 MiB": a size as PyTorch's messages write it."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return "%.2f %s" % (n / scale, unit)
+    return "%d bytes" % n
+
+
 def _rounded(nbytes):
     return max(_BLOCK, (nbytes + _BLOCK - 1) // _BLOCK * _BLOCK)
 

@@ -7,11 +7,15 @@ every hook once, with its arguments and when it is called; registering a part wh
 hook is an error, so a misspelt subscription cannot go unheard. A hook is called with call(name, ...): the
 subscribers run in the order they registered (the probe registers its parts in PARTS' order, which is the
 order of an event's fields), each guarded, since everything in the job's process is a guest and swallows its
-own failures (Note [The probe is a guest] in probe/__init__.py). A schema error of the event writer is the one
-thing let through (Note [Event fields] in include/oomharness/events.h).
+own failures (Note [The probe is a guest] in probe/__init__.py). Two things are let through: a schema error
+of the event writer (Note [Event fields] in include/oomharness/events.h), and an exception a part raises on
+purpose into the training code, marked with TO_THE_CODE (the OOM of Note [An OOM the probe raises] in
+probe/faults.py).
 """
 
 from ._events import SchemaError
+
+TO_THE_CODE = "_oomh_to_code"
 
 # name -> (arguments, when it is called)
 HOOKS = {
@@ -61,15 +65,19 @@ class HookBus:
                 fn(*args)
             except SchemaError:
                 raise
-            except Exception:
-                pass
+            except Exception as e:
+                if getattr(e, TO_THE_CODE, False):
+                    raise
 
 
 def safely(fn, *args, **kwargs):
-    """Calls fn; a failure is swallowed (the parts are guests in the job), but for a SchemaError."""
+    """Calls fn; a failure is swallowed (the parts are guests in the job), but for what Note [The hook bus] lets
+    through."""
     try:
         return fn(*args, **kwargs)
     except SchemaError:
         raise
-    except Exception:
+    except Exception as e:
+        if getattr(e, TO_THE_CODE, False):
+            raise
         return None

@@ -21,6 +21,19 @@ LOOSE_WORDS = _abi.OOM_LOOSE_WORDS
 _BY_NAME = {k.name: k for k in KINDS}
 
 
+def allocator_message(size, device, total, free, allocated, cached):
+    """The words of an OutOfMemoryError of PyTorch 2.x's caching allocator (c10/cuda/CUDACachingAllocator.cpp),
+    for an OOM the harness raises itself: the virtual device's, and the probe's on a GPU."""
+    from ._breakdown import format_bytes
+    return ("CUDA out of memory. Tried to allocate %s. GPU %d has a total capacity of %s of which %s is free. "
+            "Of the allocated memory %s is allocated by PyTorch, and %s is reserved by PyTorch but unallocated. "
+            "If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+            "to avoid fragmentation.  See documentation for Memory Management  "
+            "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
+            % (format_bytes(size), device, format_bytes(total), format_bytes(free), format_bytes(allocated),
+               format_bytes(cached)))
+
+
 def kind_named(name):
     return _BY_NAME.get(name)
 

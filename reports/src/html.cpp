@@ -259,6 +259,7 @@ void events(std::ostream& svg, const Chart& c, const JobResult& job) {
                         format_bytes(f.size) + " on GPU " + std::to_string(f.device) + ", rule " + f.rule;
     if (f.step >= 0) title += ", step " + std::to_string(f.step);
     if (!f.phase.empty()) title += ", " + f.phase;
+    if (f.layer != "driver") title += ", asked at the " + f.layer + " layer";
     svg << "<path d=\"M" << num(x - 5) << " " << num(y - 8) << "L" << num(x + 5) << " " << num(y - 8) << "L" << num(x)
         << " " << num(y) << "Z\" fill=\"" << (f.visible ? "#cf222e" : "#fff") << "\" stroke=\""
         << (f.visible ? "#cf222e" : "#bc4c00") << "\" stroke-width=\"1.5\"><title>" << xml_escape(title)

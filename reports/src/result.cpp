@@ -298,12 +298,12 @@ void put(json& j, const char* key, const std::optional<T>& v) {
 
 void to_json(json& j, const FaultRecord& v) {
   j = json{{"attempt", v.attempt}, {"t", v.t}, {"rule", v.rule}, {"entry", v.entry}, {"size", v.size},
-           {"device", v.device}, {"step", v.step}, {"phase", v.phase}, {"visible", v.visible}};
+           {"device", v.device}, {"step", v.step}, {"phase", v.phase}, {"visible", v.visible}, {"layer", v.layer}};
 }
 void from_json(const json& j, FaultRecord& v) {
   get(j, "attempt", v.attempt); get(j, "t", v.t); get(j, "rule", v.rule); get(j, "entry", v.entry);
   get(j, "size", v.size); get(j, "device", v.device); get(j, "step", v.step); get(j, "phase", v.phase);
-  get(j, "visible", v.visible);
+  get(j, "visible", v.visible); get(j, "layer", v.layer);
 }
 
 void to_json(json& j, const TimelinePoint& v) {

@@ -248,6 +248,44 @@ TEST(Engine, RuleFailureWritesAnInjectEvent) {
   EXPECT_EQ(block.get()->events_written.load(), 4u);
 }
 
+// Note [Where a step fault fires] in injector/engine/fault_plan.h: once a request layer is registered, a step
+// rule fails requests there (an inject event with its layer) and no longer driver calls; at exit, what each
+// step rule met is written (rule_seen).
+TEST(Engine, AStepRuleFailsRequestsAtTheRegisteredLayer) {
+  Block block;
+  EventFile events;
+  EngineSetup s = setup(block.get(), events.fd());
+  s.plan = plan(R"({"rules":[{"name":"at-3","when":{"step":3},"fail":{"times":2}},{"name":"nth","when":{"nth":2}}]})");
+  Engine e(std::move(s));
+  block.get()->step.store(3);
+  EXPECT_FALSE(e.request(Layer::allocator, MiB, 0)) << "no layer registered: requests are not asked";
+  e.register_requests(Layer::allocator);
+  EXPECT_FALSE(e.request(Layer::probe, MiB, 0)) << "another layer than the registered one is not asked";
+  EXPECT_TRUE(allocate(e, 0x1, MiB)) << "the step rule is the allocator's now";
+  EXPECT_TRUE(e.request(Layer::allocator, 4 * MiB, 0));
+  EXPECT_TRUE(e.request(Layer::allocator, 4 * MiB, 0));
+  EXPECT_FALSE(e.request(Layer::allocator, 4 * MiB, 0));
+  EXPECT_FALSE(allocate(e, 0x2, MiB)) << "a driver rule still counts driver calls";
+  EXPECT_EQ(block.get()->devices[0].failures_injected.load(), 3u);
+  auto inject = events.read("inject");
+  ASSERT_EQ(inject.size(), 3u);
+  EXPECT_EQ(inject[0]["fields"]["rule"], "at-3");
+  EXPECT_EQ(inject[0]["fields"]["layer"], "allocator");
+  EXPECT_EQ(inject[0]["fields"]["entry"], "allocator");
+  EXPECT_EQ(inject[0]["fields"]["size"], 4 * MiB);
+  EXPECT_EQ(inject[0]["fields"]["step"], 3);
+  EXPECT_EQ(inject[2]["fields"]["rule"], "nth");
+  EXPECT_EQ(inject[2]["fields"]["layer"], "driver");
+  e.finish();
+  auto seen = events.read("rule_seen");
+  ASSERT_EQ(seen.size(), 1u) << "one step rule";
+  EXPECT_EQ(seen[0]["fields"]["rule"], "at-3");
+  EXPECT_EQ(seen[0]["fields"]["layer"], "allocator");
+  EXPECT_EQ(seen[0]["fields"]["triggers"], 1);
+  EXPECT_EQ(seen[0]["fields"]["requests"], 2);
+  EXPECT_EQ(seen[0]["fields"]["driver_calls"], 0);
+}
+
 // Note [Recording a step's allocations]: the calls of the recorded step, numbered as a rule
 // `step=N,nth=K` counts them, and no other step's.
 TEST(Engine, RecordStepWritesOneAllocEventPerCallOfThatStepNumberedAsNth) {

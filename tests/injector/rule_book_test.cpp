@@ -181,3 +181,44 @@ TEST(RuleBook, Splitmix64IsTheReferenceSequence) {
   uint64_t state = 0;
   EXPECT_EQ(splitmix64(state), 0xE220A8397B1DCDAFull);  // splitmix64's published first output for seed 0
 }
+
+// Note [Where a step fault fires] in injector/engine/fault_plan.h: a rule is asked at one layer only.
+TEST(RuleBook, AStepRuleIsAskedAtTheRequestLayerOnly) {
+  RuleBook b = book(R"({"rules":[{"name":"s","when":{"step":3},"fail":{"times":2}}]})");
+  CallFacts driver = call();
+  driver.step = 3;
+  CallFacts request = driver;
+  request.layer = request.requests = Layer::allocator;
+  driver.requests = Layer::allocator;
+  EXPECT_EQ(run(b, 3, driver), "...") << "the driver no longer asks a step rule once a request layer is registered";
+  EXPECT_EQ(run(b, 3, request), "xx.");
+  RuleSeen seen = b.seen(0);
+  EXPECT_EQ(seen.triggers, 1u);
+  EXPECT_EQ(seen.driver_calls, 0u);
+  EXPECT_EQ(seen.requests, 2u) << "counted until the rule was done: the trigger and the retry it failed";
+}
+
+TEST(RuleBook, WithoutARequestLayerEveryRuleStaysAtTheDriver) {
+  RuleBook b = book(R"({"rules":[{"when":{"step":3}}]})");
+  CallFacts driver = call();
+  driver.step = 3;
+  EXPECT_EQ(run(b, 2, driver), "x.");
+  EXPECT_EQ(b.seen(0).driver_calls, 1u);
+}
+
+TEST(RuleBook, WhichRulesTheRequestLayersTake) {
+  auto when = [](const std::string& json) {
+    auto r = parse_fault_plan(R"({"rules":[{"when":)" + json + "}]}");
+    EXPECT_TRUE(r) << r.error();
+    return r->rules[0].when;
+  };
+  EXPECT_TRUE(at_request_layer(when(R"({"step":3})"), Layer::allocator));
+  EXPECT_TRUE(at_request_layer(when(R"({"step":3,"phase":"backward"})"), Layer::probe));
+  EXPECT_TRUE(at_request_layer(when(R"({"steps":{"from":2,"to":4}})"), Layer::allocator));
+  EXPECT_TRUE(at_request_layer(when(R"({"step":3,"min_size":1048576})"), Layer::allocator)) << "the allocator knows sizes";
+  EXPECT_FALSE(at_request_layer(when(R"({"step":3,"min_size":1048576})"), Layer::probe)) << "the probe knows none";
+  EXPECT_FALSE(at_request_layer(when(R"({"step":3})"), Layer::driver));
+  EXPECT_FALSE(at_request_layer(when(R"({"nth":20})"), Layer::allocator)) << "a count of driver calls stays there";
+  EXPECT_FALSE(at_request_layer(when(R"({"step":3,"entry":"cuMemAllocAsync"})"), Layer::allocator));
+  EXPECT_FALSE(at_request_layer(when(R"({"step":3,"memory":"host"})"), Layer::allocator));
+}

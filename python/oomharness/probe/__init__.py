@@ -10,6 +10,7 @@ subscribes to the few hooks it needs on the job's hook bus (Note [The hook bus] 
   losses       each step's loss (losses.py)
   checkpoints  torch.save and torch.load, by content, and the model's state after a load (checkpoints.py)
   steps        counts steps, writes step and phase into the control block, writes the step event (steps.py)
+  faults       on a GPU, where a fault aimed at a step is asked, and the OOM it raises (faults.py)
   evaluation   the first forward of each evaluation, with or without a graph (evaluation.py)
   grads        whether the gradients were cleared before each optimizer step (grads.py)
   memory       memory at each step, empty_cache, what held the memory, the memory history (memory.py)
@@ -40,6 +41,7 @@ from .._hooks import safely
 from .batches import Batches
 from .checkpoints import Checkpoints
 from .evaluation import Evaluation
+from .faults import Faults
 from .forwards import Forwards
 from .grads import Grads
 from .losses import Losses
@@ -56,6 +58,7 @@ PARTS = (
     ("losses", Losses, ("losses",)),
     ("checkpoints", Checkpoints, ("checkpoints",)),
     ("steps", Steps, None),
+    ("faults", Faults, None),      # after steps: a step fault is asked once the step and phase are written
     ("evaluation", Evaluation, ("evaluation",)),
     ("grads", Grads, ("grads",)),
     ("memory", Memory, None),

@@ -15,6 +15,9 @@ the rules that decide what the driver sees and what `torch.cuda` reports:
   - when the driver refuses a new segment, the allocator frees every cached segment that is wholly free and
     asks once more, then raises an out-of-memory error with PyTorch's message. One refused segment is
     therefore absorbed, exactly as on a GPU: faults must persist (`times: 2` or more) to reach the code;
+  - a fault aimed at a step is asked where each request is made, before the cache is looked in, and a
+    refusal there is taken as a refused segment is (Note [Where a step fault fires] in
+    injector/engine/fault_plan.h): the step's first request meets it, whatever the cache holds;
   - `empty_cache` gives every wholly free segment back to the driver.
 Segments come from a SegmentSource: on the virtual device, the CUDA driver double through the shim
 (DriverSegments), so that fault rules, caps, events, the control block and the armed record are the shim's own
@@ -25,7 +28,7 @@ cudaMallocAsync and CUDA graphs are not modelled.
 import ctypes
 import sys
 
-from .. import _breakdown
+from .. import _abi, _breakdown, oom_kinds
 
 MIN_BLOCK = 512
 SMALL_SIZE = 1 << 20
@@ -51,11 +54,8 @@ def segment_size(size):
     return (size + ROUND_LARGE - 1) // ROUND_LARGE * ROUND_LARGE
 
 
-def format_bytes(n):
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return "%.2f %s" % (n / scale, unit)
-    return "%d bytes" % n
+# This model is the `allocator` request layer (Note [Where a step fault fires] in injector/engine/fault_plan.h).
+LAYER_ALLOCATOR = _abi.REQUEST_LAYERS["allocator"]
 
 
 class OutOfMemory(Exception):
@@ -63,14 +63,23 @@ class OutOfMemory(Exception):
 
 
 class BudgetSegments:
-    """Segments from a fixed budget of bytes; `refuse` makes the next N requests fail (for tests)."""
+    """Segments from a fixed budget of bytes; `refuse` makes the next N segments fail, `refuse_requests` the next
+    N requests (for tests)."""
 
     def __init__(self, total):
         self.total = total
         self.used = 0
         self.refuse = 0
+        self.refuse_requests = 0
         self.requests = []  # sizes asked for, in order (refused ones too)
         self._next = 1
+
+    def request(self, size):
+        """Whether the fault plan refuses a request of `size` bytes (Note [Where a step fault fires])."""
+        if self.refuse_requests > 0:
+            self.refuse_requests -= 1
+            return True
+        return False
 
     def alloc(self, size):
         self.requests.append(size)
@@ -99,6 +108,7 @@ class DriverSegments:
     CUDA_ERROR_OUT_OF_MEMORY = 2
 
     def __init__(self, device=0, library="libcuda.so.1", record_sites=False):
+        self.ordinal = device
         self.lib = ctypes.CDLL(library, mode=ctypes.RTLD_GLOBAL)
         self._check(self.lib.cuInit(0), "cuInit")
         self.device = ctypes.c_int(0)
@@ -123,6 +133,24 @@ class DriverSegments:
                 self._note_site.restype = None
             except (AttributeError, OSError):
                 self._note_site = None  # no shim preloaded: nothing records
+        # Note [Where a step fault fires] (injector/engine/fault_plan.h): this model is the job's allocator
+        # layer; without the shim, no request is ever refused.
+        self._request = None
+        try:
+            shim = ctypes.CDLL(None)
+            register, self._request = shim.oomh_register_requests, shim.oomh_request
+        except (AttributeError, OSError):
+            register = None
+        if register is not None:
+            register.argtypes = [ctypes.c_int]
+            register.restype = None
+            self._request.argtypes = [ctypes.c_int, ctypes.c_ulonglong, ctypes.c_int]
+            self._request.restype = ctypes.c_int
+            register(LAYER_ALLOCATOR)
+
+    def request(self, size):
+        """Whether the fault plan refuses a request of `size` bytes (Note [Where a step fault fires])."""
+        return self._request is not None and self._request(LAYER_ALLOCATOR, size, self.ordinal) == 1
 
     def _check(self, rc, what):
         if rc != self.CUDA_SUCCESS:
@@ -213,6 +241,8 @@ class CachingAllocatorModel:
     # ---- what the code does
     def malloc(self, nbytes):
         size = round_size(nbytes)
+        if self.source.request(size):
+            self._request_refused(size)
         small = size <= SMALL_SIZE
         pool = self.free_small if small else self.free_large
         block = self._best_fit(pool, size)
@@ -280,6 +310,23 @@ class CachingAllocatorModel:
                 best = b
         return best
 
+    def _request_refused(self, size):
+        """The shim refused this request where it was made (Note [Where a step fault fires]): taken as a refused
+        segment is, the allocator frees what is cached and asks once more, and gives up when that is refused."""
+        self.num_alloc_retries += 1
+        if self.before_new_segment is not None:
+            self.before_new_segment()  # storages that died give their blocks back first, as on a GPU
+        self.empty_cache()
+        if self.source.request(size):
+            self._give_up(size)
+
+    def _give_up(self, size):
+        self.num_ooms += 1
+        # As the native allocator does, the OOM observers hear of it once the allocator gives up.
+        for observer in list(self.oom_observers):
+            observer(self.device, size, self.allocated, self._mem_info_or_zero()[0])
+        raise self.oom_error(self._oom_message(size))
+
     def _new_segment(self, size, small):
         want = segment_size(size)
         if self.fraction_limit is not None and self.reserved + want > self.fraction_limit:
@@ -293,11 +340,7 @@ class CachingAllocatorModel:
             if self.fraction_limit is None or self.reserved + want <= self.fraction_limit:
                 handle = self._ask(want)
         if handle is None:
-            self.num_ooms += 1
-            # As the native allocator does, the OOM observers hear of it once the allocator gives up.
-            for observer in list(self.oom_observers):
-                observer(self.device, size, self.allocated, self._mem_info_or_zero()[0])
-            raise self.oom_error(self._oom_message(size))
+            self._give_up(size)
         seg = Segment(handle, want, small)
         seg.first = Block(seg, 0, want)
         self.segments.append(seg)
@@ -367,14 +410,7 @@ class CachingAllocatorModel:
 
     def _oom_message(self, size):
         free, total = self._mem_info_or_zero()
-        cached = self.reserved - self.allocated
-        return ("CUDA out of memory. Tried to allocate %s. GPU %d has a total capacity of %s of which %s is free. "
-                "Of the allocated memory %s is allocated by PyTorch, and %s is reserved by PyTorch but unallocated. "
-                "If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
-                "to avoid fragmentation.  See documentation for Memory Management  "
-                "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
-                % (format_bytes(size), self.device, format_bytes(total), format_bytes(free),
-                   format_bytes(self.allocated), format_bytes(cached)))
+        return oom_kinds.allocator_message(size, self.device, total, free, self.allocated, self.reserved - self.allocated)
 
 
 __all__ = ["CachingAllocatorModel", "BudgetSegments", "DriverSegments", "OutOfMemory", "round_size",

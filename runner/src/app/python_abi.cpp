@@ -25,6 +25,7 @@
 #include "oomharness/control_block.h"
 #include "oomharness/events.h"
 #include "oomharness/evidence.h"
+#include "oomharness/request_layer.h"
 #include "oomharness/policies/oom_kinds.h"
 #include "oomharness/reports/result.h"
 #include "oomharness/runner/name_tables.h"
@@ -139,6 +140,11 @@ std::string module_text() {
   for (const auto& e : oomh::kExitCodes) o << "    (" << quoted(e.name) << ", " << oomh::to_int(e.value) << "),\n";
   o << ")\n";
   o << "DEVICES = " << names_tuple(oomh::kDevices) << "\n";
+  o << "# The layers the shim is asked at (Note [Where a step fault fires] in injector/engine/fault_plan.h).\n";
+  o << "REQUEST_LAYERS = {";
+  for (size_t i = 0; i < oomh::kLayers.size(); ++i)
+    o << (i ? ", " : "") << quoted(oomh::kLayers[i].name) << ": " << static_cast<int>(oomh::kLayers[i].value);
+  o << "}\n";
   o << "# What the probe's parts gather (Note [A probe that pays for what is checked] in evidence.h).\n";
   o << "EVIDENCE = " << names_tuple(oomh::kEvidenceKinds) << "\n";
   o << "RESTART_REASONS = " << names_tuple(oomh::kRestartReasons) << "\n";

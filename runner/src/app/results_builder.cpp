@@ -86,6 +86,7 @@ std::vector<FaultRecord> fault_records(const Trace& trace, double job_start) {
       f.step = e.integer("step", -1);
       f.phase = e.text("phase");
       f.visible = injected.visible;
+      f.layer = e.text("layer", "driver");  // logs written before layers had none: the driver's
       out.push_back(std::move(f));
     }
   }

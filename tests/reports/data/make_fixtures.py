@@ -70,7 +70,7 @@ def verdict(policy, status, reason, evidence=(), must_fail=False, **args):
 
 def fault(attempt_, t, size, visible, step, rule="burst", phase="forward", entry="cuMemAlloc_v2", device=0):
     return {"attempt": attempt_, "t": t, "rule": rule, "entry": entry, "size": size, "device": device,
-            "step": step, "phase": phase, "visible": visible}
+            "step": step, "phase": phase, "visible": visible, "layer": "driver"}
 
 
 def job(name, status, message, start, duration, **kw):

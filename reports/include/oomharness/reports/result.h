@@ -48,6 +48,7 @@ struct FaultRecord {
   int64_t step = -1;
   std::string phase;
   bool visible = false;       // the training code saw an OOM for it (false: absorbed by the framework)
+  std::string layer = "driver";  // where it was asked (Note [Where a step fault fires] in injector/engine/fault_plan.h)
 };
 
 struct TimelinePoint {
