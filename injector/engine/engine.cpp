@@ -379,15 +379,13 @@ void Engine::register_requests(Layer layer) noexcept {
   requests_.store(static_cast<uint8_t>(layer), std::memory_order_relaxed);
 }
 
-bool Engine::request(Layer layer, uint64_t size, int device) noexcept {
+bool Engine::request(Layer layer, uint64_t size, int device, int64_t step, Phase phase) noexcept {
   if (layer == Layer::driver || layer != requests_layer() || !valid_device(device) ||
       finished_.load(std::memory_order_relaxed))
     return false;
   poll_plan();
   Plan& plan = *plan_.load(std::memory_order_acquire);
   if (plan.rules.size() == 0) return false;
-  int64_t step = cb_->step.load(std::memory_order_relaxed);
-  auto phase = static_cast<Phase>(cb_->phase.load(std::memory_order_relaxed));
   CallFacts facts = call_facts(plan, MemoryKind::device, Entry::mem_alloc, size, device, step, phase);
   facts.layer = layer;
   uint64_t call = request_calls_.fetch_add(1, std::memory_order_relaxed) + 1;

@@ -165,10 +165,12 @@ class Engine {
 
   // Note [Where a step fault fires] in fault_plan.h: the request layer this process asks step rules at
   // (registered once, by the virtual device or the probe, before training), and one request there: true when
-  // the fault plan refuses a request of `size` bytes (0: not known) on `device`; an inject event says so.
+  // the fault plan refuses a request of `size` bytes (0: not known) on `device`, made in `step` and `phase` as
+  // this process's probe counts them (not the block's, which the ranks of a job that starts torchrun itself
+  // share); an inject event says so.
   void register_requests(Layer layer) noexcept;
   Layer requests_layer() const noexcept { return static_cast<Layer>(requests_.load(std::memory_order_relaxed)); }
-  bool request(Layer layer, uint64_t size, int device) noexcept;
+  bool request(Layer layer, uint64_t size, int device, int64_t step, Phase phase) noexcept;
 
   // Checks the control block for a new plan (called by begin_alloc and the memory queries).
   void poll_plan() noexcept;

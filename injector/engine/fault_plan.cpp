@@ -421,9 +421,13 @@ std::optional<CapCounting> parse_cap_counting(std::string_view text) {
 const char* layer_name(Layer l) { return name_of(kLayers, l, "driver").data(); }
 
 bool at_request_layer(const RuleWhen& w, Layer registered) noexcept {
-  if (registered == Layer::driver || !w.has_steps || w.memory != MemoryKind::device || w.entries != kAllEntries)
+  // A count (nth, every, probability) counts the calls of one layer: a sweep's `step=N,nth=K` names the Kth
+  // driver call its golden run recorded (Note [Recording a step's allocations] in engine.h), so it stays there.
+  if (registered == Layer::driver || !w.has_steps || w.trigger != Trigger::first || w.memory != MemoryKind::device ||
+      w.entries != kAllEntries)
     return false;
-  return registered == Layer::allocator || (w.min_size == 0 && w.max_size == UINT64_MAX);
+  return registered == Layer::allocator ||
+         (w.min_size == 0 && w.max_size == UINT64_MAX && (!w.has_phase || training_work(w.phase)));
 }
 
 const char* memory_kind_name(MemoryKind m) { return m == MemoryKind::host ? "host" : "device"; }

@@ -69,16 +69,25 @@ constexpr EntryMask entries_of(MemoryKind m) { return m == MemoryKind::host ? kH
 //  - `probe`: on a GPU, where no Python sees PyTorch's allocations, the probe asks at the points of a step
 //    it sees begin (a model's top-level forward, backward, the optimizer's step), with no size, and raises
 //    PyTorch's OutOfMemoryError where it is refused twice (python/oomharness/probe/faults.py).
-// A rule goes to the registered layer when it has a step window, names no driver entry point and targets
-// device memory, and (at the probe layer, which knows no sizes) has no size filter; every other rule, and
-// every rule of a process that registered no layer (a C++ program, a job without the probe), stays at the
-// driver. A rule is asked at one layer only, so one request never counts twice. The inject event says at
-// which layer it fired (`layer`), and so do the reports.
+// A rule goes to the registered layer when it has a step window, no count (nth, every, probability: those count
+// one layer's calls, and a sweep's `step=N,nth=K` names a driver call), names no driver entry point and targets
+// device memory, and (at the probe layer, which knows no sizes and has points in the training work only) has
+// no size filter and no phase but forward, backward or optimizer; every other rule, and every rule of a
+// process that registered no layer (a C++ program, a job without the probe), stays at the driver. A rule is
+// asked at one layer only, so one request never counts twice. At a request layer a step window without a
+// phase means the step's training work, not the copy of its batch before it (`phase: data` asks for that):
+// what a user aiming a fault at step N wants to see recover is step N's forward, backward and optimizer step,
+// and an OOM in the batch's copy, outside most retry loops, is what `phase: data` tests. The request also
+// carries its process's own step and phase (the probe's), not the control block's, which the ranks of a job
+// that starts torchrun itself share. The inject event says at which layer it fired (`layer`), and so do the
+// reports.
 using oomh::Layer;  // include/oomharness/request_layer.h
 const char* layer_name(Layer l);
 struct RuleWhen;
 // Whether the rule is asked at `registered` (the process's request layer; driver: none registered).
 bool at_request_layer(const RuleWhen& w, Layer registered) noexcept;
+// The phases of a step's training work: forward, backward, the optimizer (the probe's points on a GPU).
+constexpr bool training_work(Phase p) { return p == Phase::forward || p == Phase::backward || p == Phase::optimizer; }
 
 enum class Trigger : uint8_t { first, nth, every, probability };
 enum class Duration : uint8_t { times, until_freed, forever };

@@ -18,6 +18,10 @@ bool target_matches(const RuleWhen& w, const CallFacts& call) noexcept {
 bool window_matches(const RuleWhen& w, const CallFacts& call) noexcept {
   if (w.has_steps && (call.step == kUnknownStep || call.step < w.steps_from || call.step > w.steps_to)) return false;
   if (w.has_phase && call.phase != w.phase) return false;
+  // Note [Where a step fault fires] in fault_plan.h: at a request layer a step without a phase is its training
+  // work (forward, backward, the optimizer), the points the probe has on a GPU; the batch's copy before it
+  // (`data`) is faulted with `phase: data`.
+  if (call.layer != Layer::driver && !w.has_phase && !training_work(call.phase)) return false;
   if (w.after_s > 0 && call.elapsed_s < w.after_s) return false;
   return true;
 }

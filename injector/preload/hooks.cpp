@@ -829,8 +829,8 @@ OOMH_EXPORT void oomh_note_site(const char* where) { oomh::inject::Engine::note_
 
 // Note [Where a step fault fires] in injector/engine/fault_plan.h: the virtual device's allocator model
 // (layer 1, `allocator`) or the probe on a GPU (layer 2, `probe`) registers itself once, then asks for each
-// request; 1: the fault plan refuses it (the shim wrote the inject event), 0: it does not, or the shim is not
-// active. Called from Python through ctypes, at any time after the shim started: the engine is what the
+// request, with the step and phase (oomh::Phase) its process is in; 1: the fault plan refuses it (the shim wrote
+// the inject event), 0: it does not, or the shim is not active. Called from Python through ctypes, at any time after the shim started: the engine is what the
 // hooks use (engine() starts it when needed), and nothing here allocates.
 OOMH_EXPORT void oomh_register_requests(int layer) {
   Engine* e = engine();
@@ -839,11 +839,11 @@ OOMH_EXPORT void oomh_register_requests(int layer) {
   e->register_requests(static_cast<oomh::inject::Layer>(layer));
 }
 
-OOMH_EXPORT int oomh_request(int layer, unsigned long long size, int device) {
+OOMH_EXPORT int oomh_request(int layer, unsigned long long size, int device, long long step, int phase) {
   Engine* e = engine();
-  if (!e || (layer != 1 && layer != 2)) return 0;
+  if (!e || (layer != 1 && layer != 2) || phase < 0 || phase >= static_cast<int>(oomh::kPhases.size())) return 0;
   HookGuard guard;
-  return e->request(static_cast<oomh::inject::Layer>(layer), size, device) ? 1 : 0;
+  return e->request(static_cast<oomh::inject::Layer>(layer), size, device, step, static_cast<oomh::Phase>(phase)) ? 1 : 0;
 }
 
 OOMH_EXPORT CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {

@@ -134,7 +134,16 @@ class StepClock:
         block = self._ctx.block
         if block is not None:
             return block.step
+        return self.local_step()
+
+    def local_step(self):
+        """The step in progress as this process counts it (the block's is shared by the ranks of a job that starts
+        torchrun itself: Note [Where a step fault fires] in injector/engine/fault_plan.h)."""
         return self.number(self.completed + 1) if self.started else _abi.UNKNOWN_STEP
+
+    def where(self):
+        """(step, phase number) of this process, as the shim's oomh_request takes them."""
+        return self.local_step(), PHASES.get(self.phase, 0)
 
     def set_step_in_progress(self, n):
         if self._ctx.block is not None:

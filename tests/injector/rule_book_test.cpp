@@ -187,9 +187,13 @@ TEST(RuleBook, AStepRuleIsAskedAtTheRequestLayerOnly) {
   RuleBook b = book(R"({"rules":[{"name":"s","when":{"step":3},"fail":{"times":2}}]})");
   CallFacts driver = call();
   driver.step = 3;
+  driver.phase = oomh::Phase::forward;
   CallFacts request = driver;
   request.layer = request.requests = Layer::allocator;
   driver.requests = Layer::allocator;
+  CallFacts copy = request;
+  copy.phase = oomh::Phase::data;
+  EXPECT_EQ(run(b, 2, copy), "..") << "the batch's copy before the step's work is not its window";
   EXPECT_EQ(run(b, 3, driver), "...") << "the driver no longer asks a step rule once a request layer is registered";
   EXPECT_EQ(run(b, 3, request), "xx.");
   RuleSeen seen = b.seen(0);
@@ -214,11 +218,14 @@ TEST(RuleBook, WhichRulesTheRequestLayersTake) {
   };
   EXPECT_TRUE(at_request_layer(when(R"({"step":3})"), Layer::allocator));
   EXPECT_TRUE(at_request_layer(when(R"({"step":3,"phase":"backward"})"), Layer::probe));
+  EXPECT_FALSE(at_request_layer(when(R"({"step":3,"phase":"data"})"), Layer::probe)) << "the probe has no point there";
+  EXPECT_TRUE(at_request_layer(when(R"({"step":3,"phase":"data"})"), Layer::allocator));
   EXPECT_TRUE(at_request_layer(when(R"({"steps":{"from":2,"to":4}})"), Layer::allocator));
   EXPECT_TRUE(at_request_layer(when(R"({"step":3,"min_size":1048576})"), Layer::allocator)) << "the allocator knows sizes";
   EXPECT_FALSE(at_request_layer(when(R"({"step":3,"min_size":1048576})"), Layer::probe)) << "the probe knows none";
   EXPECT_FALSE(at_request_layer(when(R"({"step":3})"), Layer::driver));
   EXPECT_FALSE(at_request_layer(when(R"({"nth":20})"), Layer::allocator)) << "a count of driver calls stays there";
+  EXPECT_FALSE(at_request_layer(when(R"({"step":3,"nth":2})"), Layer::allocator)) << "a sweep's site is a driver call";
   EXPECT_FALSE(at_request_layer(when(R"({"step":3,"entry":"cuMemAllocAsync"})"), Layer::allocator));
   EXPECT_FALSE(at_request_layer(when(R"({"step":3,"memory":"host"})"), Layer::allocator));
 }

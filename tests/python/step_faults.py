@@ -4,6 +4,7 @@ every run of every job must pass, and each of its rules must have fired in its o
 request layer the job has, with the OOM visible to the code. Exit 0 passed, 1 failed, 125 skipped (no torch).
 
     step_faults.py [OUT]
+    step_faults.py OUT --gpu      # tests/gpu/step_faults_gpu.yaml on this machine's GPU (tests/gpu/run_all.sh)
 """
 import json
 import os
@@ -14,23 +15,30 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_env import require_torch  # noqa: E402
 
-require_torch("step faults")
+gpu = "--gpu" in sys.argv
+args = [a for a in sys.argv[1:] if a != "--gpu"]
+if not gpu:
+    require_torch("step faults")
 
 build = os.environ["OOMH_BUILD_DIR"]
 source = os.environ["OOMH_SOURCE_DIR"]
-out = sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp(prefix="oomh-step-faults-")
+out = args[0] if args else tempfile.mkdtemp(prefix="oomh-step-faults-")
 binary = os.path.join(build, "runner", "oomharness")
 env = dict(os.environ)
 env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
 
 EVERY_STEP = {"s%d" % k: (k, None) for k in range(1, 11)}
 EVERY_STEP.update({"forward-11": (11, "forward"), "backward-12": (12, "backward"), "optimizer-13": (13, "optimizer")})
-LEAN = {"s%d" % k: (k, None) for k in (1, 4, 7, 10)}
+DATA = {"d%d" % k: (k, "data") for k in (2, 5, 8)}
 # job prefix -> (the rules and where each must fire, the layer they fire at)
-WANT = {"allocator-": (EVERY_STEP, "allocator"), "lean-": (LEAN, "allocator"), "probe-": (EVERY_STEP, "probe")}
+WANT = {"allocator-": (EVERY_STEP, "allocator"), "data-": (DATA, "allocator"), "probe-": (EVERY_STEP, "probe")}
+if gpu:
+    WANT = {"gpu-": (EVERY_STEP, "probe")}
+    suite, flags = os.path.join(source, "tests", "gpu", "step_faults_gpu.yaml"), ["-j", "1"]
+else:
+    suite, flags = os.path.join(source, "tests", "python", "step_faults", "step_faults.yaml"), ["--simulate", "-j", "2"]
 
-argv = [binary, "run", os.path.join(source, "tests", "python", "step_faults", "step_faults.yaml"), "--simulate",
-        "-j", "2", "--out", out]
+argv = [binary, "run", suite] + flags + ["--out", out]
 print(" ".join(argv), flush=True)
 proc = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1700)
 print(proc.stdout[-20000:])

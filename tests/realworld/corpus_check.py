@@ -57,13 +57,7 @@ HOST_FAULTS = {"pinned-loader-fallback", "pinned-loader-no-fallback"}
 # The known gaps: job -> (the verdict the virtual device gives today, why). The lead empties this list as
 # the fixes land (issue 27's classification, cuBLAS model and zero-code batch size; the probe's resumed step).
 INCONCLUSIVE_HALVING = ("inconclusive", dict(OK, batch_halving="inconclusive"))
-DIES_IN_CUBLAS_CREATE = ("failed", {"exit": "fail", "completes": "inconclusive", "batch_halving": "fail"})
 KNOWN_GAPS = {
-    "ddp-gloo-torchrun": (DIES_IN_CUBLAS_CREATE,
-                          "the step-1 fault meets cuBLAS's 64 MiB handle: the first matmul's output comes from "
-                          "the cache DDP's buckets left, so the handle is the first new segment of step 1's "
-                          "forward, and the ranks die of CUBLAS_STATUS_ALLOC_FAILED; not run on 2 GPUs yet "
-                          "(a max_size that spares the handle makes the fault hit one rank's workspace only)"),
     "safetensors-checkpoint": (("failed", {"exit": "pass", "checkpoint_resume": "fail", "completes": "fail"}),
                                "the probe takes a resumed run's step from a torch.load'ed dict's step/global_step; "
                                "a step kept in trainer_state.json beside model.safetensors is not seen, so the "

@@ -39,7 +39,8 @@ class Faults:
         except (AttributeError, OSError):
             return  # no shim in this process: the driver layer is all there is
         register.argtypes, register.restype = [ctypes.c_int], None
-        request.argtypes, request.restype = [ctypes.c_int, ctypes.c_ulonglong, ctypes.c_int], ctypes.c_int
+        request.argtypes = [ctypes.c_int, ctypes.c_ulonglong, ctypes.c_int, ctypes.c_longlong, ctypes.c_int]
+        request.restype = ctypes.c_int
         register(LAYER_PROBE)
         self._request = request
 
@@ -49,14 +50,15 @@ class Faults:
             return
         torch = self.ctx.torch
         device = self._device(torch)
-        if self._request(LAYER_PROBE, 0, device) != 1:
+        step, phase = self.ctx.clock.where()
+        if self._request(LAYER_PROBE, 0, device, step, phase) != 1:
             return
         try:
             if torch.cuda.is_initialized():
                 torch._C._cuda_emptyCache()
         except Exception:
             pass
-        if self._request(LAYER_PROBE, 0, device) != 1:
+        if self._request(LAYER_PROBE, 0, device, step, phase) != 1:
             return
         exc = self.oom_error(torch, device)
         setattr(exc, TO_THE_CODE, True)

@@ -37,8 +37,8 @@ def install_for_job(ctx=None):
     ctx = ctx or _job.current()
     if ctx.device is None:
         make = _device_class(ctx, ctx.settings.shape_only)
-        make(ctx, CachingAllocatorModel(DriverSegments(record_sites=bool(ctx.settings.record_step)),
-                                        oom_error=oom_error)).install()
+        segments = DriverSegments(record_sites=bool(ctx.settings.record_step), where=ctx.clock.where)
+        make(ctx, CachingAllocatorModel(segments, oom_error=oom_error)).install()
     return ctx.device
 
 

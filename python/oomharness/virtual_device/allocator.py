@@ -107,8 +107,9 @@ class DriverSegments:
     CUDA_SUCCESS = 0
     CUDA_ERROR_OUT_OF_MEMORY = 2
 
-    def __init__(self, device=0, library="libcuda.so.1", record_sites=False):
+    def __init__(self, device=0, library="libcuda.so.1", record_sites=False, where=None):
         self.ordinal = device
+        self._where = where  # () -> (step, phase number) of this process (Note [Where a step fault fires])
         self.lib = ctypes.CDLL(library, mode=ctypes.RTLD_GLOBAL)
         self._check(self.lib.cuInit(0), "cuInit")
         self.device = ctypes.c_int(0)
@@ -144,13 +145,16 @@ class DriverSegments:
         if register is not None:
             register.argtypes = [ctypes.c_int]
             register.restype = None
-            self._request.argtypes = [ctypes.c_int, ctypes.c_ulonglong, ctypes.c_int]
+            self._request.argtypes = [ctypes.c_int, ctypes.c_ulonglong, ctypes.c_int, ctypes.c_longlong, ctypes.c_int]
             self._request.restype = ctypes.c_int
             register(LAYER_ALLOCATOR)
 
     def request(self, size):
         """Whether the fault plan refuses a request of `size` bytes (Note [Where a step fault fires])."""
-        return self._request is not None and self._request(LAYER_ALLOCATOR, size, self.ordinal) == 1
+        if self._request is None or self._where is None:
+            return False
+        step, phase = self._where()
+        return self._request(LAYER_ALLOCATOR, size, self.ordinal, step, phase) == 1
 
     def _check(self, rc, what):
         if rc != self.CUDA_SUCCESS:

@@ -47,11 +47,15 @@ std::string JobSpec::evidence() const {
   std::set<EvidenceKind> wanted;
   for (const ExpectSpec& e : expect)
     if (const PolicyInfo* p = find_policy(e.policy)) wanted.insert(p->evidence.begin(), p->evidence.end());
-  // A fault that waits for a phase needs the probe to write it (the steps are written whatever the checks).
+  // A fault that waits for a step or a phase needs the probe to write the phase (a step fault fires in the
+  // step's training work: Note [Where a step fault fires] in injector/engine/fault_plan.h), and so does a sweep's
+  // golden run, which records each allocation of a step with its phase (OOMH_RECORD_STEP).
   for (const FaultSpec& f : faults) {
     const nlohmann::json& when = f.rule.value("when", nlohmann::json::object());
-    if (when.is_object() && when.contains("phase")) wanted.insert(EvidenceKind::phases);
+    if (when.is_object() && (when.contains("phase") || when.contains("step") || when.contains("steps")))
+      wanted.insert(EvidenceKind::phases);
   }
+  if (env.count("OOMH_RECORD_STEP")) wanted.insert(EvidenceKind::phases);
   std::string out;
   for (const auto& e : kEvidenceKinds)
     if (wanted.count(e.value)) out += (out.empty() ? "" : ",") + std::string(e.name);

@@ -388,11 +388,15 @@ jobs:
   - {name: halving, run: 'true', expect: [batch_halving, {peak_below: 1GiB}]}
   - {name: resume, run: 'true', expect: [checkpoint_resume, zero_grad, memory_stable]}
   - {name: phase, run: 'true', faults: [{when: {step: 3, phase: backward}}], expect: [eval_no_grad]}
+  - {name: golden, run: 'true', env: {OOMH_RECORD_STEP: '3'}}
+  - {name: step, run: 'true', faults: [{when: {step: 3}}], expect: [exit]}
 )");
   EXPECT_EQ(s.jobs[0].evidence(), "");
   EXPECT_EQ(s.jobs[1].evidence(), "batches,data");
   EXPECT_EQ(s.jobs[2].evidence(), "batches,data,losses,memory,grads,checkpoints");
   EXPECT_EQ(s.jobs[3].evidence(), "evaluation,phases");
+  EXPECT_EQ(s.jobs[4].evidence(), "phases") << "a sweep's golden run names each allocation's phase";
+  EXPECT_EQ(s.jobs[5].evidence(), "phases") << "a step fault fires in the step's training work";
 }
 
 TEST(Suite, EveryErrorIsReportedInFileOrder) {
