@@ -79,5 +79,15 @@ class NoTorch(unittest.TestCase):
         self.assertNotIn("oomharness:", p.stderr)
 
 
+
+class Settings(unittest.TestCase):
+    def test_every_variable_the_job_reads_is_one_the_shim_knows(self):
+        # Note [The job's settings] (_job.py): the shim warns on the job's stderr about an OOMH_ variable its
+        # table (injector/engine/options.h) lacks, so every one the Python package reads must be there.
+        from oomharness import _abi, _job
+        read = {variable for variable, _, _, _ in _job.OPTIONS} | {"OOMH_STACKS"}
+        self.assertEqual(read - set(_abi.VARIABLES), set())
+
+
 if __name__ == "__main__":
     unittest.main()

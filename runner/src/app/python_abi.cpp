@@ -29,6 +29,7 @@
 #include "oomharness/policies/oom_kinds.h"
 #include "oomharness/reports/result.h"
 #include "oomharness/runner/name_tables.h"
+#include "engine/options.h"
 
 namespace oomh::app {
 
@@ -140,6 +141,12 @@ std::string module_text() {
   for (const auto& e : oomh::kExitCodes) o << "    (" << quoted(e.name) << ", " << oomh::to_int(e.value) << "),\n";
   o << ")\n";
   o << "DEVICES = " << names_tuple(oomh::kDevices) << "\n";
+  // The shim warns about an OOMH_ variable its table lacks: the Python package reads only these (Note [The
+  // job's settings] in python/oomharness/_job.py; tests/python/test_boot.py checks it).
+  std::vector<std::string_view> variables;
+  for (const auto& option : oomh::inject::kOptionTable) variables.push_back(option.name);
+  o << "# Every OOMH_ variable the shim knows (injector/engine/options.h).\n";
+  o << "VARIABLES = " << tuple_of(variables) << "\n";
   o << "# The layers the shim is asked at (Note [Where a step fault fires] in injector/engine/fault_plan.h).\n";
   o << "REQUEST_LAYERS = {";
   for (size_t i = 0; i < oomh::kLayers.size(); ++i)
