@@ -17,8 +17,13 @@ makes in between is lost. So the probe never adds to a counter another kind of w
   events are the sum of the two;
 - the Python probe's counters (probe_events_written, ooms_seen, ooms_caught, empty_cache_calls) can still
   have several Python writers: the processes of one job that share the block (a torchrun started by the
-  job, DataLoader workers forked after the probe started). Their increments are serialised by a POSIX
-  record lock (fcntl.lockf) on the block's file, which every Python probe takes around its add.
+  job, DataLoader workers forked after the probe started). Their adds are serialised by a POSIX record lock
+  (fcntl.lockf) on the block's file, which every Python probe takes around its add;
+- a lock is two system calls, which every step's event line would pay: the event lines are counted in the
+  process and added to probe_events_written EVENT_BATCH at a time, and the rest at the process's exit
+  (flush(), which the job context registers with atexit), so the figure lags by fewer than EVENT_BATCH lines
+  while a process runs, and a process killed by a signal (or ended by os._exit) leaves its last lines
+  uncounted; a forked child starts its own count.
 What is left: a C++ probe and a Python probe counting OOMs in the same block at the same instant (a job
 that mixes both) may lose one; the counters are statistics (control_block.h), no check decides by them.
 """
@@ -45,6 +50,9 @@ _CTYPES = {(4, False): ctypes.c_uint32, (4, True): ctypes.c_int32, (8, False): c
 _LOCKED = _abi.CONTROL_FIELDS["probe_events_written"][0]
 
 
+EVENT_BATCH = 64  # Note [Counters from Python]
+
+
 def _field(mapping, name):
     """The ctypes integer laid over field `name` of the block (_abi.CONTROL_FIELDS: offset, width, signed)."""
     offset, size, signed = _abi.CONTROL_FIELDS[name]
@@ -66,6 +74,9 @@ class ControlBlock:
     def __init__(self, mapping, fd=None):
         self._map = mapping
         self._fd = fd  # kept open for the lock of Note [Counters from Python]; None: no lock (one writer)
+        self._uncounted = 0  # event lines not added to probe_events_written yet
+        # A forked child (a DataLoader worker) starts its own count: its parent adds the lines it wrote.
+        os.register_at_fork(after_in_child=self._forked)
         self._step = _field(mapping, "step")
         self._phase = _field(mapping, "phase")
         self._batch_size = _field(mapping, "batch_size")
@@ -100,8 +111,8 @@ class ControlBlock:
             return None
         return cls(mapping, fd)
 
-    def _add(self, *counters):
-        """Adds one to each counter, under the lock of Note [Counters from Python]."""
+    def _add(self, *counters, by=1):
+        """Adds `by` to each counter, under the lock of Note [Counters from Python]."""
         locked = False
         if self._fd is not None:
             try:
@@ -111,7 +122,7 @@ class ControlBlock:
                 pass  # a file that takes no record locks: one writer is the usual case
         try:
             for c in counters:
-                c.value += 1
+                c.value += by
         finally:
             if locked:
                 fcntl.lockf(self._fd, fcntl.LOCK_UN, 8, _LOCKED, os.SEEK_SET)
@@ -142,7 +153,18 @@ class ControlBlock:
         self._batch_size.value = int(value)
 
     def count_event(self):
-        self._add(self._probe_events_written)
+        self._uncounted += 1
+        if self._uncounted >= EVENT_BATCH:
+            self.flush()
+
+    def _forked(self):
+        self._uncounted = 0
+
+    def flush(self):
+        """Adds the event lines not counted yet (Note [Counters from Python])."""
+        if self._uncounted:
+            n, self._uncounted = self._uncounted, 0
+            self._add(self._probe_events_written, by=n)
 
     def count_oom(self, caught):
         if caught:
@@ -158,6 +180,7 @@ class ControlBlock:
 
     def counters(self):
         """The probe's counters, for tests and debugging."""
+        self.flush()
         return {
             "events_written": self._events_written.value + self._probe_events_written.value,
             "probe_events_written": self._probe_events_written.value,

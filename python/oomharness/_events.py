@@ -40,7 +40,10 @@ def check_fields(kind, fields):
 
 def _clean(value):
     """A JSON-safe copy of a field value: NaN and infinities become null, long strings are cut."""
-    if isinstance(value, bool) or value is None:
+    kind = type(value)
+    if kind is int or kind is bool or value is None:  # the common case first: steps, sizes, flags
+        return value
+    if isinstance(value, bool):
         return value
     if isinstance(value, int):
         return int(value)
@@ -58,12 +61,19 @@ def _clean(value):
         return _clean(str(value))
 
 
+_KIND_TEXT = {}  # kind -> its JSON string (a handful of kinds: each is dumped once)
+_COMPACT = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+
+
 def format_line(kind, fields, now_ns=None, pid=None):
     """The event line (with its newline) for `kind` with `fields`, as bytes."""
     ns = time.time_ns() if now_ns is None else now_ns
+    kind_text = _KIND_TEXT.get(kind)
+    if kind_text is None:
+        kind_text = _KIND_TEXT.setdefault(kind, json.dumps(kind))
     head = '{"t":%d.%06d,"pid":%d,"src":"%s","kind":%s,"fields":' % (
-        ns // 1_000_000_000, (ns // 1000) % 1_000_000, os.getpid() if pid is None else pid, SRC, json.dumps(kind))
-    body = json.dumps({k: _clean(v) for k, v in fields.items()}, separators=(",", ":"), allow_nan=False)
+        ns // 1_000_000_000, (ns // 1000) % 1_000_000, os.getpid() if pid is None else pid, SRC, kind_text)
+    body = _COMPACT.encode({k: _clean(v) for k, v in fields.items()})
     return (head + body + "}\n").encode("utf-8")
 
 

@@ -17,6 +17,7 @@ the pytest plugin and the user's own scripts set others (OOMH_BINARY, ...), and 
 of its own (the probe is a guest).
 """
 
+import atexit
 import os
 import weakref
 
@@ -184,6 +185,10 @@ class JobContext:
         self.torch = None       # set when torch is imported (_boot)
         self.device = None      # the virtual device, when this job runs on one
         self.probe = None       # the probe, once installed
+        if self.block is not None:  # registered first, so it runs last: after the probe's own exit events
+            atexit.register(self.block.flush)
+            self.patches.registered("job", "the control block's event count, added at exit (atexit)",
+                                    lambda: atexit.unregister(self.block.flush))
 
     def emit(self, event_kind, /, **fields):
         """Writes one event (with the rank: Note [Ranks seen in events]) and counts it in the block."""
