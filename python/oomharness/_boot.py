@@ -5,8 +5,10 @@ sitecustomize runs before the job's code, when torch is not imported yet, and mo
 (tools, DataLoader helpers, the job's own launcher) never import it. So the probe puts a finder at the head
 of sys.meta_path that answers nothing itself: when `torch` is imported it asks the other finders for the
 real spec and wraps that spec's loader's exec_module (an attribute on the loader instance, removed after
-use), so that once torch/__init__.py has run completely the probe installs its hooks. The finder then
-leaves sys.meta_path; torch's loader, spec and module are the ones Python would have used anyway.
+use), so that once torch/__init__.py has run completely the probe installs its hooks. The finder leaves
+sys.meta_path when that exec_module runs: a library that only looks torch's spec up (importlib.util.find_spec,
+as Transformers and Datasets do before anything imports torch) gets a loader the import never uses, so the
+finder stays for the import itself. torch's loader, spec and module are the ones Python would have used anyway.
 """
 
 import sys
@@ -99,8 +101,8 @@ class TorchFinder:
             return None
         finally:
             self._busy = False
-        self._leave()
         if spec is None:
+            self._leave()
             # `import torch` is about to fail with ModuleNotFoundError: on the virtual device, say first
             # what is missing and what is needed, in the harness's words.
             sentence = no_torch_sentence()
@@ -116,6 +118,10 @@ class TorchFinder:
             return spec
 
         def exec_module(module):
+            # Note [Waiting for torch]: the finder leaves once torch is really being imported, not when its spec
+            # was only looked up (importlib.util.find_spec("torch"), as Transformers and Datasets do at their own
+            # import): that spec's loader is not the one the import then uses.
+            self._leave()
             try:
                 original(module)
             finally:

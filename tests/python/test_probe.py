@@ -75,6 +75,14 @@ class ProbeTest(unittest.TestCase):
         self.assertEqual(seen["all"][0], ["batch_from", "batch_size", "data", "grads_cleared", "loss", "step"],
                          "'all' is every part, as with no variable")
 
+    def test_a_spec_looked_up_first_still_installs_the_probe(self):
+        # Note [Waiting for torch] (_boot.py): Transformers and Datasets call importlib.util.find_spec("torch") at
+        # their own import, before anything imports torch; the import that follows must still get the probe.
+        code = "import importlib.util\nassert importlib.util.find_spec('torch') is not None\n" + LOOP
+        r = self.job.run(code)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual([e["fields"]["step"] for e in self.job.read_events() if e["kind"] == "step"], [1, 2, 3])
+
     def test_waits_for_torch_and_never_imports_it(self):
         code = "import sys; print('torch' in sys.modules, any(type(f).__name__ == 'TorchFinder' for f in sys.meta_path))"
         r = self.job.run(code)
