@@ -42,11 +42,14 @@ def main():
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--model", choices=("tiny", "mlp"), default="tiny")
     ap.add_argument("--all", action="store_true")
+    ap.add_argument("--evidence", default="all", help="OOMH_EVIDENCE for the probe, as probe_overhead.py's")
     a = ap.parse_args()
     from harness import Job
     job = Job()
     try:
         env = job.env(probe=True)
+        env.pop("OOMH_CHECK_EVENTS", None)
+        env["OOMH_EVIDENCE"] = a.evidence
         r = subprocess.run([sys.executable, "-c", WORKER, str(a.steps), a.device, a.model, "0", "1" if a.all else "0"],
                            env=env, capture_output=True, text=True, timeout=600)
         print(r.stdout[-12000:])

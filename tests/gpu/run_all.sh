@@ -25,7 +25,9 @@
 #   fragment only when named: the reservation sidecar's fragmentation mode (reserve_chunk) against a whole
 #           reservation of the same size, and what PyTorch can allocate at once beside each (issue 19)
 #   probecost only when named: the Python probe's cost per step on the GPU, its .item() wait told apart
-#           (bench/python/probe_overhead.py --device cuda)
+#           (bench/python/probe_overhead.py --device cuda), with every part and with none (--evidence)
+#   stepfaults only when named (issue 40): tests/gpu/step_faults_gpu.yaml, ten runs of a steady trainer
+#           faulted at 13 steps and phases, judged by tests/python/step_faults.py --gpu
 #   ranks2gpu only when named, on a machine with 2 GPUs or more: tests/gpu/ranks2gpu.yaml with --gpus 0,1 (one
 #           GPU per rank, NCCL, a real hang), judged by tests/gpu/ranks2gpu.py (docs/distributed.md)
 #   multigpu only when named, on a machine with 2 GPUs or more (issue 33): tests/gpu/multigpu.sh: faults in
@@ -74,9 +76,9 @@ inject=$build/injector/liboomharness_inject.so
 summary=$work/summary.txt
 budget=${RUN_ALL_BUDGET:-575}
 all_phases="build pytests virtual ecosystem realworld ctest injector libtorch probe fidelity-caps selftest demo armed reservation reservesuite fidelity-reserve
-            compat drivercalls shimbench runnerbench packing throughput scale virtualsuite sweep budget explain fragment probecost explaingpu ranks2gpu multigpu predict libooms probeprofile ecosystemboth"
+            compat drivercalls shimbench runnerbench packing throughput scale virtualsuite sweep budget explain fragment probecost stepfaults explaingpu ranks2gpu multigpu predict libooms probeprofile ecosystemboth"
 phases=${*:-${all_phases/pytests virtual ecosystem realworld /}}
-[ $# -eq 0 ] && phases=${phases/ scale virtualsuite sweep budget explain fragment probecost explaingpu ranks2gpu multigpu predict libooms probeprofile ecosystemboth/}  # by name only
+[ $# -eq 0 ] && phases=${phases/ scale virtualsuite sweep budget explain fragment probecost stepfaults explaingpu ranks2gpu multigpu predict libooms probeprofile ecosystemboth/}  # by name only
 wave1="ctest injector libtorch probe fidelity-caps"
 wave2="selftest demo armed"
 timing="drivercalls shimbench runnerbench packing throughput scale"
@@ -85,7 +87,7 @@ timing="drivercalls shimbench runnerbench packing throughput scale"
 # little over; the budget check uses them.
 declare -A EST=([build]=80 [pytests]=200 [virtual]=240 [ecosystem]=200 [realworld]=240 [ctest]=60 [injector]=30 [libtorch]=30 [probe]=40 [fidelity-caps]=30
                 [selftest]=60 [demo]=60 [armed]=60 [reservation]=55 [reservesuite]=30 [fidelity-reserve]=20 [throughput]=145
-                [packing]=150 [drivercalls]=35 [shimbench]=30 [runnerbench]=10 [compat]=5 [scale]=200 [virtualsuite]=120 [sweep]=120 [budget]=120 [explain]=5 [fragment]=60 [probecost]=90 [explaingpu]=150 [ranks2gpu]=120 [multigpu]=420 [predict]=420 [libooms]=60 [probeprofile]=90 [ecosystemboth]=300)
+                [packing]=150 [drivercalls]=35 [shimbench]=30 [runnerbench]=10 [compat]=5 [scale]=200 [virtualsuite]=120 [sweep]=120 [budget]=120 [explain]=5 [fragment]=60 [probecost]=180 [stepfaults]=150 [explaingpu]=150 [ranks2gpu]=120 [multigpu]=420 [predict]=420 [libooms]=60 [probeprofile]=90 [ecosystemboth]=300)
 
 # RE2 (Debian's libre2-dev) is not on the GPU machine, where nothing can be installed: carry Debian's two
 # packages in .re2/ (`apt-get download libre2-9 libre2-dev`, name .re2 in the device call's carry) and they
@@ -289,8 +291,13 @@ s = torch._C._cuda_memoryStats(0); a, r = s["allocated_bytes"]["all"]["current"]
 ok = (a, r) == (torch.cuda.memory_allocated(), torch.cuda.memory_reserved())
 print("RESULT probe_memory_fields", "PASS" if ok else "FAIL", a, r, torch.cuda.memory_allocated(), torch.cuda.memory_reserved())' &&
       python3 "$root/tests/gpu/library_ooms.py" spaced &&
-      python3 "$root/bench/python/probe_overhead.py" --device cuda --model tiny --steps 2000 --reps 3 &&
-      python3 "$root/bench/python/probe_overhead.py" --device cuda --model mlp --steps 500 --reps 3 ;;
+      # Note [A probe that pays for what is checked] (include/oomharness/evidence.h): every part, and none.
+      python3 "$root/bench/python/probe_overhead.py" --device cuda --model tiny --steps 2000 --reps 3 --evidence all &&
+      python3 "$root/bench/python/probe_overhead.py" --device cuda --model tiny --steps 2000 --reps 3 --evidence '' &&
+      python3 "$root/bench/python/probe_overhead.py" --device cuda --model mlp --steps 500 --reps 3 --evidence all &&
+      python3 "$root/bench/python/probe_overhead.py" --device cuda --model mlp --steps 500 --reps 3 --evidence '' ;;
+    stepfaults)  # issue 40: a step fault fires at its step every time, through the probe's request layer
+      OOMH_SOURCE_DIR=$root python3 "$root/tests/python/step_faults.py" "$work/stepfaults" --gpu ;;
     predict)  # issues 31/32: shape-only predictions (this CPU) against the GPU's max_memory_reserved and largest batch
       python3 "$root/tests/gpu/predict_check.py" "$build" "$work/predict" &&
       cp "$work/predict/predict.json" "$work/predict/predict.md" "$out/" ;;
