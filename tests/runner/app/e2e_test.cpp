@@ -1522,6 +1522,22 @@ TEST_F(E2E, SweepShowsEachRunAsItIsJudged) {
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("sweep: site 1 of "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(" runs done, 0 left, "), std::string::npos) << r.out;
+
+  // Ctrl-C once the faulted runs go: exit 2, the sweep says it was cut short, and the coverage of what ran.
+  fs::path out = dir_ / "cut";
+  Child c = spawn({bin, "sweep", "--simulate", "--step", "2", "--target-step", "5", "--modes", "transient", "--out",
+                   out.string(), "--", trainer, "--steps", "5", "--batch-size", "8", "--bytes-per-sample", "65536",
+                   "--like-pytorch", "--recovery", "retry", "--step-ms", "400"},
+                  dir_, dir_);
+  for (int i = 0; i < 400 && read_file(c.out).find("faulted runs\n") == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ASSERT_EQ(kill(c.pid, SIGINT), 0);
+  Result cut = wait_for(c, 60);
+  EXPECT_EQ(cut.code, 2) << cut.out << cut.err;
+  EXPECT_NE(cut.err.find("oomharness sweep: the sweep was cut short by an interrupt after "), std::string::npos)
+      << cut.err;
+  EXPECT_NE(cut.out.find("Sweep of step 2"), std::string::npos) << cut.out;
 }
 
 }  // namespace
