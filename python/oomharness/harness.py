@@ -83,8 +83,10 @@ class Outcome:
     the command itself failed (exit 3 or 4: the message is its error output). message: the one sentence
     that explains a status other than passed. output_tail: the last lines the job printed."""
 
-    def __init__(self, returncode, status, message, job=None, out_dir=None, stdout="", stderr="", name=None):
+    def __init__(self, returncode, status, message, job=None, out_dir=None, stdout="", stderr="", name=None,
+                 environment=None):
         self.returncode = returncode
+        self.environment = environment or {}  # results.json's `environment`: the device, the versions
         self.name = name or "the job"  # suite::job, as every command names it
         self.status = status
         self.message = message
@@ -115,6 +117,18 @@ class Outcome:
         """Which numbering the steps its messages name are in, as every report says it (results.json's
         words: "steps counted from 1: ...", Note [Step numbering] in runner/src/suite/job_fields.cpp)."""
         return self.job.get("step_numbering") or ""
+
+    @property
+    def device(self):
+        """Where the job ran, in results.json's words (Note [Saying what was simulated] in
+        reports/include/oomharness/reports/result.h): "virtual" (the virtual CUDA device: PyTorch on the CPU),
+        "double" (the CPU driver double: no PyTorch model, the harness alone), "gpu", or None when the
+        harness wrote no results."""
+        if not self.job:
+            return None
+        if self.job.get("virtual_device"):
+            return "virtual"
+        return "double" if self.environment.get("simulated_device") else "gpu"
 
     @property
     def output_tail(self):
@@ -186,6 +200,7 @@ def outcome_from(returncode, out_dir, stdout="", stderr=""):
             results = json.load(f)
         suite = results["suites"][0]
         job = suite["jobs"][0]
+        environment = results.get("environment") or {}
     except (OSError, ValueError, KeyError, IndexError) as e:
         return Outcome(returncode, "error", "oomharness exited %d and wrote no readable results (%s): %s"
                        % (returncode, e, stderr.strip()), out_dir=out_dir, stdout=stdout, stderr=stderr)
@@ -194,4 +209,5 @@ def outcome_from(returncode, out_dir, stdout="", stderr=""):
     if status == "passed" and returncode != EXIT_OK:
         status, message = "error", "oomharness exited %d for a passed job: %s" % (returncode, stderr.strip())
     return Outcome(returncode, status, message, job=job, out_dir=out_dir, stdout=stdout, stderr=stderr,
-                   name="%s::%s" % (suite.get("name", "exec"), job.get("name", "")))
+                   name="%s::%s" % (suite.get("name", "exec"), job.get("name", "")),
+                   environment=environment if isinstance(environment, dict) else {})

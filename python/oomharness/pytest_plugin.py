@@ -27,7 +27,9 @@ extra_args and check. A misspelt or mistyped argument errs the test, naming it a
 Note [Verdicts as test outcomes]
 A job that passed passes the test. A failed job fails it; the message is the first failing verdict's
 sentence ("OOM at step 1 (batch 4096) ended attempt 1, but no step completed afterwards"), the job's
-findings (what held the memory: docs/diagnosis.md), its last output lines and the report's path. A job the
+findings (what held the memory: docs/diagnosis.md), its last output lines (the marker's: the test body's own,
+Note [The inner pytest says nothing of its own]) and the report's path. The terminal summary says where the
+jobs ran when no GPU ran them (Note [Where the tests ran]). A job the
 harness could not run or cannot show was tested (an error), or the harness itself failing, is an ERROR of
 the test (pytest_report_teststatus below), as pytest reports a broken fixture.
 An inconclusive job (every fault absorbed, or none fired) tested nothing: as `oomharness run` does without
@@ -60,6 +62,7 @@ OLD_MARKER = "oomharness"
 INNER_VARIABLE = "OOMH_PYTEST_INNER"
 _STATUS_KEY = "oomharness_status"
 _REASON_KEY = "oomharness_reason"
+_DEVICE_KEY = "oomharness_device"
 
 
 # Note [The marker's and the fixture's arguments]
@@ -315,6 +318,8 @@ def _resolve_cwd(item, cwd):
 def _judge(item, session, outcome, where):
     """Turns an Outcome into the test's outcome (Note [Verdicts as test outcomes])."""
     item.user_properties.append((_STATUS_KEY, outcome.status))
+    if outcome.device and outcome.status in ("passed", "failed", "inconclusive"):  # a job that ran somewhere
+        item.user_properties.append((_DEVICE_KEY, outcome.device))
     if outcome.report:
         item.user_properties.append(("oomharness_report", outcome.report))
     if outcome.passed:
@@ -460,8 +465,9 @@ def pytest_pyfunc_call(pyfuncitem):
     if kw.get("exit", 0) is not None:
         expect.append("exit=%d" % kw.get("exit", 0))
     # The job's sitecustomize imports oomharness before pytest could rewrite it: that warning says nothing.
-    inner = [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "-p", "no:xdist", "-o", "addopts=",
-             "-W", "ignore::pytest.PytestAssertRewriteWarning", "--rootdir", str(config.rootpath)]
+    # Note [The inner pytest says nothing of its own]: no terminal reporter in the subprocess.
+    inner = [sys.executable, "-m", "pytest", "-s", "-p", "no:terminal", "-p", "no:cacheprovider", "-p", "no:xdist",
+             "-o", "addopts=", "-W", "ignore::pytest.PytestAssertRewriteWarning", "--rootdir", str(config.rootpath)]
     if config.inipath:
         inner += ["-c", str(config.inipath)]
     pm = config.pluginmanager
@@ -532,12 +538,37 @@ def pytest_report_teststatus(report, config):
     return None
 
 
+# Note [The inner pytest says nothing of its own]
+# The marker's test runs in `python -m pytest` under the harness, and what that process prints is the job's
+# output: a failed test shows its last lines. pytest's own lines (the progress dots, the warnings summary,
+# "1 passed, 2 warnings in 3.1s") filled them and pushed the trainer's out (issue 40), so the inner pytest
+# runs without its terminal reporter (-p no:terminal), and this plugin prints, in its place, the one line
+# that says how the test's body failed, if it did: "tests/test_x.py::test_loop failed: OutOfMemoryError: ...",
+# after the trainer's own output. The outer test shows the verdict's sentence above them.
+def _say_inner_failure(report):
+    if not report.failed:
+        return
+    crash = getattr(report.longrepr, "reprcrash", None)
+    message = crash.message if crash is not None else (str(report.longrepr or "").strip().splitlines() or [""])[-1]
+    how = "failed" if report.when == "call" else "errored in its %s" % report.when
+    sys.stdout.flush()
+    sys.stderr.write("%s %s: %s\n" % (report.nodeid, how, message))
+    sys.stderr.flush()
+
+
+def pytest_collectreport(report):
+    if os.environ.get(INNER_VARIABLE) == "1" and report.failed:
+        _say_inner_failure(report)
+
+
 def pytest_runtest_logreport(report):
+    if os.environ.get(INNER_VARIABLE) == "1":
+        _say_inner_failure(report)
     if report.when != "call":
         return
     props = _props(report)
     if _STATUS_KEY in props:
-        _SESSION_TALLY.append((report.nodeid, props[_STATUS_KEY], props.get(_REASON_KEY, "")))
+        _SESSION_TALLY.append((report.nodeid, props[_STATUS_KEY], props.get(_REASON_KEY, ""), props.get(_DEVICE_KEY)))
 
 
 # What the oomharness tests of this process's session came to (the controller's, under xdist, from the
@@ -549,20 +580,42 @@ def pytest_sessionstart(session):
     del _SESSION_TALLY[:]
 
 
+# Note [Where the tests ran]
+# A green run on a CPU-only runner must not read as a GPU's (issue 40): the command says on every report which
+# device ran its jobs (Note [Saying what was simulated] in reports/include/oomharness/reports/result.h), and the
+# terminal summary says it for the session's oomharness tests, in the same words, from each job's results.json.
+_DEVICE_WORDS = {
+    "virtual": "on the virtual CUDA device (your PyTorch code on the CPU, its GPU memory modelled): recovery "
+               "verdicts are meaningful, absolute memory figures are modelled; confirm on a GPU before a long "
+               "training (docs/without-a-gpu.md)",
+    "double": "on the CPU driver double: they show the harness, not a GPU",
+}
+
+
+def _device_lines():
+    counts = {}
+    for _, _, _, device in _SESSION_TALLY:
+        if device in _DEVICE_WORDS:
+            counts[device] = counts.get(device, 0) + 1
+    return ["oomharness: no GPU ran these tests: %d ran %s" % (counts[d], _DEVICE_WORDS[d])
+            for d in ("virtual", "double") if counts.get(d)]
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    inconclusive = [(n, r) for n, s, r in _SESSION_TALLY if s == "inconclusive"]
-    if not inconclusive:
-        return
-    terminalreporter.section("oomharness: inconclusive (recovery was not tested)", sep="-")
-    for nodeid, reason in inconclusive:
-        terminalreporter.line("INCONCLUSIVE %s - %s" % (nodeid, reason))
-    if not _tested_anything():
-        terminalreporter.line("oomharness: nothing was tested: every oomharness test was inconclusive (exit 5); "
-                              "--oomh-strict fails them instead")
+    inconclusive = [(n, r) for n, s, r, _ in _SESSION_TALLY if s == "inconclusive"]
+    if inconclusive:
+        terminalreporter.section("oomharness: inconclusive (recovery was not tested)", sep="-")
+        for nodeid, reason in inconclusive:
+            terminalreporter.line("INCONCLUSIVE %s - %s" % (nodeid, reason))
+        if not _tested_anything():
+            terminalreporter.line("oomharness: nothing was tested: every oomharness test was inconclusive (exit 5); "
+                                  "--oomh-strict fails them instead")
+    for line in _device_lines():
+        terminalreporter.line(line)
 
 
 def _tested_anything():
-    return any(s in ("passed", "failed") for _, s, _ in _SESSION_TALLY)
+    return any(s in ("passed", "failed") for _, s, _, _ in _SESSION_TALLY)
 
 
 @pytest.hookimpl(trylast=True)

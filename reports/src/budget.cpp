@@ -30,16 +30,55 @@ std::string counting_note(const BudgetResult& b) {
 
 }  // namespace
 
+std::string budget_run_outcome(const BudgetRun& r) {
+  if (r.fits) return "fits";
+  if (r.timed_out) return "timed out";
+  if (r.recovered)
+    return r.recovered_batch > 0 ? "recovered at batch " + std::to_string(r.recovered_batch) : std::string("recovered from an OOM");
+  return std::string("not completed (") + to_string(r.status) + ")";
+}
+
+namespace {
+
+const BudgetRun* run_at_batch(const BudgetResult& b, int64_t batch) {
+  for (const BudgetRun& r : b.runs)
+    if (r.batch && *r.batch == batch) return &r;
+  return nullptr;
+}
+
+// Why a run did not fit, after "batch 7 ": "does not complete", "recovered at batch 3: it does not fit".
+std::string why_not(const BudgetRun* r) {
+  if (!r || (!r->recovered && !r->timed_out)) return "does not complete";
+  return budget_run_outcome(*r) + ": it does not fit";
+}
+
+}  // namespace
+
 std::string budget_sentence(const BudgetResult& b) {
   std::ostringstream o;
-  if (b.batch_cap) {
-    if (!b.batch) o << "no batch completes under " << format_bytes(*b.batch_cap) << ", not even the smallest tried";
+  if (!b.cut_short.empty()) {
+    o << b.cut_short << "; so far: ";
+    if (b.batch_cap) {
+      if (b.batch) o << "batch " << *b.batch << " fits under " << format_bytes(*b.batch_cap);
+      else o << "no batch tried fits under " << format_bytes(*b.batch_cap);
+      const BudgetRun* smallest_not = nullptr;
+      for (const BudgetRun& r : b.runs)
+        if (r.batch && !r.fits && !r.timed_out && (!smallest_not || *r.batch < *smallest_not->batch)) smallest_not = &r;
+      if (smallest_not) o << ", batch " << *smallest_not->batch << " " << why_not(smallest_not);
+    } else {
+      o << "needs more than " << format_bytes(b.low);
+      if (b.need) o << " and at most " << format_bytes(*b.need);
+    }
+    o << ", counting " << b.counting;
+  } else if (b.batch_cap) {
+    if (!b.batch) o << "no batch fits under " << format_bytes(*b.batch_cap) << ", not even the smallest tried";
     else
       o << "largest batch under " << format_bytes(*b.batch_cap) << ": " << *b.batch
-        << (*b.batch == b.batch_limit ? " (the largest tried, --max-batch)" : " (batch " + std::to_string(*b.batch + 1) + " does not complete)")
+        << (*b.batch == b.batch_limit ? " (the largest tried, --max-batch)"
+                                      : " (batch " + std::to_string(*b.batch + 1) + " " + why_not(run_at_batch(b, *b.batch + 1)) + ")")
         << ", counting " << b.counting;
   } else if (!b.need) {
-    o << "no cap tried was enough: the job did not complete even at " << cap_text(b.runs.empty() ? std::nullopt : b.runs.back().cap);
+    o << "no cap tried was enough: the job did not fit even at " << cap_text(b.runs.empty() ? std::nullopt : b.runs.back().cap);
   } else {
     o << "needs " << format_bytes(*b.need) << " (more than " << format_bytes(b.low) << ", to "
       << format_bytes(b.tolerance) << "), counting " << b.counting;
@@ -55,13 +94,14 @@ std::string render_budget_text(const BudgetResult& b) {
   for (size_t i = 0; i < b.runs.size(); ++i) {
     const BudgetRun& r = b.runs[i];
     char line[240];
-    const std::string outcome = r.completed ? "completed" : std::string("not completed (") + to_string(r.status) + ")";
     std::snprintf(line, sizeof line, "  %-4zu %-15s %-8s %-30s %s\n", i + 1, cap_text(r.cap).c_str(),
-                  r.batch ? std::to_string(*r.batch).c_str() : "-", outcome.c_str(), format_bytes(r.peak).c_str());
+                  r.batch ? std::to_string(*r.batch).c_str() : "-", budget_run_outcome(r).c_str(), format_bytes(r.peak).c_str());
     o << line;
+    // Note [Fits means no OOM]: a run that completed after an OOM is named with it.
+    if (!r.oom.empty()) o << "       " << r.oom << "\n";
   }
   o << budget_sentence(b) << "\n";
-  if (b.need && !b.batch_cap) {
+  if (b.need && !b.batch_cap && b.cut_short.empty()) {
     o << "Fits on (" << b.counting << " counted):\n";
     for (int gib : kFitsOnGiB) {
       const uint64_t size = static_cast<uint64_t>(gib) << 30;
@@ -96,13 +136,18 @@ std::string render_budget_json(const BudgetResult& b) {
     runs.push_back({{"cap", r.cap ? nlohmann::json(*r.cap) : nlohmann::json(nullptr)},
                     {"batch", r.batch ? nlohmann::json(*r.batch) : nlohmann::json(nullptr)},
                     {"completed", r.completed},
+                    {"fits", r.fits},
+                    {"oom", r.oom.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.oom)},
+                    {"recovered_batch", r.recovered && r.recovered_batch > 0 ? nlohmann::json(r.recovered_batch) : nlohmann::json(nullptr)},
+                    {"recovered", r.recovered},
+                    {"timed_out", r.timed_out},
                     {"status", to_string(r.status)},
                     {"message", r.message},
                     {"peak", r.peak},
                     {"seconds", r.seconds}});
   j["runs"] = std::move(runs);
   nlohmann::json fits = nlohmann::json::array();
-  if (b.need && !b.batch_cap)
+  if (b.need && !b.batch_cap && b.cut_short.empty())
     for (int gib : kFitsOnGiB) {
       const uint64_t size = static_cast<uint64_t>(gib) << 30;
       fits.push_back({{"gib", gib}, {"fits", size >= *b.need}, {"headroom", size >= *b.need ? int64_t(size - *b.need) : -int64_t(*b.need - size)}});
@@ -111,6 +156,7 @@ std::string render_budget_json(const BudgetResult& b) {
   j["batch_cap"] = b.batch_cap ? nlohmann::json(*b.batch_cap) : nlohmann::json(nullptr);
   j["batch"] = b.batch ? nlohmann::json(*b.batch) : nlohmann::json(nullptr);
   j["batch_limit"] = b.batch_limit;
+  j["cut_short"] = b.cut_short.empty() ? nlohmann::json(nullptr) : nlohmann::json(b.cut_short);
   return j.dump(2) + "\n";
 }
 

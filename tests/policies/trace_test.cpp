@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include "oomharness/policies/fit.h"
 #include "oomharness/policies/trace.h"
 #include "oomharness/policies/verdict.h"
 #include "trace_builder.h"
@@ -349,6 +350,45 @@ TEST(EventLogReader, KeepsTheFirstInjectsAndCountsTheRest) {
   EXPECT_EQ(w[0].integer("injects"), 12);
   EXPECT_EQ(w[0].integer("injects_dropped"), 7);
   EXPECT_EQ(w[0].t, 20);
+}
+
+}  // namespace
+}  // namespace oomh
+
+// Note [Fits means no OOM] (oomharness/policies/fit.h): what `budget` and `predict` ask of each run.
+namespace oomh {
+namespace {
+
+TEST(FirstOomMet, ACaughtOomAndTheBatchTheRunWentOnAt) {
+  Trace t = testing::TraceBuilder().attempt().inject().oom(1, 4096, true).step(1, 2048).step(2, 2048).exit(0).build();
+  std::optional<OomMet> o = first_oom_met(t);
+  ASSERT_TRUE(o.has_value());
+  EXPECT_EQ(o->step, 1);
+  EXPECT_EQ(o->batch, 4096);
+  EXPECT_TRUE(o->caught);
+  EXPECT_EQ(o->steps_after, 2);
+  EXPECT_EQ(o->last_batch, 2048);
+  EXPECT_EQ(oom_met_text(*o), "out of memory at step 1 (batch 4096, forward), caught");
+  EXPECT_EQ(recovered_text(*o), "recovered at batch 2048");
+}
+
+TEST(FirstOomMet, AnUncaughtOneAndALaterAttempt) {
+  Trace t = testing::TraceBuilder().attempt().step(1, 64).inject_at(2).oom(2, 64, false).exit(1, true)
+                .attempt().step(2, 32).exit(0).build();
+  std::optional<OomMet> o = first_oom_met(t);
+  ASSERT_TRUE(o.has_value());
+  EXPECT_FALSE(o->caught);
+  EXPECT_EQ(o->attempt, 0);
+  EXPECT_EQ(o->steps_after, 1);  // the next attempt's step
+  EXPECT_EQ(o->last_batch, 32);
+  EXPECT_NE(oom_met_text(*o).find("not caught"), std::string::npos);
+}
+
+TEST(FirstOomMet, AnAbsorbedRefusalIsNoOom) {
+  // The allocator's own free-and-retry got past the refusal: the code saw nothing, and the run fits.
+  Trace t = testing::TraceBuilder().attempt().step(1, 64).inject().step(2, 64).exit(0).build();
+  EXPECT_FALSE(first_oom_met(t).has_value());
+  EXPECT_FALSE(first_oom_met(testing::TraceBuilder().attempt().step(1).exit(0).build()).has_value());
 }
 
 }  // namespace

@@ -175,6 +175,16 @@ def test_verdicts_become_test_outcomes_with_the_reason_as_message(installed, use
     assert re.search(r"\| torch(\.cuda)?\.OutOfMemoryError: CUDA out of memory", out), out
     assert "report: %s" % (folder(reports, "test_fixture_no_halving") / "report.html") in out, out
     assert "exec::test_marker_no_halving failed: OOM at step" in out, out
+    # Note [The inner pytest says nothing of its own]: the marker's failure shows the job's own last lines
+    # (the test body's error, after the trainer's output), not the inner pytest's footer ("1 failed in 3.1s").
+    assert re.search(r"^\| \S*test_user\.py::test_marker_no_halving failed: \S*OutOfMemoryError: CUDA out of memory",
+                     out, re.M), out
+    assert not re.search(r"^\|.*\b\d+ (passed|failed)\b.* in [\d.]+s", out, re.M), out
+    assert not re.search(r"^\|.*short test summary info", out, re.M), out
+    # Note [Where the tests ran]: the six jobs that ran (not the three the harness could not run) ran on the
+    # virtual device.
+    assert re.search(r"^oomharness: no GPU ran these tests: 6 ran on the virtual CUDA device \(your PyTorch code on "
+                     r"the CPU", out, re.M), out
     assert re.search(r"^INCONCLUSIVE \S+::test_fixture_fault_never_fires - exec::test_fixture_fault_never_fires is "
                      r"inconclusive, so recovery was not tested: no fault was injected", out, re.M), out
     assert "oomharness could not test exec::test_fixture_command_missing" in out, out
@@ -223,6 +233,10 @@ def test_k_selects_and_xdist_spreads(installed, user_dir):
                              "test_fixture_no_halving": "FAILED", "test_marker_no_halving": "FAILED"}, out
     assert "2 failed, 2 passed" in out, out
     assert "exec::test_marker_no_halving failed: OOM at step" in out, out
+    # Note [Where the tests ran]: the four jobs ran on the virtual device, and the summary says so (under
+    # xdist, from the workers' reports).
+    assert re.search(r"^oomharness: no GPU ran these tests: 4 ran on the virtual CUDA device \(your PyTorch code on "
+                     r"the CPU", out, re.M), out
 
 
 def test_without_the_binary_the_test_errs_saying_what_to_do(installed, user_dir):

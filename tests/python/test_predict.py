@@ -100,7 +100,9 @@ class Predict(unittest.TestCase):
         self.assertIn("cublas's handle was refused", r.stdout)
 
     def test_the_largest_batch_under_a_cap(self):
-        command = [sys.executable, TRAIN, "--model", "mlp", "--steps", "2", "--batch", "{batch}"]
+        # A trainer that catches the OOM and halves its batch (issue 40): every batch completes, by halving,
+        # and the answer is still the largest that fits (Note [Fits means no OOM]).
+        command = [sys.executable, TRAIN, "--model", "mlp", "--steps", "2", "--batch", "{batch}", "--recovery", "halve"]
         cap = 256 << 20  # 128 MiB of it cuBLAS's two handles
         r, doc = self.predict("under", command, ["--batch-under", str(cap), "--max-batch", "8192"])
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
@@ -108,11 +110,47 @@ class Predict(unittest.TestCase):
         self.assertIsNotNone(largest, r.stdout)
         self.assertLess(largest, 8192, r.stdout)  # the cap decided, not --max-batch
         runs = {x["batch"]: x for x in doc["batch_under"]["runs"]}
-        # The bisection's evidence: the answer completed under the cap, one more did not.
-        self.assertTrue(runs[largest]["completed"], runs)
-        self.assertFalse(runs[largest + 1]["completed"], runs)
+        # The bisection's evidence: the answer fitted under the cap; one more ran out, and recovered by halving.
+        self.assertTrue(runs[largest]["fits"], runs)
+        self.assertFalse(runs[largest + 1]["fits"], runs)
+        self.assertTrue(runs[largest + 1]["completed"], runs)
+        self.assertLessEqual(runs[largest + 1]["recovered_batch"], (largest + 1) // 2, runs)
+        self.assertIn("out of memory at step", runs[largest + 1]["oom"])
         self.assertLessEqual(runs[largest].get("peak_reserved", 0), cap)
-        self.assertIn("largest batch under 256.00 MiB: %d" % largest, r.stdout)
+        self.assertIn("largest batch under 256.00 MiB: %d (batch %d recovered at batch" % (largest, largest + 1), r.stdout)
+        # Note [A search's runs]: each run announced, with the runs that may follow.
+        self.assertRegex(r.stdout, r"predict: run 2 \(at most \d+ more after it\), \S+ so far: shape-only run "
+                                   r"at batch 1 under 256.00 MiB")
+
+    def test_a_run_that_recovered_does_not_fit(self):
+        # Issue 40: `predict --cap` exited 0 with the halved run's peak and "fits on 16 GiB: yes".
+        command = [sys.executable, TRAIN, "--model", "mlp", "--steps", "2", "--batch", "{batch}", "--recovery", "halve"]
+        r, doc = self.predict("recovered", command, ["--batch", "4096", "--cap", "300MiB"])
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertTrue(doc["completed"], r.stdout)
+        self.assertFalse(doc["fits"])
+        self.assertEqual(doc["fits_on"], [])
+        self.assertTrue(doc["oom"]["caught"], doc["oom"])
+        self.assertEqual(doc["recovered_batch"], 2048)
+        self.assertIn("under the cap the job met an OOM: out of memory at step 1", r.stdout)
+        self.assertIn("it recovered at batch 2048 and completed: batch 4096 does not fit under 300.00 MiB", r.stdout)
+        self.assertIn("fits on: not judged", r.stdout)
+        self.assertNotIn("16 GiB   yes", r.stdout)
+        self.assertTrue(doc["halved"]["fits"], doc["halved"])
+
+    def test_a_timeout_is_a_timeout(self):
+        # Issue 40: a shape-only run stopped at --timeout was counted as "does not fit".
+        command = [sys.executable, TRAIN, "--model", "mlp", "--steps", "2", "--batch", "{batch}"]
+        path = os.path.join(self.dir, "timeout.json")
+        r = self.oomharness(["predict", "--timeout", "1s", "--out", os.path.join(self.dir, "timeout"), "--json", path,
+                             "--batch-under", "256MiB"], command)
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("the search stopped when run 1 (shape-only run at batch 1) timed out after",
+                      r.stderr)
+        self.assertNotIn("does not fit", r.stdout + r.stderr)
+        self.assertNotIn("wrote no prediction", r.stderr)
+        with open(path) as f:
+            self.assertIn("timed out", json.load(f)["cut_short"])
 
     def test_malformed_input_is_refused(self):
         mlp = TRAINERS["mlp"]

@@ -2,6 +2,7 @@
 // The commands behind the command line (cli.cpp parses, these do). Each returns an exit code (app.h)
 // and writes what a person reads to `out`, errors to `err`.
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <ostream>
@@ -58,6 +59,12 @@ struct RunArgs {
   SlurmOptions slurm;                 // --slurm-* (docs/slurm.md)
   RunCapture* capture = nullptr;      // when set, run_suites fills it
   bool quiet_reports = false;         // no summary table or report paths on `out` (a sweep's golden run)
+  bool banner = true;                 // the first line ("oomharness 0.1.0: 3 jobs from 1 suite on ..."); a
+                                      // search's runs say what they are themselves (Note [A search's runs])
+  // Called as each job is judged (from the runner's thread), for a command that reports its own progress
+  // (sweep: which site, how many runs left): the line it returns is printed, even under -q, between the live
+  // lines (Note [A search's runs] in search.h); "" prints nothing.
+  std::function<std::string(size_t job_index, const JobResult& result)> on_result;
 };
 
 struct ExecArgs {

@@ -27,4 +27,18 @@ class InterruptHandlers {
   struct sigaction old_int_{}, old_term_{};
 };
 
+// Note [Interrupting a search].
+class SearchInterrupts {
+ public:
+  SearchInterrupts();
+  ~SearchInterrupts();
+  SearchInterrupts(const SearchInterrupts&) = delete;
+  SearchInterrupts& operator=(const SearchInterrupts&) = delete;
+  // Whether SIGINT or SIGTERM came since the search began, during a run or between two.
+  static bool signalled();
+
+ private:
+  struct sigaction old_int_{}, old_term_{};
+};
+
 }  // namespace oomh::app

@@ -11,16 +11,19 @@
 // sizes: a card fits the job when peak reserved + context + the libraries' handles <= its memory. Under
 // --cap the run is capped as exec's is, so the OOM it reports is the one the user would see; with `{batch}`
 // in the command the batch is halved once more to say what halving would reach. With --batch-under the
-// largest batch that completes under the cap is found by the bisection of Note [Budget of a batch] (budget_command.cpp), each run a
-// shape-only one, so it costs seconds where budget's runs cost real training steps.
+// largest batch that fits under the cap is found by the bisection of Note [Budget of a batch] (budget_command.cpp), each run a
+// shape-only one, so it costs seconds where budget's runs cost real training steps. A run fits when it
+// completed and met no OOM (Note [Fits means no OOM] in oomharness/policies/fit.h): a run whose code caught
+// the OOM and recovered is named with its OOM, gets no "fits on" table, and exits 1.
 
 #include <cmath>
 #include <filesystem>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "app/predict_command.h"
+#include "app/search.h"
+#include "oomharness/policies/fit.h"
 #include "oomharness/events.h"
 #include "oomharness/json_number.h"
 #include "oomharness/reports/terminal_text.h"
@@ -57,6 +60,8 @@ struct PredictRun {
   std::string message;
   nlohmann::json prediction;  // the `prediction` event's fields; null when the job wrote none
   double seconds = 0;
+  SearchRun run;              // what it came to (Note [A search's runs] in search.h)
+  bool stops() const { return run.outcome == SearchOutcome::interrupted || run.outcome == SearchOutcome::timed_out; }
 };
 
 std::string text_of(const nlohmann::json& j, const char* key) {
@@ -94,7 +99,7 @@ nlohmann::json fits_table(uint64_t need) {
   return rows;
 }
 
-void print_prediction(const PredictRun& r, std::ostream& out) {
+void print_prediction(const PredictRun& r, std::ostream& out, bool fits_table_shown) {
   const nlohmann::json& p = r.prediction;
   const nlohmann::json& b = p.contains("breakdown") ? p["breakdown"] : nlohmann::json::object();
   const uint64_t reserved = bytes_in(p, "peak_reserved"), context = bytes_in(p, "context");
@@ -122,6 +127,11 @@ void print_prediction(const PredictRun& r, std::ostream& out) {
       }
     out << "    " << pad("cuBLAS workspaces", 31) << format_bytes(workspace) << "\n"
         << "    " << pad("cached but free", 31) << format_bytes(bytes_in(b, "cached_free")) << "\n";
+  }
+  if (!fits_table_shown) {
+    // Note [Fits means no OOM]: the peak of a run that met an OOM is its recovery's, not the job's need.
+    out << "  fits on: not judged: the run met an out-of-memory error (below), so its peak is not what the job needs\n";
+    return;
   }
   out << "  fits on (peak reserved + context + handles):\n";
   for (const auto& row : fits_table(card_need(p))) {
@@ -223,85 +233,110 @@ ExitCode command_predict(const PredictArgs& args, std::ostream& out, std::ostrea
   run.simulate = true;
   run.strict = args.exec.strict;
   run.command_line = args.exec.command_line;
-  run.verbosity = -1;
-  run.quiet_reports = true;
-  int runs = 0;
-  auto run_at = [&](std::optional<uint64_t> at_cap, std::optional<int64_t> b) -> std::optional<PredictRun> {
+  // Note [A search's runs] in search.h: each run alone, its progress said, its outcome in a search's words.
+  Search search("predict", run, args.exec.out_dir, out, err);
+  auto label = [](std::optional<uint64_t> at_cap, std::optional<int64_t> b) {
+    std::string s = "shape-only run" + (b ? " at batch " + std::to_string(*b) : std::string());
+    return s + (at_cap ? " under " + format_bytes(*at_cap) : std::string());
+  };
+  auto run_at = [&](std::optional<uint64_t> at_cap, std::optional<int64_t> b, int left) -> std::optional<PredictRun> {
     std::optional<JobSpec> made = make_job(b);
     if (!made) return std::nullopt;
     JobSpec job = std::move(*made);
     job.memory.limit = at_cap;
     job.name = base->name + "-predict" + (at_cap ? "-cap-" + std::to_string(*at_cap) : std::string()) +
                (b ? "-batch-" + std::to_string(*b) : std::string());
-    Suite suite;
-    suite.name = "predict";
-    suite.file = "<command line>";
-    suite.dir = job.cwd.value_or(".");
-    suite.jobs.push_back(std::move(job));
-    RunCapture capture;
-    RunArgs one = run;
-    one.out_dir = (fs::path(args.exec.out_dir) / ("run-" + std::to_string(++runs))).string();
-    one.capture = &capture;
-    std::ostringstream quiet;  // the runs' own lines: the prediction is what this command prints
-    ExitCode code = run_suites({suite}, one, quiet, err);
-    if (code == ExitCode::interrupted || code == ExitCode::internal_error || code == ExitCode::usage_error ||
-        capture.run.suites.empty() || capture.run.suites[0].jobs.empty())
-      return std::nullopt;
-    const JobResult& jr = capture.run.suites[0].jobs[0];
+    std::optional<SearchRun> sr = search.run(std::move(job), label(at_cap, b), left);
+    if (!sr) return std::nullopt;
     PredictRun r;
     r.cap = at_cap;
     r.batch = b;
-    r.completed = jr.status == JobStatus::passed;
-    r.message = jr.message;
-    r.seconds = jr.duration;
-    if (!capture.outcomes.empty())
-      for (const auto& a : capture.outcomes[0].trace.attempts)
-        for (const auto& e : a.events)
-          if (e.kind == kPredictionEvent && e.fields.is_object()) r.prediction = e.fields;
+    r.completed = sr->completed();
+    r.message = sr->result.message;
+    r.seconds = sr->result.duration;
+    for (const auto& a : sr->trace.attempts)
+      for (const auto& e : a.events)
+        if (e.kind == kPredictionEvent && e.fields.is_object()) r.prediction = e.fields;
+    r.run = std::move(*sr);
     return r;
+  };
+  // Note [A search's runs]: an interrupt stops predict with exit 2, a timeout with exit 1, each said with
+  // what was found so far (the batch search's bounds).
+  auto stopped = [&](const PredictRun& r, nlohmann::json& doc) {
+    const std::string why = search.cut_short(r.run, label(r.cap, r.batch));
+    out << "  " << why << "\n";
+    err << "oomharness predict: " << why << "\n";
+    doc["cut_short"] = why;
+    return r.run.outcome == SearchOutcome::interrupted ? ExitCode::interrupted : ExitCode::tests_failed;
+  };
+  auto write_json = [&](const nlohmann::json& doc, ExitCode code) {
+    if (rf.json.empty()) return code;
+    auto written = write_file_atomic(rf.json, doc.dump(2) + "\n");
+    if (!written) {
+      err << "oomharness: " << written.error() << "\n";
+      return ExitCode::internal_error;
+    }
+    return code;
   };
 
   nlohmann::json doc = {{"command", base->argv}, {"shape_only", true}, {"values_computed", false}};
-  auto first = run_at(cap, placeholder ? std::optional<int64_t>(batch) : std::nullopt);
+  // Runs after the first: the halved batch under --cap, and the bisection of --batch-under.
+  const int later = (cap && placeholder && batch > 1 ? 1 : 0) +
+                    (batch_cap ? 1 + bisection_runs_left(static_cast<double>(args.max_batch), 1) : 0);
+  auto first = run_at(cap, placeholder ? std::optional<int64_t>(batch) : std::nullopt, later);
   if (!first) return ExitCode::internal_error;
+  if (first->stops()) return write_json(doc, stopped(*first, doc));
   if (first->prediction.is_null()) {
     err << "oomharness predict: the job wrote no prediction (did it import torch? is torch 2.x there?): "
         << terminal_text(first->message) << "\n";
     return ExitCode::tests_failed;
   }
   const nlohmann::json& p = first->prediction;
-  out << "Prediction for " << base->name << (placeholder ? " at batch " + std::to_string(batch) : std::string())
+  // Note [Fits means no OOM] (oomharness/policies/fit.h): a run that met an OOM, caught or not, shows what
+  // its recovery held, not what the batch needs: no "fits on" table is drawn from it.
+  const std::optional<OomMet>& oom = first->run.oom;
+  out << "\nPrediction for " << base->name << (placeholder ? " at batch " + std::to_string(batch) : std::string())
       << (cap ? " under a cap of " + format_bytes(*cap) : std::string()) << " (shape-only run on the virtual device, "
       << "PyTorch " << text_of(p, "torch") << ", " << std::fixed;
   out.precision(1);
   out << first->seconds << " s; values not computed):\n";
-  print_prediction(*first, out);
+  print_prediction(*first, out, !oom);
   doc["batch"] = placeholder ? nlohmann::json(batch) : nlohmann::json();
   doc["cap"] = cap ? nlohmann::json(*cap) : nlohmann::json();
   doc["prediction"] = p;
   doc["completed"] = first->completed;
+  doc["fits"] = first->run.fits();
   doc["seconds"] = first->seconds;
-  doc["fits_on"] = fits_table(card_need(p));
+  doc["fits_on"] = oom ? nlohmann::json::array() : fits_table(card_need(p));
 
   ExitCode code = ExitCode::ok;
-  if (cap && !first->completed) {
+  if (oom) {
+    // The OOM the job met, named whether it caught it or not: a run that recovered did not fit (issue 40:
+    // `predict --cap` exited 0 with the halved run's peak and "fits on 16 GiB: yes").
     code = ExitCode::tests_failed;
     const nlohmann::json& ooms = p.contains("ooms") ? p["ooms"] : nlohmann::json::array();
-    if (ooms.is_array() && !ooms.empty()) {
-      out << "  under the cap the job would see: " << oom_text(ooms[0]) << "\n";
-      doc["oom"] = ooms[0];
-    } else {
-      out << "  under the cap the job did not complete: " << terminal_text(first->message) << "\n";
-    }
-    if (placeholder && batch > 1) {
+    out << "  " << (cap ? "under the cap the job met an OOM: " : "the job met an OOM: ")
+        << (ooms.is_array() && !ooms.empty() ? oom_text(ooms[0]) : oom_met_text(*oom)) << "\n";
+    if (ooms.is_array() && !ooms.empty()) doc["oom"] = ooms[0];
+    else doc["oom"] = {{"step", oom->step}, {"batch", oom->batch}, {"phase", oom->phase}};
+    doc["oom"]["caught"] = oom->caught;
+    if (first->completed)
+      out << "  it " << recovered_text(*oom) << " and completed: "
+          << (placeholder ? "batch " + std::to_string(batch) : std::string("the job")) << " does not fit"
+          << (cap ? " under " + format_bytes(*cap) : std::string()) << ", and the figures above are its recovery's\n";
+    else
+      out << "  the job did not complete: " << terminal_text(first->message) << "\n";
+    if (oom->steps_after > 0) doc["recovered_batch"] = oom->last_batch > 0 ? nlohmann::json(oom->last_batch) : nlohmann::json();
+    if (cap && placeholder && batch > 1) {
       const int64_t half = batch / 2;
-      auto h = run_at(cap, half);
+      auto h = run_at(cap, half, later - 1);
       if (!h) return ExitCode::internal_error;
+      if (h->stops()) return write_json(doc, stopped(*h, doc));
       out << "  halving the batch to " << half << ": "
-          << (h->completed ? "completes, peak reserved " + format_bytes(bytes_in(h->prediction, "peak_reserved"))
-                           : std::string("does not complete either"))
+          << (h->run.fits() ? "fits, peak reserved " + format_bytes(bytes_in(h->prediction, "peak_reserved"))
+                            : h->run.outcome_text())
           << "\n";
-      doc["halved"] = {{"batch", half}, {"completed", h->completed},
+      doc["halved"] = {{"batch", half}, {"completed", h->completed}, {"fits", h->run.fits()},
                        {"peak_reserved", bytes_in(h->prediction, "peak_reserved")}};
     }
   } else if (!first->completed) {
@@ -319,41 +354,67 @@ ExitCode command_predict(const PredictArgs& args, std::ostream& out, std::ostrea
   }
 
   if (batch_cap) {
-    // Note [Budget of a batch] (budget_command.cpp): batch 1 must complete; --max-batch + 1 is assumed not to.
+    // Note [Budget of a batch] (budget_command.cpp): batch 1 must fit; --max-batch + 1 is assumed not to.
     int64_t lo = 0, hi = args.max_batch + 1;
     nlohmann::json tried = nlohmann::json::array();
-    auto r1 = run_at(batch_cap, 1);
+    auto record = [&](const PredictRun& r) {
+      nlohmann::json t = {{"batch", *r.batch}, {"completed", r.completed}, {"fits", r.run.fits()},
+                          {"peak_reserved", bytes_in(r.prediction, "peak_reserved")}};
+      if (r.run.oom) {
+        t["oom"] = oom_met_text(*r.run.oom);
+        if (r.run.outcome == SearchOutcome::recovered && r.run.oom->last_batch > 0) t["recovered_batch"] = r.run.oom->last_batch;
+      }
+      tried.push_back(std::move(t));
+    };
+    auto say = [&](const std::string& why) {
+      doc["batch_under"] = {{"cap", *batch_cap}, {"largest_batch", lo >= 1 ? nlohmann::json(lo) : nlohmann::json()},
+                            {"max_batch", args.max_batch}, {"runs", tried}};
+      out << "  largest batch under " << format_bytes(*batch_cap) << ": " << why << " (" << tried.size()
+          << " shape-only runs)\n";
+    };
+    std::optional<PredictRun> why_hi;  // the run at `hi`, what says why it does not fit
+    auto r1 = run_at(batch_cap, 1, bisection_runs_left(static_cast<double>(args.max_batch), 1));
     if (!r1) return ExitCode::internal_error;
-    tried.push_back({{"batch", 1}, {"completed", r1->completed}});
-    if (r1->completed) lo = 1;
-    else hi = 1;
+    if (r1->stops()) {
+      ExitCode stop = stopped(*r1, doc);
+      say("unknown: the search stopped at batch 1");
+      return write_json(doc, stop);
+    }
+    record(*r1);
+    if (r1->run.fits()) lo = 1;
+    else {
+      hi = 1;
+      why_hi = std::move(r1);
+    }
     while (hi - lo > 1) {
       int64_t mid = lo + (hi - lo) / 2;
-      auto r = run_at(batch_cap, mid);
+      const int left = std::max(bisection_runs_left(static_cast<double>(mid - lo), 1),
+                                bisection_runs_left(static_cast<double>(hi - mid), 1));
+      auto r = run_at(batch_cap, mid, left);
       if (!r) return ExitCode::internal_error;
-      tried.push_back({{"batch", mid}, {"completed", r->completed},
-                       {"peak_reserved", bytes_in(r->prediction, "peak_reserved")}});
-      if (r->completed) lo = mid;
-      else hi = mid;
+      if (r->stops()) {
+        ExitCode stop = stopped(*r, doc);
+        say("unknown: " + (lo >= 1 ? "batch " + std::to_string(lo) + " fits" : std::string("no batch tried fits")) +
+            (hi <= args.max_batch ? ", batch " + std::to_string(hi) + " does not" : std::string()) + " so far");
+        return write_json(doc, stop);
+      }
+      record(*r);
+      if (r->run.fits()) lo = mid;
+      else {
+        hi = mid;
+        why_hi = std::move(r);
+      }
     }
-    out << "  largest batch under " << format_bytes(*batch_cap) << ": "
-        << (lo >= 1 ? std::to_string(lo) + (lo == args.max_batch ? " (--max-batch: larger ones were not tried)" : "")
-                    : std::string("none (batch 1 does not complete)"))
-        << " (" << tried.size() << " shape-only runs)\n";
-    doc["batch_under"] = {{"cap", *batch_cap}, {"largest_batch", lo >= 1 ? nlohmann::json(lo) : nlohmann::json()},
-                          {"max_batch", args.max_batch}, {"runs", tried}};
+    std::string why;
+    if (lo < 1) why = "none (batch 1 " + (why_hi ? why_hi->run.outcome_text() : std::string("does not fit")) + ")";
+    else if (lo == args.max_batch) why = std::to_string(lo) + " (--max-batch: larger ones were not tried)";
+    else why = std::to_string(lo) + " (batch " + std::to_string(hi) + " " + (why_hi ? why_hi->run.outcome_text() : std::string("does not fit")) + ")";
+    say(why);
     if (lo < 1 && code == ExitCode::ok) code = ExitCode::tests_failed;
   }
   out << "Predicted on the virtual device: confirm on a GPU before a long training (docs/predict.md says what "
          "is modelled)\n";
-  if (!rf.json.empty()) {
-    auto written = write_file_atomic(rf.json, doc.dump(2) + "\n");
-    if (!written) {
-      err << "oomharness: " << written.error() << "\n";
-      return ExitCode::internal_error;
-    }
-  }
-  return code;
+  return write_json(doc, code);
 }
 
 }  // namespace oomh::app

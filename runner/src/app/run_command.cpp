@@ -483,6 +483,8 @@ std::optional<ExitCode> run_jobs(const std::vector<Suite>& suites, const FlatJob
       done.trace.reference.shrink_to_fit();
     }
     if (!done.not_started) view.on_job_done(i);
+    if (!done.not_started && args.on_result)
+      if (std::string line = args.on_result(i, *ran.judged[i]); !line.empty()) view.say(line);
     if (args.maxfail > 0 && failed_or_erred(ran.judged[i]->status) && ++failures == args.maxfail && running)
       running->stop_starting();
   };
@@ -582,9 +584,11 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
   TerminalStyle style = detect_terminal_style();
   style.verbosity = args.verbosity;
   const std::string device = device_name(env_options);
-  out << "oomharness " << kVersion << ": " << flat.jobs.size() << (flat.jobs.size() == 1 ? " job" : " jobs") << " from "
-      << suites.size() << (suites.size() == 1 ? " suite" : " suites") << " on " << (device.empty() ? "no GPU found" : device) << "\n";
-  out.flush();
+  if (args.banner) {
+    out << "oomharness " << kVersion << ": " << flat.jobs.size() << (flat.jobs.size() == 1 ? " job" : " jobs") << " from "
+        << suites.size() << (suites.size() == 1 ? " suite" : " suites") << " on " << (device.empty() ? "no GPU found" : device) << "\n";
+    out.flush();
+  }
 
   const JobJudge judge_job(suites, flat, args, survey.has_value() && !survey->gpus.empty());
   // Note [Results as they come]: each judged job goes to jobs.jsonl at once; a killed runner loses none.

@@ -4,10 +4,13 @@
 // with --jobs, judged by the job's expect list; the coverage is a view of those results.
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
+#include <mutex>
 #include <set>
 
 #include "app/commands.h"
+#include "app/interrupts.h"
 #include "exec/run_folder.h"
 #include "app/spec_text.h"
 #include "app/sweep_plan.h"
@@ -363,10 +366,24 @@ ExitCode command_sweep(const SweepArgs& given, std::ostream& out, std::ostream& 
   run.simulate = args.exec.simulate;
   run.strict = args.exec.strict;
   run.command_line = args.exec.command_line;
+  // Note [Interrupting a search] in interrupts.h: Ctrl-C between the golden run and the faulted runs too.
+  SearchInterrupts interrupts;
+  const auto began = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count(); };
   PreparedSweep prepared;
   if (auto problem = prepare_sweep(setup, run, (fs::path(args.exec.out_dir) / "golden").string(), args.jobs, who,
-                                   prepared, out, err))
+                                   prepared, out, err)) {
+    if (*problem == ExitCode::interrupted || SearchInterrupts::signalled()) {
+      err << who << ": the sweep was cut short by an interrupt during its golden run, after " << format_duration(elapsed())
+          << ": no site was found yet\n";
+      return ExitCode::interrupted;
+    }
     return *problem;
+  }
+  if (SearchInterrupts::signalled()) {
+    err << who << ": the sweep was cut short by an interrupt after its golden run: no faulted run was made\n";
+    return ExitCode::interrupted;
+  }
   out << "\n";
 
   Suite suite;
@@ -385,7 +402,25 @@ ExitCode command_sweep(const SweepArgs& given, std::ostream& out, std::ostream& 
   faulted.summary = args.exec.summary;  // the faulted runs' Markdown summary; the golden run's is left out
   faulted.capture = &capture;
   capture.keep_traces = false;
+  // Progress (issue 40): each faulted run as it is judged, with the runs left and the time so far.
+  std::mutex progress_mutex;
+  size_t done = 0;
+  faulted.on_result = [&](size_t i, const JobResult& r) -> std::string {
+    std::lock_guard<std::mutex> lock(progress_mutex);
+    ++done;
+    if (i >= prepared.planned.size()) return "";
+    const PlannedRun& p = prepared.planned[i];
+    return "sweep: site " + std::to_string(p.site + 1) + " of " + std::to_string(prepared.sites.size()) + " (" +
+           sweep_mode_name(p.mode) + "): " + sweep_outcome(r) + "; " + std::to_string(done) + " of " +
+           std::to_string(prepared.planned.size()) + " runs done, " + std::to_string(prepared.planned.size() - done) +
+           " left, " + format_duration(elapsed()) + " so far";
+  };
   ExitCode code = run_suites({suite}, faulted, out, err);
+  if (code == ExitCode::interrupted || SearchInterrupts::signalled()) {
+    code = ExitCode::interrupted;
+    err << who << ": the sweep was cut short by an interrupt after " << format_duration(elapsed()) << ": " << done << " of "
+        << prepared.planned.size() << " faulted runs done; the coverage below is of those\n";
+  }
   if (capture.run.suites.empty()) return code;
 
   // 3. The coverage: the same results, grouped by site.

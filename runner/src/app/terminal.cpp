@@ -160,6 +160,10 @@ void ProgressView::clear_live() {
 
 void ProgressView::print_permanent(const std::string& line) {
   if (style_.verbosity < 0) return;  // -q: only the live lines and the summary
+  print_line(line);
+}
+
+void ProgressView::print_line(const std::string& line) {
   if (style_.live) clear_live();
   out_ << line << "\n";
   if (style_.live) redraw(true);
@@ -253,6 +257,11 @@ void ProgressView::on_job_done(size_t index) {
             (job.reference ? " + reference run" : "") + ", " + format_duration(job.last.elapsed) + ")";
   }
   print_permanent(line);
+}
+
+void ProgressView::say(const std::string& line) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  print_line(line);
 }
 
 void ProgressView::finish() {

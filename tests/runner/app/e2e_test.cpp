@@ -1409,4 +1409,135 @@ TEST_F(E2E, BudgetBisectsTheCapWithinItsRunBound) {
   EXPECT_NE(order.err.find("is not above --low"), std::string::npos) << order.err;
 }
 
+// Note [Fits means no OOM] (issue 40): a trainer that catches the OOM and halves its batch completes under
+// caps its batch does not fit in; budget answers where the batch fits, and names the runs that recovered.
+TEST_F(E2E, BudgetCountsARecoveredRunAsNotFitting) {
+  NEED("APP_E2E_BIN", bin);
+  NEED("APP_E2E_TRAINER", trainer);
+  NEED("APP_E2E_INJECT", inject);
+  NEED("APP_E2E_DOUBLE", dbl);
+  // The same trainer as BudgetBisectsTheCapWithinItsRunBound's batch search, but halving: batch 7 and more
+  // run out under 960 KiB, halve and complete; the largest batch that fits is still 6.
+  fs::path out = dir_ / "batch";
+  Result batch = run({bin, "budget", "--simulate", "--target-step", "3", "--batch-under", "960KiB", "--max-batch", "64",
+                      "--out", out.string(), "--", trainer, "--steps", "3", "--batch-size", "{batch}",
+                      "--bytes-per-sample", "65536", "--recovery", "halve"},
+                     dir_, dir_);
+  EXPECT_EQ(batch.code, 0) << batch.out << batch.err;
+  nlohmann::json by_batch = load_json(out / "budget.json");
+  ASSERT_FALSE(by_batch.is_discarded()) << batch.out << batch.err;
+  EXPECT_EQ(by_batch["batch"], 6) << by_batch.dump(2);
+  bool saw_recovered = false;
+  for (const auto& r : by_batch["runs"]) {
+    const int64_t b = r["batch"];
+    EXPECT_EQ(r["fits"].get<bool>(), b <= 6) << r.dump();
+    if (b > 6) {
+      // It completed, by halving: a recovered run, named with its OOM and the batch it went on at.
+      EXPECT_TRUE(r["completed"].get<bool>()) << r.dump();
+      EXPECT_TRUE(r["recovered"].get<bool>()) << r.dump();
+      EXPECT_TRUE(r["oom"].is_string()) << r.dump();
+      EXPECT_LE(r["recovered_batch"].get<int64_t>(), b / 2) << r.dump();
+      saw_recovered = true;
+    }
+  }
+  EXPECT_TRUE(saw_recovered) << by_batch.dump(2);
+  EXPECT_NE(batch.out.find("largest batch under 960.00 KiB: 6 (batch 7 recovered at batch 3: it does not fit)"),
+            std::string::npos) << batch.out;
+  EXPECT_NE(batch.out.find("recovered at batch 3"), std::string::npos) << batch.out;
+
+  // The cap search: the smallest cap the halving trainer fits in is the one the trainer without recovery
+  // needs, not the one its halving gets through at batch 1.
+  auto need_of = [&](const std::string& recovery, const fs::path& where) -> int64_t {
+    Result r = run({bin, "budget", "--simulate", "--target-step", "3", "--tolerance", "16KiB", "--out", where.string(), "--",
+                    trainer, "--steps", "3", "--batch-size", "8", "--bytes-per-sample", "65536", "--recovery", recovery},
+                   dir_, dir_);
+    EXPECT_EQ(r.code, 0) << r.out << r.err;
+    nlohmann::json b = load_json(where / "budget.json");
+    return b.is_discarded() || !b["need"].is_number() ? -1 : b["need"].get<int64_t>();
+  };
+  const int64_t none = need_of("none", dir_ / "none"), halve = need_of("halve", dir_ / "halve");
+  EXPECT_GT(none, 0);
+  EXPECT_EQ(halve, none) << "the halving trainer's budget counted runs that recovered as fitting";
+}
+
+// Note [A search's runs] (issue 40): a search says where it is, a timeout is a timeout (never "does not
+// fit"), and Ctrl-C exits 2 saying what was found so far.
+TEST_F(E2E, BudgetShowsProgressStopsAtATimeoutAndAtCtrlC) {
+  NEED("APP_E2E_BIN", bin);
+  NEED("APP_E2E_TRAINER", trainer);
+  NEED("APP_E2E_INJECT", inject);
+  NEED("APP_E2E_DOUBLE", dbl);
+  // {batch} is written everywhere in the command: each step sleeps 100 ms per sample, so batch 1's three
+  // steps take 0.3 s and batch 33's, the first midpoint of 1..65, 9.9 s: past a 2 s timeout.
+  auto slow = [&](const fs::path& where, const std::string& timeout) {
+    return std::vector<std::string>{bin, "budget", "--simulate", "--target-step", "3", "--batch-under", "64MiB",
+                                    "--max-batch", "64", "--timeout", timeout, "--out", where.string(), "--", trainer,
+                                    "--steps", "3", "--batch-size", "{batch}", "--bytes-per-sample", "4096",
+                                    "--step-ms", "{batch}00", "--recovery", "none"};
+  };
+  fs::path timed = dir_ / "timed";
+  Result t = run(slow(timed, "2s"), dir_, dir_);
+  EXPECT_EQ(t.code, 1) << t.out << t.err;
+  EXPECT_NE(t.out.find("budget: run 1 (at most 6 more after it), "), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("so far: batch 1 under 64.00 MiB"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("budget: run 1: fits"), std::string::npos) << t.out;
+  EXPECT_NE(t.err.find("the search stopped when run 2 (batch 33 under 64.00 MiB) timed out after"), std::string::npos)
+      << t.err;
+  nlohmann::json b = load_json(timed / "budget.json");
+  ASSERT_FALSE(b.is_discarded()) << t.out << t.err;
+  EXPECT_TRUE(b["cut_short"].is_string()) << b.dump(2);
+  EXPECT_EQ(b["batch"], 1) << b.dump(2);  // what was found so far
+  EXPECT_EQ(b["runs"].size(), 2u) << b.dump(2);
+  EXPECT_EQ(b["runs"][1]["timed_out"], true) << b.dump(2);
+  EXPECT_EQ(t.out.find("does not complete"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("so far: batch 1 fits under 64.00 MiB"), std::string::npos) << t.out;
+
+  // Ctrl-C during the second run: exit 2, the search cut short, what it found so far.
+  fs::path cut = dir_ / "cut";
+  Child c = spawn(slow(cut, "60s"), dir_, dir_);
+  for (int i = 0; i < 300 && read_file(c.out).find("budget: run 2 ") == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ASSERT_EQ(kill(c.pid, SIGINT), 0);
+  Result r = wait_for(c, 60);
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("the search was cut short by an interrupt during run 2 (batch 33 under 64.00 MiB)"),
+            std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("so far: batch 1 fits under 64.00 MiB"), std::string::npos) << r.out;
+  nlohmann::json cb = load_json(cut / "budget.json");
+  ASSERT_FALSE(cb.is_discarded()) << r.out << r.err;
+  EXPECT_EQ(cb["batch"], 1) << cb.dump(2);
+}
+
+// A sweep says which site it is at, and how many runs are left (issue 40).
+TEST_F(E2E, SweepShowsEachRunAsItIsJudged) {
+  NEED("APP_E2E_BIN", bin);
+  NEED("APP_E2E_TRAINER", trainer);
+  NEED("APP_E2E_INJECT", inject);
+  NEED("APP_E2E_DOUBLE", dbl);
+  Result r = run({bin, "sweep", "--simulate", "--step", "2", "--target-step", "5", "--modes", "transient", "--out",
+                  (dir_ / "sweep").string(), "--", trainer, "--steps", "5", "--batch-size", "8", "--bytes-per-sample",
+                  "65536", "--like-pytorch", "--recovery", "retry"},
+                 dir_, dir_);
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("sweep: site 1 of "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" runs done, 0 left, "), std::string::npos) << r.out;
+
+  // Ctrl-C once the faulted runs go: exit 2, the sweep says it was cut short, and the coverage of what ran.
+  fs::path out = dir_ / "cut";
+  Child c = spawn({bin, "sweep", "--simulate", "--step", "2", "--target-step", "5", "--modes", "transient", "--out",
+                   out.string(), "--", trainer, "--steps", "5", "--batch-size", "8", "--bytes-per-sample", "65536",
+                   "--like-pytorch", "--recovery", "retry", "--step-ms", "400"},
+                  dir_, dir_);
+  for (int i = 0; i < 400 && read_file(c.out).find("faulted runs\n") == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ASSERT_EQ(kill(c.pid, SIGINT), 0);
+  Result cut = wait_for(c, 60);
+  EXPECT_EQ(cut.code, 2) << cut.out << cut.err;
+  EXPECT_NE(cut.err.find("oomharness sweep: the sweep was cut short by an interrupt after "), std::string::npos)
+      << cut.err;
+  EXPECT_NE(cut.out.find("Sweep of step 2"), std::string::npos) << cut.out;
+}
+
 }  // namespace

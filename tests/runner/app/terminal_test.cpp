@@ -115,6 +115,25 @@ TEST(Terminal, LiveProgressRedrawsInPlace) {
   EXPECT_NE(text.find("done   s::a"), std::string::npos);
 }
 
+// A command's own progress (a sweep's "site 3 of 7 ... 4 left") is printed under -q too, above the live lines.
+TEST(Terminal, SayPrintsUnderQuietAboveTheLiveLines) {
+  std::ostringstream out;
+  TerminalStyle style{true, false, 80};
+  style.verbosity = -1;
+  ProgressView view(out, style, {"s::a"});
+  JobProgress p;
+  p.job = "s::a";
+  p.state = JobProgress::State::running;
+  view.on_progress(p);
+  view.say("sweep: site 1 of 2 (transient): recovered; 1 of 2 runs done, 1 left, 1.0s so far");
+  view.finish();
+  const std::string text = out.str();
+  const size_t cleared = text.find("\033[1F\033[J"), said = text.find("sweep: site 1 of 2");
+  ASSERT_NE(said, std::string::npos) << text;
+  EXPECT_LT(cleared, said) << "the live line is cleared before the line is said";
+  EXPECT_NE(text.find("\033[2Krunning  s::a", said), std::string::npos) << "and drawn again after it";
+}
+
 TEST(Terminal, SummaryTable) {
   RunResult run;
   run.duration = 12.3;

@@ -19,6 +19,13 @@ struct BudgetRun {
   std::optional<uint64_t> cap;    // unset: the uncapped run that measured the peak
   std::optional<int64_t> batch;   // the {batch} of a batch search
   bool completed = false;         // the job passed its checks under this cap
+  // ... and the training code met no OOM (Note [Fits means no OOM] in oomharness/policies/fit.h): the
+  // search goes by this, not by `completed`.
+  bool fits = false;
+  std::string oom;                // the first OOM the code met: "out of memory at step 1 (batch 2048), caught"
+  bool recovered = false;         // it completed after that OOM
+  int64_t recovered_batch = -1;   // ... at this batch (the last step's), -1: not reported
+  bool timed_out = false;         // the runner stopped it at --timeout: whether it fits is unknown
   JobStatus status = JobStatus::passed;
   std::string message;
   uint64_t peak = 0;              // bytes held at the peak, as the cap counts them
@@ -42,12 +49,21 @@ struct BudgetResult {
   std::optional<uint64_t> batch_cap;
   std::optional<int64_t> batch;
   int64_t batch_limit = 0;
+  // Why the search stopped before its answer (Note [A search's runs] in runner/src/app/search.h): "the
+  // search was cut short by an interrupt ...", "... timed out ..."; empty when it did not. The bounds
+  // (low and need, or batch and the runs) are then what it had found so far.
+  std::string cut_short;
 };
+
+// What one run came to, in the table's words: "fits", "recovered at batch 1024", "not completed (failed)",
+// "timed out".
+std::string budget_run_outcome(const BudgetRun& r);
 
 // Common GPU sizes of the "fits on" table, in GiB.
 inline constexpr int kFitsOnGiB[] = {16, 24, 40, 48, 80, 141};
 
-// The headline: "needs 9.00 MiB (between 8.50 MiB and 9.00 MiB), counting allocations; 6 runs (at most 7)".
+// The headline: "needs 9.00 MiB (more than 8.50 MiB, to 1.00 MiB), counting allocations; 6 runs (at most 7)";
+// "largest batch under 300.00 MiB: 2048 (batch 2049 recovered at batch 1024: it does not fit), ...".
 std::string budget_sentence(const BudgetResult& b);
 // The runs, the headline, the "fits on" table and what the figures count.
 std::string render_budget_text(const BudgetResult& b);

@@ -55,6 +55,8 @@ class ProgressView {
   ~ProgressView();
   void on_progress(const JobProgress& progress);
   void on_job_done(size_t index);
+  // A line of the command's own (a sweep's progress), printed whatever the verbosity, above the live lines.
+  void say(const std::string& line);
   // Clears the live lines; call before printing anything else.
   void finish();
 
@@ -67,7 +69,8 @@ class ProgressView {
     bool reference = false;   // the reference run started
     int attempts = 0;         // the runner's count when the job is done
   };
-  void print_permanent(const std::string& line);  // callers hold mutex_
+  void print_permanent(const std::string& line);  // callers hold mutex_; nothing under -q
+  void print_line(const std::string& line);       // callers hold mutex_; above the live lines
   void redraw(bool force);                        // callers hold mutex_
   void clear_live();                              // callers hold mutex_
   size_t index_of(const std::string& runner_name) const;
