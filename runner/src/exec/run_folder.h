@@ -8,7 +8,8 @@
 // relative to a descriptor of its parent (openat with O_NOFOLLOW | O_DIRECTORY), created where missing, and
 // a link found where a folder or a file of the runner's belongs is removed (the link, never what it points
 // at) and replaced by the real thing; files are created with O_NOFOLLOW; a work folder is emptied by a walk
-// that unlinks links instead of following them; reports are written to a temporary name and renamed, both
+// that unlinks links instead of following them, whatever its depth (Note [Emptying a folder at any depth] in
+// run_folder.cpp); reports are written to a temporary name and renamed, both
 // relative to the folder's descriptor (write_file_atomic_at in reports/writers.h). What a job does inside
 // its own folders is its business; what it cannot do is make the runner write or delete anywhere else.
 

@@ -834,6 +834,23 @@ TEST_F(JobRunnerTest, ReportsAFailedLogWrite) {
   EXPECT_TRUE(warned);
 }
 
+// Issue 44: a 300-level tree left in the work folder made the next run with the same folder fail ("Too many
+// levels of symbolic links", though there is no link). Note [Emptying a folder at any depth] in run_folder.cpp.
+TEST_F(JobRunnerTest, EmptiesAWorkFolderOfAnyDepth) {
+  const std::string deep = "d=\"$PWD\"; i=0; while [ $i -lt 300 ]; do mkdir -p \"$d/x\" && d=\"$d/x\"; i=$((i+1)); done; "
+                           "echo leaf > \"$d/leaf\"; ln -s / \"$d/root\"; echo made";
+  JobSpec j = sh_job("deep", "cd {workdir} && " + deep);
+  auto first = run({j});
+  ASSERT_EQ(first[0].trace.attempts.at(0).exit_code, 0) << first[0].error;
+  ASSERT_TRUE(fs::exists(out_dir + "/deep/work/x/x/x"));
+  JobSpec again = sh_job("deep", "ls -A {workdir}; echo listed");
+  auto second = run({again});
+  ASSERT_TRUE(second[0].error.empty()) << second[0].error;
+  ASSERT_EQ(second[0].trace.attempts.size(), 1u);
+  EXPECT_EQ(read_file(second[0].trace.attempts[0].log_path), "listed\n") << "the work folder was not emptied";
+  EXPECT_TRUE(fs::exists("/proc/self")) << "the link to / in the tree was followed";
+}
+
 // A job that shrinks its control block and writes garbage over it: the block is a sealed memfd, so the
 // shrink fails and the runner, which samples it meanwhile, neither dies of SIGBUS nor trusts the garbage.
 TEST_F(JobRunnerTest, SurvivesAJobThatShrinksAndScramblesItsControlBlock) {
