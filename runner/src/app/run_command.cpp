@@ -833,6 +833,11 @@ std::optional<JobSpec> job_from_exec_args(const ExecArgs& args, const std::strin
   fields.cwd = fs::current_path(cwd_error).string();
   JobSpec job = suite::build_job(fields);
   job.where = SourceLocation{"<command line>", 0, 0};
+  for (const FaultSpec& fault : job.faults)  // Note [Step numbering] in suite/job_fields.cpp
+    if (auto problem = suite::steps_before_first(fault.rule, job.step_base)) {
+      err << "oomharness " << command << ": bad --fault '" << fault.name << "': " << problem->message << "\n";
+      return std::nullopt;
+    }
   if (auto problem = suite::check_fault_plan(job.plan())) {
     err << "oomharness " << command << ": the fault plan is not one the shim accepts: " << *problem << "\n";
     return std::nullopt;

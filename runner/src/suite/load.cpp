@@ -865,6 +865,17 @@ std::optional<Loader::JobTemplate> Loader::make_job(Partial job, const SourceLoc
     d_.error(where, owner + ": memory.reserve_chunk fragments a 'reserve'; with 'leave' nothing is left to fragment into");
     ok = false;
   }
+  // Note [Step numbering]: a fault's steps are in the job's numbering, which `defaults` may set.
+  if (job.fields.faults)
+    for (size_t i = 0; i < job.fields.faults->size(); ++i) {
+      const FaultSpec& fault = (*job.fields.faults)[i];
+      if (auto problem = steps_before_first(fault.rule, job.fields.step_base.value_or(1))) {
+        Field at = (f / "faults")[i];
+        for (const std::string& part : problem->path) at = at / part;
+        d_.error(fault.where, at.str() + ": " + problem->message);
+        ok = false;
+      }
+    }
   if (!job.run || job.bad.count("run") || job.bad.count("shell")) return std::nullopt;
   auto argv = command(*job.run, job.fields.shell.value_or(false), f / "run");
   if (!argv || !ok) return std::nullopt;
