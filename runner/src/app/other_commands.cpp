@@ -28,7 +28,7 @@ ExitCode command_validate(const std::vector<std::string>& suites, std::ostream& 
     }
     size_t n = load->jobs.size();
     out << "ok: " << n << (n == 1 ? " job" : " jobs") << " in " << file << "\n";
-    for (const auto& job : load->jobs) out << "  " << load->name << "::" << job.name << "\n";
+    for (const auto& job : load->jobs) out << "  " << terminal_text(load->name + "::" + job.name) << "\n";  // Note [Text for a terminal]
   }
   return bad ? ExitCode::usage_error : ExitCode::ok;
 }

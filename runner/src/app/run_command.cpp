@@ -249,7 +249,7 @@ ExitCode print_collected(const std::vector<Suite>& suites, std::ostream& out) {
   size_t n = 0;
   for (const auto& s : suites)
     for (const auto& job : s.jobs) {
-      out << s.name << "::" << job.name;
+      out << terminal_text(s.name + "::" + job.name);  // Note [Text for a terminal]
       if (job.sweep) out << "  (a sweep: its faulted runs are planned from a golden run when it runs)";
       out << "\n";
       ++n;
