@@ -148,6 +148,11 @@ ExitCode command_compare(const CompareArgs& args, std::ostream& out, std::ostrea
           << " twice: a results file names each job once\n";
       return ExitCode::usage_error;
     }
+  // Note [A renamed suite] in compare.h.
+  if (const SuitePairing pairing = pair_suites(base.value(), now.value()); pairing.ambiguous) {
+    err << "oomharness compare: " << terminal_text(*pairing.ambiguous) << "\n";
+    return ExitCode::usage_error;
+  }
   Comparison c = compare(base.value(), now.value(), rules);
   out << terminal_text(render_comparison_text(c));  // Note [Text for a terminal]
   if (!args.markdown.empty()) {
