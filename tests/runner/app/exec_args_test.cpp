@@ -94,6 +94,20 @@ TEST(ExecArgs, AFaultBeforeTheFirstStepIsRefused) {
   EXPECT_EQ(err.str(), "oomharness exec: bad --restart 99999999999999999999: from 0 to 1000\n");
 }
 
+// An environment variable's name as a suite's `env:` takes it (is_variable_name in suite/items.h).
+TEST(ExecArgs, EnvNamesAreChecked) {
+  ExecArgs a = with_command();
+  a.job_flags = {{"--env", {"MODE fast=1"}}};
+  std::ostringstream err;
+  EXPECT_FALSE(job_from_exec_args(a, "exec", err));
+  EXPECT_EQ(err.str(), "oomharness exec: bad --env 'MODE fast=1': 'MODE fast' is not a valid environment variable name\n");
+  a.job_flags = {{"--env", {"MODE=fast=1"}}};  // the first '=' ends the name: MODE='fast=1'
+  err.str("");
+  std::optional<JobSpec> job = job_from_exec_args(a, "exec", err);
+  ASSERT_TRUE(job) << err.str();
+  EXPECT_EQ(job->env.at("MODE"), "fast=1");
+}
+
 TEST(ExecArgs, AFlagTheTableLacksIsAProgrammingError) {
   ExecArgs a = with_command();
   a.job_flags = {{"--nope", {"1"}}};
