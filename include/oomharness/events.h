@@ -22,6 +22,7 @@
 #include <ctime>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "oomharness/name_table.h"
@@ -229,9 +230,16 @@ class EventLine {
 };
 
 // Opens an event log for appending (O_APPEND | O_CLOEXEC, created 0644). Returns -1 on failure.
+// Never blocks: a job may have put a FIFO where its log goes (issue 44), whose open would wait for a reader
+// in the shim's start-up for ever; O_NONBLOCK makes that fail (ENXIO) or, with a reader, go on, and keeps a
+// write into a full pipe from stopping a hook (it fails instead: the line is lost, as the runner reads the
+// file it made, Note [An event log replaced]). A regular file gets its blocking writes back.
 inline int open_event_log(const char* path) {
   if (!path || !*path) return -1;
-  return ::open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  const int fd = ::open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, 0644);
+  struct stat st {};
+  if (fd >= 0 && ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
 }
 
 }  // namespace oomh::events

@@ -83,6 +83,8 @@ Attempt merge_ranks(std::vector<Attempt> ranks) {
       out.shim->ways_in |= a.shim->ways_in;
       out.shim->driver_called = out.shim->driver_called || a.shim->driver_called;
       out.shim->allocations += a.shim->allocations;
+      out.shim->refused_by_rules += a.shim->refused_by_rules;
+      out.shim->refused_by_cap += a.shim->refused_by_cap;
     }
     if (!a.thinned) {
       for (const Event& e : a.events) {

@@ -60,6 +60,26 @@ std::string plan_error(const Attempt& a) {
 
 Untested error(std::string message) { return Untested{JobStatus::error, std::move(message)}; }
 
+// Note [An event log replaced] in exec/job_runner_attempts.cpp: the shims count their refusals in the control
+// block as well as in the event log. Refusals counted and none in the log: the evidence was lost (a log the job
+// replaced with a FIFO), and "no allocation was refused" would be false. Says what is known.
+std::optional<std::string> refusals_lost(const Attempt& a) {
+  if (!a.shim) return std::nullopt;
+  const uint64_t refused = a.shim->refused_by_rules + a.shim->refused_by_cap;
+  if (refused == 0) return std::nullopt;
+  std::string why;
+  for (const Event& e : a.events) {
+    if (is_refusal(e)) return std::nullopt;
+    if (e.src == events::kSrcRunner && e.kind == events::kWarning && e.text("message").rfind("the event log ", 0) == 0 && why.empty())
+      why = " (" + e.text("message") + ")";
+  }
+  const auto count = [](uint64_t n, const char* what) { return std::to_string(n) + " " + what; };
+  return "the shim refused " + count(refused, refused == 1 ? "allocation" : "allocations") + " (" +
+         count(a.shim->refused_by_rules, "by fault rules") + ", " + count(a.shim->refused_by_cap, "for the cap") +
+         ": its counters in the control block), but the attempt's event log holds none of them" + why +
+         ", so no check can tell what the job did about them";
+}
+
 // "torch 2.14.1+cu130" from the probe's start event, or empty.
 std::string framework_seen(const Attempt& a) {
   for (const Event& e : a.events)
@@ -84,6 +104,7 @@ std::optional<Untested> why_untested(const JobSpec& job, const Trace& trace, boo
       if (a.shim->rejected > 0)
         return error(which + ": the shim rejected the fault plan, so no fault or cap was applied: " + plan_error(a));
     }
+    if (auto lost = refusals_lost(a)) return error(which + ": " + *lost);
     fired = fired || fault_fired(a, sidecar);
     stepped = stepped || completed_a_step(a);
     any_rules = any_rules || has_rules(job, a);

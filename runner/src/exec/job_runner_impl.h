@@ -89,6 +89,11 @@ struct AttemptRun {
   std::string control_name;  // OOMH_CONTROL as the job sees it
   ControlBlock* cb = nullptr;
   std::string events_path;
+  // The event log the runner made, held open for reading: read through this at the end, so that a job that
+  // removes or replaces the file (Note [A run folder removed during the run] in run_folder.h, Note [An event
+  // log replaced] in job_runner_attempts.cpp) cannot take what the shim wrote into it away.
+  int events_fd = -1;
+  bool restored = false;     // its folder was removed while it ran and made again (restore_removed_folders)
   int rank = -1;             // a job with ranks > 1: this process's rank (Note [Ranks] in trace.h)
   std::string stacks_path;   // OOMH_STACKS
   int64_t seen_step = INT64_MIN;  // the control block's step at the last sample, and when it last changed
@@ -207,6 +212,14 @@ struct JobRunner::Impl {
   void finish_attempt(AttemptRun& r);
   void after_attempt(JobState& j, const Attempt& a, bool reference);
   void release_control_block(AttemptRun& r);
+  // Note [A run folder removed during the run] in run_folder.h: the output folder and the job's folder made
+  // again where a job removed them, and this attempt's log and event log written back; true when it had to.
+  bool restore_removed_folders(AttemptRun& r);
+  // The job's folder, made again (with the output folder) where it was removed.
+  void reopen_job_dir(JobState& j);
+  // Note [An event log replaced] in job_runner_attempts.cpp: what happened to the attempt's event log, when
+  // its path no longer names the file the runner made.
+  std::optional<std::string> replaced_event_log(const AttemptRun& r);
   void retire(std::unique_ptr<AttemptRun> r);
   void kill_orphans(const AttemptRun* r, bool all);
   void write_log(AttemptRun& r, const char* data, size_t n);

@@ -46,6 +46,10 @@ void JobRunner::Impl::retire(std::unique_ptr<AttemptRun> r) {
   r->err.close(ignored);
   release_control_block(*r);
   close_log(*r);
+  if (r->events_fd >= 0) {
+    close(r->events_fd);
+    r->events_fd = -1;
+  }
   asio::post(*ctx, [dead = std::move(r)]() mutable { dead.reset(); });
 }
 

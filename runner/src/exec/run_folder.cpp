@@ -155,6 +155,11 @@ DirFd open_user_dir(const std::string& path) {
   return DirFd(fd);
 }
 
+bool removed(int fd) {
+  struct stat st {};
+  return fd >= 0 && ::fstat(fd, &st) == 0 && st.st_nlink == 0;
+}
+
 DirFd open_owned_dir(int parent, const std::string& relative) {
   int fd = ::fcntl(parent, F_DUPFD_CLOEXEC, 0);
   if (fd < 0) return DirFd();
@@ -215,6 +220,39 @@ int create_file_at(int parent, const std::string& name, int mode) {
   }
   errno = ELOOP;
   return -1;
+}
+
+int reopen_for_reading(int fd) {
+  char path[48];
+  std::snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  return ::open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);  // the magic link reaches an unlinked file too
+}
+
+bool copy_file_contents(int from, int to) {
+  const int in = reopen_for_reading(from);
+  if (in < 0) return false;
+  char buf[64 * 1024];
+  bool ok = true;
+  for (ssize_t n; ok && (n = ::read(in, buf, sizeof buf)) != 0;) {
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      ok = false;
+      break;
+    }
+    for (ssize_t off = 0; off < n;) {
+      const ssize_t w = ::write(to, buf + off, static_cast<size_t>(n - off));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        ok = false;
+        break;
+      }
+      off += w;
+    }
+  }
+  const int saved = errno;
+  ::close(in);
+  errno = saved;
+  return ok;
 }
 
 bool remove_file_at(int parent, const std::string& name) {

@@ -37,6 +37,16 @@ class DirFd {
 // The user's folder `path` (created with its parents where missing; links in it followed). errno on failure.
 DirFd open_user_dir(const std::string& path);
 
+// Note [A run folder removed during the run]
+// A job can delete the whole output folder (rm -rf "$(dirname $OOMH_EVENTS)/../.."): the runner's
+// descriptors then name a folder that is gone, where nothing can be created, and the run once ended with
+// exit 3 and no job in results.json. What the runner knows is in memory (every job's result) or in files it
+// still holds open (jobs.jsonl); so before it creates anything in its folder it checks that the folder is
+// still there (removed(): a folder whose last link went has no links), makes it again from the path it was
+// given, warns, and writes there: results.json, report.html, the reports, jobs.jsonl (copied from its open,
+// unlinked file), and the later jobs' folders. Logs and event logs already removed are lost.
+bool removed(int fd);
+
 // The folder `relative` under `parent` ('/'-separated components, none of them "." or ".."), each
 // component created where missing and a link found there replaced by a folder. errno on failure.
 DirFd open_owned_dir(int parent, const std::string& relative);
@@ -48,6 +58,13 @@ bool remove_tree_at(int parent, const std::string& name);
 // Creates (truncates) the file `name` in `parent` for writing, O_NOFOLLOW; a link there is replaced by the
 // file. Returns the descriptor (O_CLOEXEC), -1 with errno on failure.
 int create_file_at(int parent, const std::string& name, int mode = 0644);
+
+// A new descriptor that reads the file `fd` is open on (opened write-only, perhaps; perhaps unlinked since),
+// from its start: -1 with errno on failure.
+int reopen_for_reading(int fd);
+// Copies everything the file `from` holds (from its start, whatever `from`'s mode and offset) to the end of
+// `to`. False with errno on a failed read or write.
+bool copy_file_contents(int from, int to);
 
 // Removes the file `name` in `parent` (a link: the link). True when it is gone or was never there.
 bool remove_file_at(int parent, const std::string& name);

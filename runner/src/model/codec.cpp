@@ -217,7 +217,8 @@ template <>
 struct Fields<ShimRecord> {
   static constexpr auto list = std::make_tuple(OOMH_FIELD(ShimRecord, processes), OOMH_FIELD(ShimRecord, armed),
                                                OOMH_FIELD(ShimRecord, rejected), OOMH_FIELD(ShimRecord, ways_in),
-                                               OOMH_FIELD(ShimRecord, driver_called), OOMH_FIELD(ShimRecord, allocations));
+                                               OOMH_FIELD(ShimRecord, driver_called), OOMH_FIELD(ShimRecord, allocations),
+                                               OOMH_FIELD(ShimRecord, refused_by_rules), OOMH_FIELD(ShimRecord, refused_by_cap));
 };
 template <>
 struct Fields<RankEnd> {

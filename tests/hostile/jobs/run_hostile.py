@@ -11,6 +11,8 @@ The cases after `stale` are issue 28's classes, one each: a job that signals its
 escape sequences from a job and from a results file; symbolic links planted in the run folder; a flood of
 observe: matches; files given to report/explain/compare that are not results files; compare's thresholds and
 a job listed twice; values exec and validate must refuse.
+
+Issue 44's: a job that deletes the run's output folder (`removed`).
 """
 import argparse
 import glob
@@ -404,6 +406,32 @@ def main():
             code, so, se = tool(args, "validate", long_names)
             check(code == 4 and f"{long_names}:4:".encode() in se and b"folder's name" in se,
                   f"names too long for a file name: exit {code}, {se!r}")
+        elif args.case == "removed":
+            # Issue 44 (4): a job that deleted the output folder made the runner end with exit 3 and no job in results.
+            suite = write_suite(folder, "remove_out.sh", mark,
+                                more_jobs=f"  - name: next\n    run: 'true'\n    env: {{HOSTILE_MARK: \"{mark}\"}}\n"
+                                          "    expect: [exit: 0]\n")
+            pid, code, so, se, out = run(args, folder, suite)
+            job = common(pid, code, so, se, out, mark)
+            check(code == 0, f"the run exited {code} (0 expected: both jobs pass); stderr: {se[-2000:]}")
+            check("was removed during the run" in se, f"the terminal does not say the folder was removed: {se[-2000:]}")
+            try:
+                with open(os.path.join(out, "results.json")) as f:
+                    results = json.load(f)
+                jobs = {j["name"]: j["status"] for s in results["suites"] for j in s["jobs"]}
+                check(jobs == {"job": "passed", "next": "passed"}, f"results.json has {jobs}")
+            except (OSError, ValueError, KeyError) as e:
+                check(False, f"results.json: {e}")
+            for name in ("report.html", "jobs.jsonl"):
+                check(os.path.isfile(os.path.join(out, name)), f"{name} was not written again")
+            with open(os.path.join(out, "jobs.jsonl")) as f:
+                lines = f.read().splitlines()
+            check(len(lines) == 4, f"jobs.jsonl has {len(lines)} lines (a header, two jobs, the end)")
+            warnings = " ".join(job_warnings(out))
+            check("was removed while this attempt ran" in warnings, f"the job's result does not say: {warnings[:1000]}")
+            with open(os.path.join(out, "jobs", "hostile__job", "attempt-0.log"), errors="replace") as f:
+                log = f.read()
+            check("first line" in log and "last line" in log, f"the log was not written back: {log!r}")
         else:
             print("unknown case", args.case)
             return 2
