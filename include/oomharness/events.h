@@ -44,6 +44,7 @@ inline constexpr const char* kPlanChange = "plan_change";
 inline constexpr const char* kFootprint = "footprint";
 inline constexpr const char* kShimExit = "shim_exit";
 inline constexpr const char* kWarning = "warning";
+inline constexpr const char* kTamper = "tamper";  // the shim and the runner (Note [A plan only the runner writes])
 
 // Kinds written by the probes (Python and C++).
 inline constexpr const char* kProbeStart = "probe_start";
@@ -79,7 +80,7 @@ inline constexpr const char* kHang = "hang";
 
 // Note [Name tables] in name_table.h: every kind, the source that writes it, and its fields (docs/events.md
 // says more). A `warning` comes from the shim, the runner and the probe alike (listed under the shim).
-inline constexpr NameTable<std::string_view, 35> kEventKinds{{
+inline constexpr NameTable<std::string_view, 36> kEventKinds{{
     {kSrcShim, kShimStart,
      "pid, ppid, exec (bool), forked (bool), rules, cap, plan (\"accepted\"|\"rejected\"), plan_error"},
     {kSrcShim, kDriverCall, "entry, export, dlsym, proc_address (the process's first driver call)"},
@@ -90,6 +91,8 @@ inline constexpr NameTable<std::string_view, 35> kEventKinds{{
     {kSrcShim, kFootprint, "device, footprint, overhead (first measurement per device)"},
     {kSrcShim, kShimExit, "per device: alloc_calls, failures, held, peak, overhead"},
     {kSrcShim, kWarning, "message"},
+    // Written by the shim and by the runner: Note [A plan only the runner writes] in injector/engine/engine.h.
+    {kSrcShim, kTamper, "what (\"plan\"|\"cap\"), message; generation (a plan), device, cap, found (a cap)"},
     {kSrcProbe, kProbeStart, "framework, version, allocator"},
     {kSrcProbe, kStep, "step, batch_size, loss, allocated, reserved"},
     {kSrcProbe, kPhase, "phase (only when a fault needs it; not per step by default)"},

@@ -299,7 +299,7 @@ void fork_child() {
 }
 
 ControlBlock* map_control_block(const Options& o) {
-  std::snprintf(g_control_name, sizeof g_control_name, "/oomh-solo-%d", static_cast<int>(getpid()));
+  std::snprintf(g_control_name, sizeof g_control_name, "%s%d", kSoloBlockPrefix, static_cast<int>(getpid()));
   if (o.has_control) {
     ControlBlock* cb = control_block_open(o.control.c_str());
     if (!cb)
@@ -361,6 +361,8 @@ int start_engine() {
     return kPassThrough;
   }
   setup.block = cb;
+  // Note [A plan only the runner writes]: a runner's block takes no plan; one a shim made for itself does.
+  setup.plan_updates = !o.has_control || control_name_is_solo(o.control.c_str());
   bool execd = o.has_shim_parent;
   setup.process_flags = execd ? kProcessExecd : 0;
   // OOMH_SHIM_PARENT equal to our own pid: this image replaced one of ours by exec without fork (a wrapper
@@ -663,7 +665,7 @@ OOMH_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch, size_
   oomh::ControlBlock* cb = e->block();
   if (!cb || device < 0 || device >= oomh::kMaxDevices) return rc;
   oomh::DeviceCounters& c = cb->devices[device];
-  uint64_t cap = c.cap.load(std::memory_order_relaxed);
+  uint64_t cap = e->cap_limit(device);  // this process's, never the block's (Note [A plan only the runner writes])
   if (cap == 0 || c.held.load(std::memory_order_relaxed) <= cap) return rc;
   auto real_free = real_fn<decltype(&cuMemFree_v2)>("cuMemFree_v2");
   if (!real_free) return rc;

@@ -228,6 +228,8 @@ void JobRunner::Impl::finish_attempt(AttemptRun& r) {
     shim.rejected = cb.plans_rejected.load(std::memory_order_relaxed);
     shim.ways_in = cb.ways_in.load(std::memory_order_relaxed);
     shim.driver_called = cb.first_driver_call_ns.load(std::memory_order_relaxed) != 0;
+    shim.tampered = cb.tampered.load(std::memory_order_relaxed);  // Note [A plan only the runner writes]
+    shim.plan_generation = cb.plan_generation.load(std::memory_order_relaxed);
     for (const DeviceCounters& d : cb.devices) {
       shim.allocations += d.alloc_calls.load(std::memory_order_relaxed);
       // The job can write these too: read within Note [A job's integers].

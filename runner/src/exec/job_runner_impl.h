@@ -96,6 +96,7 @@ struct AttemptRun {
   bool restored = false;     // its folder was removed while it ran and made again (restore_removed_folders)
   int rank = -1;             // a job with ranks > 1: this process's rank (Note [Ranks] in trace.h)
   std::string stacks_path;   // OOMH_STACKS
+  bool plan_tamper_seen = false;  // Note [A plan only the runner writes]: the runner's own `tamper` event is in
   int64_t seen_step = INT64_MIN;  // the control block's step at the last sample, and when it last changed
   double seen_step_t = 0;
   bool exited = false, out_done = false, err_done = false, finished = false;

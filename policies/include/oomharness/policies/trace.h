@@ -86,6 +86,11 @@ struct ShimRecord {
   // log replaced] in runner/src/exec/job_runner_attempts.cpp).
   uint64_t refused_by_rules = 0;
   uint64_t refused_by_cap = 0;
+  // Note [A plan only the runner writes] in injector/engine/engine.h: what the shims found the job writing
+  // that only the runner writes (ControlBlock::tampered), and the plan generation the block held at the end
+  // (0: nobody wrote a plan into it).
+  uint32_t tampered = 0;
+  uint32_t plan_generation = 0;
 };
 
 // Note [Ranks]

@@ -10,6 +10,8 @@
 //  - an attempt died (a non-zero exit or a signal) before any fault fired (an injection, an OOM the code
 //    saw, or an OOM it died of), or, for a job with nothing to fire, before its first training step
 //    (a ModuleNotFoundError, a missing file): error, naming the last line it printed;
+//  - the job wrote into its control block what only the runner writes (a plan, a cap: Note [A plan only
+//    the runner writes] in injector/engine/engine.h): error, even though the shims refused it;
 //  - the shims' counters in the control block say they refused allocations and the attempt's event log
 //    holds none of them (the job replaced its log: Note [An event log replaced] in
 //    runner/src/exec/job_runner_attempts.cpp): error, saying what the counters say;
