@@ -1,5 +1,7 @@
 #include "engine.h"
 
+#include <oomharness/process_ids.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
@@ -17,6 +19,14 @@ namespace {
 thread_local char t_site[160] __attribute__((tls_model("initial-exec"))) = {};
 
 bool valid_device(int d) { return d >= 0 && d < kMaxDevices; }
+
+// A slot's pid is as /proc names it (Note [Pids the runner can see]), which kill() from inside the job's
+// namespace would not find: /proc is asked.
+bool process_alive(int32_t pid) {
+  char path[32];
+  std::snprintf(path, sizeof path, "/proc/%d", static_cast<int>(pid));
+  return ::access(path, F_OK) == 0;
+}
 
 uint64_t monotonic_ns() {
   timespec ts{};
@@ -163,7 +173,8 @@ void Engine::refresh_footprint(int device, uint64_t max_age_ns) noexcept {
 size_t Engine::rule_count() const noexcept { return plan_.load(std::memory_order_acquire)->rules.size(); }
 
 void Engine::register_process(uint32_t flags, int parent_pid) noexcept {
-  int32_t pid = static_cast<int32_t>(getpid());
+  // The runner checks the slot's pid from its own namespace: Note [Pids the runner can see].
+  int32_t pid = process_ids().pid;
   slot_ = nullptr;
   // exec() without fork keeps the pid: the slot of the image this one replaced is ours, and what that image
   // held died with its address space.
@@ -189,7 +200,7 @@ void Engine::register_process(uint32_t flags, int parent_pid) noexcept {
   for (int i = 0; !slot_ && i < kMaxProcesses; ++i) {
     ProcessSlot& s = cb_->processes[i];
     int32_t owner = s.pid.load(std::memory_order_relaxed);
-    if (owner == pid || owner <= 0 || kill(owner, 0) == 0 || errno != ESRCH) continue;
+    if (owner == pid || owner <= 0 || process_alive(owner)) continue;
     bool empty = true;
     for (auto& h : s.held) empty = empty && h.load(std::memory_order_relaxed) == 0;
     if (empty && s.pid.compare_exchange_strong(owner, pid, std::memory_order_acq_rel)) slot_ = &s;

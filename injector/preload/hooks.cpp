@@ -38,6 +38,7 @@
 #include "../engine/options.h"
 
 #include <oomharness/control_block.h>
+#include <oomharness/process_ids.h>
 
 #include <cuda.h>
 
@@ -294,7 +295,7 @@ void fork_child() {
   footprint_after_fork_child();
   g_engine->after_fork_child();
   char pid[24];
-  std::snprintf(pid, sizeof pid, "%d", static_cast<int>(getpid()));
+  std::snprintf(pid, sizeof pid, "%d", static_cast<int>(process_ids().pid));  // Note [Pids the runner can see]
   setenv("OOMH_SHIM_PARENT", pid, 1);
 }
 
@@ -367,8 +368,10 @@ int start_engine() {
   setup.process_flags = execd ? kProcessExecd : 0;
   // OOMH_SHIM_PARENT equal to our own pid: this image replaced one of ours by exec without fork (a wrapper
   // script); the engine then takes over that image's slot. Otherwise the parent is the process that forked us.
-  int pid = static_cast<int>(getpid());
-  setup.parent_pid = execd && std::atoi(o.shim_parent.c_str()) == pid ? pid : static_cast<int>(getppid());
+  // Pids as /proc names them, as the slots hold them (Note [Pids the runner can see]).
+  const ProcessIds ids = process_ids();
+  int pid = ids.pid;
+  setup.parent_pid = execd && std::atoi(o.shim_parent.c_str()) == pid ? pid : ids.ppid;
   if (o.has_events) {
     setup.events_fd = events::open_event_log(o.events.c_str());
     if (setup.events_fd < 0) say("OOMH_EVENTS: cannot open '%s': %s; no events are written", o.events.c_str(), std::strerror(errno));

@@ -118,7 +118,9 @@ void JobRunner::Impl::launch_rank(JobState& j, bool reference, int n, int rank, 
     actx.stacks_path = r.stacks_path;
   }
   std::vector<std::string> env = job_environment(*j.spec, options.paths, actx);
-  if (j.sidecar && j.sidecar->proc) env.push_back("OOMH_RESERVE_PID=" + std::to_string(j.sidecar->proc->id()));
+  // As the job names it: the sidecar lives in the run's namespace too (Note [A runner its jobs cannot signal]).
+  if (j.sidecar && j.sidecar->proc)
+    env.push_back("OOMH_RESERVE_PID=" + std::to_string(pid_inside(static_cast<pid_t>(j.sidecar->proc->id()))));
   std::vector<std::string> argv = attempt_argv(*j.spec, work, n);
   if (!reference && n == 0 && rank <= 0) j.outcome->argv = argv;
   nlohmann::json start_fields = {{"attempt", n}, {"argv", argv}};
@@ -130,6 +132,7 @@ void JobRunner::Impl::launch_rank(JobState& j, bool reference, int n, int rank, 
   if (program.empty()) return fail_attempt(r, "cannot start '" + argv[0] + "': command not found");
 
   std::vector<std::string> args(argv.begin() + 1, argv.end());
+  if (ns) ns->ensure();
   bp::posix::default_launcher launcher;
   boost::system::error_code ec;
   JobSetup setup(env, j.cwd);

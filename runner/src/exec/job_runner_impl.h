@@ -33,6 +33,7 @@
 #include "exec/boost_process.h"
 
 #include "exec/gpu_packing.h"
+#include "exec/job_namespace.h"
 #include "exec/output.h"
 #include "exec/run_folder.h"
 #include "oomharness/control_block.h"
@@ -185,6 +186,11 @@ struct JobRunner::Impl {
   std::unique_ptr<exec::asio::steady_timer> sample_timer;
   std::unique_ptr<exec::asio::readable_pipe> wake_pipe;
   std::array<char, 64> wake_buf{};
+  // Note [A runner its jobs cannot signal] in job_namespace.h: the run's PID namespace, or the watchdog and
+  // its reports.
+  std::unique_ptr<exec::JobNamespace> ns;
+  std::unique_ptr<exec::asio::readable_pipe> stopped_pipe;
+  std::array<char, 16> stopped_buf{};
 
   std::vector<JobOutcome> run(const std::vector<JobSpec>& specs);
   void open_out_dir();
@@ -237,6 +243,9 @@ struct JobRunner::Impl {
 
   // Note [Signals a job may send] in signals.h: each recorded signal into the attempt that sent it.
   void claim_signals();
+
+  // The watchdog's reports: the runner was stopped and continued (Note [A runner its jobs cannot signal]).
+  void arm_watchdog_reports();
 
   // Interruption.
   void arm_wake();

@@ -17,6 +17,7 @@ void JobRunner::Impl::arm_sampler() {
   sample_timer->async_wait([this](boost::system::error_code ec) {
     if (ec || finished_count == jobs.size()) return;
     claim_signals();
+    if (ns) ns->check_watchdog();
     for (auto& j : jobs) {
       for (auto& c : j->current)
         if (c && c->cb && !c->finished) sample(*c, false);

@@ -50,6 +50,7 @@ void JobRunner::Impl::schedule() {
   if (finished_count == jobs.size()) {
     sample_timer->cancel();
     if (wake_pipe) wake_pipe->cancel();
+    if (stopped_pipe) stopped_pipe->cancel();
   }
 }
 

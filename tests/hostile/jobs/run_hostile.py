@@ -12,7 +12,7 @@ escape sequences from a job and from a results file; symbolic links planted in t
 observe: matches; files given to report/explain/compare that are not results files; compare's thresholds and
 a job listed twice; values exec and validate must refuse.
 
-Issue 44's: a job that deletes the run's output folder (`removed`).
+Issue 44's: a job that deletes the run's output folder (`removed`), one that stops its runner (`stopper`).
 """
 import argparse
 import glob
@@ -254,7 +254,8 @@ def main():
             if os.path.exists(stale):
                 os.unlink(stale)
         elif args.case == "signals":
-            # Issue 28 (2): signals sent by pid do not end the run; the job's result says what it sent.
+            # Issue 28 (2): signals sent by pid do not end the run; the job's result says what it sent. Issue 44:
+            # as root the job runs in the run's PID namespace and cannot reach the runner at all.
             suite = write_suite(folder, "signal_runner.sh", mark)
             pid, code, so, se, out = run(args, folder, suite)
             job = common(pid, code, so, se, out, mark)
@@ -262,13 +263,51 @@ def main():
             check((job or {}).get("status") == "passed", f"the job is {(job or {}).get('status')}, not passed")
             with open(attempt_log(out), errors="replace") as f:
                 log = f.read()
+            check(f"runner {pid}" in log, f"the job did not find the runner's pid {pid}: {log[:500]}")
             ids = dict((w[0], (w[2], w[4])) for w in (l.split() for l in log.splitlines()) if len(w) == 5 and w[1] == "session")
             check("job" in ids and "runner" in ids and ids["job"][0] != ids["runner"][0] and ids["job"][1] != ids["runner"][1],
                   f"the job shares the runner's session or group: {ids}")
             warnings = " ".join(job_warnings(out))
-            for sig in ["SIGHUP", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGPIPE", "SIGQUIT", "SIGXCPU", "SIGTERM", "SIGINT",
-                        "SIGSEGV", "SIGBUS", "SIGABRT"]:
-                check(f"sent {sig} to the runner" in warnings, f"the result does not say the job sent {sig}: {warnings[:2000]}")
+            signals = ["SIGHUP", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGPIPE", "SIGQUIT", "SIGXCPU", "SIGTERM", "SIGINT",
+                       "SIGSEGV", "SIGBUS", "SIGABRT"]
+            if os.geteuid() == 0:
+                check("ppid 0 " in log, f"the job sees its runner as its parent: {log[:300]}")
+                for sig in signals:
+                    check(f"could not send {sig}" in log, f"the job reached the runner with {sig}: {log[-1500:]}")
+                check("to the runner" not in warnings, f"the runner received a signal from the job: {warnings[:2000]}")
+            else:
+                for sig in signals:
+                    check(f"sent {sig} to the runner" in warnings, f"the result does not say the job sent {sig}: {warnings[:2000]}")
+        elif args.case == "stopper":
+            # Issue 44 (5): `kill -STOP` on the runner stopped it until something sent SIGCONT.
+            suite = write_suite(folder, "stop_runner.sh", mark)
+            out = os.path.join(folder, "out")
+            p = subprocess.Popen([args.bin, "run", "--simulate", suite, "-o", out], cwd=folder,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            stopped_for = 0.0
+            while p.poll() is None:  # how long the runner stays stopped, as /proc says
+                time.sleep(0.05)
+                try:
+                    with open(f"/proc/{p.pid}/stat") as f:
+                        state = f.read().rsplit(")", 1)[1].split()[0]
+                except (OSError, IndexError):
+                    break
+                if state == "T":
+                    stopped_for += 0.05
+            stdout, stderr = p.communicate(timeout=300)
+            job = common(p.pid, p.returncode, stdout, stderr, out, mark)
+            check(p.returncode == 0 and (job or {}).get("status") == "passed", f"exit {p.returncode}, job {job and job.get('status')}")
+            with open(attempt_log(out), errors="replace") as f:
+                log = f.read()
+            check("still here" in log, f"the job did not finish: {log[-500:]}")
+            if os.geteuid() == 0:
+                check("stopped the runner" not in log and "stopped the parent" not in log, f"the job stopped its runner: {log}")
+                check(stopped_for == 0, f"the runner was stopped for {stopped_for:.2f} s")
+            else:
+                # The watchdog continues it within its 50 ms period.
+                check(stopped_for < 0.5, f"the runner was stopped for {stopped_for:.2f} s")
+                warnings = " ".join(job_warnings(out))
+                check("its watchdog continued it" in warnings, f"no warning of the stop: {warnings[:1000]}")
         elif args.case == "closedpipe":
             # Issue 28 (3): `oomharness run ... | head -1` ends the printing, not the run.
             suite = write_suite(folder, "setsid_grandchild.sh", mark)
