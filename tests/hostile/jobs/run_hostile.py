@@ -12,7 +12,9 @@ escape sequences from a job and from a results file; symbolic links planted in t
 observe: matches; files given to report/explain/compare that are not results files; compare's thresholds and
 a job listed twice; values exec and validate must refuse.
 
-Issue 44's: a job that deletes the run's output folder (`removed`), one that stops its runner (`stopper`).
+Issue 44's: a job that deletes the run's output folder (`removed`), one that stops its runner (`stopper`),
+one that leaves a 300-level tree in its work folder (`deep`), and inputs the commands accepted or reported
+wrongly (`inputs`).
 """
 import argparse
 import glob
@@ -308,6 +310,87 @@ def main():
                 check(stopped_for < 0.5, f"the runner was stopped for {stopped_for:.2f} s")
                 warnings = " ".join(job_warnings(out))
                 check("its watchdog continued it" in warnings, f"no warning of the stop: {warnings[:1000]}")
+        elif args.case == "removed":
+            # Issue 44 (4): a job that deleted the output folder made the runner end with exit 3 and no job in results.
+            suite = write_suite(folder, "remove_out.sh", mark,
+                                more_jobs=f"  - name: next\n    run: 'true'\n    env: {{HOSTILE_MARK: \"{mark}\"}}\n"
+                                          "    expect: [exit: 0]\n")
+            pid, code, so, se, out = run(args, folder, suite)
+            job = common(pid, code, so, se, out, mark)
+            check(code == 0, f"the run exited {code} (0 expected: both jobs pass); stderr: {se[-2000:]}")
+            check("was removed during the run" in se, f"the terminal does not say the folder was removed: {se[-2000:]}")
+            try:
+                with open(os.path.join(out, "results.json")) as f:
+                    results = json.load(f)
+                jobs = {j["name"]: j["status"] for s in results["suites"] for j in s["jobs"]}
+                check(jobs == {"job": "passed", "next": "passed"}, f"results.json has {jobs}")
+            except (OSError, ValueError, KeyError) as e:
+                check(False, f"results.json: {e}")
+            for name in ("report.html", "jobs.jsonl"):
+                check(os.path.isfile(os.path.join(out, name)), f"{name} was not written again")
+            with open(os.path.join(out, "jobs.jsonl")) as f:
+                lines = f.read().splitlines()
+            check(len(lines) == 4, f"jobs.jsonl has {len(lines)} lines (a header, two jobs, the end)")
+            warnings = " ".join(job_warnings(out))
+            check("was removed while this attempt ran" in warnings, f"the job's result does not say: {warnings[:1000]}")
+            with open(os.path.join(out, "jobs", "hostile__job", "attempt-0.log"), errors="replace") as f:
+                log = f.read()
+            check("first line" in log and "last line" in log, f"the log was not written back: {log!r}")
+        elif args.case == "deep":
+            # Issue 44 (6): a 300-level tree in the work folder made the next run with the same --out fail with
+            # "Too many levels of symbolic links".
+            suite = write_suite(folder, "deep_tree.sh", mark, {"HOSTILE_WORK": "{workdir}"})
+            for round_ in range(2):
+                pid, code, so, se, out = run(args, folder, suite)
+                job = common(pid, code, so, se, out, mark)
+                check(code == 0 and (job or {}).get("status") == "passed",
+                      f"run {round_ + 1}: exit {code}, job {job and job.get('status')}: {(job or {}).get('message')} {se[-1000:]}")
+            check(os.path.exists("/proc/self"), "the link to / was followed")
+        elif args.case == "inputs":
+            # Issue 44: inputs accepted or reported wrongly.
+            code, so, se = tool(args, "predict", "--batch", "99999999999999999999", "--", "echo", "{batch}")
+            check(code == 4 and b"99999999999999999999" in se, f"predict --batch 9999...: exit {code}, {se!r}")
+            code, so, se = tool(args, "exec", "--simulate", "--restart", "99999999999999999999", "--", "true")
+            check(code == 4 and b"99999999999999999999" in se and b"9223372036854775807" not in se,
+                  f"exec --restart 9999...: exit {code}, {se!r}")
+            out = os.path.join(folder, "out")
+            code, so, se = tool(args, "exec", "--simulate", "-o", out, "--fault", "step=0", "--", "true")
+            check(code == 4 and b"before the first training step" in se, f"--fault step=0: exit {code}, {se!r}")
+            code, so, se = tool(args, "exec", "--simulate", "-o", out, "--step-base", "0", "--fault", "step=0",
+                                "--expect", "exit=0", "--", "true", timeout=120)
+            check(code != 4, f"--step-base 0 --fault step=0 was refused: {se!r}")
+            code, so, se = tool(args, "exec", "--simulate", "-o", out, "--expect", "exit=256", "--", "true")
+            check(code == 4 and b"0 to 255" in se, f"--expect exit=256: exit {code}, {se!r}")
+            # A suite renamed between two runs: a job that passed and now fails is a regression, not "1 removed + 1 new".
+            def results_file(name, suite_name, status, peak):
+                path = os.path.join(folder, name)
+                with open(path, "w") as f:
+                    json.dump({"schema_version": 1, "suites": [{"name": suite_name, "jobs": [
+                        {"name": "train", "status": status, "peak": {"0": peak}}]}]}, f)
+                return path
+            base, now = results_file("base.json", "old", "passed", 1 << 30), results_file("now.json", "new", "failed", 1 << 30)
+            code, so, se = tool(args, "compare", base, now)
+            check(code == 1 and b"REGRESSION new::train" in so and b"removed" not in so.split(b"\n\n")[0],
+                  f"compare across a rename: exit {code}, {so!r}")
+            # A peak from 0 B to 10 GiB was "+0.0%".
+            zero, ten = results_file("zero.json", "s", "passed", 0), results_file("ten.json", "s", "passed", 10 << 30)
+            code, so, se = tool(args, "compare", zero, ten, "--fail-on", "peak:+5%")
+            check(code == 1 and b"+0.0%" not in so and b"from 0" in so, f"a peak from 0 B: exit {code}, {so!r}")
+            # A right-to-left override in a job's name reaches no terminal raw.
+            bidi = os.path.join(folder, "bidi.yaml")
+            with open(bidi, "w", encoding="utf-8") as f:
+                f.write(f"version: 1\nname: s\ndefaults: {{probe: none}}\njobs:\n  - name: \"a\u202eb\"\n    run: 'true'\n"
+                        f"    env: {{HOSTILE_MARK: \"{mark}\"}}\n")
+            for argv in (["validate", bidi], ["run", "--collect-only", bidi], ["run", "--simulate", bidi, "-o", out]):
+                code, so, se = tool(args, *argv, timeout=120)
+                check(code == 0, f"{argv[:2]}: exit {code}, {se!r}")
+                check("\u202e".encode() not in so + se and b"\\u{202E}" in so, f"{argv[:2]} printed the override raw: {so!r}")
+            # An environment variable whose name holds '=' (the suite's form of the marker's env={"MODE=fast": "1"}).
+            env_eq = os.path.join(folder, "env.yaml")
+            with open(env_eq, "w") as f:
+                f.write("version: 1\njobs:\n  - name: j\n    run: 'true'\n    env: {\"MODE=fast\": \"1\"}\n")
+            code, so, se = tool(args, "validate", env_eq)
+            check(code == 4 and b"MODE=fast" in se, f"env name with '=': exit {code}, {se!r}")
         elif args.case == "closedpipe":
             # Issue 28 (3): `oomharness run ... | head -1` ends the printing, not the run.
             suite = write_suite(folder, "setsid_grandchild.sh", mark)
@@ -445,32 +528,6 @@ def main():
             code, so, se = tool(args, "validate", long_names)
             check(code == 4 and f"{long_names}:4:".encode() in se and b"folder's name" in se,
                   f"names too long for a file name: exit {code}, {se!r}")
-        elif args.case == "removed":
-            # Issue 44 (4): a job that deleted the output folder made the runner end with exit 3 and no job in results.
-            suite = write_suite(folder, "remove_out.sh", mark,
-                                more_jobs=f"  - name: next\n    run: 'true'\n    env: {{HOSTILE_MARK: \"{mark}\"}}\n"
-                                          "    expect: [exit: 0]\n")
-            pid, code, so, se, out = run(args, folder, suite)
-            job = common(pid, code, so, se, out, mark)
-            check(code == 0, f"the run exited {code} (0 expected: both jobs pass); stderr: {se[-2000:]}")
-            check("was removed during the run" in se, f"the terminal does not say the folder was removed: {se[-2000:]}")
-            try:
-                with open(os.path.join(out, "results.json")) as f:
-                    results = json.load(f)
-                jobs = {j["name"]: j["status"] for s in results["suites"] for j in s["jobs"]}
-                check(jobs == {"job": "passed", "next": "passed"}, f"results.json has {jobs}")
-            except (OSError, ValueError, KeyError) as e:
-                check(False, f"results.json: {e}")
-            for name in ("report.html", "jobs.jsonl"):
-                check(os.path.isfile(os.path.join(out, name)), f"{name} was not written again")
-            with open(os.path.join(out, "jobs.jsonl")) as f:
-                lines = f.read().splitlines()
-            check(len(lines) == 4, f"jobs.jsonl has {len(lines)} lines (a header, two jobs, the end)")
-            warnings = " ".join(job_warnings(out))
-            check("was removed while this attempt ran" in warnings, f"the job's result does not say: {warnings[:1000]}")
-            with open(os.path.join(out, "jobs", "hostile__job", "attempt-0.log"), errors="replace") as f:
-                log = f.read()
-            check("first line" in log and "last line" in log, f"the log was not written back: {log!r}")
         else:
             print("unknown case", args.case)
             return 2
