@@ -108,7 +108,9 @@ struct ControlBlock {
   std::atomic<uint32_t> shims_armed;       // @88  processes whose shim accepted the fault plan and caps
   std::atomic<uint32_t> plans_rejected;    // @92  processes whose shim rejected them (no faults, no caps)
   std::atomic<uint32_t> ways_in;           // @96  kWayExport | kWayDlsym | kWayProcAddress, as seen
-  uint32_t reserved_armed;                 // @100
+  // Note [A plan only the runner writes] in injector/engine/engine.h: times a shim found the job writing what
+  // only the runner writes (a plan into a runner's block, a cap), refused it and kept its own.
+  std::atomic<uint32_t> tampered;          // @100
   std::atomic<uint64_t> first_driver_call_ns;  // @104 CLOCK_REALTIME of the first intercepted driver call; 0: none
   // Event lines appended by the Python probes: their own counter, because Python cannot add atomically
   // to events_written beside the shim (Note [Counters from Python] in python/oomharness/_control.py).
@@ -149,6 +151,7 @@ static_assert(offsetof(ControlBlock, empty_cache_calls) == 80);
 static_assert(offsetof(ControlBlock, shims_armed) == 88);
 static_assert(offsetof(ControlBlock, plans_rejected) == 92);
 static_assert(offsetof(ControlBlock, ways_in) == 96);
+static_assert(offsetof(ControlBlock, tampered) == 100);
 static_assert(offsetof(ControlBlock, first_driver_call_ns) == 104);
 static_assert(offsetof(ControlBlock, probe_events_written) == 112);
 static_assert(offsetof(ControlBlock, devices) == 128);
@@ -218,6 +221,8 @@ inline ControlBlock* control_block_create(const char* name, uint32_t flags = 0) 
 // which opens the same memory, and nothing it does to the file changes its size. A memfd has no name in
 // /dev/shm, so nothing is left there when the runner dies; its memory goes with the last descriptor or
 // mapping. Names without a second '/' are POSIX shared-memory names (the shim's own blocks, older runners).
+// What the job can still write is everything in the block, and its plan_text above all: Note [A plan only the
+// runner writes] in injector/engine/engine.h says why that does not change what is tested.
 
 // Creates a sealed memfd control block (runner side). Returns nullptr with errno set on failure; on success
 // `fd_out` holds the memfd (close-on-exec), which must stay open while the job may open the block by path.
@@ -243,6 +248,12 @@ inline ControlBlock* control_block_create_sealed(int& fd_out, uint32_t flags = 0
   control_block_init(cb, flags);
   fd_out = fd;
   return cb;
+}
+
+// The name a shim on its own gives the block it creates: "/oomh-solo-<pid>". Any other name is a runner's.
+inline constexpr const char* kSoloBlockPrefix = "/oomh-solo-";
+inline bool control_name_is_solo(const char* name) {
+  return name && std::strncmp(name, kSoloBlockPrefix, std::strlen(kSoloBlockPrefix)) == 0;
 }
 
 // True when `name` is a file path (/proc/<pid>/fd/<n>) rather than a POSIX shared-memory name.

@@ -24,6 +24,7 @@
 #include <string_view>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "oomharness/name_table.h"
@@ -46,6 +47,7 @@ inline constexpr const char* kFootprint = "footprint";
 inline constexpr const char* kShimExit = "shim_exit";
 inline constexpr const char* kWarning = "warning";
 inline constexpr const char* kRuleSeen = "rule_seen";
+inline constexpr const char* kTamper = "tamper";  // the shim and the runner (Note [A plan only the runner writes])
 
 // Kinds written by the probes (Python and C++).
 inline constexpr const char* kProbeStart = "probe_start";
@@ -81,7 +83,7 @@ inline constexpr const char* kHang = "hang";
 
 // Note [Name tables] in name_table.h: every kind, the source that writes it, and its fields (docs/events.md
 // says more). A `warning` comes from the shim, the runner and the probe alike (listed under the shim).
-inline constexpr NameTable<std::string_view, 36> kEventKinds{{
+inline constexpr NameTable<std::string_view, 37> kEventKinds{{
     {kSrcShim, kShimStart,
      "pid, ppid, exec (bool), forked (bool), rules, cap, plan (\"accepted\"|\"rejected\"), plan_error"},
     {kSrcShim, kDriverCall, "entry, export, dlsym, proc_address (the process's first driver call)"},
@@ -97,6 +99,8 @@ inline constexpr NameTable<std::string_view, 36> kEventKinds{{
     {kSrcShim, kRuleSeen,
      "at a process's exit, for each rule with a step window: rule, layer, triggers, driver_calls and requests "
      "met in its window (Note [Where a step fault fires])"},
+    // Written by the shim and by the runner: Note [A plan only the runner writes] in injector/engine/engine.h.
+    {kSrcShim, kTamper, "what (\"plan\"|\"cap\"), message; generation (a plan), device, cap, found (a cap)"},
     {kSrcProbe, kProbeStart, "framework, version, allocator"},
     {kSrcProbe, kStep, "step, batch_size, loss, allocated, reserved"},
     {kSrcProbe, kPhase, "phase (only when a fault needs it; not per step by default)"},
@@ -157,6 +161,7 @@ inline constexpr KindFields kEventFields[] = {
     {kShimExit, "device alloc_calls free_calls failures held peak job_held job_peak overhead events_dropped"},
     {kWarning, "message observed_dropped"},
     {kRuleSeen, "rule layer triggers driver_calls requests"},
+    {kTamper, "what message generation device cap found"},
     {kProbeStart, "framework version allocator"},
     {kStep, "step batch_size batch_from loss data grads_cleared site allocated reserved"},
     {kPhase, "phase"},
@@ -302,9 +307,16 @@ class EventLine {
 };
 
 // Opens an event log for appending (O_APPEND | O_CLOEXEC, created 0644). Returns -1 on failure.
+// Never blocks: a job may have put a FIFO where its log goes (issue 44), whose open would wait for a reader
+// in the shim's start-up for ever; O_NONBLOCK makes that fail (ENXIO) or, with a reader, go on, and keeps a
+// write into a full pipe from stopping a hook (it fails instead: the line is lost, as the runner reads the
+// file it made, Note [An event log replaced]). A regular file gets its blocking writes back.
 inline int open_event_log(const char* path) {
   if (!path || !*path) return -1;
-  return ::open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  const int fd = ::open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, 0644);
+  struct stat st {};
+  if (fd >= 0 && ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
 }
 
 }  // namespace oomh::events

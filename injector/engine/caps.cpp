@@ -13,8 +13,7 @@ MemInfo capped_mem_info(uint64_t real_free, uint64_t real_total, uint64_t cap, u
   return m;
 }
 
-bool reserve_bytes(DeviceCounters& device, uint64_t size, uint64_t* held_after) noexcept {
-  uint64_t cap = device.cap.load(std::memory_order_relaxed);
+bool reserve_bytes(DeviceCounters& device, uint64_t size, uint64_t cap, uint64_t* held_after) noexcept {
   uint64_t now = 0;
   if (cap == 0) {  // no cap: one add, nothing to check
     now = device.held.fetch_add(size, std::memory_order_relaxed) + size;

@@ -2,8 +2,9 @@
 // Caps: a virtual limit on the bytes the whole job holds on a device (docs/fault-plan.md, "Caps").
 //
 // Note [Caps across processes]
-// The limit that applies now is written to the control block's DeviceCounters::cap, so that every process
-// of the job checks against the same number, and the bytes are reserved on the block's shared `held` before
+// The limit that applies now is computed by every process from the same plan, and written to the control
+// block's DeviceCounters::cap for the runner to sample (each process decides by its own copy: Note [A plan
+// only the runner writes] in engine.h), and the bytes are reserved on the block's shared `held` before
 // the real allocation: a compare-and-swap loop that never lets `held` pass `cap`, undone when the driver
 // then fails. Two processes near the cap therefore never both get through, and never fail spuriously.
 // A cap only counts what the shim saw being allocated; memory the job held before the shim was loaded, the
@@ -34,7 +35,9 @@ MemInfo capped_mem_info(uint64_t real_free, uint64_t real_total, uint64_t cap, u
 // Reserves `size` bytes on the job's shared counters unless that would pass the cap. Returns false (and
 // changes nothing) when it would. `held_after` gets the job's held bytes with this reservation in: the
 // peak is raised from it once the driver gave the memory (a reservation it refused never was held).
-bool reserve_bytes(DeviceCounters& device, uint64_t size, uint64_t* held_after = nullptr) noexcept;
+// `cap` is the limit the calling process enforces (0: none), never the block's: Note [A plan only the runner
+// writes] in engine.h.
+bool reserve_bytes(DeviceCounters& device, uint64_t size, uint64_t cap, uint64_t* held_after = nullptr) noexcept;
 // Gives back bytes that reserve_bytes (or a record) added.
 void release_bytes(DeviceCounters& device, uint64_t size) noexcept;
 

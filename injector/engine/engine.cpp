@@ -1,5 +1,7 @@
 #include "engine.h"
 
+#include <oomharness/process_ids.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
@@ -17,6 +19,14 @@ namespace {
 thread_local char t_site[160] __attribute__((tls_model("initial-exec"))) = {};
 
 bool valid_device(int d) { return d >= 0 && d < kMaxDevices; }
+
+// A slot's pid is as /proc names it (Note [Pids the runner can see]), which kill() from inside the job's
+// namespace would not find: /proc is asked.
+bool process_alive(int32_t pid) {
+  char path[32];
+  std::snprintf(path, sizeof path, "/proc/%d", static_cast<int>(pid));
+  return ::access(path, F_OK) == 0;
+}
 
 uint64_t monotonic_ns() {
   timespec ts{};
@@ -46,6 +56,7 @@ Engine::Engine(EngineSetup setup)
       option_caps_(std::move(setup.option_caps)),
       record_from_(setup.record_from),
       record_to_(setup.record_to),
+      plan_updates_(setup.plan_updates),
       plan_error_(std::move(setup.plan_error)),
       option_counting_(setup.cap_counts),
       footprint_probe_(setup.footprint_probe),
@@ -162,7 +173,8 @@ void Engine::refresh_footprint(int device, uint64_t max_age_ns) noexcept {
 size_t Engine::rule_count() const noexcept { return plan_.load(std::memory_order_acquire)->rules.size(); }
 
 void Engine::register_process(uint32_t flags, int parent_pid) noexcept {
-  int32_t pid = static_cast<int32_t>(getpid());
+  // The runner checks the slot's pid from its own namespace: Note [Pids the runner can see].
+  int32_t pid = process_ids().pid;
   slot_ = nullptr;
   // exec() without fork keeps the pid: the slot of the image this one replaced is ours, and what that image
   // held died with its address space.
@@ -188,7 +200,7 @@ void Engine::register_process(uint32_t flags, int parent_pid) noexcept {
   for (int i = 0; !slot_ && i < kMaxProcesses; ++i) {
     ProcessSlot& s = cb_->processes[i];
     int32_t owner = s.pid.load(std::memory_order_relaxed);
-    if (owner == pid || owner <= 0 || kill(owner, 0) == 0 || errno != ESRCH) continue;
+    if (owner == pid || owner <= 0 || process_alive(owner)) continue;
     bool empty = true;
     for (auto& h : s.held) empty = empty && h.load(std::memory_order_relaxed) == 0;
     if (empty && s.pid.compare_exchange_strong(owner, pid, std::memory_order_acq_rel)) slot_ = &s;
@@ -214,12 +226,12 @@ void Engine::write_start_event() noexcept {
       .add("exec", (flags & kProcessExecd) != 0)
       .add("forked", (flags & kProcessForked) != 0)
       .add("rules", static_cast<uint64_t>(rule_count()))
-      .add("cap", cb_->devices[0].cap.load(std::memory_order_relaxed))
+      .add("cap", limit_[0].load(std::memory_order_relaxed))
       .add("plan", rejected ? "rejected" : "accepted");
   if (rejected) line.add("plan_error", plan_error_.c_str());
   emit(line);
   log(LogLevel::info, "active in pid %d: %zu rule(s), cap on device 0: %llu bytes", static_cast<int>(getpid()),
-      rule_count(), static_cast<unsigned long long>(cb_->devices[0].cap.load(std::memory_order_relaxed)));
+      rule_count(), static_cast<unsigned long long>(limit_[0].load(std::memory_order_relaxed)));
 }
 
 void Engine::note_way_in(uint32_t way) noexcept {
@@ -261,7 +273,9 @@ double Engine::job_elapsed() const noexcept {
 
 void Engine::poll_plan() noexcept {
   uint32_t g = cb_->plan_generation.load(std::memory_order_relaxed);
-  if (g == seen_generation_.load(std::memory_order_relaxed) || (g & 1u)) return;
+  if (g == seen_generation_.load(std::memory_order_relaxed)) return;
+  if (!plan_updates_) return refuse_plan(g);  // Note [A plan only the runner writes]
+  if (g & 1u) return;
   if (!plan_lock_.try_lock()) return;  // another thread is on it; this call goes on with the current plan
   uint32_t size = 0;
   uint32_t got = control_block_read_plan(cb_, plan_buffer_, size);
@@ -285,7 +299,45 @@ void Engine::poll_plan() noexcept {
   plan_lock_.unlock();
 }
 
+void Engine::refuse_plan(uint32_t generation) noexcept {
+  if (!plan_lock_.try_lock()) return;  // another thread is on it
+  if (seen_generation_.exchange(generation, std::memory_order_relaxed) != generation) {
+    cb_->tampered.fetch_add(1, std::memory_order_relaxed);
+    events::EventLine line(events::kSrcShim, events::kTamper);
+    line.add("what", "plan").add("generation", generation);
+    char message[256];
+    std::snprintf(message, sizeof message,
+                  "the job wrote a fault plan into its control block (generation %u): only the runner may change a "
+                  "running job's plan, and the shim kept the one it was given",
+                  generation);
+    report_tamper(line, message);
+  }
+  plan_lock_.unlock();
+}
+
+void Engine::restore_cap(int device, uint64_t limit, uint64_t found) noexcept {
+  // Only the process whose swap lands reports it: every process of the job finds the same change.
+  if (!cb_->devices[device].cap.compare_exchange_strong(found, limit, std::memory_order_relaxed)) return;
+  cb_->tampered.fetch_add(1, std::memory_order_relaxed);
+  events::EventLine line(events::kSrcShim, events::kTamper);
+  line.add("what", "cap").add("device", device).add("cap", limit).add("found", found);
+  char message[256];
+  std::snprintf(message, sizeof message,
+                "the control block's cap for device %d was %llu bytes, not the %llu bytes the shim was given: the job "
+                "wrote it (or gave one of its processes another plan); the shim enforces its own, and put it back",
+                device, static_cast<unsigned long long>(found), static_cast<unsigned long long>(limit));
+  report_tamper(line, message);
+}
+
+void Engine::report_tamper(events::EventLine& line, const char* message) noexcept {
+  if (tamper_events_.fetch_add(1, std::memory_order_relaxed) >= kTamperEventLimit) return;
+  line.add("message", message);
+  emit(line);
+  log(LogLevel::warn, "%s", message);
+}
+
 void Engine::set_cap(int device, uint64_t limit, const char* reason) noexcept {
+  limit_[device].store(limit, std::memory_order_relaxed);  // Note [A plan only the runner writes]
   std::atomic<uint64_t>& cap = cb_->devices[device].cap;
   uint64_t old = cap.load(std::memory_order_relaxed);
   while (old != limit) {
@@ -305,7 +357,12 @@ void Engine::apply_cap(Plan& plan, int device, int64_t step, const char* reason)
   const char* why = "start";
   double elapsed = plan.caps.needs_time() ? job_elapsed() : 0.0;
   uint64_t limit = plan.caps.limit_for(device, step, elapsed, &why);
-  if (cb_->devices[device].cap.load(std::memory_order_relaxed) != limit) set_cap(device, limit, reason ? reason : why);
+  if (limit_[device].load(std::memory_order_relaxed) != limit || cb_->devices[device].cap.load(std::memory_order_relaxed) != limit)
+    set_cap(device, limit, reason ? reason : why);
+}
+
+uint64_t Engine::cap_limit(int device) const noexcept {
+  return valid_device(device) ? limit_[device].load(std::memory_order_relaxed) : 0;
 }
 
 AllocDecision Engine::begin_alloc(Entry entry, const char* symbol, int device, uint64_t size) noexcept {
@@ -325,6 +382,12 @@ AllocDecision Engine::begin_alloc(Entry entry, const char* symbol, int device, u
   int64_t step = cb_->step.load(std::memory_order_relaxed);
   auto phase = static_cast<Phase>(cb_->phase.load(std::memory_order_relaxed));
   if (plan.caps.changes()) apply_cap(plan, device, step, nullptr);
+  const uint64_t limit = limit_[device].load(std::memory_order_relaxed);
+  // Note [A plan only the runner writes]: a fixed cap in a runner's block is this process's to keep.
+  if (!plan_updates_ && !plan.caps.changes() && plan_error_.empty()) {
+    const uint64_t found = dc.cap.load(std::memory_order_relaxed);
+    if (found != limit) restore_cap(device, limit, found);
+  }
   if (record_from_ >= 0 && step >= record_from_ && step <= record_to_) report_alloc(symbol, size, device, step, phase, call);
 
   if (plan.rules.size() != 0) {
@@ -340,10 +403,10 @@ AllocDecision Engine::begin_alloc(Entry entry, const char* symbol, int device, u
 
   bool footprint = footprint_on_.load(std::memory_order_relaxed);
   if (footprint) refresh_footprint(device, kFootprintMaxAge);
-  bool reserved = reserve_bytes(dc, size, &d.job_held);
+  bool reserved = reserve_bytes(dc, size, limit, &d.job_held);
   if (!reserved && footprint) {  // a refusal for the cap is decided on a fresh footprint
     refresh_footprint(device, 0);
-    reserved = reserve_bytes(dc, size, &d.job_held);
+    reserved = reserve_bytes(dc, size, limit, &d.job_held);
   }
   if (!reserved) {
     dc.cap_failures.fetch_add(1, std::memory_order_relaxed);
@@ -556,14 +619,14 @@ MemInfo Engine::mem_info(int device, uint64_t real_free, uint64_t real_total, bo
   if (plan.caps.changes()) apply_cap(plan, device, cb_->step.load(std::memory_order_relaxed), nullptr);
   refresh_footprint(device, kFootprintMaxAge);
   const DeviceCounters& dc = cb_->devices[device];
-  return capped_mem_info(real_free, real_total, dc.cap.load(std::memory_order_relaxed), dc.held.load(std::memory_order_relaxed));
+  return capped_mem_info(real_free, real_total, limit_[device].load(std::memory_order_relaxed), dc.held.load(std::memory_order_relaxed));
 }
 
 uint64_t Engine::total_mem(int device, uint64_t real_total) noexcept {
   note_driver_call("cuDeviceTotalMem_v2");
   if (!valid_device(device)) return real_total;
   note_physical_total(device, real_total);
-  return capped_mem_info(real_total, real_total, cb_->devices[device].cap.load(std::memory_order_relaxed), 0).total;
+  return capped_mem_info(real_total, real_total, limit_[device].load(std::memory_order_relaxed), 0).total;
 }
 
 bool Engine::needs_physical_total(int device) const noexcept {

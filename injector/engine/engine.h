@@ -21,6 +21,28 @@
 // plan is installed. Replaced plans are never freed while the process runs (a thread may still read one;
 // one small object per change), only by ~Engine, which runs in tests alone.
 //
+// Note [A plan only the runner writes]
+// The control block is mapped writable in every process of the job (the shim and the probes write their
+// counters there), so the job's own code can write into it too: a job once wrote a plan with no caps into
+// plan_text, bumped plan_generation, and passed "under 64 MiB" (issue 44). Only the runner may change a
+// running job's plan, and the runner gives its plan in OOMH_PLAN and never writes one into a block (the
+// plan-change path of Note [Plan changes at run time] serves a shim on its own, whose user publishes plans
+// into the block that shim made: the GPU checks of tests/gpu/injector). So:
+//  - in a runner's block (any name but kSoloBlockPrefix's) the shim installs no plan from the block: a
+//    change of plan_generation is refused, counted in ControlBlock::tampered and written as a `tamper`
+//    event ("plan"); the runner, which knows it wrote none, also reads plan_generation (its samples and the
+//    attempt's end) and records a `tamper` event of its own, and either makes the job an error, never a
+//    pass (Note [Green means tested] in runner/include/oomharness/runner/untested.h);
+//  - the cap a shim enforces is its own: each process computes it from its plan (limit_) and decides
+//    allocations and memory queries by that, so a job that writes DeviceCounters::cap changes nothing but
+//    what the runner samples. Where the plan's caps never change, a shim that finds the block's cap unlike
+//    its own puts its own back, counts it and writes a `tamper` event ("cap"); a cap schedule (at a step
+//    or a time) lets two processes differ for a moment, so there the next call's check puts it back as an
+//    ordinary cap_change.
+// A job can still lower the shared `held` (the bytes every process books there) or wipe the counters: the
+// block is shared memory the job maps, and no per-process secret would change that (the job's code runs in
+// the shim's own address space). What it cannot do is give the shims another plan or another cap.
+//
 // Note [Counting the footprint]
 // A cap counts, by default, the bytes the job allocates through the driver's allocation calls, which is
 // what PyTorch's set_per_process_memory_fraction limits too. A real GPU of that size also holds what no
@@ -93,6 +115,9 @@ struct EngineSetup {
   int events_fd = -1;                   // OOMH_EVENTS, opened O_APPEND; -1: no events
   std::optional<FaultPlan> plan;        // rules and plan caps; empty: none
   std::string plan_error;               // why OOMH_PLAN or OOMH_CAP was rejected; empty: accepted (Note [Armed record])
+  // Note [A plan only the runner writes]: plans published in the block are installed only in a block a shim
+  // made for itself; false in a runner's.
+  bool plan_updates = true;
   std::vector<CapEntry> option_caps;    // OOMH_CAP, applied before the plan's caps
   CapCounting cap_counts = CapCounting::allocations;  // OOMH_CAP_COUNTS; a plan's cap_counts wins
   int64_t record_from = -1, record_to = -1;  // OOMH_RECORD_STEP: an alloc event per allocation call in these steps; -1: none
@@ -127,6 +152,7 @@ class Engine {
   static constexpr uint64_t kInjectEventLimit = 10000;
   static constexpr uint64_t kRecordEventLimit = 10000;  // alloc events (OOMH_RECORD_STEP) per process
   static constexpr uint64_t kFootprintMaxAge = 100'000'000;  // ns (Note [Counting the footprint])
+  static constexpr uint32_t kTamperEventLimit = 16;           // per process (Note [A plan only the runner writes])
 
   explicit Engine(EngineSetup setup);
   ~Engine();
@@ -193,6 +219,8 @@ class Engine {
   // This process's bytes held on a device now (its slot's share of the job's), and their peak.
   uint64_t held(int device) const noexcept;
   uint64_t peak(int device) const noexcept;
+  // The cap this process enforces on a device, 0: none (Note [A plan only the runner writes]).
+  uint64_t cap_limit(int device) const noexcept;
   size_t rule_count() const noexcept;
   CapCounting cap_counting() const noexcept;
   // Bytes of this process's footprint on `device` that its allocations do not explain, booked as held.
@@ -211,6 +239,10 @@ class Engine {
   void install(Plan* plan, const char* reason) noexcept;
   void apply_cap(Plan& plan, int device, int64_t step, const char* reason) noexcept;
   void set_cap(int device, uint64_t limit, const char* reason) noexcept;
+  // Note [A plan only the runner writes]: a plan in a runner's block, and a block cap unlike this process's.
+  void refuse_plan(uint32_t generation) noexcept;
+  void restore_cap(int device, uint64_t limit, uint64_t found) noexcept;
+  void report_tamper(events::EventLine& line, const char* message) noexcept;
   void register_process(uint32_t flags, int parent_pid) noexcept;
   void note_device(int device) noexcept;
   uint64_t hold(int device, uint64_t bytes) noexcept;  // returns the process's bytes held now
@@ -258,6 +290,9 @@ class Engine {
   Plan* retired_ = nullptr;
   SpinLock plan_lock_;
   std::atomic<uint32_t> seen_generation_{0};
+  bool plan_updates_;                          // Note [A plan only the runner writes]
+  std::atomic<uint64_t> limit_[kMaxDevices]{};  // the cap this process enforces per device, 0: none
+  std::atomic<uint32_t> tamper_events_{0};
 
   Ledger ledger_;  // also counts this process's free calls (Ledger::taken)
   std::atomic<uint64_t> alloc_calls_[kMaxDevices]{};

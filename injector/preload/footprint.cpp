@@ -1,5 +1,6 @@
 // The footprint probe: footprint.h.
 
+#include <oomharness/process_ids.h>
 #include "footprint.h"
 
 #include "real_driver.h"
@@ -79,6 +80,14 @@ nvmlDevice_t nvml_device(Nvml& n, int cuda_device) {
   return n.devices[cuda_device];
 }
 
+// This process's pid as NVML names it (Note [Pids the runner can see] in include/oomharness/process_ids.h),
+// read once per process under g_lock; 0: not yet.
+int32_t g_own_pid = 0;
+int32_t own_pid() noexcept {
+  if (g_own_pid == 0) g_own_pid = process_ids().pid;
+  return g_own_pid;
+}
+
 // NVML's figure for this pid on the device.
 bool process_memory(Nvml& n, nvmlDevice_t device, uint64_t* bytes) {
   NvmlProcessInfo local[64];
@@ -91,7 +100,7 @@ bool process_memory(Nvml& n, nvmlDevice_t device, uint64_t* bytes) {
     rc = infos ? n.processes(device, &count, infos) : rc;
   }
   bool found = false;
-  unsigned int pid = static_cast<unsigned int>(getpid());
+  unsigned int pid = static_cast<unsigned int>(own_pid());  // NVML names processes as /proc does
   for (unsigned int i = 0; rc == kNvmlSuccess && i < count && !found; ++i) {
     if (infos[i].pid != pid || infos[i].usedGpuMemory == kNvmlValueNotAvailable) continue;
     *bytes = infos[i].usedGpuMemory;
@@ -130,6 +139,7 @@ void footprint_prepare_fork() noexcept { g_lock.lock(); }
 void footprint_after_fork_parent() noexcept { g_lock.unlock(); }
 void footprint_after_fork_child() noexcept {
   g_nvml.devices_reset();
+  g_own_pid = 0;
   g_lock.unlock();
 }
 

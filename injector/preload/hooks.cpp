@@ -38,6 +38,7 @@
 #include "../engine/options.h"
 
 #include <oomharness/control_block.h>
+#include <oomharness/process_ids.h>
 
 #include <cuda.h>
 
@@ -294,12 +295,12 @@ void fork_child() {
   footprint_after_fork_child();
   g_engine->after_fork_child();
   char pid[24];
-  std::snprintf(pid, sizeof pid, "%d", static_cast<int>(getpid()));
+  std::snprintf(pid, sizeof pid, "%d", static_cast<int>(process_ids().pid));  // Note [Pids the runner can see]
   setenv("OOMH_SHIM_PARENT", pid, 1);
 }
 
 ControlBlock* map_control_block(const Options& o) {
-  std::snprintf(g_control_name, sizeof g_control_name, "/oomh-solo-%d", static_cast<int>(getpid()));
+  std::snprintf(g_control_name, sizeof g_control_name, "%s%d", kSoloBlockPrefix, static_cast<int>(getpid()));
   if (o.has_control) {
     ControlBlock* cb = control_block_open(o.control.c_str());
     if (!cb)
@@ -361,12 +362,16 @@ int start_engine() {
     return kPassThrough;
   }
   setup.block = cb;
+  // Note [A plan only the runner writes]: a runner's block takes no plan; one a shim made for itself does.
+  setup.plan_updates = !o.has_control || control_name_is_solo(o.control.c_str());
   bool execd = o.has_shim_parent;
   setup.process_flags = execd ? kProcessExecd : 0;
   // OOMH_SHIM_PARENT equal to our own pid: this image replaced one of ours by exec without fork (a wrapper
   // script); the engine then takes over that image's slot. Otherwise the parent is the process that forked us.
-  int pid = static_cast<int>(getpid());
-  setup.parent_pid = execd && std::atoi(o.shim_parent.c_str()) == pid ? pid : static_cast<int>(getppid());
+  // Pids as /proc names them, as the slots hold them (Note [Pids the runner can see]).
+  const ProcessIds ids = process_ids();
+  int pid = ids.pid;
+  setup.parent_pid = execd && std::atoi(o.shim_parent.c_str()) == pid ? pid : ids.ppid;
   if (o.has_events) {
     setup.events_fd = events::open_event_log(o.events.c_str());
     if (setup.events_fd < 0) say("OOMH_EVENTS: cannot open '%s': %s; no events are written", o.events.c_str(), std::strerror(errno));
@@ -663,7 +668,7 @@ OOMH_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch, size_
   oomh::ControlBlock* cb = e->block();
   if (!cb || device < 0 || device >= oomh::kMaxDevices) return rc;
   oomh::DeviceCounters& c = cb->devices[device];
-  uint64_t cap = c.cap.load(std::memory_order_relaxed);
+  uint64_t cap = e->cap_limit(device);  // this process's, never the block's (Note [A plan only the runner writes])
   if (cap == 0 || c.held.load(std::memory_order_relaxed) <= cap) return rc;
   auto real_free = real_fn<decltype(&cuMemFree_v2)>("cuMemFree_v2");
   if (!real_free) return rc;

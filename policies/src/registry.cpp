@@ -278,6 +278,13 @@ const std::vector<ArgSpec>& reference_specs() {
 
 // Checks that need more than a type: ranges, regular expressions, nested objects.
 std::optional<Error> check_policy_args(const PolicyInfo& policy, nlohmann::json& args) {
+  // An exit status holds 8 bits: a process that calls exit(256) is seen as exiting 0, so `exit: 256` could
+  // never pass (and -1 neither: a signal is no exit code).
+  if (policy.name == "exit" && args.contains("code")) {
+    const int64_t code = args["code"].get<int64_t>();
+    if (code < 0 || code > 255)
+      return Error::of("exit's 'code' must be from 0 to 255 (an exit status holds 8 bits), got " + args["code"].dump(), {"code"});
+  }
   if (policy.name == "batch_halving") {
     double f = args["factor"].get<double>();
     if (!(f > 0 && f <= 1))

@@ -83,6 +83,10 @@ Attempt merge_ranks(std::vector<Attempt> ranks) {
       out.shim->ways_in |= a.shim->ways_in;
       out.shim->driver_called = out.shim->driver_called || a.shim->driver_called;
       out.shim->allocations += a.shim->allocations;
+      out.shim->refused_by_rules += a.shim->refused_by_rules;
+      out.shim->refused_by_cap += a.shim->refused_by_cap;
+      out.shim->tampered += a.shim->tampered;
+      out.shim->plan_generation = std::max(out.shim->plan_generation, a.shim->plan_generation);
     }
     if (!a.thinned) {
       for (const Event& e : a.events) {

@@ -183,6 +183,10 @@ def exec_command(command, cap=None, fault=(), expect=(), name=None, out_dir=None
     if threads_per_job is not None:
         argv += ["--threads-per-job", str(threads_per_job)]
     for k, v in (env or {}).items():
+        # `--env NAME=VALUE` splits at the first '=': a name holding one would set another variable.
+        if not isinstance(k, str) or not k or "=" in k or "\0" in k or "\0" in str(v):
+            raise ValueError("env: %r is not an environment variable's name and value (a name has no '=', "
+                             "neither has a NUL)" % ({k: v},))
         argv += ["--env", "%s=%s" % (k, v)]
     argv += list(extra_args)
     argv += ["--"] + [str(c) for c in command]

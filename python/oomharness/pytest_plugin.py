@@ -91,8 +91,15 @@ def _step_base(value):
     return value in (0, 1) and not isinstance(value, bool)
 
 
+_VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
 def _mapping(value):
-    return isinstance(value, dict) and all(isinstance(k, str) and k for k in value)
+    # A name as a suite's `env:` and `--env` take it (is_variable_name in runner/src/suite/items.h): never one
+    # holding '=', which `--env MODE=fast=1` would read as MODE='fast=1'. A value cannot hold a NUL (an
+    # environment string ends there).
+    return isinstance(value, dict) and all(
+        isinstance(k, str) and _VARIABLE_NAME.match(k) and "\0" not in str(v) for k, v in value.items())
 
 
 def _exit_code(value):
@@ -117,7 +124,7 @@ _ARGUMENTS = {
     "restart_on": (_text, "what restarts it, as --restart-on: 'oom', 'nonzero,signal'", "both"),
     "target_step": (_count, "the step training must reach (an int)", "both"),
     "step_base": (_step_base, "the number of the first training step in the code's own log: 0 or 1 (default 1)", "both"),
-    "env": (_mapping, "a dict of the job's environment variables", "both"),
+    "env": (_mapping, "a dict of the job's environment variables (names of letters, digits and _)", "both"),
     "cwd": (_folder, "the job's working folder; a relative one is taken from the test file's folder", "both"),
     "exit": (_exit_code, "the exit code the test's process must end with (an int), or None for any", "marker"),
     "name": (_text, "the job's name in reports", "fixture"),

@@ -24,10 +24,18 @@ ReportExpected<CompareRule> bad_rule(const std::string& text, const std::string&
   return ReportExpected<CompareRule>::failure("bad --fail-on rule '" + text + "': " + why + " (" + kRuleForms + ")");
 }
 
+// The change in percent; from 0 no percentage means anything ("+0.0%" for 0 B -> 10 GiB once hid a peak).
 std::string pct(double base, double now) {
+  if (!(base > 0)) return now > 0 ? "from 0" : "+0.0%";
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%+.1f%%", base > 0 ? (now - base) / base * 100 : 0.0);
+  std::snprintf(buf, sizeof buf, "%+.1f%%", (now - base) / base * 100);
   return buf;
+}
+
+// "peak grew +12.0% (1.00 GiB -> 1.12 GiB)", or "peak grew from 0 B to 10.00 GiB".
+std::string grew_text(const char* what, double base, double now, const std::string& base_text, const std::string& now_text) {
+  if (!(base > 0)) return std::string(what) + " from " + base_text + " to " + now_text;
+  return std::string(what) + " " + pct(base, now) + " (" + base_text + " -> " + now_text + ")";
 }
 
 std::string arrow(const std::string& a, const std::string& b) { return a == b ? a : a + " -> " + b; }
@@ -53,11 +61,15 @@ std::string regression(const JobComparison& j, const CompareRule& rule) {
     case Metric::peak:
       if (!j.base_peak || !j.new_peak) return "";
       if (!grew_beyond(rule, static_cast<double>(*j.base_peak), static_cast<double>(*j.new_peak))) return "";
-      return "peak grew " + pct(static_cast<double>(*j.base_peak), static_cast<double>(*j.new_peak)) + " (" +
-             format_bytes(*j.base_peak) + " -> " + format_bytes(*j.new_peak) + "), more than " + rule.text + " allows";
+      return grew_text("peak grew", static_cast<double>(*j.base_peak), static_cast<double>(*j.new_peak),
+                       format_bytes(*j.base_peak), format_bytes(*j.new_peak)) +
+             ", more than " + rule.text + " allows";
     case Metric::recovery:
       if (!j.base_recovery || !j.new_recovery) return "";
       if (!grew_beyond(rule, *j.base_recovery, *j.new_recovery)) return "";
+      if (!(*j.base_recovery > 0))
+        return "recovery took " + format_duration(*j.new_recovery) + " (" + format_duration(*j.base_recovery) +
+               " before), more than " + rule.text + " allows";
       return "recovery took " + pct(*j.base_recovery, *j.new_recovery) + " longer (" + format_duration(*j.base_recovery) +
              " -> " + format_duration(*j.new_recovery) + "), more than " + rule.text + " allows";
     case Metric::faults_visible:
@@ -158,17 +170,66 @@ int Comparison::regression_count() const {
   return n;
 }
 
+SuitePairing pair_suites(const RunResult& base, const RunResult& now) {
+  std::map<std::string, std::set<std::string>> base_jobs, new_jobs;  // suite -> its job names
+  for (const SuiteResult& s : base.suites)
+    for (const JobResult& j : s.jobs) base_jobs[s.name].insert(j.name);
+  for (const SuiteResult& s : now.suites)
+    for (const JobResult& j : s.jobs) new_jobs[s.name].insert(j.name);
+  // Candidates: a suite only the base has and a suite only the new run has that share a job name.
+  std::map<std::string, std::vector<std::string>> of_base, of_new;
+  for (const auto& [b, b_jobs] : base_jobs) {
+    if (new_jobs.count(b)) continue;
+    for (const auto& [n, n_jobs] : new_jobs) {
+      if (base_jobs.count(n)) continue;
+      const std::set<std::string>& theirs = n_jobs;
+      if (std::any_of(b_jobs.begin(), b_jobs.end(), [&](const std::string& job) { return theirs.count(job) > 0; })) {
+        of_base[b].push_back(n);
+        of_new[n].push_back(b);
+      }
+    }
+  }
+  const auto quoted_list = [](const std::vector<std::string>& names) {
+    std::string out;
+    for (const std::string& x : names) out += (out.empty() ? "'" : ", '") + x + "'";
+    return out;
+  };
+  const std::string why = ": which was renamed to which cannot be told, and a job that regressed would show as one removed "
+                          "job and one new one; compare runs of the same suites";
+  SuitePairing out;
+  for (const auto& [b, ns] : of_base)
+    if (ns.size() > 1) {
+      out.ambiguous = "the base run's suite '" + b + "' is missing from the new run, whose suites " + quoted_list(ns) +
+                      " (missing from the base) have jobs of the same names" + why;
+      return out;
+    }
+  for (const auto& [n, bs] : of_new)
+    if (bs.size() > 1) {
+      out.ambiguous = "the new run's suite '" + n + "' is missing from the base run, whose suites " + quoted_list(bs) +
+                      " (missing from the new run) have jobs of the same names" + why;
+      return out;
+    }
+  for (const auto& [b, ns] : of_base) out.renamed.push_back({b, ns.front()});
+  return out;
+}
+
 Comparison compare(const RunResult& base, const RunResult& now, const std::vector<CompareRule>& rules) {
   using Key = std::pair<std::string, std::string>;
   std::map<Key, const JobResult*> in_new;
   for (const SuiteResult& s : now.suites)
     for (const JobResult& j : s.jobs) in_new.emplace(Key{s.name, j.name}, &j);
-  std::map<Key, bool> in_base;
+  std::map<Key, bool> in_new_paired;
 
   Comparison out;
-  const auto add = [&](const std::string& suite, const JobResult* b, const JobResult* n) {
+  // Note [A renamed suite] (compare.h): the base's suite is looked up under its new name.
+  const SuitePairing pairing = pair_suites(base, now);
+  if (!pairing.ambiguous) out.renamed = pairing.renamed;
+  std::map<std::string, std::string> new_name;
+  for (const SuiteRename& r : out.renamed) new_name[r.base] = r.now;
+  const auto add = [&](const std::string& suite, const JobResult* b, const JobResult* n, const std::string& was) {
     JobComparison c;
     c.suite = suite;
+    c.renamed_from = was;
     c.job = b ? b->name : n->name;
     if (b) fill_side(*b, true, c);
     if (n) fill_side(*n, false, c);
@@ -180,15 +241,22 @@ Comparison compare(const RunResult& base, const RunResult& now, const std::vecto
     out.jobs.push_back(std::move(c));
   };
   for (const SuiteResult& s : base.suites) {
+    const auto renamed = new_name.find(s.name);
+    const std::string suite = renamed == new_name.end() ? s.name : renamed->second;
     for (const JobResult& j : s.jobs) {
-      in_base[Key{s.name, j.name}] = true;
-      auto it = in_new.find(Key{s.name, j.name});
-      add(s.name, &j, it == in_new.end() ? nullptr : it->second);
+      auto it = in_new.find(Key{suite, j.name});
+      // A job the renamed suite no longer has stays under its old name: it was removed, not renamed.
+      if (it == in_new.end()) {
+        add(s.name, &j, nullptr, "");
+        continue;
+      }
+      in_new_paired[Key{suite, j.name}] = true;
+      add(suite, &j, it->second, suite == s.name ? "" : s.name);
     }
   }
   for (const SuiteResult& s : now.suites)
     for (const JobResult& j : s.jobs)
-      if (!in_base.count(Key{s.name, j.name})) add(s.name, nullptr, &j);
+      if (!in_new_paired.count(Key{s.name, j.name})) add(s.name, nullptr, &j, "");
   return out;
 }
 
@@ -200,7 +268,7 @@ struct Row { std::string job, status, verdicts, peak, recovery, faults; };
 
 Row row(const JobComparison& j) {
   Row r;
-  r.job = j.full_name();
+  r.job = j.full_name() + (j.renamed_from.empty() ? "" : " (was " + j.renamed_from + "::" + j.job + ")");
   const auto status = [](const std::optional<JobStatus>& s) { return s ? std::string(to_string(*s)) : std::string("absent"); };
   r.status = j.added() ? "new: " + status(j.new_status) : j.removed() ? "removed" : arrow(status(j.base_status), status(j.new_status));
   for (const VerdictChange& v : j.verdict_changes) {
@@ -231,6 +299,8 @@ std::string summary_line(const Comparison& c) {
   std::string s = std::to_string(c.jobs.size()) + " jobs compared, " + std::to_string(added) + " new, " +
                   std::to_string(removed) + " removed: ";
   s += c.regressed() ? std::to_string(c.regression_count()) + " regression(s)" : "no regressions";
+  for (const SuiteRename& r : c.renamed)
+    s += "; the suite '" + r.base + "' is '" + r.now + "' in the new run: its jobs are compared by name";
   return s;
 }
 

@@ -8,6 +8,7 @@
 // NVML_DOUBLE_PID_OFFSET=N reports the process under its pid + N, as NVML does in a container with its own
 // pid namespace (the pid NVML knows is the host's): the shim then cannot find itself.
 #include <cstdint>
+#include "oomharness/process_ids.h"
 #include <cstdio>
 #include <cstdlib>
 
@@ -64,7 +65,9 @@ int nvmlDeviceGetComputeRunningProcesses_v3(void* device, unsigned int* count, P
     return kInsufficientSize;
   }
   const char* offset = std::getenv("NVML_DOUBLE_PID_OFFSET");
-  infos[0] = ProcessInfo{static_cast<unsigned int>(getpid() + (offset ? std::atoi(offset) : 0)), bytes, 0xFFFFFFFFu, 0xFFFFFFFFu};
+  // As the driver does, by the pid /proc names the process by (Note [Pids the runner can see]).
+  const int32_t pid = oomh::process_ids().pid;
+  infos[0] = ProcessInfo{static_cast<unsigned int>(pid + (offset ? std::atoi(offset) : 0)), bytes, 0xFFFFFFFFu, 0xFFFFFFFFu};
   *count = 1;
   return kSuccess;
 }

@@ -399,6 +399,62 @@ TEST(Engine, PlanChangesThroughTheControlBlock) {
   EXPECT_EQ(block.get()->devices[2].cap.load(), 0u);
 }
 
+// Issue 44 (2): a job wrote a plan with no caps into its control block and bumped the generation, and the
+// shim installed it. In a runner's block the shim refuses it (Note [A plan only the runner writes]).
+TEST(Engine, ARunnersBlockTakesNoPlanFromTheJob) {
+  Block block;
+  EventFile events;
+  EngineSetup s = setup(block.get(), events.fd());
+  s.plan = plan(R"({"caps":[{"limit":"2MiB"}]})");
+  s.plan_updates = false;  // a runner's block
+  Engine e(std::move(s));
+  EXPECT_TRUE(allocate(e, 0x1, MiB));
+  std::string none = "{}";
+  ASSERT_TRUE(oomh::control_block_publish_plan(block.get(), none.data(), static_cast<uint32_t>(none.size())));
+  EXPECT_TRUE(allocate(e, 0x2, MiB));
+  EXPECT_FALSE(allocate(e, 0x3, MiB)) << "the job's plan (no caps) was installed";
+  EXPECT_EQ(block.get()->devices[0].cap.load(), 2 * MiB);
+  EXPECT_EQ(block.get()->tampered.load(), 1u);
+  EXPECT_TRUE(events.read("plan_change").empty());
+  auto tamper = events.read("tamper");
+  ASSERT_EQ(tamper.size(), 1u);
+  EXPECT_EQ(tamper[0]["fields"]["what"], "plan");
+  EXPECT_EQ(tamper[0]["fields"]["generation"], 2);
+  EXPECT_NE(tamper[0]["fields"]["message"].get<std::string>().find("only the runner may change a running job's plan"),
+            std::string::npos);
+  // A generation left odd (a writer "mid-way" for ever) is refused as well, and reported once per change.
+  block.get()->plan_generation.store(7);
+  EXPECT_FALSE(allocate(e, 0x4, MiB));
+  EXPECT_FALSE(allocate(e, 0x5, MiB));
+  EXPECT_EQ(block.get()->tampered.load(), 2u);
+  EXPECT_EQ(events.read("tamper").size(), 2u);
+}
+
+// ... and a cap written into the block changes nothing: each process enforces its own, and puts it back.
+TEST(Engine, ACapWrittenIntoTheBlockIsNotTheCap) {
+  Block block;
+  EventFile events;
+  EngineSetup s = setup(block.get(), events.fd());
+  s.plan = plan(R"({"caps":[{"limit":"2MiB"}]})");
+  s.plan_updates = false;
+  Engine e(std::move(s));
+  block.get()->devices[0].cap.store(0);  // the job lifts the cap
+  EXPECT_TRUE(allocate(e, 0x1, MiB));
+  EXPECT_TRUE(allocate(e, 0x2, MiB));
+  EXPECT_FALSE(allocate(e, 0x3, MiB));
+  EXPECT_EQ(block.get()->devices[0].cap.load(), 2 * MiB);
+  EXPECT_EQ(e.mem_info(0, 100 * MiB, 100 * MiB).total, 2 * MiB);
+  EXPECT_EQ(block.get()->tampered.load(), 1u);
+  auto tamper = events.read("tamper");
+  ASSERT_EQ(tamper.size(), 1u);
+  EXPECT_EQ(tamper[0]["fields"]["what"], "cap");
+  EXPECT_EQ(tamper[0]["fields"]["found"], 0);
+  EXPECT_NE(tamper[0]["fields"]["message"].get<std::string>().find("the control block's cap for device 0 was 0 bytes"),
+            std::string::npos);
+  block.get()->devices[0].cap.store(64 * MiB);  // or raises it: the memory queries keep the real one
+  EXPECT_EQ(e.mem_info(0, 100 * MiB, 100 * MiB).total, 2 * MiB);
+}
+
 TEST(Engine, InjectEventsAreRateLimited) {
   Block block;
   EventFile events;

@@ -271,6 +271,10 @@ def test_fixture_misspelt(oomharness):
 @pytest.mark.oom(step_base=2)
 def test_step_base_two():
     pass
+
+@pytest.mark.oom(env={"MODE=fast": "1"})
+def test_env_name_with_equals():
+    pass
 '''
 
 
@@ -283,7 +287,8 @@ def test_malformed_uses_name_the_test_and_the_argument(installed, tmp_path):
     rc, out = run_pytest(tmp_path, installed, "--oomh-out", str(tmp_path / "reports"))
     assert rc == 1, out
     assert outcomes(out) == {"test_old_marker": "ERROR", "test_positional": "ERROR", "test_cap_not_text": "ERROR",
-                             "test_fixture_misspelt": "FAILED", "test_step_base_two": "ERROR"}, out
+                             "test_fixture_misspelt": "FAILED", "test_step_base_two": "ERROR",
+                             "test_env_name_with_equals": "ERROR"}, out
     assert "tests/test_bad.py::test_old_marker: @pytest.mark.oomharness is now @pytest.mark.oom" in out, out
     assert "@pytest.mark.oom on tests/test_bad.py::test_positional: takes keyword arguments only" in out, out
     assert ("@pytest.mark.oom on tests/test_bad.py::test_cap_not_text: cap=128 is not a size text, as --cap: "
@@ -292,6 +297,9 @@ def test_malformed_uses_name_the_test_and_the_argument(installed, tmp_path):
             "timeout=?)") in out, out
     assert ("@pytest.mark.oom on tests/test_bad.py::test_step_base_two: step_base=2 is not the number of the first "
             "training step in the code's own log: 0 or 1") in out, out
+    # Issue 44: the job ran with MODE='fast=1'.
+    assert ("@pytest.mark.oom on tests/test_bad.py::test_env_name_with_equals: env={'MODE=fast': '1'} is not a dict of "
+            "the job's environment variables (names of letters, digits and _)") in out, out
     assert not (tmp_path / "reports").exists(), "a job ran: %s" % list((tmp_path / "reports").iterdir())
 
 

@@ -119,6 +119,58 @@ TEST(Compare, RecoveryAndVisibleFaults) {
   EXPECT_FALSE(compare(run_of({job("a", JobStatus::passed, kGiB)}), now, rules({"recovery"})).regressed());
 }
 
+RunResult suites_of(std::vector<std::pair<std::string, std::vector<JobResult>>> suites) {
+  RunResult r;
+  for (auto& [name, jobs] : suites) r.suites.push_back({name, name + ".yaml", 0, 0, std::move(jobs)});
+  return r;
+}
+
+// Issue 44: a suite renamed between the runs made a job that passed before and fails now "1 removed + 1 new",
+// exit 0. Its jobs are paired across the rename.
+TEST(Compare, ARegressionDoesNotHideBehindARenamedSuite) {
+  const RunResult base = suites_of({{"old", {job("train", JobStatus::passed, kGiB)}}});
+  const RunResult now = suites_of({{"new", {job("train", JobStatus::failed, kGiB)}}});
+  const auto c = compare(base, now, rules({"verdict"}));
+  ASSERT_EQ(c.jobs.size(), 1u);
+  EXPECT_TRUE(c.regressed());
+  EXPECT_EQ(c.jobs[0].full_name(), "new::train");
+  EXPECT_EQ(c.jobs[0].renamed_from, "old");
+  const std::string text = render_comparison_text(c);
+  EXPECT_NE(text.find("new::train (was old::train)"), std::string::npos) << text;
+  EXPECT_NE(text.find("the suite 'old' is 'new' in the new run"), std::string::npos) << text;
+  EXPECT_FALSE(pair_suites(base, now).ambiguous);
+  // A job the renamed suite lost is still a removed one, and one it gained a new one.
+  const auto more = compare(suites_of({{"old", {job("train", JobStatus::passed, kGiB), job("gone", JobStatus::passed, kGiB)}}}),
+                            suites_of({{"new", {job("train", JobStatus::passed, kGiB), job("fresh", JobStatus::passed, kGiB)}}}),
+                            rules({"verdict"}));
+  ASSERT_EQ(more.jobs.size(), 3u);
+  EXPECT_FALSE(more.jobs[0].removed());
+  EXPECT_TRUE(more.jobs[1].removed());
+  EXPECT_TRUE(more.jobs[2].added());
+  // Unrelated suites (no job name in common) are not paired.
+  EXPECT_TRUE(pair_suites(suites_of({{"a", {job("x", JobStatus::passed, kGiB)}}}), suites_of({{"b", {job("y", JobStatus::passed, kGiB)}}}))
+                  .renamed.empty());
+}
+
+TEST(Compare, AnAmbiguousRenameIsRefused) {
+  const RunResult base = suites_of({{"a", {job("train", JobStatus::passed, kGiB)}}, {"b", {job("train", JobStatus::passed, kGiB)}}});
+  const RunResult now = suites_of({{"c", {job("train", JobStatus::failed, kGiB)}}, {"d", {job("train", JobStatus::passed, kGiB)}}});
+  const SuitePairing p = pair_suites(base, now);
+  ASSERT_TRUE(p.ambiguous);
+  EXPECT_NE(p.ambiguous->find("'a'"), std::string::npos) << *p.ambiguous;
+  EXPECT_NE(p.ambiguous->find("'c', 'd'"), std::string::npos) << *p.ambiguous;
+}
+
+// Issue 44: a peak from 0 B to 10 GiB was "+0.0%".
+TEST(Compare, GrowthFromZeroIsNotZeroPercent) {
+  const auto c = compare(run_of({job("a", JobStatus::passed, 0)}), run_of({job("a", JobStatus::passed, 10 * kGiB)}), rules({"peak:+5%"}));
+  ASSERT_EQ(c.jobs[0].regressions.size(), 1u);
+  EXPECT_EQ(c.jobs[0].regressions[0], "peak grew from 0 B to 10.00 GiB, more than peak:+5% allows");
+  const std::string text = render_comparison_text(c);
+  EXPECT_EQ(text.find("+0.0%"), std::string::npos) << text;
+  EXPECT_NE(text.find("(from 0)"), std::string::npos) << text;
+}
+
 TEST(Compare, BadRulesAreExplained) {
   for (const char* bad : {"peak:5", "peak:+5%%", "verdict:+1", "latency:+5%", "faults_visible:-x", "recovery:+2parsecs"}) {
     auto r = parse_fail_on(bad);

@@ -209,16 +209,21 @@ matrix:
 
 
 def case_missing_results(tmp):
-    """A job whose agent wrote no results (the agent was killed) is an error naming Slurm's state."""
+    """A job whose agent wrote no results (the agent was killed) is an error naming Slurm's state. The agent is
+    killed from beside it: its job cannot reach it (as root it runs in the run's PID namespace, issue 44)."""
     suite = write_suite(tmp, """version: 1
 name: missing
 jobs:
-  - name: kills-its-agent
-    run: sh -c 'kill -9 $PPID; sleep 5'
+  - name: loses-its-agent
+    run: sleep 5
 """)
+    killer = os.path.join(tmp, "killed_agent.sh")
+    with open(killer, "w") as f:
+        f.write("#!/bin/sh\n'%s' \"$@\" &\nagent=$!\nsleep 1\nkill -9 $agent\nwait $agent\nexit 137\n" % BIN)
+    os.chmod(killer, 0o755)
     out = os.path.join(tmp, "out")
-    r = run([BIN, "run", suite, "--simulate", "--backend", "slurm", "--slurm-poll", "0.2", "-o", out])
-    j = jobs_of(results(out))["missing::kills-its-agent"]
+    r = run([BIN, "run", suite, "--simulate", "--backend", "slurm", "--slurm-agent", killer, "--slurm-poll", "0.2", "-o", out])
+    j = jobs_of(results(out))["missing::loses-its-agent"]
     if j["status"] != "error":
         fail("status %s, expected error" % j["status"])
     msg = j["message"]

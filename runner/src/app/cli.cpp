@@ -51,6 +51,8 @@ std::string footer_text() {
   return out + line;
 }
 const std::string kFooter = footer_text();
+// The largest batch --batch and --max-batch take (predict, budget).
+constexpr int64_t kMaxBatch = int64_t{1} << 40;
 
 void add_report_flags(CLI::App* cmd, app::ReportFlags& f) {
   cmd->add_option("--junit", f.junit, "Also write JUnit XML here");
@@ -85,8 +87,10 @@ void add_job_flags(CLI::App* cmd, app::ExecArgs& a, Verbosity& v, bool with_faul
         case suite::FlagTakes::text:
           cmd->add_option_function<std::string>(name, [&given, name](const std::string& x) { given[name] = {x}; }, help);
           break;
-        case suite::FlagTakes::integer:  // CLI11 checks the number, as it did for an int member
-          cmd->add_option_function<int64_t>(name, [&given, name](const int64_t& n) { given[name] = {std::to_string(n)}; }, help);
+        case suite::FlagTakes::integer:
+          // Taken as typed: the row's reader checks the number (parse_integer refuses one out of range), so
+          // that `--restart 99999999999999999999` is quoted as typed, not as the int64 CLI11 saturates it to.
+          cmd->add_option_function<std::string>(name, [&given, name](const std::string& x) { given[name] = {x}; }, help);
           break;
         case suite::FlagTakes::repeated:
           cmd->add_option_function<std::vector<std::string>>(name, [&given, name](const std::vector<std::string>& x) { given[name] = x; }, help)
@@ -262,7 +266,7 @@ int parse_and_run(std::vector<std::string> args) {
   budget->add_option("--batch-under", budget_args.batch_under,
                      "Instead: the largest batch that completes under this cap; the command says where with {batch}");
   budget->add_option("--max-batch", budget_args.max_batch, "With --batch-under: the largest batch tried (default 4096)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+      ->check(CLI::Range(int64_t{1}, kMaxBatch));
   budget->footer(kFooter);
 
   app::PredictArgs predict_args;
@@ -271,10 +275,14 @@ int parse_and_run(std::vector<std::string> args) {
       "predict", "Predict the memory the job needs from one shape-only run on the virtual device: oomharness predict [flags] -- CMD ARGS...");
   Verbosity predict_verbosity;
   add_job_flags(predict, predict_args.exec, predict_verbosity, false);
-  predict->add_option("--batch", predict_args.batch, "With {batch} in the command: the batch to predict (default 1)");
+  // CLI11 saturates a number out of int64's range (99999999999999999999 became 9223372036854775807, and
+  // ran); its Range check reads the text as typed and refuses it, quoting it (exit 4).
+  predict->add_option("--batch", predict_args.batch, "With {batch} in the command: the batch to predict (default 1)")
+      ->check(CLI::Range(int64_t{1}, kMaxBatch));
   predict->add_option("--batch-under", predict_args.batch_under,
                       "With {batch} in the command: also find the largest batch that completes under this cap");
-  predict->add_option("--max-batch", predict_args.max_batch, "With --batch-under: the largest batch tried (default 4096)");
+  predict->add_option("--max-batch", predict_args.max_batch, "With --batch-under: the largest batch tried (default 4096)")
+      ->check(CLI::Range(int64_t{1}, kMaxBatch));
   predict->footer(kFooter);
 
   std::vector<std::string> validate_suites;

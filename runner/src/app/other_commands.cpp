@@ -28,7 +28,7 @@ ExitCode command_validate(const std::vector<std::string>& suites, std::ostream& 
     }
     size_t n = load->jobs.size();
     out << "ok: " << n << (n == 1 ? " job" : " jobs") << " in " << file << "\n";
-    for (const auto& job : load->jobs) out << "  " << load->name << "::" << job.name << "\n";
+    for (const auto& job : load->jobs) out << "  " << terminal_text(load->name + "::" + job.name) << "\n";  // Note [Text for a terminal]
   }
   return bad ? ExitCode::usage_error : ExitCode::ok;
 }
@@ -148,6 +148,11 @@ ExitCode command_compare(const CompareArgs& args, std::ostream& out, std::ostrea
           << " twice: a results file names each job once\n";
       return ExitCode::usage_error;
     }
+  // Note [A renamed suite] in compare.h.
+  if (const SuitePairing pairing = pair_suites(base.value(), now.value()); pairing.ambiguous) {
+    err << "oomharness compare: " << terminal_text(*pairing.ambiguous) << "\n";
+    return ExitCode::usage_error;
+  }
   Comparison c = compare(base.value(), now.value(), rules);
   out << terminal_text(render_comparison_text(c));  // Note [Text for a terminal]
   if (!args.markdown.empty()) {

@@ -120,11 +120,26 @@ class JobStream {
   JobStream& operator=(const JobStream&) = delete;
   void write(const std::string& line) {
     if (fd_ < 0) return;
+    if (exec::removed(fd_)) restore();
     errno = 0;
     if (!write_all(fd_, line)) fail(errno != 0 ? errno : EIO);
   }
 
  private:
+  // Note [A run folder removed during the run] in exec/run_folder.h: the file (or the whole folder) was
+  // removed, by a job: made again, with what the open, unlinked file still holds.
+  void restore() {
+    const fs::path path(path_);
+    const exec::DirFd dir = exec::open_user_dir(path.parent_path().string());
+    const int fresh = dir ? exec::create_file_at(dir.get(), path.filename().string()) : -1;
+    if (fresh < 0 || !exec::copy_file_contents(fd_, fresh)) {
+      if (fresh >= 0) ::close(fresh);
+      return fail(errno != 0 ? errno : EIO);
+    }
+    ::close(fd_);
+    fd_ = fresh;
+    err_ << "oomharness: " << path_ << " was removed during the run (by a job?); written again from what the runner held\n";
+  }
   void fail(int error) {
     err_ << "oomharness: cannot write " << path_ << ": " << std::strerror(error)
          << " (results.json is still written at the end)\n";
@@ -249,7 +264,7 @@ ExitCode print_collected(const std::vector<Suite>& suites, std::ostream& out) {
   size_t n = 0;
   for (const auto& s : suites)
     for (const auto& job : s.jobs) {
-      out << s.name << "::" << job.name;
+      out << terminal_text(s.name + "::" + job.name);  // Note [Text for a terminal]
       if (job.sweep) out << "  (a sweep: its faulted runs are planned from a golden run when it runs)";
       out << "\n";
       ++n;
@@ -531,7 +546,13 @@ void gather_suites(RunResult& run, const std::vector<Suite>& suites, const FlatJ
 
 // The run state (--lf), the reports, the summary on `out`, and the exit code.
 ExitCode report_run(const RunResult& run, const std::vector<Suite>& suites, const RunArgs& args, const std::string& out_dir,
-                    const exec::DirFd& out_fd, const TerminalStyle& style, std::ostream& out, std::ostream& err) {
+                    exec::DirFd& out_fd, const TerminalStyle& style, std::ostream& out, std::ostream& err) {
+  // Note [A run folder removed during the run] in exec/run_folder.h: what the run knows is written anyway.
+  if (exec::removed(out_fd.get())) {
+    out_fd = exec::open_user_dir(out_dir);
+    err << "oomharness: the output folder " << out_dir << " was removed during the run (by a job?); "
+        << (out_fd ? "made it again for the results" : "it could not be made again: " + std::string(std::strerror(errno))) << "\n";
+  }
   // Note [Run state] in run_state.h: before the reports, so that a report that cannot be written costs no memory.
   if (args.keep_state)
     if (auto problem = record_run_state(suites, run)) err << "oomharness: the run state (--lf) was not saved: " << *problem << "\n";
@@ -837,6 +858,11 @@ std::optional<JobSpec> job_from_exec_args(const ExecArgs& args, const std::strin
   fields.cwd = fs::current_path(cwd_error).string();
   JobSpec job = suite::build_job(fields);
   job.where = SourceLocation{"<command line>", 0, 0};
+  for (const FaultSpec& fault : job.faults)  // Note [Step numbering] in suite/job_fields.cpp
+    if (auto problem = suite::steps_before_first(fault.rule, job.step_base)) {
+      err << "oomharness " << command << ": bad --fault '" << fault.name << "': " << problem->message << "\n";
+      return std::nullopt;
+    }
   if (auto problem = suite::check_fault_plan(job.plan())) {
     err << "oomharness " << command << ": the fault plan is not one the shim accepts: " << *problem << "\n";
     return std::nullopt;

@@ -205,7 +205,7 @@ std::optional<ExitCode> prepare_sweep(const SweepSetup& setup, const RunArgs& ru
   golden_run.quiet_reports = true;
   golden_run.out_dir = golden_out;
   golden_run.capture = &golden_capture;
-  out << "Golden run of " << base.name << " (no fault; recording the allocations of step " << setup.steps_text << "):\n";
+  out << "Golden run of " << terminal_text(base.name) << " (no fault; recording the allocations of step " << setup.steps_text << "):\n";
   ExitCode golden_code = run_suites({golden_suite}, golden_run, out, err);
   if (golden_code == ExitCode::interrupted || golden_code == ExitCode::internal_error ||
       golden_code == ExitCode::usage_error)

@@ -88,7 +88,7 @@ const char* status_word(const JobResult& job) {
 std::string progress_line(const std::string& name, const JobProgress& p) {
   std::ostringstream s;
   const char* state = p.state == JobProgress::State::restarting ? "restarting" : p.state == JobProgress::State::waiting ? "waiting" : "running";
-  s << state << "  " << name << "  ";
+  s << state << "  " << terminal_text(name) << "  ";
   if (p.reference) s << "reference run";
   else s << attempt_name(p.attempt);
   if (p.step >= 0) s << "  step " << p.step;
@@ -108,7 +108,7 @@ std::string heartbeat_line(const std::string& clock, size_t done, size_t total,
     s << ", running: ";
     for (size_t i = 0; i < running.size(); ++i) {
       const JobProgress& p = running[i].second;
-      s << (i ? ", " : "") << running[i].first << " (" << format_duration(p.elapsed);
+      s << (i ? ", " : "") << terminal_text(running[i].first) << " (" << format_duration(p.elapsed);
       if (p.step >= 0) s << ", step " << p.step;
       s << ")";
     }
@@ -165,7 +165,7 @@ void ProgressView::print_permanent(const std::string& line) {
 
 void ProgressView::print_line(const std::string& line) {
   if (style_.live) clear_live();
-  out_ << line << "\n";
+  out_ << terminal_text(line) << "\n";  // the start/done lines name jobs (Note [Text for a terminal])
   if (style_.live) redraw(true);
   out_.flush();
 }

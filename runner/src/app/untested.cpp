@@ -60,6 +60,41 @@ std::string plan_error(const Attempt& a) {
 
 Untested error(std::string message) { return Untested{JobStatus::error, std::move(message)}; }
 
+// Note [A plan only the runner writes] in injector/engine/engine.h: the job wrote a plan or a cap into its
+// control block. The shims refused it, but a job that tries to change its own test is not one whose verdict
+// can be believed.
+std::optional<std::string> tampering(const Attempt& a) {
+  for (const Event& e : a.events)
+    if (e.kind == events::kTamper) return e.text("message", "the job wrote into its control block what only the runner writes");
+  if (a.shim && a.shim->plan_generation != 0)
+    return "the job wrote a fault plan into its control block (generation " + std::to_string(a.shim->plan_generation) +
+           "): only the runner may change a running job's plan";
+  if (a.shim && a.shim->tampered > 0)
+    return "the shims found the job writing into its control block what only the runner writes (" +
+           std::to_string(a.shim->tampered) + " time(s))";
+  return std::nullopt;
+}
+
+// Note [An event log replaced] in exec/job_runner_attempts.cpp: the shims count their refusals in the control
+// block as well as in the event log. Refusals counted and none in the log: the evidence was lost (a log the job
+// replaced with a FIFO), and "no allocation was refused" would be false. Says what is known.
+std::optional<std::string> refusals_lost(const Attempt& a) {
+  if (!a.shim) return std::nullopt;
+  const uint64_t refused = a.shim->refused_by_rules + a.shim->refused_by_cap;
+  if (refused == 0) return std::nullopt;
+  std::string why;
+  for (const Event& e : a.events) {
+    if (is_refusal(e)) return std::nullopt;
+    if (e.src == events::kSrcRunner && e.kind == events::kWarning && e.text("message").rfind("the event log ", 0) == 0 && why.empty())
+      why = " (" + e.text("message") + ")";
+  }
+  const auto count = [](uint64_t n, const char* what) { return std::to_string(n) + " " + what; };
+  return "the shim refused " + count(refused, refused == 1 ? "allocation" : "allocations") + " (" +
+         count(a.shim->refused_by_rules, "by fault rules") + ", " + count(a.shim->refused_by_cap, "for the cap") +
+         ": its counters in the control block), but the attempt's event log holds none of them" + why +
+         ", so no check can tell what the job did about them";
+}
+
 // "torch 2.14.1+cu130" from the probe's start event, or empty.
 std::string framework_seen(const Attempt& a) {
   for (const Event& e : a.events)
@@ -76,6 +111,8 @@ std::optional<Untested> why_untested(const JobSpec& job, const Trace& trace, boo
   for (const Attempt& a : trace.attempts) {
     if (a.end_kind == AttemptEnd::failed_to_start || a.end_kind == AttemptEnd::interrupted) continue;
     const std::string which = attempt_name(a.index);
+    if (auto changed = tampering(a))
+      return error(which + ": the job changed what is tested: " + *changed + ", so its verdicts cannot be believed");
     const bool needs_shim = plan_needs_shim(job, a.faults_enabled);
     if (needs_shim) {
       if (!a.shim || a.shim->processes == 0)
@@ -84,6 +121,7 @@ std::optional<Untested> why_untested(const JobSpec& job, const Trace& trace, boo
       if (a.shim->rejected > 0)
         return error(which + ": the shim rejected the fault plan, so no fault or cap was applied: " + plan_error(a));
     }
+    if (auto lost = refusals_lost(a)) return error(which + ": " + *lost);
     fired = fired || fault_fired(a, sidecar);
     stepped = stepped || completed_a_step(a);
     any_rules = any_rules || has_rules(job, a);

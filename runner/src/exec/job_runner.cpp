@@ -131,6 +131,7 @@ std::vector<JobOutcome> JobRunner::Impl::run(const std::vector<JobSpec>& specs) 
   asio::io_context io;
   ctx = &io;
   open_out_dir();
+  ns = std::make_unique<JobNamespace>();  // Note [A runner its jobs cannot signal] in job_namespace.h
   plan_jobs(specs, outcomes);
   arm_loop();
   schedule();
@@ -186,7 +187,31 @@ void JobRunner::Impl::arm_loop() {
     if (ec) wake_pipe.reset();
   }
   arm_wake();
+  if (ns && ns->stopped_fd() >= 0) {
+    stopped_pipe = std::make_unique<asio::readable_pipe>(*ctx);
+    boost::system::error_code ec;
+    stopped_pipe->assign(ns->stopped_fd(), ec);
+    if (ec) stopped_pipe.reset();
+  }
+  arm_watchdog_reports();
   arm_sampler();
+}
+
+void JobRunner::Impl::arm_watchdog_reports() {
+  if (!stopped_pipe) return;
+  stopped_pipe->async_read_some(asio::buffer(stopped_buf), [this](boost::system::error_code ec, size_t n) {
+    if (ec == asio::error::operation_aborted || finished_count == jobs.size()) return;
+    if (!ec && n > 0) {
+      for (auto& j : jobs)
+        for (auto& c : j->current)
+          if (c && !c->finished)
+            c->attempt.events.push_back(runner_event(
+                events::kWarning, now(),
+                {{"message", "the runner was stopped (SIGSTOP or the like: a job can send it, as the jobs do not run in a PID "
+                             "namespace of their own here) and its watchdog continued it"}}));
+    }
+    if (!ec || ec == asio::error::would_block || ec == asio::error::try_again) arm_watchdog_reports();
+  });
 }
 
 // The loop ran out of work: every job finished. Give the self-pipe back (it belongs to the runner).
@@ -196,9 +221,15 @@ void JobRunner::Impl::end_run() {
     wake_pipe->release(ec);
     wake_pipe.reset();
   }
+  if (stopped_pipe) {
+    boost::system::error_code ec;
+    stopped_pipe->release(ec);  // the descriptor is the namespace's
+    stopped_pipe.reset();
+  }
   sample_timer.reset();
   jobs.clear();
   packer.reset();
+  ns.reset();  // the keeper goes, and the kernel ends whatever was left in the namespace
   out_fd = DirFd();
   ctx = nullptr;
 }

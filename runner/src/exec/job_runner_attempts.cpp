@@ -6,7 +6,9 @@
 
 #include <filesystem>
 
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -72,6 +74,7 @@ void JobRunner::Impl::launch_rank(JobState& j, bool reference, int n, int rank, 
 
   int ev = create_file_at(dir, stem + ".events.jsonl");
   if (ev < 0) return fail_attempt(r, "cannot create the event log " + r.events_path + ": " + errno_text(errno));
+  r.events_fd = reopen_for_reading(ev);
   close(ev);
   r.log_fd = create_file_at(dir, stem + ".log");
   if (r.log_fd < 0) return fail_attempt(r, "cannot create the output log " + r.attempt.log_path + ": " + errno_text(errno));
@@ -115,7 +118,9 @@ void JobRunner::Impl::launch_rank(JobState& j, bool reference, int n, int rank, 
     actx.stacks_path = r.stacks_path;
   }
   std::vector<std::string> env = job_environment(*j.spec, options.paths, actx);
-  if (j.sidecar && j.sidecar->proc) env.push_back("OOMH_RESERVE_PID=" + std::to_string(j.sidecar->proc->id()));
+  // As the job names it: the sidecar lives in the run's namespace too (Note [A runner its jobs cannot signal]).
+  if (j.sidecar && j.sidecar->proc)
+    env.push_back("OOMH_RESERVE_PID=" + std::to_string(pid_inside(static_cast<pid_t>(j.sidecar->proc->id()))));
   std::vector<std::string> argv = attempt_argv(*j.spec, work, n);
   if (!reference && n == 0 && rank <= 0) j.outcome->argv = argv;
   nlohmann::json start_fields = {{"attempt", n}, {"argv", argv}};
@@ -127,6 +132,7 @@ void JobRunner::Impl::launch_rank(JobState& j, bool reference, int n, int rank, 
   if (program.empty()) return fail_attempt(r, "cannot start '" + argv[0] + "': command not found");
 
   std::vector<std::string> args(argv.begin() + 1, argv.end());
+  if (ns) ns->ensure();
   bp::posix::default_launcher launcher;
   boost::system::error_code ec;
   JobSetup setup(env, j.cwd);
@@ -164,6 +170,32 @@ void JobRunner::Impl::launch_rank(JobState& j, bool reference, int n, int rank, 
   if (stopping) stop_attempt(r, AttemptRun::Stop::interrupt);
 }
 
+// Note [An event log replaced]
+// The event log is the runner's file in the job's folder, and the job may put something else at its path
+// (a FIFO, issue 44: the shim's writes then went to whoever read the FIFO, the runner read nothing, and the
+// job was told "no allocation was refused" when the cap had refused 6). The runner holds the file it made
+// open and reads that; when the path no longer names it, the attempt gets a warning that says so, and
+// Note [Green means tested] (untested.cpp) weighs the shim's counters in the control block against the
+// refusals the log holds.
+std::optional<std::string> JobRunner::Impl::replaced_event_log(const AttemptRun& r) {
+  if (r.events_fd < 0 || r.restored || !r.job->dir_fd) return std::nullopt;
+  struct stat mine {}, there {};
+  if (fstat(r.events_fd, &mine) != 0) return std::nullopt;
+  const std::string name = fs::path(r.events_path).filename().string();
+  if (fstatat(r.job->dir_fd.get(), name.c_str(), &there, AT_SYMLINK_NOFOLLOW) != 0)
+    return "the event log " + r.events_path + " was removed while the attempt ran; the runner read the file it made, "
+           "which it held open";
+  if (there.st_dev == mine.st_dev && there.st_ino == mine.st_ino) return std::nullopt;
+  const char* what = S_ISFIFO(there.st_mode)  ? "a FIFO"
+                     : S_ISLNK(there.st_mode) ? "a symbolic link"
+                     : S_ISREG(there.st_mode) ? "another file"
+                     : S_ISDIR(there.st_mode) ? "a folder"
+                                              : "a special file";
+  return "the event log " + r.events_path + " was replaced by " + what +
+         " while the attempt ran; the runner read the file it made, not what is there now, so what the job's "
+         "processes wrote there after the swap is missing";
+}
+
 // The attempt could not start: record it as such, with the reason as the job's error.
 void JobRunner::Impl::fail_attempt(AttemptRun& r, const std::string& why) {
   JobState& j = *r.job;
@@ -199,10 +231,18 @@ void JobRunner::Impl::finish_attempt(AttemptRun& r) {
     shim.rejected = cb.plans_rejected.load(std::memory_order_relaxed);
     shim.ways_in = cb.ways_in.load(std::memory_order_relaxed);
     shim.driver_called = cb.first_driver_call_ns.load(std::memory_order_relaxed) != 0;
-    for (const DeviceCounters& d : cb.devices) shim.allocations += d.alloc_calls.load(std::memory_order_relaxed);
+    shim.tampered = cb.tampered.load(std::memory_order_relaxed);  // Note [A plan only the runner writes]
+    shim.plan_generation = cb.plan_generation.load(std::memory_order_relaxed);
+    for (const DeviceCounters& d : cb.devices) {
+      shim.allocations += d.alloc_calls.load(std::memory_order_relaxed);
+      // The job can write these too: read within Note [A job's integers].
+      shim.refused_by_rules += std::min<uint64_t>(d.failures_injected.load(std::memory_order_relaxed), kJobIntegerLimit);
+      shim.refused_by_cap += std::min<uint64_t>(d.cap_failures.load(std::memory_order_relaxed), kJobIntegerLimit);
+    }
     r.attempt.shim = shim;
   }
   release_control_block(r);
+  r.restored = restore_removed_folders(r);
   close_log(r);
 
   Attempt& a = r.attempt;
@@ -216,7 +256,13 @@ void JobRunner::Impl::finish_attempt(AttemptRun& r) {
   a.output_tail = r.tail.text().empty() ? a.output_tail : r.tail.text();
 
   size_t bad = 0;
-  std::vector<Event> logged = read_event_log(r.events_path, &bad, &a.thinned);
+  std::vector<Event> logged = r.events_fd >= 0 ? read_event_log_at(r.events_fd, r.events_path, &bad, &a.thinned)
+                                               : read_event_log(r.events_path, &bad, &a.thinned);
+  if (std::optional<std::string> replaced = replaced_event_log(r)) a.events.push_back(runner_event(events::kWarning, a.end, {{"message", *replaced}}));
+  if (r.events_fd >= 0) {
+    close(r.events_fd);
+    r.events_fd = -1;
+  }
   a.events.insert(a.events.end(), std::make_move_iterator(logged.begin()), std::make_move_iterator(logged.end()));
   // Output read after the exit was seen was still written before it: an observed line never comes after
   // the attempt's end in the trace.

@@ -33,6 +33,7 @@
 #include "exec/boost_process.h"
 
 #include "exec/gpu_packing.h"
+#include "exec/job_namespace.h"
 #include "exec/output.h"
 #include "exec/run_folder.h"
 #include "oomharness/control_block.h"
@@ -89,8 +90,14 @@ struct AttemptRun {
   std::string control_name;  // OOMH_CONTROL as the job sees it
   ControlBlock* cb = nullptr;
   std::string events_path;
+  // The event log the runner made, held open for reading: read through this at the end, so that a job that
+  // removes or replaces the file (Note [A run folder removed during the run] in run_folder.h, Note [An event
+  // log replaced] in job_runner_attempts.cpp) cannot take what the shim wrote into it away.
+  int events_fd = -1;
+  bool restored = false;     // its folder was removed while it ran and made again (restore_removed_folders)
   int rank = -1;             // a job with ranks > 1: this process's rank (Note [Ranks] in trace.h)
   std::string stacks_path;   // OOMH_STACKS
+  bool plan_tamper_seen = false;  // Note [A plan only the runner writes]: the runner's own `tamper` event is in
   int64_t seen_step = INT64_MIN;  // the control block's step at the last sample, and when it last changed
   double seen_step_t = 0;
   bool exited = false, out_done = false, err_done = false, finished = false;
@@ -179,6 +186,11 @@ struct JobRunner::Impl {
   std::unique_ptr<exec::asio::steady_timer> sample_timer;
   std::unique_ptr<exec::asio::readable_pipe> wake_pipe;
   std::array<char, 64> wake_buf{};
+  // Note [A runner its jobs cannot signal] in job_namespace.h: the run's PID namespace, or the watchdog and
+  // its reports.
+  std::unique_ptr<exec::JobNamespace> ns;
+  std::unique_ptr<exec::asio::readable_pipe> stopped_pipe;
+  std::array<char, 16> stopped_buf{};
 
   std::vector<JobOutcome> run(const std::vector<JobSpec>& specs);
   void open_out_dir();
@@ -207,6 +219,14 @@ struct JobRunner::Impl {
   void finish_attempt(AttemptRun& r);
   void after_attempt(JobState& j, const Attempt& a, bool reference);
   void release_control_block(AttemptRun& r);
+  // Note [A run folder removed during the run] in run_folder.h: the output folder and the job's folder made
+  // again where a job removed them, and this attempt's log and event log written back; true when it had to.
+  bool restore_removed_folders(AttemptRun& r);
+  // The job's folder, made again (with the output folder) where it was removed.
+  void reopen_job_dir(JobState& j);
+  // Note [An event log replaced] in job_runner_attempts.cpp: what happened to the attempt's event log, when
+  // its path no longer names the file the runner made.
+  std::optional<std::string> replaced_event_log(const AttemptRun& r);
   void retire(std::unique_ptr<AttemptRun> r);
   void kill_orphans(const AttemptRun* r, bool all);
   void write_log(AttemptRun& r, const char* data, size_t n);
@@ -223,6 +243,9 @@ struct JobRunner::Impl {
 
   // Note [Signals a job may send] in signals.h: each recorded signal into the attempt that sent it.
   void claim_signals();
+
+  // The watchdog's reports: the runner was stopped and continued (Note [A runner its jobs cannot signal]).
+  void arm_watchdog_reports();
 
   // Interruption.
   void arm_wake();

@@ -9,6 +9,8 @@
 
 #include "exec/job_runner_impl.h"
 
+#include <filesystem>
+
 #include <unistd.h>
 
 namespace oomh {
@@ -103,6 +105,55 @@ void JobRunner::Impl::close_log(AttemptRun& r) {
                                             {{"message", "the output log " + r.attempt.log_path + " could not be written after " +
                                                              std::to_string(r.log_written) + " bytes: " + errno_text(r.log_errno) +
                                                              "; the rest of the output is missing"}}));
+}
+
+}  // namespace oomh
+
+namespace oomh {
+
+using namespace exec;
+
+namespace fs = std::filesystem;
+
+// Note [A run folder removed during the run] in run_folder.h.
+void JobRunner::Impl::reopen_job_dir(JobState& j) {
+  if (!out_fd || removed(out_fd.get())) open_out_dir();
+  errno = EBADF;
+  j.dir_fd = out_fd ? open_owned_dir(out_fd.get(), job_dir_name(j.spec->name)) : DirFd();
+}
+
+bool JobRunner::Impl::restore_removed_folders(AttemptRun& r) {
+  JobState& j = *r.job;
+  const bool run_folder = removed(out_fd.get());
+  if (!run_folder && !removed(j.dir_fd.get())) return false;
+  reopen_job_dir(j);
+  std::string kept;
+  if (j.dir_fd) {
+    // The log goes on in the new file (close_log still appends its tail there); the event log is copied.
+    if (r.log_fd >= 0) {
+      const int fresh = create_file_at(j.dir_fd.get(), fs::path(r.attempt.log_path).filename().string());
+      if (fresh >= 0 && copy_file_contents(r.log_fd, fresh)) {
+        close(r.log_fd);
+        r.log_fd = fresh;
+        kept = "its output log";
+      } else if (fresh >= 0) {
+        close(fresh);
+      }
+    }
+    if (r.events_fd >= 0) {
+      const int fresh = create_file_at(j.dir_fd.get(), fs::path(r.events_path).filename().string());
+      if (fresh >= 0 && copy_file_contents(r.events_fd, fresh)) kept += kept.empty() ? "its event log" : " and event log";
+      if (fresh >= 0) close(fresh);
+    }
+  }
+  const std::string folder = run_folder ? "the run's output folder " + fs::path(options.out_dir).parent_path().string()
+                                        : "the job's folder " + j.dir;
+  std::string message = folder + " was removed while this attempt ran (by the job?): ";
+  message += j.dir_fd ? "the runner made it again" + (kept.empty() ? std::string() : " and wrote " + kept + " back from the files it held open") +
+                            "; whatever else was in it is lost"
+                      : "the runner could not make it again (" + errno_text(errno) + ")";
+  r.attempt.events.push_back(runner_event(events::kWarning, now(), {{"message", message}}));
+  return true;
 }
 
 }  // namespace oomh

@@ -4,7 +4,8 @@
 // Note [Nothing left behind]
 // Per attempt: the process group is killed and waited for; then every process that was re-parented to the
 // runner (it is a child subreaper, PR_SET_CHILD_SUBREAPER, so a `setsid` grandchild or a daemon that left
-// the group lands here instead of on init) and whose environment names this attempt's control block is
+// the group lands here instead of on init), or to the keeper of the run's PID namespace (Note [A runner its
+// jobs cannot signal] in job_namespace.h), and whose environment names this attempt's control block is
 // killed too (its own group as well), and reaped; one that names no block is killed when no other attempt
 // runs, and at the end of the run whatever is left is. The control block (a sealed memfd, Note [A block the
 // job cannot take down] in control_block.h) is unmapped and its descriptor closed; the log descriptor is
@@ -46,6 +47,10 @@ void JobRunner::Impl::retire(std::unique_ptr<AttemptRun> r) {
   r->err.close(ignored);
   release_control_block(*r);
   close_log(*r);
+  if (r->events_fd >= 0) {
+    close(r->events_fd);
+    r->events_fd = -1;
+  }
   asio::post(*ctx, [dead = std::move(r)]() mutable { dead.reset(); });
 }
 
@@ -65,8 +70,12 @@ void JobRunner::Impl::kill_orphans(const AttemptRun* r, bool all) {
       if (j->sidecar && j->sidecar->proc && !j->sidecar->exited) known.push_back(static_cast<pid_t>(j->sidecar->proc->id()));
     }
     bool killed = false;
-    for (pid_t pid : runner_children()) {
-      if (std::find(known.begin(), known.end(), pid) != known.end() || is_command_child(pid)) continue;
+    // Note [A runner its jobs cannot signal]: in the run's namespace orphans go to its keeper, not to us.
+    std::vector<pid_t> candidates = runner_children();
+    if (ns)
+      for (pid_t pid : ns->orphans()) candidates.push_back(pid);
+    for (pid_t pid : candidates) {
+      if (std::find(known.begin(), known.end(), pid) != known.end() || is_command_child(pid) || (ns && ns->is_helper(pid))) continue;
       if (process_gone(pid)) {  // a zombie of ours: reap it
         waitpid(pid, nullptr, WNOHANG);
         continue;

@@ -17,6 +17,7 @@ void JobRunner::Impl::arm_sampler() {
   sample_timer->async_wait([this](boost::system::error_code ec) {
     if (ec || finished_count == jobs.size()) return;
     claim_signals();
+    if (ns) ns->check_watchdog();
     for (auto& j : jobs) {
       for (auto& c : j->current)
         if (c && c->cb && !c->finished) sample(*c, false);
@@ -34,6 +35,17 @@ void JobRunner::Impl::sample(AttemptRun& r, bool last) {
   for (const Reclaimed& g : reclaim_dead_processes(*r.cb))
     r.attempt.events.push_back(runner_event(events::kReclaimed, now(), {{"pid", g.pid}, {"device", g.device}, {"bytes", g.bytes}}));
   const ControlBlock* cb = r.cb;
+  // Note [A plan only the runner writes] in injector/engine/engine.h: this runner never writes a plan into a
+  // block, so a generation other than 0 is the job's doing, seen here even if the job puts it back later.
+  if (const uint32_t g = cb->plan_generation.load(std::memory_order_relaxed); g != 0 && !r.plan_tamper_seen) {
+    r.plan_tamper_seen = true;
+    r.attempt.events.push_back(runner_event(
+        events::kTamper, now(),
+        {{"what", "plan"},
+         {"generation", g},
+         {"message", "the job wrote a fault plan into its control block (generation " + std::to_string(g) +
+                         "): only the runner may change a running job's plan; the shims keep the one the runner gave them"}}));
+  }
   if (int64_t now_step = cb->step.load(std::memory_order_relaxed); now_step != r.seen_step) {
     r.seen_step = now_step;
     r.seen_step_t = now();

@@ -50,6 +50,7 @@ void JobRunner::Impl::schedule() {
   if (finished_count == jobs.size()) {
     sample_timer->cancel();
     if (wake_pipe) wake_pipe->cancel();
+    if (stopped_pipe) stopped_pipe->cancel();
   }
 }
 
@@ -63,8 +64,7 @@ void JobRunner::Impl::start_job(JobState& j, std::vector<Placement> p) {
   j.dir = (fs::path(options.out_dir.empty() ? "." : options.out_dir) / job_dir_name(j.spec->name)).string();
   // Note [A run folder the runner owns] in run_folder.h: no link planted by a job is followed here.
   std::string work = (fs::path(j.dir) / "work").string();
-  errno = EBADF;
-  if (out_fd) j.dir_fd = open_owned_dir(out_fd.get(), job_dir_name(j.spec->name));
+  reopen_job_dir(j);  // Note [A run folder removed during the run] in run_folder.h: made again where removed
   const bool made = j.dir_fd && remove_tree_at(j.dir_fd.get(), "work") && open_owned_dir(j.dir_fd.get(), "work");
   if (!made) {
     j.outcome->error = "cannot create the job's directory " + work + ": " + errno_text(errno);

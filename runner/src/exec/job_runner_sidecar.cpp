@@ -33,6 +33,7 @@ void JobRunner::Impl::start_sidecar(JobState& j) {
   std::string program = options.paths.reserve_program;
   std::vector<std::string> env = sidecar_environment(*j.spec, options.paths, j.placements.front().gpu);
   std::string log = (fs::path(j.dir) / "reserve.log").string();
+  if (ns) ns->ensure();
   bp::posix::default_launcher launcher;
   boost::system::error_code ec;
   JobSetup setup(env, "");

@@ -2,6 +2,8 @@
 
 #include "exec/launch.h"
 
+#include "oomharness/process_ids.h"
+
 #include <filesystem>
 #include <csignal>
 #include <map>
@@ -173,7 +175,7 @@ std::string resolve_program(const std::string& argv0, const std::vector<std::str
   return {};
 }
 
-JobSetup::JobSetup(const std::vector<std::string>& env, std::string cwd) : cwd_(std::move(cwd)), parent_(getpid()) {
+JobSetup::JobSetup(const std::vector<std::string>& env, std::string cwd) : cwd_(std::move(cwd)), parent_(process_ids().pid) {
   envp_.reserve(env.size() + 1);
   for (const std::string& kv : env) envp_.push_back(kv.c_str());
   envp_.push_back(nullptr);
@@ -191,9 +193,11 @@ boost::system::error_code JobSetup::on_exec_setup(boost::process::v2::posix::def
   // Its own session (and so its own process group): Note [Signals a job may send] in signals.h.
   if (setsid() < 0) return {errno, boost::system::system_category()};
   // Note [Nothing left behind] in job_runner_reaping.cpp: the job's leader dies with the runner, even one killed
-  // with SIGKILL. The runner may have died between fork and prctl: then our parent is no longer it.
+  // with SIGKILL. The runner may have died between fork and prctl: then our parent is no longer it. In the
+  // run's PID namespace getppid() is 0 (the runner is outside it): /proc names the parent as the runner does
+  // (Note [Pids the runner can see] in include/oomharness/process_ids.h).
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) return {errno, boost::system::system_category()};
-  if (getppid() != parent_) _exit(127);
+  if (process_ids().ppid != parent_) _exit(127);
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);

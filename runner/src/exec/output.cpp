@@ -125,20 +125,27 @@ std::vector<Event> read_event_log(const std::string& path, size_t* bad_lines, st
   // back as `warning` events. The job writes this file and may have put something else in its place: a
   // link is not followed, and only a regular file is read, up to the size it had when opened (a FIFO would
   // block the runner, /dev/zero would never end).
-  EventLogReader reader;
   const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  std::vector<Event> out = read_event_log_at(fd, path, bad_lines, thinned);
+  if (fd >= 0) ::close(fd);
+  return out;
+}
+
+std::vector<Event> read_event_log_at(int fd, const std::string& path, size_t* bad_lines, std::optional<LogFold>* thinned) {
+  EventLogReader reader;
   struct stat st {};
   if (fd >= 0 && ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
     char buf[64 * 1024];
     uint64_t left = static_cast<uint64_t>(st.st_size);
+    off_t at = 0;
     ssize_t n;
-    while (left > 0 && (n = ::read(fd, buf, static_cast<size_t>(std::min<uint64_t>(sizeof buf, left)))) > 0) {
+    while (left > 0 && (n = ::pread(fd, buf, static_cast<size_t>(std::min<uint64_t>(sizeof buf, left)), at)) > 0) {
       reader.feed(std::string_view(buf, static_cast<size_t>(n)));
       left -= static_cast<uint64_t>(n);
+      at += n;
     }
     reader.finish();
   }
-  if (fd >= 0) ::close(fd);
   if (bad_lines) *bad_lines = reader.bad_lines();
   if (thinned) *thinned = reader.thinned() ? std::optional<LogFold>(reader.fold()) : std::nullopt;
   std::vector<Event> out = std::move(reader.events());

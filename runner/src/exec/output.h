@@ -138,5 +138,9 @@ class OutputTail {
 // `thinned` gets what was folded from every line when the reader thinned the log (Note [Thinned event logs]).
 std::vector<Event> read_event_log(const std::string& path, size_t* bad_lines = nullptr,
                                   std::optional<LogFold>* thinned = nullptr);
+// The same from a descriptor the runner holds on the file it made (read from its start; `path` for messages):
+// Note [An event log replaced] in job_runner_attempts.cpp.
+std::vector<Event> read_event_log_at(int fd, const std::string& path, size_t* bad_lines = nullptr,
+                                     std::optional<LogFold>* thinned = nullptr);
 
 }  // namespace oomh::exec

@@ -6,6 +6,9 @@
 #include <filesystem>
 #include <system_error>
 
+#include <cstdio>
+#include <cstring>
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -42,33 +45,90 @@ int owned_component(int parent, const std::string& name) {
 
 bool valid_component(const std::string& c) { return !c.empty() && c != "." && c != ".."; }
 
-// Empties the open folder `fd` (which it closes), unlinking links and files and descending into folders
-// through descriptors only.
-bool empty_folder(int fd, int depth) {
-  if (depth > 256) {
-    ::close(fd);
-    errno = ELOOP;
-    return false;
+// Note [Emptying a folder at any depth]
+// A job may leave a tree of any depth in its work folder (issue 44: 300 levels made the next run with the
+// same --out fail with ELOOP, "Too many levels of symbolic links", from a depth guard). A walk that holds a
+// descriptor per level runs out of descriptors, and one that climbs back through ".." may be led elsewhere
+// by a rename. So the walk holds at most kOpenLevels descriptors: a folder it meets deeper than that is
+// moved (renameat2, RENAME_NOREPLACE, between two descriptors of ours, no path followed) up into the folder
+// being emptied, under a fresh name, and emptied from there by a later pass. Each pass goes kOpenLevels
+// deeper, so the depth costs passes, not descriptors or stack; a pass that moves nothing is the last.
+constexpr int kOpenLevels = 32;
+constexpr int kMaxPasses = 1 << 20;
+
+struct Emptying {
+  int root;               // the folder being emptied
+  uint64_t moved = 0;     // folders moved up into it (their names)
+  bool moved_this_pass = false;
+};
+
+// Moves `name` in `parent` into the root under a name no entry has.
+bool move_up(Emptying& e, int parent, const char* name) {
+  for (int tries = 0; tries < 1000; ++tries) {
+    char fresh[48];
+    std::snprintf(fresh, sizeof fresh, ".oomh-deep-%llu", static_cast<unsigned long long>(e.moved++));
+    if (::renameat2(parent, name, e.root, fresh, RENAME_NOREPLACE) == 0) {
+      e.moved_this_pass = true;
+      return true;
+    }
+    if (errno == EEXIST) continue;
+    if (errno != EINVAL && errno != ENOSYS) return false;
+    // A file system without RENAME_NOREPLACE: a plain rename to a name that is not there.
+    struct stat st {};
+    if (::fstatat(e.root, fresh, &st, AT_SYMLINK_NOFOLLOW) == 0) continue;
+    if (::renameat(parent, name, e.root, fresh) != 0) return false;
+    e.moved_this_pass = true;
+    return true;
   }
+  errno = EEXIST;
+  return false;
+}
+
+// Empties the open folder `fd` (which it closes), `level` levels below the root, unlinking links and files
+// and descending into folders through descriptors only.
+bool empty_level(Emptying& e, int fd, int level) {
   DIR* d = ::fdopendir(fd);
   if (!d) {
     ::close(fd);
     return false;
   }
   bool ok = true;
-  while (dirent* e = ::readdir(d)) {
-    const std::string name = e->d_name;
-    if (name == "." || name == "..") continue;
-    if (::unlinkat(fd, name.c_str(), 0) == 0 || errno == ENOENT) continue;
+  while (dirent* entry = ::readdir(d)) {
+    const char* name = entry->d_name;
+    if (std::strcmp(name, ".") == 0 || std::strcmp(name, "..") == 0) continue;
+    if (::unlinkat(fd, name, 0) == 0 || errno == ENOENT) continue;
     if (errno != EISDIR && errno != EPERM) {
       ok = false;
       continue;
     }
-    int sub = ::openat(fd, name.c_str(), kDirFlags);
-    if (sub < 0 || !empty_folder(sub, depth + 1) || (::unlinkat(fd, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT))
+    if (level + 1 >= kOpenLevels) {  // Note [Emptying a folder at any depth]
+      if (!move_up(e, fd, name)) ok = false;
+      continue;
+    }
+    int sub = ::openat(fd, name, kDirFlags);
+    if (sub < 0 || !empty_level(e, sub, level + 1) || (::unlinkat(fd, name, AT_REMOVEDIR) != 0 && errno != ENOENT))
       ok = false;
   }
   ::closedir(d);  // closes fd
+  return ok;
+}
+
+// Empties the open folder `fd` (which it closes), however deep its tree.
+bool empty_folder(int fd) {
+  Emptying e{fd};
+  bool ok = true;
+  for (int pass = 0; pass < kMaxPasses; ++pass) {
+    e.moved_this_pass = false;
+    int again = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (again < 0 || ::lseek(again, 0, SEEK_SET) != 0) {
+      if (again >= 0) ::close(again);
+      ok = false;
+      break;
+    }
+    ok = empty_level(e, again, 0);
+    if (!e.moved_this_pass) break;
+  }
+  ::close(fd);
   return ok;
 }
 
@@ -93,6 +153,11 @@ DirFd open_user_dir(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0 && ec) errno = ec.value();
   return DirFd(fd);
+}
+
+bool removed(int fd) {
+  struct stat st {};
+  return fd >= 0 && ::fstat(fd, &st) == 0 && st.st_nlink == 0;
 }
 
 DirFd open_owned_dir(int parent, const std::string& relative) {
@@ -130,7 +195,7 @@ bool remove_tree_at(int parent, const std::string& name) {
   if (::unlinkat(parent, name.c_str(), 0) == 0 || errno == ENOENT) return true;  // a file or a link
   int fd = ::openat(parent, name.c_str(), kDirFlags);
   if (fd < 0) return errno == ENOENT;
-  if (!empty_folder(fd, 0)) return false;
+  if (!empty_folder(fd)) return false;
   return ::unlinkat(parent, name.c_str(), AT_REMOVEDIR) == 0 || errno == ENOENT;
 }
 
@@ -155,6 +220,39 @@ int create_file_at(int parent, const std::string& name, int mode) {
   }
   errno = ELOOP;
   return -1;
+}
+
+int reopen_for_reading(int fd) {
+  char path[48];
+  std::snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  return ::open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);  // the magic link reaches an unlinked file too
+}
+
+bool copy_file_contents(int from, int to) {
+  const int in = reopen_for_reading(from);
+  if (in < 0) return false;
+  char buf[64 * 1024];
+  bool ok = true;
+  for (ssize_t n; ok && (n = ::read(in, buf, sizeof buf)) != 0;) {
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      ok = false;
+      break;
+    }
+    for (ssize_t off = 0; off < n;) {
+      const ssize_t w = ::write(to, buf + off, static_cast<size_t>(n - off));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        ok = false;
+        break;
+      }
+      off += w;
+    }
+  }
+  const int saved = errno;
+  ::close(in);
+  errno = saved;
+  return ok;
 }
 
 bool remove_file_at(int parent, const std::string& name) {

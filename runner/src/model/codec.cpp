@@ -217,7 +217,9 @@ template <>
 struct Fields<ShimRecord> {
   static constexpr auto list = std::make_tuple(OOMH_FIELD(ShimRecord, processes), OOMH_FIELD(ShimRecord, armed),
                                                OOMH_FIELD(ShimRecord, rejected), OOMH_FIELD(ShimRecord, ways_in),
-                                               OOMH_FIELD(ShimRecord, driver_called), OOMH_FIELD(ShimRecord, allocations));
+                                               OOMH_FIELD(ShimRecord, driver_called), OOMH_FIELD(ShimRecord, allocations),
+                                               OOMH_FIELD(ShimRecord, refused_by_rules), OOMH_FIELD(ShimRecord, refused_by_cap),
+                                               OOMH_FIELD(ShimRecord, tampered), OOMH_FIELD(ShimRecord, plan_generation));
 };
 template <>
 struct Fields<RankEnd> {

@@ -45,6 +45,21 @@ std::optional<std::string> check_fault_plan(const nlohmann::json& plan) {
   return r.error();
 }
 
+std::optional<Error> steps_before_first(const nlohmann::json& rule, int step_base) {
+  if (!rule.contains("when")) return std::nullopt;
+  const nlohmann::json& when = rule["when"];
+  const auto counts = [&](const char* verb) {
+    return std::string(" ") + verb + " before the first training step: steps count from " + std::to_string(step_base) +
+           (step_base == 1 ? " (a job whose own log counts from 0 says step_base: 0, --step-base 0)" : "") + ", so the rule could never fire";
+  };
+  if (when.contains("step") && when["step"].is_number_integer() && when["step"].get<int64_t>() < step_base)
+    return Error::of("step " + when["step"].dump() + counts("comes"), {"when", "step"});
+  if (when.contains("steps") && when["steps"].contains("to") && when["steps"]["to"].is_number_integer() &&
+      when["steps"]["to"].get<int64_t>() < step_base)
+    return Error::of("steps ending at " + when["steps"]["to"].dump() + counts("come"), {"when", "steps", "to"});
+  return std::nullopt;
+}
+
 std::optional<bool> cap_counts_footprint(const std::string& text) {
   auto counting = inject::parse_cap_counting(text);
   if (!counting) return std::nullopt;

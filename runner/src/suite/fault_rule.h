@@ -20,6 +20,10 @@ namespace oomh::suite {
 // entry point, a memory kind), the shim's own " (did you mean 'forward'?; use forward, backward, ...)".
 Expected<nlohmann::json> check_fault_rule(const nlohmann::json& rule);
 
+// Note [Step numbering] in job_fields.cpp: a rule whose steps all come before the job's first one (`step: 0`
+// when steps count from 1) never fires; its Error names when.step or when.steps.to. nullopt: it may fire.
+std::optional<Error> steps_before_first(const nlohmann::json& rule, int step_base);
+
 // The whole plan of a job (its rules and caps), checked by the shim's parser: its problem, or nullopt.
 std::optional<std::string> check_fault_plan(const nlohmann::json& plan);
 

@@ -2,6 +2,7 @@
 
 #include "suite/items.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
@@ -28,6 +29,13 @@ std::vector<std::string> split_items(std::string_view text) {
     }
   }
   return out;
+}
+
+bool is_variable_name(std::string_view s) {
+  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return c == '_' || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+  });
 }
 
 std::optional<int64_t> parse_integer(std::string_view text) {

@@ -21,4 +21,9 @@ std::vector<std::string> split_items(std::string_view text);
 // A whole number in base 10, white space around it allowed; nullopt for anything else or out of range.
 std::optional<int64_t> parse_integer(std::string_view text);
 
+// A name an environment variable may have in a job's `env` and `--env`: letters, digits and '_', not
+// starting with a digit (so never one holding '=', which would set another variable). [A-Za-z_][A-Za-z0-9_]*,
+// without a regex engine (the name is the user's input).
+bool is_variable_name(std::string_view s);
+
 }  // namespace oomh::suite

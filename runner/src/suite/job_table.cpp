@@ -113,6 +113,8 @@ Problem flag_env(JobFields& f, const std::vector<std::string>& v) {
   for (const std::string& kv : v) {
     size_t eq = kv.find('=');
     if (eq == std::string::npos || eq == 0) return "bad --env '" + kv + "': write NAME=VALUE";
+    if (!is_variable_name(kv.substr(0, eq)))
+      return "bad --env '" + kv + "': '" + kv.substr(0, eq) + "' is not a valid environment variable name";
     f.env[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
   return std::nullopt;

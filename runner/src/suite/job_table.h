@@ -40,7 +40,7 @@ struct Field;
 // How a job flag is written on the command line; cli.cpp binds it so.
 enum class FlagTakes {
   text,      // --cap 8GiB: one value
-  integer,   // --restart 2: one whole number, which the command-line parser checks
+  integer,   // --restart 2: one whole number, taken as typed and checked by the row's reader (parse_integer)
   repeated,  // --env A=1 --env B=2: one value per use
   nothing,   // --clear-faults: a switch; its value reads "true"
 };

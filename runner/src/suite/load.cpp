@@ -31,6 +31,7 @@
 #include "oomharness/runner/suite.h"
 #include "oomharness/runner/name_tables.h"
 #include "suite/fault_rule.h"
+#include "suite/items.h"
 #include "suite/job_fields.h"
 #include "suite/job_table.h"
 #include "suite/loader.h"
@@ -61,14 +62,6 @@ const std::vector<std::string> sweep_keys = {"step", "modes", "transient_times"}
 const std::vector<std::string> sweep_modes = {"transient", "persistent"};
 const std::vector<std::string> reserved_variables = {"suite_dir", "workdir", "attempt"};
 
-
-// [A-Za-z_][A-Za-z0-9_]*, without a regex engine (the name is the user's input).
-bool is_variable_name(const std::string& s) {
-  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
-  return std::all_of(s.begin(), s.end(), [](char c) {
-    return c == '_' || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
-  });
-}
 
 // The options the runner matches `observe:` patterns with (exec/output.cpp says the same).
 const RE2::Options& observe_options() {
@@ -865,6 +858,17 @@ std::optional<Loader::JobTemplate> Loader::make_job(Partial job, const SourceLoc
     d_.error(where, owner + ": memory.reserve_chunk fragments a 'reserve'; with 'leave' nothing is left to fragment into");
     ok = false;
   }
+  // Note [Step numbering]: a fault's steps are in the job's numbering, which `defaults` may set.
+  if (job.fields.faults)
+    for (size_t i = 0; i < job.fields.faults->size(); ++i) {
+      const FaultSpec& fault = (*job.fields.faults)[i];
+      if (auto problem = steps_before_first(fault.rule, job.fields.step_base.value_or(1))) {
+        Field at = (f / "faults")[i];
+        for (const std::string& part : problem->path) at = at / part;
+        d_.error(fault.where, at.str() + ": " + problem->message);
+        ok = false;
+      }
+    }
   if (!job.run || job.bad.count("run") || job.bad.count("shell")) return std::nullopt;
   auto argv = command(*job.run, job.fields.shell.value_or(false), f / "run");
   if (!argv || !ok) return std::nullopt;

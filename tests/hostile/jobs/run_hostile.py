@@ -11,6 +11,10 @@ The cases after `stale` are issue 28's classes, one each: a job that signals its
 escape sequences from a job and from a results file; symbolic links planted in the run folder; a flood of
 observe: matches; files given to report/explain/compare that are not results files; compare's thresholds and
 a job listed twice; values exec and validate must refuse.
+
+Issue 44's: a job that deletes the run's output folder (`removed`), one that stops its runner (`stopper`),
+one that leaves a 300-level tree in its work folder (`deep`), and inputs the commands accepted or reported
+wrongly (`inputs`).
 """
 import argparse
 import glob
@@ -252,7 +256,8 @@ def main():
             if os.path.exists(stale):
                 os.unlink(stale)
         elif args.case == "signals":
-            # Issue 28 (2): signals sent by pid do not end the run; the job's result says what it sent.
+            # Issue 28 (2): signals sent by pid do not end the run; the job's result says what it sent. Issue 44:
+            # as root the job runs in the run's PID namespace and cannot reach the runner at all.
             suite = write_suite(folder, "signal_runner.sh", mark)
             pid, code, so, se, out = run(args, folder, suite)
             job = common(pid, code, so, se, out, mark)
@@ -260,13 +265,132 @@ def main():
             check((job or {}).get("status") == "passed", f"the job is {(job or {}).get('status')}, not passed")
             with open(attempt_log(out), errors="replace") as f:
                 log = f.read()
+            check(f"runner {pid}" in log, f"the job did not find the runner's pid {pid}: {log[:500]}")
             ids = dict((w[0], (w[2], w[4])) for w in (l.split() for l in log.splitlines()) if len(w) == 5 and w[1] == "session")
             check("job" in ids and "runner" in ids and ids["job"][0] != ids["runner"][0] and ids["job"][1] != ids["runner"][1],
                   f"the job shares the runner's session or group: {ids}")
             warnings = " ".join(job_warnings(out))
-            for sig in ["SIGHUP", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGPIPE", "SIGQUIT", "SIGXCPU", "SIGTERM", "SIGINT",
-                        "SIGSEGV", "SIGBUS", "SIGABRT"]:
-                check(f"sent {sig} to the runner" in warnings, f"the result does not say the job sent {sig}: {warnings[:2000]}")
+            signals = ["SIGHUP", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGPIPE", "SIGQUIT", "SIGXCPU", "SIGTERM", "SIGINT",
+                       "SIGSEGV", "SIGBUS", "SIGABRT"]
+            if os.geteuid() == 0:
+                check("ppid 0 " in log, f"the job sees its runner as its parent: {log[:300]}")
+                for sig in signals:
+                    check(f"could not send {sig}" in log, f"the job reached the runner with {sig}: {log[-1500:]}")
+                check("to the runner" not in warnings, f"the runner received a signal from the job: {warnings[:2000]}")
+            else:
+                for sig in signals:
+                    check(f"sent {sig} to the runner" in warnings, f"the result does not say the job sent {sig}: {warnings[:2000]}")
+        elif args.case == "stopper":
+            # Issue 44 (5): `kill -STOP` on the runner stopped it until something sent SIGCONT.
+            suite = write_suite(folder, "stop_runner.sh", mark)
+            out = os.path.join(folder, "out")
+            p = subprocess.Popen([args.bin, "run", "--simulate", suite, "-o", out], cwd=folder,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            stopped_for = 0.0
+            while p.poll() is None:  # how long the runner stays stopped, as /proc says
+                time.sleep(0.05)
+                try:
+                    with open(f"/proc/{p.pid}/stat") as f:
+                        state = f.read().rsplit(")", 1)[1].split()[0]
+                except (OSError, IndexError):
+                    break
+                if state == "T":
+                    stopped_for += 0.05
+            stdout, stderr = p.communicate(timeout=300)
+            job = common(p.pid, p.returncode, stdout, stderr, out, mark)
+            check(p.returncode == 0 and (job or {}).get("status") == "passed", f"exit {p.returncode}, job {job and job.get('status')}")
+            with open(attempt_log(out), errors="replace") as f:
+                log = f.read()
+            check("still here" in log, f"the job did not finish: {log[-500:]}")
+            if os.geteuid() == 0:
+                check("stopped the runner" not in log and "stopped the parent" not in log, f"the job stopped its runner: {log}")
+                check(stopped_for == 0, f"the runner was stopped for {stopped_for:.2f} s")
+            else:
+                # The watchdog continues it within its 50 ms period.
+                check(stopped_for < 0.5, f"the runner was stopped for {stopped_for:.2f} s")
+                warnings = " ".join(job_warnings(out))
+                check("its watchdog continued it" in warnings, f"no warning of the stop: {warnings[:1000]}")
+        elif args.case == "removed":
+            # Issue 44 (4): a job that deleted the output folder made the runner end with exit 3 and no job in results.
+            suite = write_suite(folder, "remove_out.sh", mark,
+                                more_jobs=f"  - name: next\n    run: 'true'\n    env: {{HOSTILE_MARK: \"{mark}\"}}\n"
+                                          "    expect: [exit: 0]\n")
+            pid, code, so, se, out = run(args, folder, suite)
+            job = common(pid, code, so, se, out, mark)
+            check(code == 0, f"the run exited {code} (0 expected: both jobs pass); stderr: {se[-2000:]}")
+            check("was removed during the run" in se, f"the terminal does not say the folder was removed: {se[-2000:]}")
+            try:
+                with open(os.path.join(out, "results.json")) as f:
+                    results = json.load(f)
+                jobs = {j["name"]: j["status"] for s in results["suites"] for j in s["jobs"]}
+                check(jobs == {"job": "passed", "next": "passed"}, f"results.json has {jobs}")
+            except (OSError, ValueError, KeyError) as e:
+                check(False, f"results.json: {e}")
+            for name in ("report.html", "jobs.jsonl"):
+                check(os.path.isfile(os.path.join(out, name)), f"{name} was not written again")
+            with open(os.path.join(out, "jobs.jsonl")) as f:
+                lines = f.read().splitlines()
+            check(len(lines) == 4, f"jobs.jsonl has {len(lines)} lines (a header, two jobs, the end)")
+            warnings = " ".join(job_warnings(out))
+            check("was removed while this attempt ran" in warnings, f"the job's result does not say: {warnings[:1000]}")
+            with open(os.path.join(out, "jobs", "hostile__job", "attempt-0.log"), errors="replace") as f:
+                log = f.read()
+            check("first line" in log and "last line" in log, f"the log was not written back: {log!r}")
+        elif args.case == "deep":
+            # Issue 44 (6): a 300-level tree in the work folder made the next run with the same --out fail with
+            # "Too many levels of symbolic links".
+            suite = write_suite(folder, "deep_tree.sh", mark, {"HOSTILE_WORK": "{workdir}"})
+            for round_ in range(2):
+                pid, code, so, se, out = run(args, folder, suite)
+                job = common(pid, code, so, se, out, mark)
+                check(code == 0 and (job or {}).get("status") == "passed",
+                      f"run {round_ + 1}: exit {code}, job {job and job.get('status')}: {(job or {}).get('message')} {se[-1000:]}")
+            check(os.path.exists("/proc/self"), "the link to / was followed")
+        elif args.case == "inputs":
+            # Issue 44: inputs accepted or reported wrongly.
+            code, so, se = tool(args, "predict", "--batch", "99999999999999999999", "--", "echo", "{batch}")
+            check(code == 4 and b"99999999999999999999" in se, f"predict --batch 9999...: exit {code}, {se!r}")
+            code, so, se = tool(args, "exec", "--simulate", "--restart", "99999999999999999999", "--", "true")
+            check(code == 4 and b"99999999999999999999" in se and b"9223372036854775807" not in se,
+                  f"exec --restart 9999...: exit {code}, {se!r}")
+            out = os.path.join(folder, "out")
+            code, so, se = tool(args, "exec", "--simulate", "-o", out, "--fault", "step=0", "--", "true")
+            check(code == 4 and b"before the first training step" in se, f"--fault step=0: exit {code}, {se!r}")
+            code, so, se = tool(args, "exec", "--simulate", "-o", out, "--step-base", "0", "--fault", "step=0",
+                                "--expect", "exit=0", "--", "true", timeout=120)
+            check(code != 4, f"--step-base 0 --fault step=0 was refused: {se!r}")
+            code, so, se = tool(args, "exec", "--simulate", "-o", out, "--expect", "exit=256", "--", "true")
+            check(code == 4 and b"0 to 255" in se, f"--expect exit=256: exit {code}, {se!r}")
+            # A suite renamed between two runs: a job that passed and now fails is a regression, not "1 removed + 1 new".
+            def results_file(name, suite_name, status, peak):
+                path = os.path.join(folder, name)
+                with open(path, "w") as f:
+                    json.dump({"schema_version": 1, "suites": [{"name": suite_name, "jobs": [
+                        {"name": "train", "status": status, "peak": {"0": peak}}]}]}, f)
+                return path
+            base, now = results_file("base.json", "old", "passed", 1 << 30), results_file("now.json", "new", "failed", 1 << 30)
+            code, so, se = tool(args, "compare", base, now)
+            check(code == 1 and b"REGRESSION new::train" in so and b"removed" not in so.split(b"\n\n")[0],
+                  f"compare across a rename: exit {code}, {so!r}")
+            # A peak from 0 B to 10 GiB was "+0.0%".
+            zero, ten = results_file("zero.json", "s", "passed", 0), results_file("ten.json", "s", "passed", 10 << 30)
+            code, so, se = tool(args, "compare", zero, ten, "--fail-on", "peak:+5%")
+            check(code == 1 and b"+0.0%" not in so and b"from 0" in so, f"a peak from 0 B: exit {code}, {so!r}")
+            # A right-to-left override in a job's name reaches no terminal raw.
+            bidi = os.path.join(folder, "bidi.yaml")
+            with open(bidi, "w", encoding="utf-8") as f:
+                f.write(f"version: 1\nname: s\ndefaults: {{probe: none}}\njobs:\n  - name: \"a\u202eb\"\n    run: 'true'\n"
+                        f"    env: {{HOSTILE_MARK: \"{mark}\"}}\n")
+            for argv in (["validate", bidi], ["run", "--collect-only", bidi], ["run", "--simulate", bidi, "-o", out]):
+                code, so, se = tool(args, *argv, timeout=120)
+                check(code == 0, f"{argv[:2]}: exit {code}, {se!r}")
+                check("\u202e".encode() not in so + se and b"\\u{202E}" in so, f"{argv[:2]} printed the override raw: {so!r}")
+            # An environment variable whose name holds '=' (the suite's form of the marker's env={"MODE=fast": "1"}).
+            env_eq = os.path.join(folder, "env.yaml")
+            with open(env_eq, "w") as f:
+                f.write("version: 1\njobs:\n  - name: j\n    run: 'true'\n    env: {\"MODE=fast\": \"1\"}\n")
+            code, so, se = tool(args, "validate", env_eq)
+            check(code == 4 and b"MODE=fast" in se, f"env name with '=': exit {code}, {se!r}")
         elif args.case == "closedpipe":
             # Issue 28 (3): `oomharness run ... | head -1` ends the printing, not the run.
             suite = write_suite(folder, "setsid_grandchild.sh", mark)

@@ -73,6 +73,41 @@ TEST(ExecArgs, AProblemIsSaidAfterTheCommand) {
   EXPECT_EQ(err.str(), "oomharness exec: bad --fault 'stpe=5': unknown key 'stpe' (did you mean 'step'?)\n");
 }
 
+// Issue 44: steps count from 1 (Note [Step numbering]): `--fault step=0` was accepted and could never fire.
+TEST(ExecArgs, AFaultBeforeTheFirstStepIsRefused) {
+  ExecArgs a = with_command();
+  a.job_flags = {{"--fault", {"step=0"}}};
+  std::ostringstream err;
+  EXPECT_FALSE(job_from_exec_args(a, "exec", err));
+  EXPECT_EQ(err.str(), "oomharness exec: bad --fault 'step=0': step 0 comes before the first training step: steps count "
+                       "from 1 (a job whose own log counts from 0 says step_base: 0, --step-base 0), so the rule could never fire\n");
+  a.job_flags = {{"--fault", {"steps=..0"}}};
+  err.str("");
+  EXPECT_FALSE(job_from_exec_args(a, "exec", err));
+  a.job_flags = {{"--fault", {"step=0"}}, {"--step-base", {"0"}}};
+  err.str("");
+  EXPECT_TRUE(job_from_exec_args(a, "exec", err)) << err.str();
+  // A number out of range is quoted as typed (CLI11 saturated it to 9223372036854775807 before).
+  a.job_flags = {{"--restart", {"99999999999999999999"}}};
+  err.str("");
+  EXPECT_FALSE(job_from_exec_args(a, "exec", err));
+  EXPECT_EQ(err.str(), "oomharness exec: bad --restart 99999999999999999999: from 0 to 1000\n");
+}
+
+// An environment variable's name as a suite's `env:` takes it (is_variable_name in suite/items.h).
+TEST(ExecArgs, EnvNamesAreChecked) {
+  ExecArgs a = with_command();
+  a.job_flags = {{"--env", {"MODE fast=1"}}};
+  std::ostringstream err;
+  EXPECT_FALSE(job_from_exec_args(a, "exec", err));
+  EXPECT_EQ(err.str(), "oomharness exec: bad --env 'MODE fast=1': 'MODE fast' is not a valid environment variable name\n");
+  a.job_flags = {{"--env", {"MODE=fast=1"}}};  // the first '=' ends the name: MODE='fast=1'
+  err.str("");
+  std::optional<JobSpec> job = job_from_exec_args(a, "exec", err);
+  ASSERT_TRUE(job) << err.str();
+  EXPECT_EQ(job->env.at("MODE"), "fast=1");
+}
+
 TEST(ExecArgs, AFlagTheTableLacksIsAProgrammingError) {
   ExecArgs a = with_command();
   a.job_flags = {{"--nope", {"1"}}};

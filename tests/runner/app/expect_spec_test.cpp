@@ -59,6 +59,9 @@ TEST(ExpectSpec, ErrorsQuoteTheSpec) {
   EXPECT_NE(error_of("exit:").find("nothing after ':'"), std::string::npos);
   EXPECT_NE(error_of(":x").find("no policy name"), std::string::npos);
   EXPECT_NE(error_of("batch_halving:min=2,min=3").find("given twice"), std::string::npos);
+  // Issue 44: an exit status holds 8 bits; `exit=256` could never pass.
+  EXPECT_EQ(error_of("exit=256"), "bad --expect 'exit=256': exit's 'code' must be from 0 to 255 (an exit status holds 8 bits), got 256");
+  EXPECT_EQ(ok("exit=255").args["code"], 255);
   // normalise_args's own checks reach the user too, behind the same prefix.
   EXPECT_EQ(error_of("peak_below:lots").rfind("bad --expect 'peak_below:lots': ", 0), 0u);
 }

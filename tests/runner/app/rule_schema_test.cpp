@@ -32,7 +32,8 @@ Outcome through_fault_text(const std::string& spec) {
 
 Outcome through_suite(const std::string& when_yaml, const std::string& fail_yaml) {
   Outcome o;
-  std::string text = "version: 1\njobs:\n  - name: j\n    run: 'true'\n    faults:\n      - name: r\n        when: " + when_yaml +
+  // step_base 0: a step before the job's first one is a job's problem (steps_before_first), not the rule's.
+  std::string text = "version: 1\njobs:\n  - name: j\n    run: 'true'\n    step_base: 0\n    faults:\n      - name: r\n        when: " + when_yaml +
                      "\n" + (fail_yaml.empty() ? std::string() : "        fail: " + fail_yaml + "\n");
   auto load = load_suite_text(text, "s.yaml", "/tmp");
   o.accepted = load.ok();

@@ -100,6 +100,28 @@ TEST(Terminal, ReferenceRunIsNotCountedAsAnAttempt) {
             "done   s::resume  (2 attempts + reference run, 0ms)\n");
 }
 
+// Issue 44: a right-to-left override (U+202E) in a job's name reached the terminal raw in the start and
+// done lines, the live line and the heartbeat (Note [Text for a terminal]).
+TEST(Terminal, NamesInProgressLinesAreEscaped) {
+  const std::string name = "s::a\u202Eb";
+  for (bool live : {false, true}) {
+    std::ostringstream out;
+    {
+      ProgressView view(out, TerminalStyle{live, false, 80}, {name});
+      JobProgress p;
+      p.job = name;
+      p.state = JobProgress::State::running;
+      view.on_progress(p);
+      view.on_job_done(0);
+    }
+    const std::string text = out.str();
+    EXPECT_EQ(text.find("\u202E"), std::string::npos) << text;
+    EXPECT_NE(text.find("s::a\\u{202E}b"), std::string::npos) << text;
+  }
+  JobProgress p;
+  EXPECT_EQ(heartbeat_line("12:00:00", 0, 1, {{name, p}}).find("\u202E"), std::string::npos);
+}
+
 TEST(Terminal, LiveProgressRedrawsInPlace) {
   std::ostringstream out;
   ProgressView view(out, TerminalStyle{true, false, 80}, {"s::a"});

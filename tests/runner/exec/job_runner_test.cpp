@@ -47,6 +47,17 @@ std::string read_file(const std::string& path) {
   return s.str();
 }
 
+// A job's shell prints its pid as the runner (and this test) names it: the first field of /proc/self/stat,
+// read by the shell itself. `$$` is its pid in the run's PID namespace (Note [A runner its jobs cannot
+// signal] in runner/src/exec/job_namespace.h), which kill() from here would not find.
+const std::string kEchoPid = "read -r s < /proc/self/stat; echo pid ${s%% *}";
+// `outer N`: the pid /proc gives the process the job calls N (a process of the job's namespace).
+const std::string kOuterPid =
+    "outer() { me=$(readlink /proc/self/ns/pid); for d in /proc/[0-9]*; do "
+    "[ \"$(readlink $d/ns/pid 2>/dev/null)\" = \"$me\" ] || continue; "
+    "n=$(sed -n 's/^NSpid:.*[[:space:]]\\([0-9]*\\)$/\\1/p' $d/status 2>/dev/null); "
+    "[ \"$n\" = \"$1\" ] && echo ${d#/proc/} && return; done; echo $1; }; ";
+
 // The pid of the job's shell as it printed it ("pid N"): its process group.
 std::vector<pid_t> printed_pids(const std::string& text) {
   std::vector<pid_t> out;
@@ -161,9 +172,9 @@ TEST_F(JobRunnerTest, ObservesLinesAndDetectsOutOfMemoryMessages) {
 
 TEST_F(JobRunnerTest, TimeoutSendsTermThenKillToTheWholeGroup) {
   // The shell and its sleep both ignore SIGTERM: only SIGKILL after the grace period stops them.
-  JobSpec stubborn = sh_job("stubborn", "trap '' TERM; echo pid $$; sleep 100; echo never", 0.5);
+  JobSpec stubborn = sh_job("stubborn", "trap '' TERM; " + kEchoPid + "; sleep 100; echo never", 0.5);
   stubborn.grace = 0.5;
-  JobSpec polite = sh_job("polite", "echo pid $$; sleep 100", 0.3);
+  JobSpec polite = sh_job("polite", kEchoPid + "; sleep 100", 0.3);
   auto t0 = std::chrono::steady_clock::now();
   auto out = run({stubborn, polite});
   double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -198,7 +209,7 @@ TEST_F(JobRunnerTest, RecordsACrashBySignal) {
 }
 
 TEST_F(JobRunnerTest, KillsWhatTheJobLeftInItsGroup) {
-  auto out = run({sh_job("daemon", "sleep 100 & echo pid $!; exit 0")});
+  auto out = run({sh_job("daemon", kOuterPid + "sleep 100 & echo pid $(outer $!); exit 0")});
   const Attempt& a = out[0].trace.attempts.at(0);
   EXPECT_EQ(a.exit_code, 0);
   auto pids = printed_pids(read_file(a.log_path));
@@ -408,10 +419,10 @@ TEST_F(JobRunnerTest, GivesEachRankItsOwnGpu) {
 
 TEST_F(JobRunnerTest, InterruptFromAnotherThreadStopsEverythingAndLeavesNothing) {
   options.jobs = 2;
-  JobSpec stubborn = sh_job("stubborn", "trap '' TERM; echo pid $$; sleep 100");
+  JobSpec stubborn = sh_job("stubborn", "trap '' TERM; " + kEchoPid + "; sleep 100");
   stubborn.grace = 0.5;
-  JobSpec polite = sh_job("polite", "echo pid $$; sleep 100");
-  JobSpec never = sh_job("never", "echo pid $$; sleep 100");
+  JobSpec polite = sh_job("polite", kEchoPid + "; sleep 100");
+  JobSpec never = sh_job("never", kEchoPid + "; sleep 100");
   JobRunner runner(options);
   std::thread stopper([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
@@ -458,7 +469,7 @@ TEST_F(JobRunnerTest, SigintHandlerInterruptsTheRun) {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     kill(getpid(), SIGINT);
   });
-  auto out = runner.run({sh_job("a", "echo pid $$; sleep 100"), sh_job("b", "echo pid $$; sleep 100")});
+  auto out = runner.run({sh_job("a", kEchoPid + "; sleep 100"), sh_job("b", kEchoPid + "; sleep 100")});
   sender.join();
   sigaction(SIGINT, &old, nullptr);
   g_runner = nullptr;
@@ -562,7 +573,7 @@ TEST_F(JobRunnerTest, ReservationSidecarHoldsMemoryForTheJobAndStopsAfterIt) {
   if (!reserve || !double_dir) GTEST_SKIP() << "needs oomh-reserve and the CUDA driver double";
   options.paths.reserve_program = reserve;
   options.paths.driver_library_dir = double_dir;
-  JobSpec j = sh_job("reserved", "kill -0 $OOMH_RESERVE_PID && echo reserve-alive $OOMH_RESERVE_PID");
+  JobSpec j = sh_job("reserved", kOuterPid + "kill -0 $OOMH_RESERVE_PID && echo reserve-alive $(outer $OOMH_RESERVE_PID)");
   j.env = {{"CUDA_DOUBLE_MEMORY", "64MiB"}};
   j.memory.reserve = 16 << 20;
   JobSpec too_big = j;
@@ -788,7 +799,7 @@ TEST_F(JobRunnerTest, SixHundredJobsUnderAnOpenFileLimitOf256) {
 // stdout open) is killed with its job, at once, not after the drain timeout.
 TEST_F(JobRunnerTest, KillsAReparentedSetsidGrandchildWithItsJob) {
   auto started = std::chrono::steady_clock::now();
-  auto out = run({sh_job("setsid", "setsid sh -c 'trap \"\" TERM; echo pid $$; exec sleep 300' & sleep 0.3; exit 0")});
+  auto out = run({sh_job("setsid", "setsid sh -c 'trap \"\" TERM; " + kEchoPid + "; exec sleep 300' & sleep 0.3; exit 0")});
   double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   ASSERT_EQ(out[0].trace.attempts.size(), 1u);
   std::vector<pid_t> pids = printed_pids(read_file(out[0].trace.attempts[0].log_path));
@@ -832,6 +843,60 @@ TEST_F(JobRunnerTest, ReportsAFailedLogWrite) {
   for (const Event& e : a.events)
     warned = warned || (e.kind == "warning" && e.text("message").find("could not be written") != std::string::npos);
   EXPECT_TRUE(warned);
+}
+
+// Issue 44 (5): `kill -STOP $PPID` from a job stopped the runner, whose timeouts then never fired. As root
+// (CI, and here) the jobs run in a PID namespace of the run's own, where the runner has no pid: the job
+// finds the runner's number in /proc and cannot signal it by that number, and its $PPID is 0.
+// Note [A runner its jobs cannot signal] in runner/src/exec/job_namespace.h. (When the protection fails, the
+// job continues the runner itself, so that the test fails instead of hanging.)
+TEST_F(JobRunnerTest, AJobCannotStopItsRunner) {
+  if (geteuid() != 0) GTEST_SKIP() << "a PID namespace needs root; the watchdog is tested below";
+  const std::string script =
+      "read -r s < /proc/self/stat; set -- $s; r=$4; echo \"ppid $PPID runner $r\"; "
+      "if kill -STOP $r 2>/dev/null; then echo stopped-the-runner; sleep 0.3; kill -CONT $r; fi; "
+      "if [ \"$PPID\" != 0 ] && kill -STOP $PPID 2>/dev/null; then echo stopped-ppid; sleep 0.3; kill -CONT $PPID; fi; "
+      "echo done";
+  auto out = run({sh_job("stopper", script, 20)});
+  const Attempt& a = out[0].trace.attempts.at(0);
+  const std::string log = read_file(a.log_path);
+  EXPECT_NE(log.find("ppid 0 runner " + std::to_string(getpid())), std::string::npos) << log;
+  EXPECT_EQ(log.find("stopped-the-runner"), std::string::npos) << log;
+  EXPECT_EQ(log.find("stopped-ppid"), std::string::npos) << log;
+  EXPECT_NE(log.find("done"), std::string::npos) << log;
+  EXPECT_EQ(a.exit_code, 0);
+}
+
+// Where there is no namespace (not root, or OOMH_PID_NAMESPACE=0), the watchdog continues a stopped runner
+// and each running attempt is told.
+TEST_F(JobRunnerTest, TheWatchdogContinuesAStoppedRunner) {
+  setenv("OOMH_PID_NAMESPACE", "0", 1);
+  auto out = run({sh_job("stopper", "kill -STOP $PPID && echo stopped; sleep 0.5; echo done", 20)});
+  unsetenv("OOMH_PID_NAMESPACE");
+  const Attempt& a = out[0].trace.attempts.at(0);
+  const std::string log = read_file(a.log_path);
+  EXPECT_NE(log.find("stopped\ndone"), std::string::npos) << log;
+  bool warned = false;
+  for (const Event& e : a.events)
+    warned = warned || (e.kind == "warning" && e.text("message").find("its watchdog continued it") != std::string::npos);
+  EXPECT_TRUE(warned);
+}
+
+// Issue 44: a 300-level tree left in the work folder made the next run with the same folder fail ("Too many
+// levels of symbolic links", though there is no link). Note [Emptying a folder at any depth] in run_folder.cpp.
+TEST_F(JobRunnerTest, EmptiesAWorkFolderOfAnyDepth) {
+  const std::string deep = "d=\"$PWD\"; i=0; while [ $i -lt 300 ]; do mkdir -p \"$d/x\" && d=\"$d/x\"; i=$((i+1)); done; "
+                           "echo leaf > \"$d/leaf\"; ln -s / \"$d/root\"; echo made";
+  JobSpec j = sh_job("deep", "cd {workdir} && " + deep);
+  auto first = run({j});
+  ASSERT_EQ(first[0].trace.attempts.at(0).exit_code, 0) << first[0].error;
+  ASSERT_TRUE(fs::exists(out_dir + "/deep/work/x/x/x"));
+  JobSpec again = sh_job("deep", "ls -A {workdir}; echo listed");
+  auto second = run({again});
+  ASSERT_TRUE(second[0].error.empty()) << second[0].error;
+  ASSERT_EQ(second[0].trace.attempts.size(), 1u);
+  EXPECT_EQ(read_file(second[0].trace.attempts[0].log_path), "listed\n") << "the work folder was not emptied";
+  EXPECT_TRUE(fs::exists("/proc/self")) << "the link to / in the tree was followed";
 }
 
 // A job that shrinks its control block and writes garbage over it: the block is a sealed memfd, so the

@@ -63,7 +63,7 @@ JobSpec filled() {
 template <>
 MemorySample filled() { return {1763900000.123456789, 1, 10, 20, 1ull << 30, 5, 1}; }
 template <>
-ShimRecord filled() { return {2, 2, 1, 3, true, 77}; }
+ShimRecord filled() { return {2, 2, 1, 3, true, 77, 5, 6, 1, 4}; }
 template <>
 RankEnd filled() {
   return {1, 1.5, 2.5, AttemptEnd::signalled, 1, 9, true, 4, "/out/attempt-1.rank1.log", "Current thread 0x1\n"};

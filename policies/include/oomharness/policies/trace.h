@@ -81,6 +81,16 @@ struct ShimRecord {
   uint32_t ways_in = 0;            // kWayExport | kWayDlsym | kWayProcAddress
   bool driver_called = false;      // some process made a driver call the shim intercepted (a query counts)
   uint64_t allocations = 0;        // allocation calls the shims intercepted, on every device
+  // Allocations the shims refused, by their counters in the control block (DeviceCounters' failures_injected
+  // and cap_failures, every device): what is known when the event log lost the inject events (Note [An event
+  // log replaced] in runner/src/exec/job_runner_attempts.cpp).
+  uint64_t refused_by_rules = 0;
+  uint64_t refused_by_cap = 0;
+  // Note [A plan only the runner writes] in injector/engine/engine.h: what the shims found the job writing
+  // that only the runner writes (ControlBlock::tampered), and the plan generation the block held at the end
+  // (0: nobody wrote a plan into it).
+  uint32_t tampered = 0;
+  uint32_t plan_generation = 0;
 };
 
 // Note [Ranks]

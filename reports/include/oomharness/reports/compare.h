@@ -42,7 +42,8 @@ struct VerdictChange {
 };
 
 struct JobComparison {
-  std::string suite, job;
+  std::string suite, job;                            // the new run's suite for a job of a renamed suite
+  std::string renamed_from;                          // Note [A renamed suite]: the base's name of the suite, else ""
   std::string full_name() const { return suite + "::" + job; }  // suite::job, as every command names a job
   std::optional<JobStatus> base_status, new_status;  // nullopt: the job is absent on that side
   std::vector<VerdictChange> verdict_changes;        // only verdicts whose status changed
@@ -55,8 +56,26 @@ struct JobComparison {
   bool removed() const { return base_status && !new_status; }
 };
 
+// Note [A renamed suite]
+// Jobs are paired by suite::job. A suite renamed between the two runs would otherwise show each of its jobs as
+// removed and new, and a job that passed before and fails now would hide behind "1 removed + 1 new" (exit 0,
+// "no regressions"). So a suite of the base that the new run lacks is paired with a suite of the new run that
+// the base lacks when they have jobs of the same name, and then its jobs are paired by their names: the
+// comparison says so ("the suite 'a' is 'b' in the new run") and each row names the job's old name. When
+// one such suite could be either of two (two suites renamed, each sharing job names with both), `compare`
+// refuses to compare (exit 4) and says which suites: a regression must not hide behind a guess.
+struct SuiteRename {
+  std::string base, now;
+};
+struct SuitePairing {
+  std::vector<SuiteRename> renamed;
+  std::optional<std::string> ambiguous;  // why the suites cannot be paired: compare refuses
+};
+SuitePairing pair_suites(const RunResult& base, const RunResult& now);
+
 struct Comparison {
   std::vector<JobComparison> jobs;   // the base run's order, then jobs only the new run has
+  std::vector<SuiteRename> renamed;  // Note [A renamed suite]
   bool regressed() const;            // some job broke some rule
   int regression_count() const;
 };

@@ -10,6 +10,11 @@
 //  - an attempt died (a non-zero exit or a signal) before any fault fired (an injection, an OOM the code
 //    saw, or an OOM it died of), or, for a job with nothing to fire, before its first training step
 //    (a ModuleNotFoundError, a missing file): error, naming the last line it printed;
+//  - the job wrote into its control block what only the runner writes (a plan, a cap: Note [A plan only
+//    the runner writes] in injector/engine/engine.h): error, even though the shims refused it;
+//  - the shims' counters in the control block say they refused allocations and the attempt's event log
+//    holds none of them (the job replaced its log: Note [An event log replaced] in
+//    runner/src/exec/job_runner_attempts.cpp): error, saying what the counters say;
 //  - its plan had fault rules and none of them fired in the whole job: it cannot pass (an `exit: 0` check
 //    would pass a job whose fault never came), it is inconclusive.
 // On a machine where no GPU was found a job sent to the GPU allocates nothing through the shim (a CUDA build
