@@ -9,7 +9,7 @@
 // the line that grew the most is named. It is the line that MADE the kept tensors (a forward, a
 // loss), innermost first with its callers. Where the probe found the variable that keeps them (`kept_by`:
 // a list the loop appends to, with the line that appends; Note [Which variable keeps them] in
-// python/oomharness/_breakdown.py), that line is named too: the fix goes there.
+// python/oomharness/_sites.py), that line is named too: the fix goes there.
 //
 // Note [Kept after the loop]
 // Rule 5: references kept after the loop. The probe writes a breakdown `at: "after_loop"` when an evaluation

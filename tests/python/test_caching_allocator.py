@@ -8,8 +8,8 @@ import sys
 import tempfile
 import unittest
 
-from oomharness.virtual_device.allocator import (BudgetSegments, CachingAllocatorModel, round_size, segment_size,
-                                          MIN_BLOCK)
+from oomharness.virtual_device.allocator import CachingAllocatorModel, MIN_BLOCK, round_size, segment_size
+from oomharness.virtual_device.segments import BudgetSegments
 
 MiB = 1 << 20
 
@@ -147,7 +147,8 @@ class ThroughTheShim(unittest.TestCase):
             return proc, lines
 
     PROGRAM = """
-from oomharness.virtual_device.allocator import CachingAllocatorModel, DriverSegments
+from oomharness.virtual_device.allocator import CachingAllocatorModel
+from oomharness.virtual_device.segments import DriverSegments
 m = CachingAllocatorModel(DriverSegments(), oom_error=lambda msg: MemoryError(msg))
 kept = [m.malloc(30 << 20)]
 m.free(m.malloc(30 << 20))

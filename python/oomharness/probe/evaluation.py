@@ -3,7 +3,7 @@ and whether it builds an autograd graph (the eval_no_grad check): an `eval_forwa
 `evaluation_starts` hook, at which the memory part looks at what the loop left alive (Note [After the loop]
 in memory.py)."""
 
-from .. import _breakdown
+from .. import _sites
 
 
 class Evaluation:
@@ -17,7 +17,7 @@ class Evaluation:
         clock = ctx.clock
         if clock.phase != "eval":
             # Once per evaluation, not per forward: does it build a graph (eval_no_grad)?
-            site = _breakdown.site_text(_breakdown.user_site(frame))
+            site = _sites.site_text(_sites.user_site(frame))
             ctx.emit("eval_forward", step=clock.current_step(), grad=bool(ctx.torch.is_grad_enabled()),
                      training=bool(module.training), batch_size=clock.batch_size, site=site)
             ctx.hooks.call("evaluation_starts", args, kwargs, site, frame)

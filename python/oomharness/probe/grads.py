@@ -15,7 +15,7 @@ GradScaler.unscale_) also move the counter, so they can hide a missing zero_grad
 import sys
 import weakref
 
-from .. import _breakdown
+from .. import _sites
 
 WHO = "probe.grads"
 
@@ -56,7 +56,7 @@ class Grads:
                        or now._version - version > self.backwards)
             self.cleared = bool(cleared)
             if not cleared:  # the line that called optimizer.step(), for the finding
-                self.step_site = _breakdown.site_text(_breakdown.user_site(sys._getframe(1), 1))
+                self.step_site = _sites.site_text(_sites.user_site(sys._getframe(1), 1))
 
     def remember_grads(self, optimizer):
         self.zeroed = False

@@ -31,7 +31,7 @@ probe sees the loop left when a model's forward runs for evaluation (eval mode o
 least one training step since the last such look: there it writes a breakdown `at: "after_loop"` (the first
 forward of that evaluation, before it allocates anything), with the storages of the forward's own arguments
 counted apart (`inputs`), and the variables of the user's frames that keep the largest lines' tensors (Note
-[Which variable keeps them] in _breakdown.py). What other live tensors hold there beyond the inputs was left
+[Which variable keeps them] in _sites.py). What other live tensors hold there beyond the inputs was left
 by the code before: the kept_after_loop finding weighs it. At most MAX_AFTER_LOOP per process; an evaluation
 every step costs a breakdown every step up to that.
 """

@@ -17,7 +17,8 @@ Everything the parts replace is a row of the patch table (Note [The patch table]
 """
 
 from .. import _job
-from .allocator import BudgetSegments, CachingAllocatorModel, DriverSegments
+from .allocator import CachingAllocatorModel
+from .segments import BudgetSegments, DriverSegments
 from .device import DESCRIPTION, VirtualDevice, oom_error
 from .libraries import LIBRARY_ERRORS, LIBRARY_HANDLE_BYTES, LIBRARY_THROUGH_SHIM, cublas_workspace_bytes
 

@@ -31,7 +31,7 @@ import threading
 
 import torch
 
-from .. import _breakdown
+from .. import _sites
 from .amp import Amp
 from .libraries import Libraries, cublas_workspace_bytes
 from .loading import Loading
@@ -120,9 +120,9 @@ class VirtualDevice:
             return
         s = self._storage(t)
         block = self.model.malloc(s.nbytes())
-        # Note [Where a tensor was made] (_breakdown.py): only a block of SITE_MIN_BYTES or more pays for the
+        # Note [Where a tensor was made] (_sites.py): only a block of SITE_MIN_BYTES or more pays for the
         # walk up the stack (a few microseconds per booking).
-        site = _breakdown.user_site(sys._getframe(1)) if block.size >= _breakdown.SITE_MIN_BYTES else ()
+        site = _sites.user_site(sys._getframe(1)) if block.size >= _sites.SITE_MIN_BYTES else ()
         self.tracked[key] = _Tracked(block, s._weak_ref(), key, t.shape, t.dtype, site)
         self.order.append(key)
         if self.model.allocated > self.peak_mark:

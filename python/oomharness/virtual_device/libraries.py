@@ -43,7 +43,7 @@ host), cuFFT's plans. Other GPUs and library versions take other sizes.
 import os
 import threading
 
-from .allocator import OutOfMemory
+from .segments import OutOfMemory
 
 WHO = "device.libraries"
 

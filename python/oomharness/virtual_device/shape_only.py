@@ -48,7 +48,7 @@ import sys
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from .. import _breakdown
+from .. import _breakdown, _sites
 from .. import _patches
 from .device import VirtualDevice
 from .libraries import LIBRARY_ERRORS
@@ -162,7 +162,7 @@ class ShapeOnlyDevice(VirtualDevice):
     def stand_in(self, t):
         """Note [Stand-in values]."""
         self.stand_ins += 1
-        site = _breakdown.site_text(_breakdown.user_site(sys._getframe(2), 1)) or "?"
+        site = _sites.site_text(_sites.user_site(sys._getframe(2), 1)) or "?"
         first = not self.stand_in_sites
         self.stand_in_sites[site] = self.stand_in_sites.get(site, 0) + 1
         if first:
@@ -177,7 +177,7 @@ class ShapeOnlyDevice(VirtualDevice):
         if len(self.ooms) >= MAX_OOMS:
             return
         clock = self.ctx.clock
-        oom = {"site": _breakdown.site_text(_breakdown.user_site(sys._getframe(2))),
+        oom = {"site": _sites.site_text(_sites.user_site(sys._getframe(2))),
                "step": clock.current_step(), "phase": clock.phase,
                "allocated": self.model.allocated, "reserved": self.model.reserved, "message": message}
         if library is not None:
