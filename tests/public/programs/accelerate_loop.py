@@ -22,7 +22,7 @@ def main():
     ap.add_argument("--find_batch_size", action="store_true")
     ap.add_argument("--resume", action="store_true")
     a = ap.parse_args()
-    import torch
+    import torch  # first: synth.py says why
     from accelerate import Accelerator
     from accelerate.utils import find_executable_batch_size, set_seed
     from torch.utils.data import DataLoader

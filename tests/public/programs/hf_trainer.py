@@ -20,7 +20,10 @@ def main():
     ap.add_argument("--n_embd", type=int, default=256)
     ap.add_argument("--n_layer", type=int, default=4)
     ap.add_argument("--auto_find_batch_size", action="store_true")
+    ap.add_argument("--datasets_first", action="store_true")
     a = ap.parse_args()
+    if not a.datasets_first:
+        import torch  # noqa: F401  (first: synth.py says why)
     from datasets import Dataset
     from transformers import (DataCollatorForLanguageModeling, GPT2Config, GPT2LMHeadModel, Trainer,
                               TrainingArguments, set_seed)

@@ -34,7 +34,11 @@ def main():
     from pathlib import Path
     from torch.utils.data import DataLoader
 
-    data_dir = Path(a.default_root_dir) / "data"
+    # LightningTransformer.prepare_data reads ./data/wikitext-2.txt (WikiText2's default folder, downloading
+    # it when absent): run in the output folder, where the file is written first.
+    os.makedirs(a.default_root_dir, exist_ok=True)
+    os.chdir(a.default_root_dir)
+    data_dir = Path("data")
     write_wikitext(str(data_dir / "wikitext-2.txt"), a.vocab)
 
     class WikiData(L.LightningDataModule):
@@ -49,11 +53,11 @@ def main():
     L.seed_everything(0)
     dm = WikiData(a.batch_size)
     model = LightningTransformer(vocab_size=dm.dataset.vocab_size)
-    ckpt_dir = os.path.join(a.default_root_dir, "checkpoints")
+    ckpt_dir = "checkpoints"
     callbacks = [ModelCheckpoint(dirpath=ckpt_dir, every_n_train_steps=a.save_every, save_last=True, save_top_k=-1)]
     if a.find_batch_size:
         callbacks.append(BatchSizeFinder(mode="power", init_val=a.batch_size, max_trials=4))
-    trainer = L.Trainer(default_root_dir=a.default_root_dir, max_steps=a.max_steps, accelerator="gpu", devices=1,
+    trainer = L.Trainer(default_root_dir=".", max_steps=a.max_steps, accelerator="gpu", devices=1,
                         callbacks=callbacks, logger=False, enable_progress_bar=False, log_every_n_steps=1,
                         enable_model_summary=False)
     last = os.path.join(ckpt_dir, "last.ckpt")

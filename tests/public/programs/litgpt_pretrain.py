@@ -1,48 +1,27 @@
-"""litgpt's pretraining, unchanged: `litgpt.pretrain.setup` (what `litgpt pretrain` runs) with the
-pythia-14m config by name (no weights), fp32, one device, `resume="auto"` (the newest out_dir/step-*/
-lit_model.pth, through Fabric's load), checkpoints every `--save_interval` optimizer steps, and a data
-module of synthetic token sequences (litgpt's DataModule interface: connect, setup, the two loaders; its
-own data modules need litdata, which is not installed). litgpt compiles the model with torch.compile."""
-import argparse
-from pathlib import Path
+"""litgpt's pretraining, unchanged, through its own command line (`litgpt pretrain`, litgpt.__main__.main:
+its checkpoints save the command's hyperparameters by parsing that command line again): the pythia-14m
+config by name (no weights), fp32, one device, `--resume auto` (the newest out_dir/step-*/lit_model.pth,
+through Fabric's load), checkpoints every `--train.save_interval` optimizer steps, and litgpt_synthetic's
+data module. litgpt compiles the model with torch.compile. Usage: litgpt_pretrain.py OUT MICRO_BATCH STEPS."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out_dir", required=True)
-    ap.add_argument("--micro_batch_size", type=int, default=8)
-    ap.add_argument("--max_steps", type=int, default=8)
-    ap.add_argument("--save_interval", type=int, default=2)
-    ap.add_argument("--seq", type=int, default=128)
-    a = ap.parse_args()
-    import torch
-    from litgpt.args import EvalArgs, TrainArgs
-    from litgpt.config import Config
-    from litgpt.data import DataModule
-    from litgpt.pretrain import setup
-    from torch.utils.data import DataLoader
-
-    class SyntheticTokens(DataModule):
-        def connect(self, tokenizer=None, batch_size=1, max_seq_length=-1):
-            self.batch_size, self.seq = batch_size, max_seq_length
-
-        def _data(self, n, seed):
-            g = torch.Generator().manual_seed(seed)
-            return [torch.randint(0, 50000, (self.seq + 1,), generator=g) for _ in range(n)]
-
-        def train_dataloader(self):
-            return DataLoader(self._data(512, 0), batch_size=self.batch_size, shuffle=False)
-
-        def val_dataloader(self):
-            return DataLoader(self._data(8, 1), batch_size=self.batch_size)
-
-    setup(model_name="pythia-14m", model_config=Config.from_name("pythia-14m", block_size=a.seq),
-          out_dir=Path(a.out_dir), precision="32-true", resume="auto", data=SyntheticTokens(),
-          train=TrainArgs(save_interval=a.save_interval, log_interval=1, global_batch_size=a.micro_batch_size,
-                          micro_batch_size=a.micro_batch_size, max_tokens=a.max_steps * a.micro_batch_size * a.seq,
-                          max_seq_length=a.seq, lr_warmup_steps=0, max_norm=1.0, min_lr=6e-5),
-          eval=EvalArgs(interval=1000, max_iters=1, initial_validation=False, final_validation=False),
-          devices=1, logger_name="csv", seed=0)
+    out, micro, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    seq = 128
+    sys.argv = ["litgpt", "pretrain", "pythia-14m", "--out_dir", out, "--precision", "32-true", "--resume", "auto",
+                "--data", "litgpt_synthetic.SyntheticTokens", "--train.save_interval", "2",
+                "--train.log_interval", "1", "--train.global_batch_size", str(micro),
+                "--train.micro_batch_size", str(micro), "--train.max_tokens", str(steps * micro * seq),
+                "--train.max_seq_length", str(seq), "--train.lr_warmup_steps", "0", "--train.max_norm", "1.0",
+                "--eval.interval", "1000", "--eval.max_iters", "1", "--eval.initial_validation", "false",
+                "--eval.final_validation", "false", "--devices", "1", "--logger_name", "csv", "--seed", "0",
+                "--model_config.block_size", str(seq)]
+    from litgpt.__main__ import main as litgpt_main
+    litgpt_main()
 
 
 if __name__ == "__main__":

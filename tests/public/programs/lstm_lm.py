@@ -62,6 +62,7 @@ def main():
         step += 1
         print("| step %d | batch %d | loss %.3f" % (step, x.shape[1], loss.item()), flush=True)
         if a.resume and step % a.save_every == 0:
+            os.makedirs(os.path.dirname(a.resume) or ".", exist_ok=True)
             torch.save({"step": step, "model": model.state_dict(), "optimizer": opt.state_dict()}, a.resume)
 
 

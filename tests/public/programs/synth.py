@@ -5,6 +5,14 @@ import json
 import os
 import random
 
+
+# Why the drivers import torch before datasets or transformers (a harness gap, issue 41's corpus found it):
+# both ask `importlib.util.find_spec("torch")` at import time; the probe's TorchFinder
+# (python/oomharness/_boot.py) answers that look-up as if it were the import, leaves sys.meta_path and wraps
+# the loader of a spec nobody uses, so the real `import torch` that follows installs neither the probe nor
+# the virtual device, and the job dies in torch's own CUDA initialisation (cudaGetDeviceCount, error 36).
+# hf_trainer.py --datasets_first keeps the order the Transformers examples use, to show the gap.
+
 WORDS = ["w%d" % i for i in range(250)]
 SPECIALS = ["<pad>", "<unk>", "<s>", "</s>"]
 

@@ -13,6 +13,7 @@ import synth  # noqa: E402
 
 
 def main():
+    import torch  # noqa: F401  (first: synth.py says why)
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
     os.chdir(out)

@@ -18,6 +18,7 @@ def main():
     ap.add_argument("--hidden_size", type=int, default=256)
     ap.add_argument("--auto_find_batch_size", action="store_true")
     a = ap.parse_args()
+    import torch  # noqa: F401  (first: synth.py says why)
     from datasets import Dataset
     from transformers import LlamaConfig, LlamaForCausalLM, set_seed
     from transformers.trainer_utils import get_last_checkpoint
