@@ -21,6 +21,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
+sys.path.insert(0, os.path.join(HERE, "..", "realworld"))
+from corpus_check import table  # noqa: E402  (tests/realworld's: one table of differences for both corpora)
 
 # The scenarios CI runs (python.public_corpus), chosen for what each costs on the 2-core machine (measured
 # times in docs/compatibility.md, "Public training programs"): one of each kind of recovery, each program
@@ -151,15 +153,6 @@ def compare(results_path, expected, known):
             note = "the gap closed: take it off KNOWN" if gap and matches_expected else j.get("message", "")[:200]
             rows.append((name, c, v + (" (known, %s)" % gap[2] if gap else ""), g, note))
     return rows, notes, jobs
-
-
-def table(rows):
-    head = ("job", "check", "expected", "got", "note")
-    widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(4)]
-    lines = ["  ".join(str(v).ljust(widths[i]) for i, v in enumerate(head[:4])) + "  " + head[4]]
-    for r in rows:
-        lines.append("  ".join(str(v).ljust(widths[i]) for i, v in enumerate(r[:4])) + "  " + r[4])
-    return "\n".join(lines)
 
 
 def main():
