@@ -17,12 +17,16 @@ matrix=${OOMH_TORCH_MATRIX:-"torch-2.13.0-cpu torch-2.14.1-cuda"}
 mkdir -p "$build"
 venvs_out="$build/venvs.txt"
 : >"$venvs_out"
-phase "Python environments ($matrix), beside the build"
+phase "Python environments ($matrix, public-torch-2.14.1-cuda), beside the build"
 (
   for name in $matrix; do
     python=$("$root/scripts/venv.sh" "$name") || exit 1
     echo "$name=$python" >>"$venvs_out"
   done
+  # The public training programs' own environment (tests/public); OOMH_PUBLIC=0 leaves it and its test out.
+  if [ "${OOMH_PUBLIC:-1}" = 1 ]; then
+    "$root/scripts/venv.sh" public-torch-2.14.1-cuda >"$build/venv-public.txt" || exit 1
+  fi
 ) &
 venvs_pid=$!
 trap 'kill "$venvs_pid" 2>/dev/null || true' EXIT  # a failed build leaves no pip behind
@@ -41,7 +45,9 @@ if ! wait "$venvs_pid"; then
 fi
 phase "Python environments ready; configuring the tests with them"
 pythons=$(paste -sd';' "$venvs_out")
-"$root/scripts/build.sh" "-DOOMH_TEST_PYTHONS=$pythons"
+public_python=""
+[ "${OOMH_PUBLIC:-1}" = 1 ] && public_python=$(cat "$build/venv-public.txt")
+"$root/scripts/build.sh" "-DOOMH_TEST_PYTHONS=$pythons" "-DOOMH_PUBLIC_PYTHON=$public_python"
 
 # The shim's engine under AddressSanitizer + UndefinedBehaviorSanitizer and under ThreadSanitizer: the code
 # that runs inside every CUDA allocation of a job must be clean under both. (The preload tests run in the

@@ -1,0 +1,25 @@
+"""A litgpt data module of synthetic token sequences (litgpt's DataModule interface: connect, setup, the two
+loaders), for `litgpt pretrain --data litgpt_synthetic.SyntheticTokens`: litgpt's own pretraining data
+modules need litdata, which is not installed."""
+import torch
+from litgpt.data import DataModule
+from torch.utils.data import DataLoader
+
+
+class SyntheticTokens(DataModule):
+    def __init__(self, vocab: int = 50000, samples: int = 512):
+        super().__init__()
+        self.vocab, self.samples = vocab, samples
+
+    def connect(self, tokenizer=None, batch_size=1, max_seq_length=-1):
+        self.batch_size, self.seq = batch_size, max_seq_length
+
+    def _data(self, n, seed):
+        g = torch.Generator().manual_seed(seed)
+        return [torch.randint(0, self.vocab, (self.seq + 1,), generator=g) for _ in range(n)]
+
+    def train_dataloader(self):
+        return DataLoader(self._data(self.samples, 0), batch_size=self.batch_size, shuffle=False)
+
+    def val_dataloader(self):
+        return DataLoader(self._data(8, 1), batch_size=self.batch_size)
