@@ -33,6 +33,9 @@
 #   multigpu only when named, on a machine with 2 GPUs or more (issue 33): tests/gpu/multigpu.sh: faults in
 #           NCCL's own buffers, all ranks resuming from a DDP checkpoint (and a broken twin), one rank per GPU
 #           over every GPU, 8 capped jobs packed over the GPUs and over a subset; judged by tests/gpu/multigpu.py
+#   public  only when named (issues 41, 46): the public programs (tests/public/corpus.yaml) whose libraries this
+#           machine's python3 imports (corpus_check.py --importable), on this GPU and on the virtual device, compared
+#           job by job into $OUT/public-compare.txt, and the GPU's verdicts against the expected ones
 #   pytests only when named: the Python probe's and recovery code's unit tests with this machine's PyTorch,
 #           on the CPU, in the background until the timing phases (CI runs them on every change with
 #           Debian's PyTorch; here they took 177-279 s and held the timing phases back by 35-90 s)
@@ -76,9 +79,9 @@ inject=$build/injector/liboomharness_inject.so
 summary=$work/summary.txt
 budget=${RUN_ALL_BUDGET:-575}
 all_phases="build pytests virtual ecosystem realworld ctest injector libtorch probe fidelity-caps selftest demo armed reservation reservesuite fidelity-reserve
-            compat drivercalls shimbench runnerbench packing throughput scale virtualsuite sweep budget explain fragment probecost stepfaults explaingpu ranks2gpu multigpu predict libooms probeprofile ecosystemboth"
+            compat drivercalls shimbench runnerbench packing throughput scale virtualsuite sweep budget explain fragment probecost stepfaults explaingpu ranks2gpu multigpu predict libooms probeprofile ecosystemboth public"
 phases=${*:-${all_phases/pytests virtual ecosystem realworld /}}
-[ $# -eq 0 ] && phases=${phases/ scale virtualsuite sweep budget explain fragment probecost stepfaults explaingpu ranks2gpu multigpu predict libooms probeprofile ecosystemboth/}  # by name only
+[ $# -eq 0 ] && phases=${phases/ scale virtualsuite sweep budget explain fragment probecost stepfaults explaingpu ranks2gpu multigpu predict libooms probeprofile ecosystemboth public/}  # by name only
 wave1="ctest injector libtorch probe fidelity-caps"
 wave2="selftest demo armed"
 timing="drivercalls shimbench runnerbench packing throughput scale"
@@ -87,7 +90,7 @@ timing="drivercalls shimbench runnerbench packing throughput scale"
 # little over; the budget check uses them.
 declare -A EST=([build]=80 [pytests]=200 [virtual]=240 [ecosystem]=200 [realworld]=240 [ctest]=60 [injector]=30 [libtorch]=30 [probe]=40 [fidelity-caps]=30
                 [selftest]=60 [demo]=60 [armed]=60 [reservation]=55 [reservesuite]=30 [fidelity-reserve]=20 [throughput]=145
-                [packing]=150 [drivercalls]=35 [shimbench]=30 [runnerbench]=10 [compat]=5 [scale]=200 [virtualsuite]=120 [sweep]=120 [budget]=120 [explain]=5 [fragment]=60 [probecost]=180 [stepfaults]=150 [explaingpu]=150 [ranks2gpu]=120 [multigpu]=420 [predict]=420 [libooms]=60 [probeprofile]=90 [ecosystemboth]=300)
+                [packing]=150 [drivercalls]=35 [shimbench]=30 [runnerbench]=10 [compat]=5 [scale]=200 [virtualsuite]=120 [sweep]=120 [budget]=120 [explain]=5 [fragment]=60 [probecost]=180 [stepfaults]=150 [explaingpu]=150 [ranks2gpu]=120 [multigpu]=420 [predict]=420 [libooms]=60 [probeprofile]=90 [ecosystemboth]=300 [public]=420)
 
 # RE2 (Debian's libre2-dev) is not on the GPU machine, where nothing can be installed: carry Debian's two
 # packages in .re2/ (`apt-get download libre2-9 libre2-dev`, name .re2 in the device call's carry) and they
@@ -191,6 +194,20 @@ run_phase() {  # run_phase NAME: the phase's command, its output to stdout
       echo "== the GPU's verdicts against the corpus's expected ones" | tee -a "$out/realworld-compare.txt"
       python3 "$root/tests/realworld/corpus_check.py" --results "$work/realworld-gpu/results.json" --gpu \
         | tee -a "$out/realworld-compare.txt"
+      return $rc ;;
+    public)  # issues 41, 46: the public programs this machine's python3 can import, on the GPU and on the virtual
+             # device with the same PyTorch, compared job by job; the GPU's verdicts against the expected ones
+      local sel; sel=$(python3 "$root/tests/public/corpus_check.py" --importable) || { echo "no public program imports here"; return 3; }
+      echo "jobs: $sel"
+      local rc=0
+      "$bin" run "$root/tests/public/corpus.yaml" -k "$sel" --jobs 4 --out "$work/public-gpu" || [ $? -le 1 ] || rc=1
+      CUDA_VISIBLE_DEVICES= "$bin" run "$root/tests/public/corpus.yaml" -k "$sel" --simulate --jobs 6 \
+        --out "$work/public-virtual" || [ $? -le 1 ] || rc=1
+      python3 "$root/tests/realworld/corpus_check.py" --compare "$work/public-gpu/results.json" \
+        "$work/public-virtual/results.json" | tee "$out/public-compare.txt"
+      for side in gpu virtual; do cp "$work/public-$side/results.json" "$out/public-$side-results.json" 2>/dev/null; done
+      echo "== the GPU's verdicts against the expected ones" | tee -a "$out/public-compare.txt"
+      python3 "$root/tests/public/corpus_check.py" --results "$work/public-gpu/results.json" --gpu | tee -a "$out/public-compare.txt"
       return $rc ;;
     virtual) python3 "$root/bench/python/virtual_fidelity.py" --device both --json-out "$work/virtual_fidelity.json" &&
              CUDA_VISIBLE_DEVICES= python3 "$root/bench/python/virtual_device_cost.py" --rounds 5 > "$work/virtual_cost.json";

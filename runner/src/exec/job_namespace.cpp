@@ -102,11 +102,18 @@ void close_pipe(int fds[2]) {
 
 }  // namespace
 
-JobNamespace::JobNamespace() {
+bool nvidia_device_present() { return ::access("/dev/nvidiactl", F_OK) == 0; }
+
+JobNamespace::JobNamespace(bool real_driver) {
   own_ns_ = ::open("/proc/thread-self/ns/pid", O_RDONLY | O_CLOEXEC);
   const char* choice = std::getenv("OOMH_PID_NAMESPACE");
   if (choice && std::string_view(choice) == "0") {
     reason_ = "OOMH_PID_NAMESPACE=0";
+    start_watchdog();
+    return;
+  }
+  if (real_driver && nvidia_device_present()) {
+    reason_ = "the jobs call the real CUDA driver, whose cuInit fails inside a PID namespace (error 304)";
     start_watchdog();
     return;
   }

@@ -19,6 +19,12 @@
 //    PR_SET_PDEATHSIG, and sees the runner's end on a pipe). /proc stays the machine's: a job's getpid()
 //    counts from 2 while /proc/self and /proc/<pid> speak the runner's numbers (Note [Pids the runner can
 //    see] in include/oomharness/process_ids.h says what the shim does about it).
+//  - Not where the jobs call the real CUDA driver (a run without the driver double on a machine with an NVIDIA
+//    device, /dev/nvidiactl): inside such a namespace the driver's cuInit fails with CUDA_ERROR_OPERATING_SYSTEM
+//    (304, "OS call failed or operation not supported on this OS"), as every job of tests/public/corpus.yaml
+//    showed on an H200 (2026-11-28, tests/gpu/run_all.sh public): the driver's view of the process through
+//    /proc, which stays the machine's, and getpid() disagree. A GPU run gets the watchdog below, and the
+//    report's reason says why. (A mount namespace with the namespace's own /proc would lift this; not done.)
 //  - Where it does not (a runner that is not root; or OOMH_PID_NAMESPACE=0), a watchdog: a small process
 //    of the runner's, in a session of its own, that looks at the runner every 50 ms and sends it SIGCONT
 //    when it finds it stopped, telling the runner, which warns each running attempt. The runner in turn
@@ -36,8 +42,9 @@ namespace oomh::exec {
 class JobNamespace {
  public:
   // Enters the run's namespace on this thread (its later children are born there) and starts the keeper, or
-  // starts the watchdog where the namespace cannot be had.
-  JobNamespace();
+  // starts the watchdog where the namespace cannot be had. `real_driver`: the jobs may call the machine's CUDA
+  // driver (no driver double), which does not work inside the namespace where an NVIDIA device is present.
+  explicit JobNamespace(bool real_driver);
   // Ends the keeper (the kernel then ends whatever is left in the namespace) or the watchdog, and puts this
   // thread's later children back in the runner's own namespace.
   ~JobNamespace();
@@ -71,6 +78,9 @@ class JobNamespace {
   pid_t watchdog_ = -1;
   std::string reason_;
 };
+
+// Whether this machine has an NVIDIA device whose driver a job could call (/dev/nvidiactl exists).
+bool nvidia_device_present();
 
 // The pid `pid` (as the runner names it) has in its own, innermost namespace: what a job calls it. `pid`
 // itself when unknown.

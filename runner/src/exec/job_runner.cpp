@@ -131,7 +131,9 @@ std::vector<JobOutcome> JobRunner::Impl::run(const std::vector<JobSpec>& specs) 
   asio::io_context io;
   ctx = &io;
   open_out_dir();
-  ns = std::make_unique<JobNamespace>();  // Note [A runner its jobs cannot signal] in job_namespace.h
+  // Note [A runner its jobs cannot signal] in job_namespace.h; the driver double (--simulate) leaves the real
+  // driver out of the jobs.
+  ns = std::make_unique<JobNamespace>(options.paths.driver_library_dir.empty());
   plan_jobs(specs, outcomes);
   arm_loop();
   schedule();
