@@ -65,6 +65,10 @@ print("stand_ins", dev.stand_ins)
         r = in_process(r"""
 m = torch.nn.Linear(1000, 1000)
 print("param", type(m.weight).__name__, isinstance(m.weight, torch.nn.Parameter), dev.model.allocated)
+w = torch.nn.Parameter(torch.empty(30, 40))
+a, b = torch.nn.Module(), torch.nn.Module()
+a.w = w; b.w = w
+print("tied", a.w is b.w, type(a.w).__name__)
 m.cuda()
 y = m(torch.randn(4, 1000).cuda()).sum()
 print("fmt", f"{y:.3f}", y.tolist(), m(torch.randn(2, 1000).cuda())[:, :2].tolist(), m.weight[:2, :3].cpu().numpy().shape)
@@ -74,6 +78,7 @@ print("stand_ins", dev.stand_ins)
         self.assertEqual(r.returncode, 0, r.stderr)
         lines = dict(line.split(" ", 1) for line in r.stdout.splitlines())
         self.assertEqual(lines["param"], "FakeTensor True 0")  # no device memory until .cuda()
+        self.assertEqual(lines["tied"], "True FakeTensor")  # one real Parameter registered twice: one fake
         self.assertEqual(lines["fmt"], "1.000 1.0 [[1.0, 1.0], [1.0, 1.0]] (2, 3)")
         self.assertEqual(lines["host"], "4.0 2.0 [0, 1, 2]")  # the host computes for real
         self.assertEqual(lines["stand_ins"], "4")

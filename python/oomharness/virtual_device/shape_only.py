@@ -63,6 +63,7 @@ with the full virtual device's figure (tests/python/test_predict.py).
 
 import atexit
 import sys
+import weakref
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
@@ -236,14 +237,21 @@ class ShapeOnlyDevice(VirtualDevice):
     def _patch_parameters(self):
         """Note [Shape-only mode]: a real Parameter registered on a module is replaced by a fake one."""
         fake = self
+        made = {}  # id(real Parameter) -> (a weak reference to it, its fake): one registered twice stays one (tied)
 
         def make(original):
             def register_parameter(module, name, param):
                 if (isinstance(param, torch.Tensor) and not isinstance(param, FakeTensor) and not param.is_meta
                         and param.layout == torch.strided):
-                    with fake.fake:
-                        data = torch.empty_strided(tuple(param.shape), tuple(param.stride()), dtype=param.dtype)
-                    param = torch.nn.Parameter(data, requires_grad=param.requires_grad)
+                    real, key = param, id(param)
+                    entry = made.get(key)
+                    if entry is not None and entry[0]() is real:
+                        param = entry[1]
+                    else:
+                        with fake.fake:
+                            data = torch.empty_strided(tuple(real.shape), tuple(real.stride()), dtype=real.dtype)
+                        param = torch.nn.Parameter(data, requires_grad=real.requires_grad)
+                        made[key] = (weakref.ref(real, lambda _, k=key: made.pop(k, None)), param)
                 return original(module, name, param)
             return register_parameter
         self.ctx.patches.replace(WHO, "torch.nn.Module", "register_parameter", make)
