@@ -187,7 +187,7 @@ inline constexpr KindFields kEventFields[] = {
     {kValuesNotComputed, "site"},
     {kPrediction,
      "peak_allocated peak_reserved context libraries breakdown ooms values_computed stand_ins stand_in_sites "
-     "kernels divergences segments torch"},
+     "kernels divergences segments torch steps phases stopped_after saved"},
     {kAttemptStart, "attempt argv master_port reserved"},
     {kAttemptExit, "attempt code signal timed_out oom_message interrupted"},
     {kObserved, "key value stream line"},

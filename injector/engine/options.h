@@ -45,6 +45,7 @@ inline constexpr OptionSpec kOptionTable[] = {
     {"OOMH_STACKS", false, "a distributed rank's stack file: the Python probe has faulthandler write to it on SIGUSR1 (set by the runner)"},
     {"OOMH_EVIDENCE", false, "what the Python probe gathers: the evidence the job's checks read, or all (set by the runner; include/oomharness/evidence.h)"},
     {"OOMH_SHAPE_ONLY", false, "1: the virtual CUDA device in shape-only mode (set by oomharness predict)"},
+    {"OOMH_SHAPE_STEPS", false, "N: a shape-only run stops after N training steps (set by oomharness predict --steps)"},
     {"OOMH_SHAPE_KERNELS", false, "gpu (default) or cpu: which kernels shape-only mode picks where they differ (docs/predict.md)"},
     {"OOMH_CHECK_EVENTS", false, "1: the Python package refuses event fields the C++ schema lacks (the project's tests set it)"},
     // The runner's own settings: jobs inherit them, so the shim must not warn about them.

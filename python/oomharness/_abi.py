@@ -69,7 +69,7 @@ EVENT_KINDS = {
     "library_alloc": ("probe", ("library", "thread", "bytes", "counted")),
     "shape_only": ("probe", ("kernels", "context")),
     "values_not_computed": ("probe", ("site",)),
-    "prediction": ("probe", ("peak_allocated", "peak_reserved", "context", "libraries", "breakdown", "ooms", "values_computed", "stand_ins", "stand_in_sites", "kernels", "divergences", "segments", "torch")),
+    "prediction": ("probe", ("peak_allocated", "peak_reserved", "context", "libraries", "breakdown", "ooms", "values_computed", "stand_ins", "stand_in_sites", "kernels", "divergences", "segments", "torch", "steps", "phases", "stopped_after", "saved")),
     "attempt_start": ("runner", ("attempt", "argv", "master_port", "reserved")),
     "attempt_exit": ("runner", ("attempt", "code", "signal", "timed_out", "oom_message", "interrupted")),
     "observed": ("runner", ("key", "value", "stream", "line")),
@@ -104,7 +104,7 @@ EXIT_CODES = (
 )
 DEVICES = ("auto", "gpu", "virtual")
 # Every OOMH_ variable the shim knows (injector/engine/options.h).
-VARIABLES = ("OOMH_PLAN", "OOMH_CAP", "OOMH_CAP_COUNTS", "OOMH_CONTROL", "OOMH_EVENTS", "OOMH_LOG", "OOMH_DISABLE", "OOMH_PROBE", "OOMH_JOB", "OOMH_ATTEMPT", "OOMH_SNAPSHOT", "OOMH_SHIM_PARENT", "OOMH_PHASE_EVENTS", "OOMH_RESERVE_PID", "OOMH_FLUSH_AT_STEPS", "OOMH_STEP_BASE", "OOMH_RECORD_STEP", "OOMH_DEVICE", "OOMH_STACKS", "OOMH_EVIDENCE", "OOMH_SHAPE_ONLY", "OOMH_SHAPE_KERNELS", "OOMH_CHECK_EVENTS", "OOMH_HOME", "OOMH_INJECT_LIBRARY", "OOMH_PYTHON_DIR", "OOMH_RESERVE_PROGRAM", "OOMH_CUDA_DOUBLE_DIR", "OOMH_DEMO_SUITE", "OOMH_EMULATED_TRAINER", "OOMH_HEARTBEAT", "OOMH_PID_NAMESPACE", "OOMH_BINARY", "OOMH_TORCH_PYTHON", "OOMH_PYTEST_INNER", "OOMH_BUILD_DIR", "OOMH_JOBS", "OOMH_DEMO_OUT", "OOMH_SANITIZERS", "OOMH_FUZZ", "OOMH_FUZZ_SECONDS", "OOMH_FUZZ_BUILD_DIR", "OOMH_FUZZ_WORK", "OOMH_FUZZ_CXX", "OOMH_REQUIRE_SLURM", "OOMH_SLURM_DIR", "OOMH_SLURM_PORT", "OOMH_SOURCE_DIR", "OOMH_UPDATE_GOLDEN", "OOMH_BENCH_DIR")
+VARIABLES = ("OOMH_PLAN", "OOMH_CAP", "OOMH_CAP_COUNTS", "OOMH_CONTROL", "OOMH_EVENTS", "OOMH_LOG", "OOMH_DISABLE", "OOMH_PROBE", "OOMH_JOB", "OOMH_ATTEMPT", "OOMH_SNAPSHOT", "OOMH_SHIM_PARENT", "OOMH_PHASE_EVENTS", "OOMH_RESERVE_PID", "OOMH_FLUSH_AT_STEPS", "OOMH_STEP_BASE", "OOMH_RECORD_STEP", "OOMH_DEVICE", "OOMH_STACKS", "OOMH_EVIDENCE", "OOMH_SHAPE_ONLY", "OOMH_SHAPE_STEPS", "OOMH_SHAPE_KERNELS", "OOMH_CHECK_EVENTS", "OOMH_HOME", "OOMH_INJECT_LIBRARY", "OOMH_PYTHON_DIR", "OOMH_RESERVE_PROGRAM", "OOMH_CUDA_DOUBLE_DIR", "OOMH_DEMO_SUITE", "OOMH_EMULATED_TRAINER", "OOMH_HEARTBEAT", "OOMH_PID_NAMESPACE", "OOMH_BINARY", "OOMH_TORCH_PYTHON", "OOMH_PYTEST_INNER", "OOMH_BUILD_DIR", "OOMH_JOBS", "OOMH_DEMO_OUT", "OOMH_SANITIZERS", "OOMH_FUZZ", "OOMH_FUZZ_SECONDS", "OOMH_FUZZ_BUILD_DIR", "OOMH_FUZZ_WORK", "OOMH_FUZZ_CXX", "OOMH_REQUIRE_SLURM", "OOMH_SLURM_DIR", "OOMH_SLURM_PORT", "OOMH_SOURCE_DIR", "OOMH_UPDATE_GOLDEN", "OOMH_BENCH_DIR")
 # The layers the shim is asked at (Note [Where a step fault fires] in injector/engine/fault_plan.h).
 REQUEST_LAYERS = {"driver": 0, "allocator": 1, "probe": 2}
 # What the probe's parts gather (Note [A probe that pays for what is checked] in evidence.h).

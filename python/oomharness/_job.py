@@ -66,6 +66,8 @@ OPTIONS = (
     ("OOMH_PROBE", "probe", _flag, "1: install the probe when torch is imported"),
     ("OOMH_DEVICE", "device", _text, "virtual: run CUDA code on the virtual CUDA device"),
     ("OOMH_SHAPE_ONLY", "shape_only", _flag, "1: the virtual device's shape-only mode (oomharness predict)"),
+    ("OOMH_SHAPE_STEPS", "shape_steps", lambda v: int(v) if (v or "").isdigit() and int(v) > 0 else None,
+     "N: a shape-only run stops after N training steps (predict --steps)"),
     ("OOMH_SHAPE_KERNELS", "shape_kernels", lambda v: v or "gpu", "gpu|cpu: which kernels shape-only mode picks"),
     ("OOMH_PHASE_EVENTS", "phase_events", _flag, "1: write a phase event at each phase change"),
     ("OOMH_SNAPSHOT", "snapshot_dir", _text, "record PyTorch's memory history; dump a snapshot at the first OOM"),

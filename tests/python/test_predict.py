@@ -156,8 +156,9 @@ class Predict(unittest.TestCase):
         mlp = TRAINERS["mlp"]
         for extra, command, says in ((["--batch", "4"], mlp, "needs {batch}"),
                                      (["--batch-under", "1GiB"], mlp, "needs {batch}"),
-                                     (["--device", "gpu"], mlp, "not for predict"),
-                                     (["--html", "x.html"], mlp, "only --json"),
+                                     # Note [Flags that mean something for a prediction]: not predict's flags
+                                     (["--device", "gpu"], mlp, "--device"),
+                                     (["--html", "x.html"], mlp, "--html"),
                                      (["--batch-under", "lots"], mlp + ["{batch}"], "bad --batch-under")):
             with self.subTest(extra=extra):
                 r = self.oomharness(["predict", *extra], command)

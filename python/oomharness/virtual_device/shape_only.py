@@ -3,21 +3,32 @@ shape, dtype and storage but no data, so that a 7B model's step costs seconds an
 "GPU" storage is still booked in the caching-allocator model through the shim (issue 31; docs/predict.md).
 
 Note [Shape-only mode]
-PyTorch's FakeTensorMode (torch/_subclasses/fake_tensor.py) runs every ATen operation on meta storages: the
-outputs have the shapes, dtypes and strides the real kernels would give, and no bytes. It sits below the
-virtual device's dispatch mode (entered first, so the device's mode sees each operation first and calls down
-into it), and its fake device is the CPU, so that everything the virtual device does stays as it is: `.cuda()`
-still lands "on the CPU" (now a fake CPU tensor), autocast still runs as CPU autocast (FakeTensors carry the
-CPU dispatch keys, so AutocastCPU applies), and the caching-allocator model, the shim's caps, faults and events,
-the probe and its breakdowns see the same bookings. Two things change:
+Only the device is fake. PyTorch's FakeTensorMode (torch/_subclasses/fake_tensor.py) runs an ATen operation on
+meta storages: the outputs have the shapes, dtypes and strides the real kernels would give, and no bytes. The
+device's tensors are fake tensors (their fake device is the CPU), and so is everything computed from one; the
+host's tensors are real and compute for real, so a data pipeline (numpy memmaps indexed by `torch.randint`,
+fake-data datasets, tokenizers, a DataLoader's collate and pins) gives the model batches of their real
+shapes (issue 43: with the host faked too, nanoGPT's memmap batches came out (12, 0)). Which is which:
+  - a tensor made for the device (`.cuda()`, `.to("cuda")`, a factory with device="cuda", the default
+    device; the device's making()) is made under the fake mode, from a real host tensor's shape and dtype;
+  - an operation with a fake input runs in the fake mode (FakeTensor's own dispatch; real inputs, such as
+    a host tensor added to a device one, are taken as fakes of themselves), one with real inputs only runs
+    for real;
+  - model state is fake from its start: a Parameter registered on a module (`nn.Linear(...)` on the host,
+    before `.cuda()`) is replaced by a fake one of its shape, so a 7B model costs no host memory and no
+    initialisation time (its initialisers then run on the fake); buffers stay as the code made them.
+Everything else the virtual device does stays as it is: `.cuda()` lands "on the CPU" (a fake CPU tensor),
+autocast runs as CPU autocast (FakeTensors carry the CPU dispatch keys, so AutocastCPU applies), and the
+caching-allocator model, the shim's caps, faults and events, the probe and its breakdowns see the same
+bookings. Where the device differs from the full one:
   - a storage's identity is its StorageImpl's address (`untyped_storage()._cdata`), since a fake storage has
     no data pointer (the full device uses the data pointer, which is cheaper where there is one);
-  - an operation that must produce a value for Python (`_local_scalar_dense`: `.item()`, `float(t)`,
-    `bool(t)`, `if torch.isnan(loss)`) gets a stand-in (Note [Stand-in values]), and the run says so: a
-    `values_not_computed` event, which makes every check that compares values inconclusive.
-Host-side data is faked too: once the mode is on, a tensor made on the host (a factory, a DataLoader's
-collate, torch.from_numpy) is a fake CPU tensor, so a dataset's tensors cost no memory either and nothing
-reads their values; Python and NumPy objects stay real. Nothing can be printed or saved with its values.
+  - an operation that must produce a value for Python from a fake tensor (`_local_scalar_dense`: `.item()`,
+    `float(t)`, `bool(t)`, `if torch.isnan(loss)`, a formatted print; `.tolist()`, `.numpy()`: Note [Values
+    read back from a fake tensor] in fake_state.py) gets a stand-in (Note [Stand-in values]), and the run
+    says so: a `values_not_computed` event, which makes every check that compares values inconclusive;
+  - torch.save and torch.load of fake tensors write and read placeholders (Note [A checkpoint of fake
+    tensors] in fake_state.py).
 
 Note [Stand-in values]
 A stand-in should let the training loop go on as it would on healthy numbers: a floating value is 1.0 (a
@@ -33,6 +44,14 @@ so this device takes it at each local maximum that is a new high: when a storage
 while allocated is above the last breakdown taken (by more than 1/1024), the breakdown is gathered before the
 free, without sweeping (the sweep would free storages first and change what is measured).
 
+Note [What a prediction covers]
+A prediction is the peak of what the run did, so it says what that was: the training steps it completed
+(optimizer steps, as the probe counts them: `steps`), the phases it booked memory in with each one's highest
+allocated (`phases`: forward, backward, optimizer, eval, checkpoint, ...), and whether `predict --steps N`
+stopped it (`stopped_after`: the run raises SystemExit(0) when the probe's Nth step is done, for trainers
+with no step limit of their own). A run that completed no training step predicts nothing (the runner says
+why and draws no "fits on" table: runner/src/app/predict_command.cpp).
+
 Note [Kernels a GPU runs]
 Where PyTorch picks a different kernel on a GPU than on the CPU and the choice changes memory, shape-only mode
 picks the GPU's by default, since it predicts a GPU run: optimizers that would default to the foreach
@@ -44,13 +63,15 @@ with the full virtual device's figure (tests/python/test_predict.py).
 
 import atexit
 import sys
+import weakref
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from .. import _breakdown, _sites
 from .. import _patches
 from .device import VirtualDevice
+from .fake_state import FakeState
 from .libraries import LIBRARY_ERRORS
 from .mode import DeviceMode
 
@@ -82,6 +103,9 @@ class ShapeOnlyDevice(VirtualDevice):
         self.ooms = []             # the first OOMs the model raised: where and when
         self.context = 0           # the driver's memory in use before the first segment (the CUDA context)
         self.kernels = ctx.settings.shape_kernels
+        self.state = FakeState(self)
+        self.phase_peaks = {}      # phase -> the highest allocated booked in it (Note [What a prediction covers])
+        self.coverage = _Coverage(self, getattr(ctx.settings, "shape_steps", None))
 
     @staticmethod
     def _key(t):
@@ -94,10 +118,11 @@ class ShapeOnlyDevice(VirtualDevice):
         return _ShapeOnlyMode(self)
 
     def install(self):
+        # Note [Shape-only mode]: entered only where a device tensor is made; fake inputs bring it themselves.
         self.fake = FakeTensorMode(allow_non_fake_inputs=True)
-        self.fake.__enter__()  # below the device's mode: entered first
-        self.ctx.patches.registered(WHO, "FakeTensorMode, entered beneath the device's mode",
-                                    lambda: self.fake.__exit__(None, None, None))
+        self.ctx.hooks.register(self.coverage)
+        self.ctx.patches.registered(WHO, "its part on the hook bus: the steps and phases a prediction covers, the "
+                                    "stop after N steps", lambda: self.ctx.hooks.unregister(self.coverage))
         try:
             free, total = self.model.source.mem_info()
             self.context = max(0, total - free - self.model.reserved)
@@ -113,6 +138,8 @@ class ShapeOnlyDevice(VirtualDevice):
         super().install()
         self._patch_swap()
         self._patch_checks()
+        self._patch_parameters()
+        self.state.install(self.ctx.patches)
         if self.kernels == "gpu":
             self._patch_optimizer_defaults()
         self.ctx.emit("shape_only", kernels=self.kernels, context=self.context)
@@ -125,8 +152,12 @@ class ShapeOnlyDevice(VirtualDevice):
     def book(self, t):
         self.peak_mark = 1 << 62  # the full device's 1/16 trigger stays off: peaks are taken at local maxima
         super().book(t)
-        if self.model.allocated > self.snap_at:
+        allocated = self.model.allocated
+        if allocated > self.snap_at:
             self.rising = True
+        phase = self.ctx.clock.phase
+        if allocated > self.phase_peaks.get(phase, -1):
+            self.phase_peaks[phase] = allocated
 
     def _release(self, key):
         if self.rising and not self.snapping and key in self.tracked:
@@ -160,7 +191,7 @@ class ShapeOnlyDevice(VirtualDevice):
 
     # ---- what the code sees
     def stand_in(self, t):
-        """Note [Stand-in values]."""
+        """Note [Stand-in values]: the value asked for from the fake tensor t."""
         self.stand_ins += 1
         site = _sites.site_text(_sites.user_site(sys._getframe(2), 1)) or "?"
         first = not self.stand_in_sites
@@ -202,6 +233,28 @@ class ShapeOnlyDevice(VirtualDevice):
                         t1.data = t2.detach()
             return swap_tensors
         self.ctx.patches.replace(WHO, "torch.utils", "swap_tensors", swap)
+
+    def _patch_parameters(self):
+        """Note [Shape-only mode]: a real Parameter registered on a module is replaced by a fake one."""
+        fake = self
+        made = {}  # id(real Parameter) -> (a weak reference to it, its fake): one registered twice stays one (tied)
+
+        def make(original):
+            def register_parameter(module, name, param):
+                if (isinstance(param, torch.Tensor) and not isinstance(param, FakeTensor) and not param.is_meta
+                        and param.layout == torch.strided):
+                    real, key = param, id(param)
+                    entry = made.get(key)
+                    if entry is not None and entry[0]() is real:
+                        param = entry[1]
+                    else:
+                        with fake.fake:
+                            data = torch.empty_strided(tuple(real.shape), tuple(real.stride()), dtype=real.dtype)
+                        param = torch.nn.Parameter(data, requires_grad=real.requires_grad)
+                        made[key] = (weakref.ref(real, lambda _, k=key: made.pop(k, None)), param)
+                return original(module, name, param)
+            return register_parameter
+        self.ctx.patches.replace(WHO, "torch.nn.Module", "register_parameter", make)
 
     def _patch_checks(self):
         """isfinite and isinf are composite (made of eq, abs, ne, ...): the value a healthy run computes is set
@@ -259,6 +312,12 @@ class ShapeOnlyDevice(VirtualDevice):
                                sorted(self.stand_in_sites.items(), key=lambda kv: -kv[1])[:8]],
             "kernels": self.kernels, "divergences": sorted(self.divergences),
             "segments": m.segment_count, "torch": torch.__version__,
+            # Note [What a prediction covers]
+            "steps": self.ctx.clock.completed,
+            "phases": [{"phase": p, "peak_allocated": v} for p, v in
+                       sorted(self.phase_peaks.items(), key=lambda kv: -kv[1])],
+            "stopped_after": self.coverage.stopped_after,
+            "saved": self.state.saved,
         }
 
     def write_prediction(self):
@@ -268,13 +327,33 @@ class ShapeOnlyDevice(VirtualDevice):
             sys.stderr.write("oomharness: the shape-only prediction could not be written: %r\n" % (e,))
 
 
+class _Coverage:
+    """Note [What a prediction covers]: the steps the run completed, and the stop after N of them."""
+
+    def __init__(self, device, stop_after):
+        self.device = device
+        self.stop_after = stop_after   # predict --steps N (OOMH_SHAPE_STEPS), or None
+        self.stopped_after = None
+
+    def on_step_done(self, fields):
+        clock = self.device.ctx.clock
+        if self.stop_after is not None and clock.completed >= self.stop_after and self.stopped_after is None:
+            self.stopped_after = clock.completed
+            # A BaseException: the code's `except Exception` does not swallow it; atexit writes the prediction.
+            raise SystemExit(0)
+
+
 class _ShapeOnlyMode(DeviceMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         dev = self.device
-        if func is _SCALAR:
+        if func is _SCALAR and isinstance(args[0], FakeTensor):
             return dev.stand_in(args[0])
-        out = super().__torch_dispatch__(func, types, args, kwargs)
-        if isinstance(out, torch.Tensor) and out.dtype == torch.bool:
+        if dev.creating() and not dev.copying_to_host():
+            with dev.fake:  # a tensor made for the device: fake (Note [Shape-only mode])
+                out = super().__torch_dispatch__(func, types, args, kwargs)
+        else:
+            out = super().__torch_dispatch__(func, types, args, kwargs)
+        if isinstance(out, FakeTensor) and out.dtype == torch.bool:
             name = func.overloadpacket.__name__.rstrip("_")
             if name in _ALWAYS:
                 dev.assume(out, _ALWAYS[name])

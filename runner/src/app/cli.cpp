@@ -109,6 +109,34 @@ void add_job_flags(CLI::App* cmd, app::ExecArgs& a, Verbosity& v, bool with_faul
   add_verbosity_flags(cmd, v);
 }
 
+// Note [Flags that mean something for a prediction] (app/predict_command.h): the job flags of kPredictJobFlags,
+// --json and the output folder.
+void add_predict_flags(CLI::App* cmd, app::ExecArgs& a) {
+  std::map<std::string, std::vector<std::string>, std::less<>>& given = a.job_flags;
+  for (const suite::JobKey& k : suite::job_keys())
+    for (const suite::JobFlag& f : k.flags) {
+      if (std::find(std::begin(app::kPredictJobFlags), std::end(app::kPredictJobFlags), f.name) ==
+          std::end(app::kPredictJobFlags))
+        continue;
+      const std::string name(f.name), help(f.help);
+      switch (f.takes) {
+        case suite::FlagTakes::text:
+        case suite::FlagTakes::integer:  // taken as typed, as add_job_flags does
+          cmd->add_option_function<std::string>(name, [&given, name](const std::string& x) { given[name] = {x}; }, help);
+          break;
+        case suite::FlagTakes::repeated:
+          cmd->add_option_function<std::vector<std::string>>(name, [&given, name](const std::vector<std::string>& x) { given[name] = x; }, help)
+              ->allow_extra_args(false);
+          break;
+        case suite::FlagTakes::nothing:
+          cmd->add_flag_function(name, [&given, name](int64_t n) { given[name] = {n > 0 ? "true" : "false"}; }, help);
+          break;
+      }
+    }
+  cmd->add_option("--json", a.reports.json, "Also write the prediction as JSON here");
+  cmd->add_option("-o,--out", a.out_dir, "Output folder of the runs (default " + a.out_dir + ")");
+}
+
 // Note [Did you mean, on the command line]
 // CLI11 says "The following arguments were not expected: --simulte" or "A subcommand is required" for a
 // misspelt flag or command; the suite reader, --fault and --expect name the word they meant. After a failed
@@ -273,8 +301,10 @@ int parse_and_run(std::vector<std::string> args) {
   predict_args.exec.command_line = job_command_line();
   CLI::App* predict = app.add_subcommand(
       "predict", "Predict the memory the job needs from one shape-only run on the virtual device: oomharness predict [flags] -- CMD ARGS...");
-  Verbosity predict_verbosity;
-  add_job_flags(predict, predict_args.exec, predict_verbosity, false);
+  add_predict_flags(predict, predict_args.exec);
+  predict->add_option("--steps", predict_args.steps,
+                      "Stop the run after N training steps (optimizer steps), for a trainer with no step limit of its own")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   // CLI11 saturates a number out of int64's range (99999999999999999999 became 9223372036854775807, and
   // ran); its Range check reads the text as typed and refuses it, quoting it (exit 4).
   predict->add_option("--batch", predict_args.batch, "With {batch} in the command: the batch to predict (default 1)")
@@ -395,7 +425,6 @@ int parse_and_run(std::vector<std::string> args) {
   }
   if (predict->parsed()) {
     predict_args.exec.command = command;
-    predict_args.exec.verbosity = predict_verbosity.level();
     return to_int(app::command_predict(predict_args, out, err));
   }
   if (budget->parsed()) {

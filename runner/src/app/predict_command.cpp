@@ -15,6 +15,18 @@
 // shape-only one, so it costs seconds where budget's runs cost real training steps. A run fits when it
 // completed and met no OOM (Note [Fits means no OOM] in oomharness/policies/fit.h): a run whose code caught
 // the OOM and recovered is named with its OOM, gets no "fits on" table, and exits 1.
+//
+// Note [No prediction from a run that did not train]
+// A shape-only run that ended before its first training step was done (it crashed in its data pipeline, its
+// model's construction, or a check of its own; or it only evaluates) has a peak, but not a training's: a
+// "fits on" table drawn from it answered "16 GiB: yes" for a trainer that needs 15 GiB (issue 43). The
+// prediction event says how many training steps the run completed and which phases it booked memory in
+// (Note [What a prediction covers] in virtual_device/shape_only.py), and predict prints both. With no step
+// completed it says so and why (how the run ended), exits 1 and draws no table; a batch-search run that
+// trained no step does not fit. A run that trained but did not complete (it crashed later, at an evaluation
+// or a checkpoint) shows its figures up to where it stopped, exits 1, and draws no table either: the part
+// it did not reach may need more. `--steps N` ends a trainer with no step limit of its own after N steps,
+// which counts as completed.
 
 #include <cmath>
 #include <filesystem>
@@ -68,6 +80,29 @@ std::string text_of(const nlohmann::json& j, const char* key) {
   return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
 }
 
+// Note [No prediction from a run that did not train]: the training steps the run completed (0 when unsaid).
+int64_t steps_of(const nlohmann::json& p) { return std::max<int64_t>(0, whole_member_or(p, "steps", int64_t{0})); }
+
+// Whether a run's figures are a training's that fits: completed, trained, no OOM.
+bool trained_and_fits(const SearchRun& run, const nlohmann::json& p) { return run.fits() && steps_of(p) > 0; }
+
+// What the run covered: its steps, whether --steps stopped it, the phases it booked memory in.
+std::string coverage_text(const nlohmann::json& p) {
+  const int64_t steps = steps_of(p);
+  std::string s = std::to_string(steps) + " training step" + (steps == 1 ? "" : "s");
+  if (p.contains("stopped_after") && p["stopped_after"].is_number_integer())
+    s += " (stopped there by --steps)";
+  if (p.contains("phases") && p["phases"].is_array() && !p["phases"].empty()) {
+    s += "; phases, with each one's peak allocated:";
+    for (const auto& ph : p["phases"])
+      s += " " + text_of(ph, "phase") + " " + format_bytes(bytes_in(ph, "peak_allocated")) + ",";
+    s.pop_back();
+  }
+  const int64_t saved = whole_member_or(p, "saved", int64_t{0});
+  if (saved > 0) s += "; " + std::to_string(saved) + " checkpoint" + (saved == 1 ? "" : "s") + " saved";
+  return s;
+}
+
 std::string pad(std::string s, size_t width) {
   if (s.size() < width) s.append(width - s.size(), ' ');
   return s;
@@ -99,7 +134,7 @@ nlohmann::json fits_table(uint64_t need) {
   return rows;
 }
 
-void print_prediction(const PredictRun& r, std::ostream& out, bool fits_table_shown) {
+void print_prediction(const PredictRun& r, std::ostream& out, const std::string& no_table_why) {
   const nlohmann::json& p = r.prediction;
   const nlohmann::json& b = p.contains("breakdown") ? p["breakdown"] : nlohmann::json::object();
   const uint64_t reserved = bytes_in(p, "peak_reserved"), context = bytes_in(p, "context");
@@ -128,9 +163,10 @@ void print_prediction(const PredictRun& r, std::ostream& out, bool fits_table_sh
     out << "    " << pad("cuBLAS workspaces", 31) << format_bytes(workspace) << "\n"
         << "    " << pad("cached but free", 31) << format_bytes(bytes_in(b, "cached_free")) << "\n";
   }
-  if (!fits_table_shown) {
-    // Note [Fits means no OOM]: the peak of a run that met an OOM is its recovery's, not the job's need.
-    out << "  fits on: not judged: the run met an out-of-memory error (below), so its peak is not what the job needs\n";
+  out << "  covered: " << coverage_text(p) << "\n";
+  if (!no_table_why.empty()) {
+    // Note [Fits means no OOM], Note [No prediction from a run that did not train].
+    out << "  fits on: not judged: " << no_table_why << "\n";
     return;
   }
   out << "  fits on (peak reserved + context + handles):\n";
@@ -157,17 +193,8 @@ std::string oom_text(const nlohmann::json& o) {
 }  // namespace
 
 ExitCode command_predict(const PredictArgs& args, std::ostream& out, std::ostream& err) {
+  // Note [Flags that mean something for a prediction]: the command line takes no other report or device flag.
   const ReportFlags& rf = args.exec.reports;
-  if (rf.junit.size() + rf.html.size() + rf.markdown.size() + rf.perfetto.size() > 0 || args.exec.summary) {
-    err << "oomharness predict: only --json is for predict: each run writes its results under OUT/run-N\n";
-    return ExitCode::usage_error;
-  }
-  const std::string device = args.exec.value("--device");
-  if (!device.empty() && device != "virtual") {
-    err << "oomharness predict: predictions run on the virtual device in shape-only mode; --device "
-        << device << " is not for predict\n";
-    return ExitCode::usage_error;
-  }
   bool placeholder = false;
   for (const auto& a : args.exec.command) placeholder = placeholder || a.find("{batch}") != std::string::npos;
   if (!placeholder && (!args.batch_under.empty() || args.batch)) {
@@ -211,6 +238,7 @@ ExitCode command_predict(const PredictArgs& args, std::ostream& out, std::ostrea
     e.simulate = true;
     std::vector<std::string>& env = e.job_flags["--env"];
     env.push_back("OOMH_SHAPE_ONLY=1");
+    if (args.steps) env.push_back("OOMH_SHAPE_STEPS=" + std::to_string(*args.steps));
     // Every part of the probe: the breakdown at the peak sorts tensors by the models and optimizers it saw, and
     // a shape-only step costs no kernel wait (Note [A probe that pays for what is checked] in evidence.h).
     env.push_back("OOMH_EVIDENCE=all");
@@ -292,6 +320,21 @@ ExitCode command_predict(const PredictArgs& args, std::ostream& out, std::ostrea
     return ExitCode::tests_failed;
   }
   const nlohmann::json& p = first->prediction;
+  if (steps_of(p) == 0 && !first->run.oom) {
+    // Note [No prediction from a run that did not train].
+    const std::string why = first->completed ? "it ended (exit 0) without a training step: " + terminal_text(first->message)
+                                             : "it ended before its first training step was done: " + terminal_text(first->message);
+    out << "\nNo prediction for " << base->name << ": the shape-only run completed no training step, so its peak is "
+        << "not a training's\n  " << why << "\n  covered: " << coverage_text(p) << "\n";
+    err << "oomharness predict: no training step was completed: " << why << "\n";
+    doc["prediction"] = p;
+    doc["completed"] = first->completed;
+    doc["fits"] = false;
+    doc["trained"] = false;
+    doc["fits_on"] = nlohmann::json::array();
+    doc["no_prediction"] = why;
+    return write_json(doc, ExitCode::tests_failed);
+  }
   // Note [Fits means no OOM] (oomharness/policies/fit.h): a run that met an OOM, caught or not, shows what
   // its recovery held, not what the batch needs: no "fits on" table is drawn from it.
   const std::optional<OomMet>& oom = first->run.oom;
@@ -300,14 +343,19 @@ ExitCode command_predict(const PredictArgs& args, std::ostream& out, std::ostrea
       << "PyTorch " << text_of(p, "torch") << ", " << std::fixed;
   out.precision(1);
   out << first->seconds << " s; values not computed):\n";
-  print_prediction(*first, out, !oom);
+  std::string no_table_why;
+  if (oom) no_table_why = "the run met an out-of-memory error (below), so its peak is not what the job needs";
+  else if (!first->completed)
+    no_table_why = "the run did not complete (below), so what it did not reach may need more";
+  print_prediction(*first, out, no_table_why);
   doc["batch"] = placeholder ? nlohmann::json(batch) : nlohmann::json();
   doc["cap"] = cap ? nlohmann::json(*cap) : nlohmann::json();
   doc["prediction"] = p;
   doc["completed"] = first->completed;
-  doc["fits"] = first->run.fits();
+  doc["fits"] = trained_and_fits(first->run, p);
+  doc["trained"] = true;
   doc["seconds"] = first->seconds;
-  doc["fits_on"] = oom ? nlohmann::json::array() : fits_table(card_need(p));
+  doc["fits_on"] = no_table_why.empty() ? fits_table(card_need(p)) : nlohmann::json::array();
 
   ExitCode code = ExitCode::ok;
   if (oom) {
@@ -332,11 +380,12 @@ ExitCode command_predict(const PredictArgs& args, std::ostream& out, std::ostrea
       auto h = run_at(cap, half, later - 1);
       if (!h) return ExitCode::internal_error;
       if (h->stops()) return write_json(doc, stopped(*h, doc));
+      const bool half_fits = trained_and_fits(h->run, h->prediction);
       out << "  halving the batch to " << half << ": "
-          << (h->run.fits() ? "fits, peak reserved " + format_bytes(bytes_in(h->prediction, "peak_reserved"))
-                            : h->run.outcome_text())
+          << (half_fits ? "fits, peak reserved " + format_bytes(bytes_in(h->prediction, "peak_reserved"))
+              : h->run.fits() ? std::string("completed no training step") : h->run.outcome_text())
           << "\n";
-      doc["halved"] = {{"batch", half}, {"completed", h->completed}, {"fits", h->run.fits()},
+      doc["halved"] = {{"batch", half}, {"completed", h->completed}, {"fits", half_fits},
                        {"peak_reserved", bytes_in(h->prediction, "peak_reserved")}};
     }
   } else if (!first->completed) {
@@ -358,8 +407,8 @@ ExitCode command_predict(const PredictArgs& args, std::ostream& out, std::ostrea
     int64_t lo = 0, hi = args.max_batch + 1;
     nlohmann::json tried = nlohmann::json::array();
     auto record = [&](const PredictRun& r) {
-      nlohmann::json t = {{"batch", *r.batch}, {"completed", r.completed}, {"fits", r.run.fits()},
-                          {"peak_reserved", bytes_in(r.prediction, "peak_reserved")}};
+      nlohmann::json t = {{"batch", *r.batch}, {"completed", r.completed}, {"fits", trained_and_fits(r.run, r.prediction)},
+                          {"steps", steps_of(r.prediction)}, {"peak_reserved", bytes_in(r.prediction, "peak_reserved")}};
       if (r.run.oom) {
         t["oom"] = oom_met_text(*r.run.oom);
         if (r.run.outcome == SearchOutcome::recovered && r.run.oom->last_batch > 0) t["recovered_batch"] = r.run.oom->last_batch;
@@ -373,6 +422,9 @@ ExitCode command_predict(const PredictArgs& args, std::ostream& out, std::ostrea
           << " shape-only runs)\n";
     };
     std::optional<PredictRun> why_hi;  // the run at `hi`, what says why it does not fit
+    auto why_not = [](const PredictRun& r) {
+      return r.run.fits() ? std::string("completed no training step") : r.run.outcome_text();
+    };
     auto r1 = run_at(batch_cap, 1, bisection_runs_left(static_cast<double>(args.max_batch), 1));
     if (!r1) return ExitCode::internal_error;
     if (r1->stops()) {
@@ -381,7 +433,7 @@ ExitCode command_predict(const PredictArgs& args, std::ostream& out, std::ostrea
       return write_json(doc, stop);
     }
     record(*r1);
-    if (r1->run.fits()) lo = 1;
+    if (trained_and_fits(r1->run, r1->prediction)) lo = 1;
     else {
       hi = 1;
       why_hi = std::move(r1);
@@ -399,16 +451,16 @@ ExitCode command_predict(const PredictArgs& args, std::ostream& out, std::ostrea
         return write_json(doc, stop);
       }
       record(*r);
-      if (r->run.fits()) lo = mid;
+      if (trained_and_fits(r->run, r->prediction)) lo = mid;
       else {
         hi = mid;
         why_hi = std::move(r);
       }
     }
     std::string why;
-    if (lo < 1) why = "none (batch 1 " + (why_hi ? why_hi->run.outcome_text() : std::string("does not fit")) + ")";
+    if (lo < 1) why = "none (batch 1 " + (why_hi ? why_not(*why_hi) : std::string("does not fit")) + ")";
     else if (lo == args.max_batch) why = std::to_string(lo) + " (--max-batch: larger ones were not tried)";
-    else why = std::to_string(lo) + " (batch " + std::to_string(hi) + " " + (why_hi ? why_hi->run.outcome_text() : std::string("does not fit")) + ")";
+    else why = std::to_string(lo) + " (batch " + std::to_string(hi) + " " + (why_hi ? why_not(*why_hi) : std::string("does not fit")) + ")";
     say(why);
     if (lo < 1 && code == ExitCode::ok) code = ExitCode::tests_failed;
   }
