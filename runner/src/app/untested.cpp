@@ -6,6 +6,9 @@
 #include "oomharness/events.h"
 #include "oomharness/units.h"
 
+#include <algorithm>
+#include <set>
+
 namespace oomh {
 
 namespace {
@@ -76,6 +79,28 @@ std::optional<std::string> tampering(const Attempt& a) {
   return std::nullopt;
 }
 
+// Note [Processes outside the shim], the cross-check: every process the shim starts in writes a `shim_start`
+// (sealed), so a process whose probe reports device memory and for whose pid no shim ever started ran without
+// it, whatever its probe was told (a fake oomh_shim_active). An exec through `env -u LD_PRELOAD` keeps a pid the
+// shim started in: that is the probe's own question to catch. Asked only where some shim wrote its start (a log
+// without any is judged by the armed record).
+std::optional<std::string> unshimmed_pid(const Attempt& a) {
+  std::set<int> started;
+  for (const Event& e : a.events)
+    if (e.src == events::kSrcShim && e.kind == events::kShimStart) started.insert(e.pid);
+  if (started.empty()) return std::nullopt;
+  for (const Event& e : a.events) {
+    if (e.src != events::kSrcProbe || (e.kind != events::kStep && e.kind != events::kMemory) || started.count(e.pid)) continue;
+    const int64_t held = std::max(e.integer("reserved", 0), e.integer("allocated", 0));
+    if (held <= 0) continue;
+    return "process " + std::to_string(e.pid) + " used device memory outside the shim (its probe reported " +
+           format_bytes(static_cast<uint64_t>(held)) + " held): no shim started in that process; no fault or cap "
+           "applied to it (was it started with LD_PRELOAD cleared, or through a static or setuid program?), so the "
+           "job's verdicts cannot be believed";
+  }
+  return std::nullopt;
+}
+
 // Note [Processes outside the shim] in runner/src/exec/escapes.h: a process of the job held device memory
 // that no shim saw (the job ran it with LD_PRELOAD cleared, or through a static or setuid program), so
 // neither the plan's faults nor its caps applied to it. Names the first such process.
@@ -87,7 +112,7 @@ std::optional<std::string> escaped(const Attempt& a) {
       if (!first) first = &e;
       ++count;
     }
-  if (!first) return std::nullopt;
+  if (!first) return unshimmed_pid(a);
   const Event& e = *first;
   std::string held;
   for (const char* field : {"used", "reserved", "allocated"})

@@ -146,12 +146,16 @@ std::string shim_state(pid_t pid, const AttemptProcesses& a) {
   if (maps && !a.shim_file.empty()) {
     known = true;
     std::string line;
-    while (std::getline(maps, line))
+    static const std::string kDeleted = " (deleted)";  // the library replaced on disk while the job runs
+    while (std::getline(maps, line)) {
+      if (line.size() > kDeleted.size() && line.compare(line.size() - kDeleted.size(), kDeleted.size(), kDeleted) == 0)
+        line.resize(line.size() - kDeleted.size());
       if (line.size() >= a.shim_file.size() && line.compare(line.size() - a.shim_file.size(), std::string::npos, a.shim_file) == 0 &&
           (line.size() == a.shim_file.size() || line[line.size() - a.shim_file.size() - 1] == '/')) {
         mapped = true;
         break;
       }
+    }
   }
   if (known && !mapped) return "absent";
   if (!a.cb) return mapped ? "" : "absent";

@@ -15,6 +15,9 @@
 //    back. This is the way on the virtual device, whose segments the probe's process asks of the driver
 //    double: the shim sees them only where it is preloaded. A pid comparison would not do: `env -u
 //    LD_PRELOAD python train.py` execs python in the pid whose `env` the shim started in.
+//  - From the log, as a cross-check (untested.cpp's unshimmed_pid): every process the shim starts in writes a
+//    sealed `shim_start`, so a probe that reports device memory from a pid no shim ever started in was not under
+//    it, whatever oomh_shim_active answered there (a job could preload a fake one).
 //  - From the driver, on a GPU: the runner asks NVML (loaded with dlopen, so neither the build nor a machine
 //    without a GPU needs it) for the processes using each GPU, every kNvmlPollSeconds while attempts run. A
 //    process is the attempt's when its session is the attempt's, or its environment names the attempt's

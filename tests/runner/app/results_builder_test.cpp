@@ -464,6 +464,23 @@ TEST(Untested, AProcessOutsideTheShimIsAnErrorNamingIt) {
   Event other = by_probe;
   other.src = "shim";
   EXPECT_FALSE(why_untested(faulted_job(), outcome({tested({other})}).trace));
+  // Without the probe's word: a probe that reports device memory in a pid where no shim ever started.
+  Event shim_start = ev(0.5, "shim", "shim_start", {{"plan", "accepted"}});
+  Event elsewhere = ev(1.6, "probe", "step", {{"step", 4}, {"batch_size", 3}, {"allocated", 1 << 20}});
+  elsewhere.pid = 43;
+  u = why_untested(faulted_job(), outcome({tested({shim_start, elsewhere})}).trace);
+  ASSERT_TRUE(u);
+  EXPECT_EQ(u->message, "attempt 1: process 43 used device memory outside the shim (its probe reported 1.00 MiB held): no shim "
+                        "started in that process; no fault or cap applied to it (was it started with LD_PRELOAD cleared, or "
+                        "through a static or setuid program?), so the job's verdicts cannot be believed");
+  // ... and none where the shim started in every process that holds memory, or where no shim wrote its start.
+  elsewhere.pid = 42;
+  EXPECT_FALSE(why_untested(faulted_job(), outcome({tested({shim_start, elsewhere})}).trace));
+  elsewhere.pid = 43;
+  EXPECT_FALSE(why_untested(faulted_job(), outcome({tested({elsewhere})}).trace));
+  Event cpu_only = elsewhere;
+  cpu_only.fields = {{"step", 4}, {"batch_size", 3}, {"allocated", 0}};
+  EXPECT_FALSE(why_untested(faulted_job(), outcome({tested({shim_start, cpu_only})}).trace));
   // The reference run counts too.
   JobOutcome with_reference = outcome({tested({})});
   with_reference.trace.reference.push_back(tested({by_probe}));
