@@ -39,7 +39,10 @@ void JobRunner::Impl::poll_gpu_processes() {
   gpu_polled_at = t;
   const std::vector<GpuProcess> listed = gpu_processes->now();
   if (listed.empty()) return;
-  const std::string shim_file = std::filesystem::path(options.paths.inject_library).filename().string();
+  // As /proc/<pid>/maps names it: the file itself, after any link (a wheel's or a distribution's symlink).
+  std::error_code ec;
+  const std::filesystem::path real = std::filesystem::weakly_canonical(options.paths.inject_library, ec);
+  const std::string shim_file = (ec ? std::filesystem::path(options.paths.inject_library) : real).filename().string();
   for (auto& j : jobs)
     for (auto& c : j->current) {
       if (!c || !c->cb || c->finished || c->exited || c->pgid <= 0) continue;

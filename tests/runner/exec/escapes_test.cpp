@@ -147,7 +147,7 @@ TEST_F(Escapes, TheShimIsActiveOnlyWhereItIsMappedAndRegistered) {
   ASSERT_GT(shimmed.pid, 0);
   ASSERT_GT(disabled.pid, 0);
   // The shims register as their processes start.
-  for (int i = 0; i < 200 && cb->process_count.load() < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int i = 0; i < 1000 && cb->process_count.load() < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_EQ(shim_state(plain.pid, mine), "absent");
   EXPECT_EQ(shim_state(shimmed.pid, mine), "");
