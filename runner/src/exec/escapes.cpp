@@ -44,7 +44,9 @@ std::string read_file(const std::string& path) {
 }
 
 // The fields of /proc/<pid>/stat after the command's closing parenthesis: state, ppid, pgrp, session, ...
-bool stat_of(pid_t pid, pid_t& ppid, pid_t& session) {
+// A process that has exited (a zombie, or dead) is no process to judge: NVML may list it a moment after its end,
+// and its maps are empty then.
+bool stat_of(pid_t pid, pid_t& ppid, pid_t& session, bool* ended = nullptr) {
   const std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
   const size_t close = stat.rfind(')');
   if (close == std::string::npos) return false;
@@ -53,6 +55,7 @@ bool stat_of(pid_t pid, pid_t& ppid, pid_t& session) {
   if (std::sscanf(stat.c_str() + close + 1, " %c %d %d %d", &state, &parent, &group, &sid) != 4) return false;
   ppid = parent;
   session = sid;
+  if (ended) *ended = state == 'Z' || state == 'X' || state == 'x';
   return true;
 }
 
@@ -118,7 +121,8 @@ std::vector<GpuProcess> GpuProcessList::now() const {
 bool belongs_to(pid_t pid, const AttemptProcesses& a) {
   if (pid <= 0 || a.leader <= 0) return false;
   pid_t ppid = 0, session = 0;
-  if (!stat_of(pid, ppid, session)) return false;
+  bool ended = false;
+  if (!stat_of(pid, ppid, session, &ended) || ended) return false;
   if (session == a.leader || pid == a.leader) return true;
   if (!a.control.empty()) {
     const std::string environ = read_file("/proc/" + std::to_string(pid) + "/environ");
@@ -144,10 +148,10 @@ std::string shim_state(pid_t pid, const AttemptProcesses& a) {
   bool mapped = false, known = false;
   std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
   if (maps && !a.shim_file.empty()) {
-    known = true;
     std::string line;
     static const std::string kDeleted = " (deleted)";  // the library replaced on disk while the job runs
     while (std::getline(maps, line)) {
+      known = true;  // an empty maps (a process that has just ended) tells nothing
       if (line.size() > kDeleted.size() && line.compare(line.size() - kDeleted.size(), kDeleted.size(), kDeleted) == 0)
         line.resize(line.size() - kDeleted.size());
       if (line.size() >= a.shim_file.size() && line.compare(line.size() - a.shim_file.size(), std::string::npos, a.shim_file) == 0 &&

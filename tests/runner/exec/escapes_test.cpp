@@ -127,6 +127,13 @@ TEST_F(Escapes, AProcessIsTheAttemptsByAncestryEnvironmentOrSession) {
   EXPECT_FALSE(belongs_to(named.pid, stranger));
   // Its own session leader is itself: an attempt led by it owns it.
   EXPECT_TRUE(belongs_to(named.pid, AttemptProcesses{named.pid, "", nullptr, ""}));
+  // One that has ended (a zombie not reaped yet: NVML may still list it) is nobody's.
+  const pid_t ended = fork();
+  if (ended == 0) _exit(0);
+  ASSERT_GT(ended, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(belongs_to(ended, mine));
+  waitpid(ended, nullptr, 0);
   EXPECT_FALSE(belongs_to(0, mine));
   EXPECT_FALSE(belongs_to(999999, mine));
 }
