@@ -47,6 +47,13 @@ struct Sleeper {
     char* argv[] = {sleep_cmd, thirty, nullptr};
     if (posix_spawnp(&pid, "sleep", nullptr, &attr, argv, envp.data()) != 0) pid = -1;
     posix_spawnattr_destroy(&attr);
+    // posix_spawn returns as the exec begins, before the kernel has laid out the new image's environment:
+    // /proc/<pid>/environ reads empty for a moment.
+    for (int i = 0; pid > 0 && i < 500; ++i) {
+      std::ifstream in("/proc/" + std::to_string(pid) + "/environ");
+      if (in && in.peek() != std::ifstream::traits_type::eof()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
   }
   ~Sleeper() {
     if (pid > 0) {
