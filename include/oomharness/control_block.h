@@ -35,7 +35,7 @@
 namespace oomh {
 
 inline constexpr uint32_t kControlMagic = 0x484D4F4F;  // "OOMH" little-endian
-inline constexpr uint32_t kControlVersion = 1;
+inline constexpr uint32_t kControlVersion = 2;  // 2: seal_key (Note [Sealed event lines])
 inline constexpr int kMaxDevices = 16;
 inline constexpr int kMaxProcesses = 256;
 inline constexpr uint32_t kPlanCapacity = 64 * 1024;
@@ -122,6 +122,9 @@ struct ControlBlock {
   std::atomic<uint32_t> plan_size;         // bytes of plan_text in use
   uint32_t reserved2;
   char plan_text[kPlanCapacity];           // the fault plan as JSON (docs/fault-plan.md), not NUL-terminated
+  // Note [Sealed event lines] in event_seal.h: the key the attempt's shims and probes seal their event lines
+  // with, drawn by the runner for each attempt; all zero: seal nothing (a shim on its own).
+  unsigned char seal_key[32];
 };
 inline constexpr uint32_t kControlCreatedByShim = 1;
 

@@ -65,6 +65,7 @@ inline constexpr const char* kSnapshot = "snapshot";
 inline constexpr const char* kProbeExit = "probe_exit";
 inline constexpr const char* kMemoryBreakdown = "memory_breakdown";
 inline constexpr const char* kEvalForward = "eval_forward";
+inline constexpr const char* kOutsideShim = "outside_shim";  // Note [Processes outside the shim] (runner/src/exec/escapes.h)
 // Written by the virtual CUDA device (python/oomharness/virtual_device/), with src "probe".
 inline constexpr const char* kVirtualDevice = "virtual_device";
 inline constexpr const char* kDivergence = "divergence";
@@ -83,7 +84,7 @@ inline constexpr const char* kHang = "hang";
 
 // Note [Name tables] in name_table.h: every kind, the source that writes it, and its fields (docs/events.md
 // says more). A `warning` comes from the shim, the runner and the probe alike (listed under the shim).
-inline constexpr NameTable<std::string_view, 37> kEventKinds{{
+inline constexpr NameTable<std::string_view, 38> kEventKinds{{
     {kSrcShim, kShimStart,
      "pid, ppid, exec (bool), forked (bool), rules, cap, plan (\"accepted\"|\"rejected\"), plan_error"},
     {kSrcShim, kDriverCall, "entry, export, dlsym, proc_address (the process's first driver call)"},
@@ -119,6 +120,10 @@ inline constexpr NameTable<std::string_view, 37> kEventKinds{{
      "reserved, total, parameters, gradients, optimizer_state, workspace, other, cached_free, exact, "
      "top [{bytes, shape, dtype, site}], sites [{site, bytes, count}]"},
     {kSrcProbe, kEvalForward, "step, grad, training, batch_size, site (once per evaluation)"},
+    {kSrcProbe, kOutsideShim,
+     "shim (\"absent\"|\"inactive\"), command, allocated, reserved (the probe's figures), used (NVML's), via "
+     "(\"probe\"|\"nvml\"): a process of the job that holds device memory without the shim, said by its probe or by "
+     "the runner (once per process; the job is then an error)"},
     // Written by the virtual CUDA device (python/oomharness/virtual_device/), with src "probe".
     {kSrcProbe, kVirtualDevice, "description, torch, model, cublas_workspace"},
     {kSrcProbe, kDivergence, "kind, detail (Note [Divergences] in virtual_device/device.py)"},
@@ -180,6 +185,7 @@ inline constexpr KindFields kEventFields[] = {
      "workspace other cached_free exact top sites inputs stats_allocated stats_reserved summary history_allocated "
      "gather_s reserved_peak error"},
     {kEvalForward, "step grad training batch_size site"},
+    {kOutsideShim, "shim command allocated reserved used via"},
     {kVirtualDevice, "description torch model cublas_workspace"},
     {kDivergence, "kind detail"},
     {kLibraryAlloc, "library thread bytes counted"},

@@ -11,11 +11,17 @@
 //   oomh::probe::checkpoint_saved(path, step);  oomh::probe::checkpoint_loaded(path, step);
 //   oomh::probe::samples(k);                         // samples processed (for no-sample-loss checks)
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <unistd.h>
+
 #include "oomharness/control_block.h"
+#include "oomharness/event_seal.h"
 #include "oomharness/events.h"
 
 namespace oomh::probe {
@@ -24,12 +30,14 @@ namespace detail {
 struct State {
   int fd = -1;
   ControlBlock* cb = nullptr;
+  unsigned char key[events::kSealKeyBytes] = {};
   bool active = false;
   State() {
     const char* events = std::getenv("OOMH_EVENTS");
     const char* control = std::getenv("OOMH_CONTROL");
     if (events && *events) fd = events::open_event_log(events);
     if (control && *control) cb = control_block_open(control);
+    if (cb) std::memcpy(key, cb->seal_key, sizeof key);
     active = fd >= 0 || cb != nullptr;
   }
 };
@@ -39,7 +47,36 @@ inline State& state() {
 }
 inline void emit(events::EventLine& line) {
   State& s = state();
-  if (s.fd >= 0 && line.write_to(s.fd) && s.cb) s.cb->events_written.fetch_add(1, std::memory_order_relaxed);
+  // Note [Sealed event lines] in event_seal.h: under the key of the attempt's block.
+  if (events::write_sealed(line, s.fd, s.cb ? s.key : nullptr) && s.cb)
+    s.cb->events_written.fetch_add(1, std::memory_order_relaxed);
+}
+
+// Note [Processes outside the shim] in runner/src/exec/escapes.h: under a runner (the block holds a seal key),
+// the first time this process reports device memory it asks whether the shim is active in it (the shim's
+// oomh_shim_active, found in the global scope where the shim was preloaded), and says so when it is not.
+inline void device_memory_seen(int64_t allocated, int64_t reserved) {
+  static std::atomic<bool> asked{false};
+  State& s = state();
+  if (allocated <= 0 && reserved <= 0) return;
+  if (!s.cb || !events::seal_key_set(s.key) || asked.exchange(true, std::memory_order_relaxed)) return;
+  using ActiveFn = int (*)();
+  auto active = reinterpret_cast<ActiveFn>(dlsym(RTLD_DEFAULT, "oomh_shim_active"));
+  if (active && active() == 1) return;
+  char command[512] = {};
+  const int fd = ::open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    const ssize_t n = ::read(fd, command, sizeof command - 1);
+    ::close(fd);
+    for (ssize_t i = 0; i < n; ++i)
+      if (command[i] == '\0') command[i] = (i + 1 < n) ? ' ' : '\0';
+  }
+  events::EventLine e(events::kSrcProbe, events::kOutsideShim);
+  e.add("shim", active ? "inactive" : "absent").add("command", command);
+  if (allocated >= 0) e.add("allocated", allocated);
+  if (reserved >= 0) e.add("reserved", reserved);
+  e.add("via", "probe");
+  emit(e);
 }
 }  // namespace detail
 
@@ -99,6 +136,7 @@ inline bool flush_due(int64_t step) {
 // Reports a completed step.
 inline void step(int64_t step, int64_t batch_size = -1, double loss = NAN, int64_t allocated = -1, int64_t reserved = -1) {
   if (!active()) return;
+  detail::device_memory_seen(allocated, reserved);
   events::EventLine e(events::kSrcProbe, events::kStep);
   e.add("step", step);
   if (batch_size >= 0) e.add("batch_size", batch_size);
@@ -165,6 +203,7 @@ inline void samples(int64_t count) {
 
 inline void memory(int64_t allocated, int64_t reserved) {
   if (!active()) return;
+  detail::device_memory_seen(allocated, reserved);
   events::EventLine e(events::kSrcProbe, events::kMemory);
   e.add("allocated", allocated).add("reserved", reserved);
   detail::emit(e);

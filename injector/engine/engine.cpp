@@ -1,5 +1,6 @@
 #include "engine.h"
 
+#include <oomharness/event_seal.h>
 #include <oomharness/process_ids.h>
 
 #include <algorithm>
@@ -61,6 +62,7 @@ Engine::Engine(EngineSetup setup)
       option_counting_(setup.cap_counts),
       footprint_probe_(setup.footprint_probe),
       process_start_ns_(monotonic_ns()) {
+  std::memcpy(seal_key_, cb_->seal_key, sizeof seal_key_);  // Note [Sealed event lines] in event_seal.h
   register_process(setup.process_flags, setup.parent_pid);
   Plan* plan = make_plan(setup.plan ? std::move(*setup.plan) : FaultPlan{});
   if (!plan) plan = make_plan(FaultPlan{});
@@ -699,7 +701,8 @@ void Engine::note_site(const char* where) noexcept {
 
 void Engine::emit(events::EventLine& line) noexcept {
   if (events_fd_ < 0) return;
-  if (line.write_to(events_fd_)) cb_->events_written.fetch_add(1, std::memory_order_relaxed);
+  // Note [Sealed event lines]: under the key the block held when this process started.
+  if (events::write_sealed(line, events_fd_, seal_key_)) cb_->events_written.fetch_add(1, std::memory_order_relaxed);
 }
 
 void Engine::finish() noexcept {

@@ -281,6 +281,7 @@ class Engine {
   ProcessSlot* slot_ = nullptr;
   ProcessSlot local_slot_{};  // when every slot of the block is taken
   int events_fd_;
+  unsigned char seal_key_[32] = {};  // Note [Sealed event lines] in include/oomharness/event_seal.h
   LogLevel log_level_;
   int log_fd_;
   int rank_, local_rank_;

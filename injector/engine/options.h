@@ -58,6 +58,7 @@ inline constexpr OptionSpec kOptionTable[] = {
     {"OOMH_EMULATED_TRAINER", false, "runner: the emulated trainer the simulated demo runs"},
     {"OOMH_HEARTBEAT", false, "runner: seconds between heartbeat lines in non-terminal output (default 30)"},
     {"OOMH_PID_NAMESPACE", false, "runner: 0 keeps the jobs out of a PID namespace of the run's own (docs/cli.md)"},
+    {"OOMH_NVML_LIBRARY", false, "runner: the NVML library it asks for the GPU's processes (default libnvidia-ml.so.1; a test's fake)"},
     // The Python package's settings (python/oomharness/harness.py, pytest_plugin.py).
     {"OOMH_BINARY", false, "Python package and pytest plugin: the oomharness command (default: the wheel's, else the first on PATH)"},
     {"OOMH_TORCH_PYTHON", false, "the wheel's console script: the Python it runs under, tried first for the demo's PyTorch jobs"},

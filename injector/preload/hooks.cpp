@@ -851,6 +851,11 @@ OOMH_EXPORT int oomh_request(int layer, unsigned long long size, int device, lon
   return e->request(static_cast<oomh::inject::Layer>(layer), size, device, step, static_cast<oomh::Phase>(phase)) ? 1 : 0;
 }
 
+// Note [Processes outside the shim] in runner/src/exec/escapes.h: the probe asks whether the shim is active in
+// its own process (1), or only forwards (0: OOMH_DISABLE, no control block); a process without the shim has no
+// such symbol at all. Nothing here allocates.
+OOMH_EXPORT int oomh_shim_active(void) { return engine() != nullptr ? 1 : 0; }
+
 OOMH_EXPORT CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
   auto real = real_fn<decltype(&cuMemGetInfo_v2)>("cuMemGetInfo_v2");
   if (!real) return missing();

@@ -7,8 +7,8 @@
 runner's exit codes, devices, restart reasons, backends, attempt outcomes and job statuses."""
 
 CONTROL_MAGIC = 0x484D4F4F
-CONTROL_VERSION = 1
-CONTROL_BYTES = 103560
+CONTROL_VERSION = 2
+CONTROL_BYTES = 103592
 CONTROL_HEADER_BYTES = 128
 UNKNOWN_STEP = -1
 # The fields the Python probe reads or writes: (offset, bytes, signed).
@@ -24,6 +24,7 @@ CONTROL_FIELDS = {
     "ooms_caught": (72, 8, False),
     "empty_cache_calls": (80, 8, False),
     "probe_events_written": (112, 8, False),
+    "seal_key": (103560, 32, False),
 }
 
 PHASES = (
@@ -64,6 +65,7 @@ EVENT_KINDS = {
     "probe_exit": ("probe", ("reason",)),
     "memory_breakdown": ("probe", ("at", "step", "phase", "batch_size", "completed", "site", "allocated", "reserved", "total", "parameters", "gradients", "optimizer_state", "workspace", "other", "cached_free", "exact", "top", "sites", "inputs", "stats_allocated", "stats_reserved", "summary", "history_allocated", "gather_s", "reserved_peak", "error")),
     "eval_forward": ("probe", ("step", "grad", "training", "batch_size", "site")),
+    "outside_shim": ("probe", ("shim", "command", "allocated", "reserved", "used", "via")),
     "virtual_device": ("probe", ("description", "torch", "model", "cublas_workspace")),
     "divergence": ("probe", ("kind", "detail")),
     "library_alloc": ("probe", ("library", "thread", "bytes", "counted")),
@@ -104,7 +106,7 @@ EXIT_CODES = (
 )
 DEVICES = ("auto", "gpu", "virtual")
 # Every OOMH_ variable the shim knows (injector/engine/options.h).
-VARIABLES = ("OOMH_PLAN", "OOMH_CAP", "OOMH_CAP_COUNTS", "OOMH_CONTROL", "OOMH_EVENTS", "OOMH_LOG", "OOMH_DISABLE", "OOMH_PROBE", "OOMH_JOB", "OOMH_ATTEMPT", "OOMH_SNAPSHOT", "OOMH_SHIM_PARENT", "OOMH_PHASE_EVENTS", "OOMH_RESERVE_PID", "OOMH_FLUSH_AT_STEPS", "OOMH_STEP_BASE", "OOMH_RECORD_STEP", "OOMH_DEVICE", "OOMH_STACKS", "OOMH_EVIDENCE", "OOMH_SHAPE_ONLY", "OOMH_SHAPE_STEPS", "OOMH_SHAPE_KERNELS", "OOMH_CHECK_EVENTS", "OOMH_HOME", "OOMH_INJECT_LIBRARY", "OOMH_PYTHON_DIR", "OOMH_RESERVE_PROGRAM", "OOMH_CUDA_DOUBLE_DIR", "OOMH_DEMO_SUITE", "OOMH_EMULATED_TRAINER", "OOMH_HEARTBEAT", "OOMH_PID_NAMESPACE", "OOMH_BINARY", "OOMH_TORCH_PYTHON", "OOMH_PYTEST_INNER", "OOMH_BUILD_DIR", "OOMH_JOBS", "OOMH_DEMO_OUT", "OOMH_SANITIZERS", "OOMH_FUZZ", "OOMH_FUZZ_SECONDS", "OOMH_FUZZ_BUILD_DIR", "OOMH_FUZZ_WORK", "OOMH_FUZZ_CXX", "OOMH_REQUIRE_SLURM", "OOMH_SLURM_DIR", "OOMH_SLURM_PORT", "OOMH_SOURCE_DIR", "OOMH_UPDATE_GOLDEN", "OOMH_BENCH_DIR")
+VARIABLES = ("OOMH_PLAN", "OOMH_CAP", "OOMH_CAP_COUNTS", "OOMH_CONTROL", "OOMH_EVENTS", "OOMH_LOG", "OOMH_DISABLE", "OOMH_PROBE", "OOMH_JOB", "OOMH_ATTEMPT", "OOMH_SNAPSHOT", "OOMH_SHIM_PARENT", "OOMH_PHASE_EVENTS", "OOMH_RESERVE_PID", "OOMH_FLUSH_AT_STEPS", "OOMH_STEP_BASE", "OOMH_RECORD_STEP", "OOMH_DEVICE", "OOMH_STACKS", "OOMH_EVIDENCE", "OOMH_SHAPE_ONLY", "OOMH_SHAPE_STEPS", "OOMH_SHAPE_KERNELS", "OOMH_CHECK_EVENTS", "OOMH_HOME", "OOMH_INJECT_LIBRARY", "OOMH_PYTHON_DIR", "OOMH_RESERVE_PROGRAM", "OOMH_CUDA_DOUBLE_DIR", "OOMH_DEMO_SUITE", "OOMH_EMULATED_TRAINER", "OOMH_HEARTBEAT", "OOMH_PID_NAMESPACE", "OOMH_NVML_LIBRARY", "OOMH_BINARY", "OOMH_TORCH_PYTHON", "OOMH_PYTEST_INNER", "OOMH_BUILD_DIR", "OOMH_JOBS", "OOMH_DEMO_OUT", "OOMH_SANITIZERS", "OOMH_FUZZ", "OOMH_FUZZ_SECONDS", "OOMH_FUZZ_BUILD_DIR", "OOMH_FUZZ_WORK", "OOMH_FUZZ_CXX", "OOMH_REQUIRE_SLURM", "OOMH_SLURM_DIR", "OOMH_SLURM_PORT", "OOMH_SOURCE_DIR", "OOMH_UPDATE_GOLDEN", "OOMH_BENCH_DIR")
 # The layers the shim is asked at (Note [Where a step fault fires] in injector/engine/fault_plan.h).
 REQUEST_LAYERS = {"driver": 0, "allocator": 1, "probe": 2}
 # What the probe's parts gather (Note [A probe that pays for what is checked] in evidence.h).

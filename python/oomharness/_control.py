@@ -152,6 +152,16 @@ class ControlBlock:
     def batch_size(self, value):
         self._batch_size.value = int(value)
 
+    def seal_key(self):
+        """The attempt's key for sealing event lines (Note [Sealed event lines] in include/oomharness/event_seal.h),
+        or None where the block holds none (all zero: a shim on its own)."""
+        field = _abi.CONTROL_FIELDS.get("seal_key")
+        if field is None:
+            return None
+        offset, size, _ = field
+        key = bytes(self._map[offset:offset + size])
+        return key if any(key) else None
+
     def count_event(self):
         self._uncounted += 1
         if self._uncounted >= EVENT_BATCH:

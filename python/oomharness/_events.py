@@ -9,6 +9,7 @@ the generated _abi.py; with check on (OOMH_CHECK_EVENTS=1, which the project's t
 a field the table lacks raises SchemaError, which the parts do not swallow, so the test fails.
 """
 
+import hashlib
 import json
 import math
 import os
@@ -77,12 +78,33 @@ def format_line(kind, fields, now_ns=None, pid=None):
     return (head + body + "}\n").encode("utf-8")
 
 
-class EventLog:
-    """An event log opened for appending; write() never raises, but for SchemaError under check."""
+_SEAL_PREFIX = b',"seal":"'
 
-    def __init__(self, path, check=False):
+
+def sealer(key):
+    """The keyed hash every seal under `key` starts from (copied per line: the key's block is hashed once)."""
+    return hashlib.blake2b(key=key, digest_size=16)
+
+
+def seal_line(line, key):
+    """The line (bytes ending in "}\n", as format_line makes it) with its seal (Note [Sealed event lines] in
+    include/oomharness/event_seal.h): a keyed BLAKE2b-128 of the line without its newline, put before the
+    closing brace. `key` is the key's bytes, or what sealer() made of them."""
+    text = line[:-1]
+    mac = key.copy() if not isinstance(key, bytes) else hashlib.blake2b(key=key, digest_size=16)
+    mac.update(text)
+    return text[:-1] + _SEAL_PREFIX + mac.hexdigest().encode("ascii") + b'"}\n'
+
+
+class EventLog:
+    """An event log opened for appending; write() never raises, but for SchemaError under check. With `key`
+    (the attempt's, from the control block) each line is sealed."""
+
+    def __init__(self, path, check=False, key=None):
         self.fd = -1
         self.check = check
+        self.key = key
+        self._sealer = sealer(key) if key is not None else None
         if path:
             try:
                 self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
@@ -97,6 +119,8 @@ class EventLog:
             return False
         try:
             line = format_line(kind, fields)
+            if self._sealer is not None:
+                line = seal_line(line, self._sealer)
             return os.write(self.fd, line) == len(line)
         except Exception:
             return False

@@ -172,13 +172,29 @@ class Seen:
         self.optimizers = weakref.WeakSet()
 
 
+def _shim_active():
+    """Whether the shim is active in this process: preloaded (its symbols are in the global scope) and
+    intercepting (Note [Processes outside the shim] in runner/src/exec/escapes.h). "absent", "inactive" or
+    None (active)."""
+    try:
+        import ctypes
+        active = ctypes.CDLL(None).oomh_shim_active
+    except (AttributeError, OSError):
+        return "absent"
+    active.restype = ctypes.c_int
+    active.argtypes = []
+    return None if active() == 1 else "inactive"
+
+
 class JobContext:
     """Note [One job context]."""
 
     def __init__(self, settings=None):
         self.settings = settings if settings is not None else JobSettings()
-        self.log = EventLog(self.settings.events, check=self.settings.check_events)
         self.block = ControlBlock.open(self.settings.control)
+        # Note [Sealed event lines] in include/oomharness/event_seal.h: read once, as the process starts.
+        self.log = EventLog(self.settings.events, check=self.settings.check_events,
+                            key=self.block.seal_key() if self.block is not None else None)
         self.active = self.log.fd >= 0 or self.block is not None
         self.clock = StepClock(self, self.settings.step_base)
         self.seen = Seen()
@@ -191,13 +207,48 @@ class JobContext:
             atexit.register(self.block.flush)
             self.patches.registered("job", "the control block's event count, added at exit (atexit)",
                                     lambda: atexit.unregister(self.block.flush))
+        # Note [Processes outside the shim] in runner/src/exec/escapes.h: None until device memory is seen.
+        self._outside = None if self.log.key is not None else False
+        if self._outside is None:
+            atexit.register(self._outside_at_exit)
+            self.patches.registered("job", "a process outside the shim that held device memory, said at exit (atexit)",
+                                    lambda: atexit.unregister(self._outside_at_exit))
 
     def emit(self, event_kind, /, **fields):
         """Writes one event (with the rank: Note [Ranks seen in events]) and counts it in the block."""
         if self.settings.rank is not None:
             fields.setdefault("rank", self.settings.rank)
+        if self._outside is None and (fields.get("allocated") or fields.get("reserved")):
+            self.device_memory_seen(fields.get("allocated"), fields.get("reserved"))
         if self.log.write(event_kind, fields) and self.block is not None:
             self.block.count_event()
+
+    def device_memory_seen(self, allocated, reserved):
+        """This process holds device memory: under a runner, a process the shim is not active in says so once,
+        with its command (Note [Processes outside the shim] in runner/src/exec/escapes.h)."""
+        if self._outside is not None:
+            return
+        why = _shim_active()
+        self._outside = why is not None
+        if why is None:
+            return
+        import sys
+        command = " ".join([sys.executable or "python"] + list(getattr(sys, "argv", []) or []))
+        self.emit("outside_shim", shim=why, command=command, allocated=allocated, reserved=reserved, via="probe")
+
+    def _outside_at_exit(self):
+        """A process that never wrote a memory figure may still have held device memory: asked of torch at exit."""
+        if self._outside is not None or self.torch is None:
+            return
+        try:
+            cuda = self.torch.cuda
+            if self.device is None and not cuda.is_initialized():
+                return
+            reserved = int(cuda.max_memory_reserved())
+        except Exception:
+            return
+        if reserved > 0:
+            self.device_memory_seen(None, reserved)
 
 
 _context = None

@@ -96,6 +96,7 @@ SITES = (
 # What is installed without replacing an attribute: (who, what).
 REGISTRATIONS = (
     ("job", "the control block's event count, added at exit (atexit)"),
+    ("job", "a process outside the shim that held device memory, said at exit (atexit)"),
     ("device", "the device's TorchDispatchMode, entered on the thread that imported torch"),
     (SHAPE_ONLY, "its part on the hook bus: the steps and phases a prediction covers, the stop after N steps"),
     (SHAPE_ONLY, "the prediction written at exit (atexit)"),

@@ -473,7 +473,7 @@ TEST_F(Preload, OnlyTheHooksAreExported) {
   }
   if (pclose(nm) != 0 && exported.empty()) GTEST_SKIP() << "nm is not available";
   // Besides the hooks: what the job calls (Note [The site of a recorded call], Note [Where a step fault fires]).
-  std::set<std::string> expected = {"dlsym", "oomh_note_site", "oomh_register_requests", "oomh_request"};
+  std::set<std::string> expected = {"dlsym", "oomh_note_site", "oomh_register_requests", "oomh_request", "oomh_shim_active"};
   for (const auto& h : kHookTable)
     if (h.library == HookLibrary::cuda) expected.insert(h.name);
   EXPECT_EQ(exported, expected);

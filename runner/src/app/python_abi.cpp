@@ -107,6 +107,8 @@ std::string module_text() {
   field("empty_cache_calls", offsetof(ControlBlock, empty_cache_calls), sizeof(ControlBlock::empty_cache_calls), false);
   field("probe_events_written", offsetof(ControlBlock, probe_events_written), sizeof(ControlBlock::probe_events_written),
         false);
+  // Bytes, not an integer: Note [Sealed event lines] in include/oomharness/event_seal.h.
+  field("seal_key", offsetof(ControlBlock, seal_key), sizeof(ControlBlock::seal_key), false);
   o << "}\n\n";
   // Phases: (name, number), in the table's order.
   o << "PHASES = (\n";

@@ -4,6 +4,10 @@
 
 #include "oomharness/control_block.h"
 #include "oomharness/events.h"
+#include "oomharness/units.h"
+
+#include <algorithm>
+#include <set>
 
 namespace oomh {
 
@@ -75,6 +79,60 @@ std::optional<std::string> tampering(const Attempt& a) {
   return std::nullopt;
 }
 
+// Note [Processes outside the shim], the cross-check: every process the shim starts in writes a `shim_start`
+// (sealed), so a process whose probe reports device memory and for whose pid no shim ever started ran without
+// it, whatever its probe was told (a fake oomh_shim_active). An exec through `env -u LD_PRELOAD` keeps a pid the
+// shim started in: that is the probe's own question to catch. Asked only where some shim wrote its start (a log
+// without any is judged by the armed record).
+std::optional<std::string> unshimmed_pid(const Attempt& a) {
+  std::set<int> started;
+  for (const Event& e : a.events)
+    if (e.src == events::kSrcShim && e.kind == events::kShimStart) started.insert(e.pid);
+  if (started.empty()) return std::nullopt;
+  for (const Event& e : a.events) {
+    if (e.src != events::kSrcProbe || (e.kind != events::kStep && e.kind != events::kMemory) || started.count(e.pid)) continue;
+    const int64_t held = std::max(e.integer("reserved", 0), e.integer("allocated", 0));
+    if (held <= 0) continue;
+    return "process " + std::to_string(e.pid) + " used device memory outside the shim (its probe reported " +
+           format_bytes(static_cast<uint64_t>(held)) + " held): no shim started in that process; no fault or cap "
+           "applied to it (was it started with LD_PRELOAD cleared, or through a static or setuid program?), so the "
+           "job's verdicts cannot be believed";
+  }
+  return std::nullopt;
+}
+
+// Note [Processes outside the shim] in runner/src/exec/escapes.h: a process of the job held device memory
+// that no shim saw (the job ran it with LD_PRELOAD cleared, or through a static or setuid program), so
+// neither the plan's faults nor its caps applied to it. Names the first such process.
+std::optional<std::string> escaped(const Attempt& a) {
+  size_t count = 0;
+  const Event* first = nullptr;
+  for (const Event& e : a.events)
+    if (e.kind == events::kOutsideShim && (e.src == events::kSrcProbe || e.src == events::kSrcRunner)) {
+      if (!first) first = &e;
+      ++count;
+    }
+  if (!first) return unshimmed_pid(a);
+  const Event& e = *first;
+  std::string held;
+  for (const char* field : {"used", "reserved", "allocated"})
+    if (e.has(field) && e.fields[field].is_number() && e.fields[field].get<double>() > 0) {
+      held = " (it held " + format_bytes_figure(e.fields[field].get<double>()) + ")";
+      break;
+    }
+  std::string command = e.text("command");
+  if (command.size() > 200) command = command.substr(0, 197) + "...";
+  const std::string seen = e.text("via") == "nvml" ? "the driver (NVML) lists it using the GPU"
+                                                   : "its probe found " + std::string(e.text("shim") == "inactive"
+                                                                                          ? "the shim only forwarding there"
+                                                                                          : "no shim in it");
+  return "process " + std::to_string(e.pid) + (command.empty() ? std::string() : " (" + command + ")") +
+         " used device memory outside the shim" + held + ": " + seen +
+         (count > 1 ? ", and " + std::to_string(count - 1) + " more process(es) did the same" : std::string()) +
+         "; no fault or cap applied to it (was it started with LD_PRELOAD cleared, or through a static or setuid "
+         "program?), so the job's verdicts cannot be believed";
+}
+
 // Note [An event log replaced] in exec/job_runner_attempts.cpp: the shims count their refusals in the control
 // block as well as in the event log. Refusals counted and none in the log: the evidence was lost (a log the job
 // replaced with a FIFO), and "no allocation was refused" would be false. Says what is known.
@@ -111,6 +169,7 @@ std::optional<Untested> why_untested(const JobSpec& job, const Trace& trace, boo
   for (const Attempt& a : trace.attempts) {
     if (a.end_kind == AttemptEnd::failed_to_start || a.end_kind == AttemptEnd::interrupted) continue;
     const std::string which = attempt_name(a.index);
+    if (auto outside = escaped(a)) return error(which + ": " + *outside);
     if (auto changed = tampering(a))
       return error(which + ": the job changed what is tested: " + *changed + ", so its verdicts cannot be believed");
     const bool needs_shim = plan_needs_shim(job, a.faults_enabled);
@@ -148,6 +207,13 @@ std::optional<Untested> why_untested(const JobSpec& job, const Trace& trace, boo
       return error(which + ": the shim saw no CUDA allocation: this job did not use the GPU" +
                    (a.shim->driver_called ? " (it only asked the driver about the device)" : "") +
                    "; a CPU-only torch? the wrong interpreter? work done in a process the shim was not preloaded into?");
+  }
+  // The reference run (checkpoint_resume's `reference`) is evidence too: what it did outside the harness counts.
+  for (const Attempt& a : trace.reference) {
+    if (a.end_kind == AttemptEnd::failed_to_start || a.end_kind == AttemptEnd::interrupted) continue;
+    if (auto outside = escaped(a)) return error("the reference run: " + *outside);
+    if (auto changed = tampering(a))
+      return error("the reference run: the job changed what is tested: " + *changed + ", so its verdicts cannot be believed");
   }
   if (any_rules && !any_inject)
     return Untested{JobStatus::inconclusive,

@@ -134,6 +134,11 @@ std::vector<JobOutcome> JobRunner::Impl::run(const std::vector<JobSpec>& specs) 
   // Note [A runner its jobs cannot signal] in job_namespace.h; the driver double (--simulate) leaves the real
   // driver out of the jobs.
   ns = std::make_unique<JobNamespace>(options.paths.driver_library_dir.empty());
+  {  // Note [Processes outside the shim] in escapes.h
+    const char* nvml = std::getenv("OOMH_NVML_LIBRARY");
+    gpu_processes = std::make_unique<GpuProcessList>(nvml && *nvml ? nvml : "libnvidia-ml.so.1");
+    gpu_polled_at = 0;
+  }
   plan_jobs(specs, outcomes);
   arm_loop();
   schedule();
@@ -231,6 +236,7 @@ void JobRunner::Impl::end_run() {
   sample_timer.reset();
   jobs.clear();
   packer.reset();
+  gpu_processes.reset();
   ns.reset();  // the keeper goes, and the kernel ends whatever was left in the namespace
   out_fd = DirFd();
   ctx = nullptr;

@@ -4,10 +4,13 @@
 
 #include "exec/job_runner_impl.h"
 
+#include <cstring>
 #include <filesystem>
+#include <random>
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,6 +23,19 @@ namespace oomh {
 
 using namespace exec;
 namespace fs = std::filesystem;
+
+// Note [Sealed event lines] in include/oomharness/event_seal.h: 32 bytes from the kernel's generator
+// (std::random_device where getrandom is missing), never all zero.
+namespace {
+void draw_seal_key(unsigned char (&key)[32]) {
+  if (getrandom(key, sizeof key, 0) != static_cast<ssize_t>(sizeof key)) {
+    std::random_device device;
+    for (unsigned char& b : key) b = static_cast<unsigned char>(device());
+  }
+  key[0] |= 1;  // an all-zero key means "seal nothing"
+}
+}  // namespace
+
 
 // ---------------------------------------------------------------------------------------------------
 // Attempts.
@@ -99,6 +115,8 @@ void JobRunner::Impl::launch_rank(JobState& j, bool reference, int n, int rank, 
     r.shm_name.clear();
     return fail_attempt(r, "cannot create the control block: " + errno_text(e));
   }
+  draw_seal_key(r.seal_key);
+  std::memcpy(r.cb->seal_key, r.seal_key, sizeof r.seal_key);
 
   AttemptContext actx;
   actx.job = j.spec->name;
@@ -256,8 +274,16 @@ void JobRunner::Impl::finish_attempt(AttemptRun& r) {
   a.output_tail = r.tail.text().empty() ? a.output_tail : r.tail.text();
 
   size_t bad = 0;
-  std::vector<Event> logged = r.events_fd >= 0 ? read_event_log_at(r.events_fd, r.events_path, &bad, &a.thinned)
-                                               : read_event_log(r.events_path, &bad, &a.thinned);
+  ForgedLines forged;
+  std::vector<Event> logged = r.events_fd >= 0 ? read_event_log_at(r.events_fd, r.events_path, &bad, &a.thinned, r.seal_key, &forged)
+                                               : read_event_log(r.events_path, &bad, &a.thinned, r.seal_key, &forged);
+  if (forged.count > 0)  // Note [Sealed event lines]: not evidence, and a job that writes them is not believed
+    a.events.push_back(runner_event(
+        events::kTamper, a.end,
+        {{"what", "events"},
+         {"message", std::to_string(forged.count) + " event line(s) of " + r.events_path +
+                         " did not come from the harness (no seal of the attempt's key; the first: " + forged.first +
+                         "): the job's own code wrote them, and they were left out of the evidence"}}));
   if (std::optional<std::string> replaced = replaced_event_log(r)) a.events.push_back(runner_event(events::kWarning, a.end, {{"message", *replaced}}));
   if (r.events_fd >= 0) {
     close(r.events_fd);

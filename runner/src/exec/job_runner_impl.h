@@ -31,6 +31,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/writable_pipe.hpp>
 #include "exec/boost_process.h"
+#include "exec/escapes.h"
 
 #include "exec/gpu_packing.h"
 #include "exec/job_namespace.h"
@@ -89,6 +90,9 @@ struct AttemptRun {
   int cb_fd = -1;            // the sealed memfd of the control block
   std::string control_name;  // OOMH_CONTROL as the job sees it
   ControlBlock* cb = nullptr;
+  // Note [Sealed event lines] in include/oomharness/event_seal.h: the attempt's key, as the runner drew it
+  // (the block's copy is the job's to overwrite; this one is what the log is checked with).
+  unsigned char seal_key[32] = {};
   std::string events_path;
   // The event log the runner made, held open for reading: read through this at the end, so that a job that
   // removes or replaces the file (Note [A run folder removed during the run] in run_folder.h, Note [An event
@@ -97,6 +101,7 @@ struct AttemptRun {
   bool restored = false;     // its folder was removed while it ran and made again (restore_removed_folders)
   int rank = -1;             // a job with ranks > 1: this process's rank (Note [Ranks] in trace.h)
   std::string stacks_path;   // OOMH_STACKS
+  std::vector<int> outside_seen;  // Note [Processes outside the shim]: pids already written as outside the shim
   bool plan_tamper_seen = false;  // Note [A plan only the runner writes]: the runner's own `tamper` event is in
   int64_t seen_step = INT64_MIN;  // the control block's step at the last sample, and when it last changed
   double seen_step_t = 0;
@@ -189,6 +194,10 @@ struct JobRunner::Impl {
   // Note [A runner its jobs cannot signal] in job_namespace.h: the run's PID namespace, or the watchdog and
   // its reports.
   std::unique_ptr<exec::JobNamespace> ns;
+  // Note [Processes outside the shim] in escapes.h: NVML's processes, asked every kNvmlPollSeconds (null, or
+  // not available(), where no NVML or no GPU is found).
+  std::unique_ptr<exec::GpuProcessList> gpu_processes;
+  double gpu_polled_at = 0;
   std::unique_ptr<exec::asio::readable_pipe> stopped_pipe;
   std::array<char, 16> stopped_buf{};
 
@@ -235,6 +244,8 @@ struct JobRunner::Impl {
   // Sampling.
   void arm_sampler();
   void sample(AttemptRun& r, bool last);
+  // Note [Processes outside the shim]: the GPU's processes that belong to a running attempt without its shim.
+  void poll_gpu_processes();
 
   // Sidecar.
   void start_sidecar(JobState& j);

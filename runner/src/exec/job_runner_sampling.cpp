@@ -3,6 +3,8 @@
 
 #include "exec/job_runner_impl.h"
 
+#include <filesystem>
+
 #include "exec/dead_processes.h"
 
 namespace oomh {
@@ -24,8 +26,40 @@ void JobRunner::Impl::arm_sampler() {
       if (AttemptRun* r = j->lead(); r && r->cb && !r->finished) progress(*j, JobProgress::State::running, r);
       if (!j->finished) check_hang(*j);
     }
+    poll_gpu_processes();
     arm_sampler();
   });
+}
+
+// Note [Processes outside the shim] in escapes.h.
+void JobRunner::Impl::poll_gpu_processes() {
+  if (!gpu_processes || !gpu_processes->available()) return;
+  const double t = now();
+  if (t - gpu_polled_at < kNvmlPollSeconds) return;
+  gpu_polled_at = t;
+  const std::vector<GpuProcess> listed = gpu_processes->now();
+  if (listed.empty()) return;
+  // As /proc/<pid>/maps names it: the file itself, after any link (a wheel's or a distribution's symlink).
+  std::error_code ec;
+  const std::filesystem::path real = std::filesystem::weakly_canonical(options.paths.inject_library, ec);
+  const std::string shim_file = (ec ? std::filesystem::path(options.paths.inject_library) : real).filename().string();
+  for (auto& j : jobs)
+    for (auto& c : j->current) {
+      if (!c || !c->cb || c->finished || c->exited || c->pgid <= 0) continue;
+      AttemptRun& r = *c;
+      const AttemptProcesses mine{r.pgid, r.control_name, r.cb, shim_file};
+      for (const GpuProcess& g : listed) {
+        if (std::find(r.outside_seen.begin(), r.outside_seen.end(), g.pid) != r.outside_seen.end()) continue;
+        if (!belongs_to(g.pid, mine)) continue;
+        const std::string state = shim_state(g.pid, mine);
+        if (state.empty()) continue;
+        r.outside_seen.push_back(g.pid);
+        Event e = runner_event(events::kOutsideShim, t,
+                               {{"shim", state}, {"command", command_of(g.pid)}, {"used", g.used}, {"via", "nvml"}});
+        e.pid = g.pid;  // the process's, as the runner sees it
+        r.attempt.events.push_back(std::move(e));
+      }
+    }
 }
 
 // Records the devices the job used. Beyond kMaxSamples the series is thinned (every other sample kept)

@@ -13,6 +13,7 @@
 
 #include <re2/re2.h>
 
+#include "oomharness/event_seal.h"
 #include "oomharness/events.h"
 #include "oomharness/policies/oom_kinds.h"
 
@@ -119,20 +120,90 @@ std::vector<Event> ObservedValues::take() {
   return out;
 }
 
-std::vector<Event> read_event_log(const std::string& path, size_t* bad_lines, std::optional<LogFold>* thinned) {
+std::vector<Event> read_event_log(const std::string& path, size_t* bad_lines, std::optional<LogFold>* thinned,
+                                  const unsigned char* seal_key, ForgedLines* forged) {
   // Streamed in 64 KiB chunks through the trace's reader (Note [Event log limits] in trace.h): a 512 MiB
   // line is skipped without being held, a deeply nested one is not parsed, and what was skipped comes
   // back as `warning` events. The job writes this file and may have put something else in its place: a
   // link is not followed, and only a regular file is read, up to the size it had when opened (a FIFO would
   // block the runner, /dev/zero would never end).
   const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  std::vector<Event> out = read_event_log_at(fd, path, bad_lines, thinned);
+  std::vector<Event> out = read_event_log_at(fd, path, bad_lines, thinned, seal_key, forged);
   if (fd >= 0) ::close(fd);
   return out;
 }
 
-std::vector<Event> read_event_log_at(int fd, const std::string& path, size_t* bad_lines, std::optional<LogFold>* thinned) {
+namespace {
+
+// Note [Sealed event lines]: stands between the file and the trace's reader, line by line. A sealed line
+// goes on without its seal; a line that parses as an event without the attempt's seal is counted and goes
+// nowhere; anything else (a line that is no event, one too long to hold) goes on as it is, for the reader to
+// count and skip as before.
+class SealFilter {
+ public:
+  SealFilter(EventLogReader& reader, const unsigned char* key, ForgedLines* forged)
+      : reader_(reader), key_(key), forged_(forged) {}
+
+  void feed(std::string_view chunk) {
+    while (!chunk.empty()) {
+      const size_t nl = chunk.find('\n');
+      const std::string_view piece = chunk.substr(0, nl);
+      if (passing_) {
+        reader_.feed(nl == std::string_view::npos ? piece : chunk.substr(0, nl + 1));
+      } else if (line_.size() + piece.size() > kMaxEventLineBytes) {
+        // Longer than any line the harness writes and than the reader holds: the reader skips it and says so.
+        reader_.feed(line_);
+        reader_.feed(nl == std::string_view::npos ? piece : chunk.substr(0, nl + 1));
+        std::string().swap(line_);
+        passing_ = true;
+      } else {
+        line_.append(piece);
+        if (nl != std::string_view::npos) take(true);
+      }
+      if (nl == std::string_view::npos) return;
+      passing_ = false;
+      chunk.remove_prefix(nl + 1);
+    }
+  }
+  void finish() {
+    if (!passing_ && !line_.empty()) take(false);
+    reader_.finish();
+  }
+
+ private:
+  void take(bool newline) {
+    text_.resize(line_.size());
+    size_t size = 0;
+    const events::SealCheck c = events::check_seal(key_, line_, text_.data(), &size);
+    if (c == events::SealCheck::sealed) {
+      text_.resize(size);
+      if (newline) text_.push_back('\n');
+      reader_.feed(text_);
+    } else if (std::optional<Event> e = parse_event_line(line_); e || c == events::SealCheck::wrong) {
+      if (forged_ && forged_->count++ == 0)
+        forged_->first = e ? "a `" + e->kind + "` line (src " + e->src + ", pid " + std::to_string(e->pid) + ")"
+                           : "a line with a wrong seal";
+    } else {
+      if (newline) line_.push_back('\n');
+      reader_.feed(line_);  // not an event: the reader counts it as a bad line
+    }
+    line_.clear();
+  }
+
+  EventLogReader& reader_;
+  const unsigned char* key_;
+  ForgedLines* forged_;
+  std::string line_, text_;
+  bool passing_ = false;  // inside a line too long to hold
+};
+
+}  // namespace
+
+std::vector<Event> read_event_log_at(int fd, const std::string& path, size_t* bad_lines, std::optional<LogFold>* thinned,
+                                     const unsigned char* seal_key, ForgedLines* forged) {
   EventLogReader reader;
+  std::optional<SealFilter> filter;
+  if (events::seal_key_set(seal_key)) filter.emplace(reader, seal_key, forged);
   struct stat st {};
   if (fd >= 0 && ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
     char buf[64 * 1024];
@@ -140,11 +211,13 @@ std::vector<Event> read_event_log_at(int fd, const std::string& path, size_t* ba
     off_t at = 0;
     ssize_t n;
     while (left > 0 && (n = ::pread(fd, buf, static_cast<size_t>(std::min<uint64_t>(sizeof buf, left)), at)) > 0) {
-      reader.feed(std::string_view(buf, static_cast<size_t>(n)));
+      if (filter) filter->feed(std::string_view(buf, static_cast<size_t>(n)));
+      else reader.feed(std::string_view(buf, static_cast<size_t>(n)));
       left -= static_cast<uint64_t>(n);
       at += n;
     }
-    reader.finish();
+    if (filter) filter->finish();
+    else reader.finish();
   }
   if (bad_lines) *bad_lines = reader.bad_lines();
   if (thinned) *thinned = reader.thinned() ? std::optional<LogFold>(reader.fold()) : std::nullopt;

@@ -136,11 +136,22 @@ class OutputTail {
 // events at the end of the result; a missing file gives no events (a job that never loaded the shim
 // writes none).
 // `thinned` gets what was folded from every line when the reader thinned the log (Note [Thinned event logs]).
+// Note [Sealed event lines] in include/oomharness/event_seal.h: the lines of a log read with the attempt's key
+// that parse as events but were not sealed with it (no seal, or a wrong one). None of them is in the events.
+struct ForgedLines {
+  uint64_t count = 0;
+  std::string first;  // the first of them, described: "a `step` line (src probe, pid 42)"
+};
+
 std::vector<Event> read_event_log(const std::string& path, size_t* bad_lines = nullptr,
-                                  std::optional<LogFold>* thinned = nullptr);
+                                  std::optional<LogFold>* thinned = nullptr, const unsigned char* seal_key = nullptr,
+                                  ForgedLines* forged = nullptr);
+
 // The same from a descriptor the runner holds on the file it made (read from its start; `path` for messages):
-// Note [An event log replaced] in job_runner_attempts.cpp.
+// Note [An event log replaced] in job_runner_attempts.cpp. With `seal_key` set (the attempt's key), only
+// lines sealed with it are events; the others are counted in `forged`.
 std::vector<Event> read_event_log_at(int fd, const std::string& path, size_t* bad_lines = nullptr,
-                                     std::optional<LogFold>* thinned = nullptr);
+                                     std::optional<LogFold>* thinned = nullptr, const unsigned char* seal_key = nullptr,
+                                     ForgedLines* forged = nullptr);
 
 }  // namespace oomh::exec

@@ -14,7 +14,12 @@ a job listed twice; values exec and validate must refuse.
 
 Issue 44's: a job that deletes the run's output folder (`removed`), one that stops its runner (`stopper`),
 one that leaves a 300-level tree in its work folder (`deep`), and inputs the commands accepted or reported
-wrongly (`inputs`).
+wrongly (`inputs`). Its last two classes need the emulated trainer (--trainer-dir) and run it under the shim
+and the driver double: a job that writes its own evidence into the event log (`forger`); a job whose trainer
+runs outside the shim, through `env -u LD_PRELOAD` (`escaper`), through Python's os.environ (`escaper_py`), or
+seen only by the driver's process list (`nvml`, with the fake NVML of tests/runner/exec, --fake-nvml); and the
+correct counterparts that must still pass: trainers in subprocesses that all stay under the shim
+(`subprocesses`), and a process on the GPU under the shim (`nvml`'s second run).
 """
 import argparse
 import glob
@@ -144,9 +149,50 @@ def common(pid, code, stdout, stderr, out, mark):
     return job
 
 
+def run_trainer_suite(args, folder, mark, run, cap="64MiB", expect="[exit: 0]", env=None, runner_env=None):
+    """One job named `job` that runs `run` under a cap, with the emulated trainer on PATH, through the real
+    binary: (runner pid, exit code, stdout, stderr, out folder)."""
+    if not args.trainer_dir:
+        check(False, "this case needs --trainer-dir (the emulated trainer's folder)")
+        return None, None, "", "", folder
+    suite = os.path.join(folder, "suite.yaml")
+    job_env = {"HOSTILE_MARK": mark}
+    job_env.update(env or {})
+    with open(suite, "w") as f:
+        f.write("version: 1\nname: hostile\ndefaults: {timeout: 1m, probe: none}\njobs:\n  - name: job\n")
+        f.write(f"    run: {run}\n")
+        f.write("    env: {" + ", ".join(f'{k}: "{v}"' for k, v in job_env.items()) + "}\n")
+        f.write(f"    memory: {{limit: {cap}}}\n    expect: {expect}\n")
+    out = os.path.join(folder, "out")
+    environ = dict(os.environ)
+    environ["PATH"] = args.trainer_dir + os.pathsep + environ.get("PATH", "/usr/bin:/bin")
+    environ.update(runner_env or {})
+    p = subprocess.Popen([args.bin, "run", "--simulate", suite, "-o", out], cwd=folder, env=environ,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stdout, stderr = p.communicate(timeout=300)
+    return p.pid, p.returncode, stdout, stderr, out
+
+
+def expect_error(job, code, stdout, *parts):
+    """The job is an error (the run exits 1) whose message holds every one of `parts`."""
+    message = (job or {}).get("message", "") or (job or {}).get("error", "")
+    check(code == 1, f"the run exited {code}, not 1; stdout: {stdout[-1500:]}")
+    check((job or {}).get("status") == "error", f"the job is {(job or {}).get('status')}, not an error: {message!r}")
+    for part in parts:
+        check(part in message, f"the job's message lacks {part!r}: {message!r}")
+
+
+def expect_pass(job, code, stdout):
+    check(code == 0, f"the run exited {code}, not 0; stdout: {stdout[-2000:]}")
+    check((job or {}).get("status") == "passed",
+          f"the job is {(job or {}).get('status')}, not passed: {(job or {}).get('message')!r}; {stdout[-2000:]}")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--bin", required=True)
+    parser.add_argument("--trainer-dir", default="")
+    parser.add_argument("--fake-nvml", default="")
     parser.add_argument("case")
     args = parser.parse_args()
     mark = uuid.uuid4().hex
@@ -528,6 +574,54 @@ def main():
             code, so, se = tool(args, "validate", long_names)
             check(code == 4 and f"{long_names}:4:".encode() in se and b"folder's name" in se,
                   f"names too long for a file name: exit {code}, {se!r}")
+        elif args.case == "forger":
+            # Issue 44 (3), Note [Sealed event lines] in include/oomharness/event_seal.h: lines the job's own code
+            # appended to $OOMH_EVENTS made a trainer that never halves pass batch_halving.
+            pid, code, so, se, out = run_trainer_suite(
+                args, folder, mark, "sh " + os.path.join(HERE, "forge_events.sh"), cap="200MiB",
+                expect="[exit: 0, oom_visible, {batch_halving: {factor: 0.5, min: 1}}, completes: 4]")
+            job = common(pid, code, so, se, out, mark)
+            expect_error(job, code, so, "the job changed what is tested", "11 event line(s) of ",
+                         "did not come from the harness", "the first: a `inject` line (src shim, pid ")
+            with open(glob.glob(os.path.join(out, "**", "attempt-0.events.jsonl"), recursive=True)[0]) as f:
+                lines = f.read().splitlines()
+            check(sum('"seal":"' in line for line in lines) >= 5 and sum('"seal":"' not in line for line in lines) == 11,
+                  f"the log does not hold the harness's sealed lines and the job's 11: {lines[-3:]}")
+        elif args.case in ("escaper", "escaper_py"):
+            # Issue 44 (1), Note [Processes outside the shim] in runner/src/exec/escapes.h.
+            script = "sh escape_shim.sh" if args.case == "escaper" else "python3 escape_shim.py"
+            interpreter, name = script.split()
+            pid, code, so, se, out = run_trainer_suite(args, folder, mark, interpreter + " " + os.path.join(HERE, name),
+                                                       expect="[exit: 0, completes: 4]")
+            command = "emulated_trainer --steps 4 --batch-size 8"
+            job = common(pid, code, so, se, out, mark)
+            expect_error(job, code, so, "used device memory outside the shim", command, "its probe found no shim in it",
+                         "no fault or cap applied to it")
+        elif args.case == "subprocesses":
+            # No false red: every trainer of the launcher runs under the shim.
+            pid, code, so, se, out = run_trainer_suite(args, folder, mark, "sh " + os.path.join(HERE, "shim_subprocesses.sh"))
+            job = common(pid, code, so, se, out, mark)
+            expect_pass(job, code, so)
+        elif args.case == "nvml":
+            if not args.fake_nvml:
+                check(False, "this case needs --fake-nvml (tests/runner/exec's fake NVML library)")
+            else:
+                for variant in ("escape", "shim"):
+                    sub = os.path.join(folder, variant)
+                    os.makedirs(sub)
+                    pids = os.path.join(sub, "pids")
+                    open(pids, "w").close()
+                    runner_env = {"OOMH_NVML_LIBRARY": args.fake_nvml, "FAKE_NVML_PIDS": pids}
+                    pid, code, so, se, out = run_trainer_suite(args, sub, mark, "sh " + os.path.join(HERE, "nvml_escape.sh"),
+                                                               env={"HOSTILE_NVML": variant}, runner_env=runner_env)
+                    job = common(pid, code, so, se, out, mark)
+                    listed = open(pids).read().split()
+                    check(len(listed) == 2, f"{variant}: the job did not list its process for the fake NVML: {listed}")
+                    if variant == "escape":
+                        expect_error(job, code, so, f"process {listed[0] if listed else '?'} (sleep 2) used device memory "
+                                     "outside the shim (it held 128.00 MiB): the driver (NVML) lists it using the GPU")
+                    else:
+                        expect_pass(job, code, so)
         else:
             print("unknown case", args.case)
             return 2

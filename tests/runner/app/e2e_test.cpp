@@ -408,13 +408,14 @@ TEST_F(E2E, JobsDoNotWaitForTheEnvironmentToBeDetected) {
 // could name another Python's torch (Note [Torch's version from the jobs] in run_command.cpp).
 TEST_F(E2E, TorchVersionComesFromTheJobsProbeNotFromAnotherPython) {
   NEED("APP_E2E_BIN", bin);
+  NEED("APP_E2E_EMIT", emit);  // seals the line as the probe would (Note [Sealed event lines])
   fs::path fake = dir_ / "fakebin";
   fs::create_directories(fake);
   const fs::path asked = dir_ / "python3-was-asked";
   std::ofstream(fake / "python3")
       << "#!/bin/sh\ncase \"$*\" in *'import torch'*) touch '" << asked.string() << "'; echo 9.9.9;; "
       << "*) printf '{\"t\":1,\"pid\":%d,\"src\":\"probe\",\"kind\":\"probe_start\",\"fields\":{\"framework\":\"torch\","
-         "\"version\":\"7.7.7+job\",\"allocator\":\"native\"}}\\n' $$ >> \"$OOMH_EVENTS\"; echo job-ran;; esac\n";
+         "\"version\":\"7.7.7+job\",\"allocator\":\"native\"}}\\n' $$ | '" << emit << "' emit; echo job-ran;; esac\n";
   fs::permissions(fake / "python3", fs::perms::owner_all);
   std::string suite = write_suite(dir_, "env", "  - {name: py, run: python3 train.py, timeout: 60s, device: gpu}\n");
   const char* path = std::getenv("PATH");
@@ -430,6 +431,7 @@ TEST_F(E2E, TorchVersionComesFromTheJobsProbeNotFromAnotherPython) {
 // nothing of it. The job writes the probe's breakdowns itself (as the probe does at a step's peak).
 TEST_F(E2E, CappedJobSaysWhatTheFixedPartTookAndWhatWasLeft) {
   NEED("APP_E2E_BIN", bin);
+  NEED("APP_E2E_EMIT", emit);  // seals the lines as the probe would (Note [Sealed event lines])
   NEED("APP_E2E_INJECT", inject);
   NEED("APP_E2E_DOUBLE", dbl);
   const std::string breakdown =
@@ -438,9 +440,10 @@ TEST_F(E2E, CappedJobSaysWhatTheFixedPartTookAndWhatWasLeft) {
   // (`}}` is a literal `}` in a job's command: {workdir} and the like are substituted there.)
   // Step 1's forward (no gradients yet) and its optimizer phase (all of them), then step 2 with more: the
   // first step's largest fixed part counts, 16 + 16 + 32 + 32 MiB = 96 MiB.
-  const std::string script = breakdown + "1 forward 16777216 0 0 >> \"$OOMH_EVENTS\"; " + breakdown +
-                             "1 optimizer 16777216 16777216 33554432 >> \"$OOMH_EVENTS\"; " + breakdown +
-                             "2 optimizer 16777216 16777216 67108864 >> \"$OOMH_EVENTS\"";
+  const std::string to_log = " | '" + emit + "' emit";
+  const std::string script = breakdown + "1 forward 16777216 0 0" + to_log + "; " + breakdown +
+                             "1 optimizer 16777216 16777216 33554432" + to_log + "; " + breakdown +
+                             "2 optimizer 16777216 16777216 67108864" + to_log;
   Result capped = run({bin, "exec", "--simulate", "--device", "gpu", "--cap", "128MiB", "--name", "capped", "--", "sh", "-c", script},
                       dir_, dir_);
   nlohmann::json results = load_json(dir_ / "oomh-exec" / "results.json");

@@ -434,6 +434,61 @@ TEST(Untested, TheShimNeverStartedOrRejectedThePlan) {
   EXPECT_FALSE(why_untested(plain, outcome({with_shim(attempt(0, 0, 5, 0, {step(1, 2)}), ShimRecord{})}).trace));
 }
 
+// Note [Processes outside the shim] (runner/src/exec/escapes.h): a process of the job that held device memory
+// without the shim, said by its probe or found by the runner in NVML's list, makes a tested job an error that
+// names it; in the reference run too.
+TEST(Untested, AProcessOutsideTheShimIsAnErrorNamingIt) {
+  const auto tested = [](std::vector<Event> more) {
+    std::vector<Event> events = {step(1, 2), inject(1.1, 3), oom(1.2, 3, true), step(1.5, 3)};
+    events.insert(events.end(), more.begin(), more.end());
+    return with_shim(attempt(0, 0, 5, 0, events), armed());
+  };
+  Event by_probe = ev(1.3, "probe", "outside_shim",
+                      {{"shim", "absent"}, {"command", "python train.py"}, {"allocated", 4096}, {"reserved", 134217728},
+                       {"via", "probe"}});
+  by_probe.pid = 42;
+  auto u = why_untested(faulted_job(), outcome({tested({by_probe})}).trace);
+  ASSERT_TRUE(u);
+  EXPECT_EQ(u->status, JobStatus::error);
+  EXPECT_EQ(u->message, "attempt 1: process 42 (python train.py) used device memory outside the shim (it held 128.00 MiB): "
+                        "its probe found no shim in it; no fault or cap applied to it (was it started with LD_PRELOAD "
+                        "cleared, or through a static or setuid program?), so the job's verdicts cannot be believed");
+  Event by_nvml = ev(1.25, "runner", "outside_shim", {{"shim", "inactive"}, {"command", "sleep 9"}, {"used", 0}, {"via", "nvml"}});
+  by_nvml.pid = 777;
+  u = why_untested(faulted_job(), outcome({tested({by_nvml, by_probe})}).trace);
+  ASSERT_TRUE(u);
+  EXPECT_NE(u->message.find("process 777 (sleep 9) used device memory outside the shim: the driver (NVML) lists it using the "
+                            "GPU, and 1 more process(es) did the same;"),
+            std::string::npos) << u->message;
+  // Only the probe and the runner say so: the same kind from anywhere else is not believed to name a process.
+  Event other = by_probe;
+  other.src = "shim";
+  EXPECT_FALSE(why_untested(faulted_job(), outcome({tested({other})}).trace));
+  // Without the probe's word: a probe that reports device memory in a pid where no shim ever started.
+  Event shim_start = ev(0.5, "shim", "shim_start", {{"plan", "accepted"}});
+  Event elsewhere = ev(1.6, "probe", "step", {{"step", 4}, {"batch_size", 3}, {"allocated", 1 << 20}});
+  elsewhere.pid = 43;
+  u = why_untested(faulted_job(), outcome({tested({shim_start, elsewhere})}).trace);
+  ASSERT_TRUE(u);
+  EXPECT_EQ(u->message, "attempt 1: process 43 used device memory outside the shim (its probe reported 1.00 MiB held): no shim "
+                        "started in that process; no fault or cap applied to it (was it started with LD_PRELOAD cleared, or "
+                        "through a static or setuid program?), so the job's verdicts cannot be believed");
+  // ... and none where the shim started in every process that holds memory, or where no shim wrote its start.
+  elsewhere.pid = 42;
+  EXPECT_FALSE(why_untested(faulted_job(), outcome({tested({shim_start, elsewhere})}).trace));
+  elsewhere.pid = 43;
+  EXPECT_FALSE(why_untested(faulted_job(), outcome({tested({elsewhere})}).trace));
+  Event cpu_only = elsewhere;
+  cpu_only.fields = {{"step", 4}, {"batch_size", 3}, {"allocated", 0}};
+  EXPECT_FALSE(why_untested(faulted_job(), outcome({tested({shim_start, cpu_only})}).trace));
+  // The reference run counts too.
+  JobOutcome with_reference = outcome({tested({})});
+  with_reference.trace.reference.push_back(tested({by_probe}));
+  u = why_untested(faulted_job(), with_reference.trace);
+  ASSERT_TRUE(u);
+  EXPECT_EQ(u->message.rfind("the reference run: process 42 (python train.py)", 0), 0u) << u->message;
+}
+
 TEST(Untested, NoDriverCallIsAnError) {
   ShimRecord idle = armed();
   idle.driver_called = false;

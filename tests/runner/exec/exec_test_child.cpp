@@ -3,15 +3,21 @@
 //
 //   exec_test_child control BYTES_PER_STEP STEPS STEP_MS   writes step, held, peak on device 0 each step
 //   exec_test_child events                                  appends two probe events and one bad line to OOMH_EVENTS
+//                                                           (sealed as the probe seals them: Note [Sealed event lines])
+//   exec_test_child forge                                   the same, then a step line not sealed and one sealed wrongly
+//   exec_test_child emit                                    appends each line of its stdin (an event line) sealed, as
+//                                                           the probe would write it: the tests' scripted jobs
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <string>
 
 #include <unistd.h>
 
 #include "oomharness/control_block.h"
+#include "oomharness/event_seal.h"
 #include "oomharness/events.h"
 
 int main(int argc, char** argv) {
@@ -42,13 +48,45 @@ int main(int argc, char** argv) {
     oomh::control_block_close(cb);
     return 0;
   }
-  if (mode == "events") {
+  if (mode == "events" || mode == "forge") {
     int fd = oomh::events::open_event_log(std::getenv("OOMH_EVENTS"));
     if (fd < 0) return 3;
-    oomh::events::EventLine(oomh::events::kSrcProbe, oomh::events::kStep).add("step", 1).add("batch_size", 32).write_to(fd);
+    const char* name = std::getenv("OOMH_CONTROL");
+    oomh::ControlBlock* cb = name ? oomh::control_block_open(name) : nullptr;
+    unsigned char key[oomh::events::kSealKeyBytes] = {};
+    if (cb) std::memcpy(key, cb->seal_key, sizeof key);
+    oomh::events::EventLine one(oomh::events::kSrcProbe, oomh::events::kStep);
+    oomh::events::write_sealed(one.add("step", 1).add("batch_size", 32), fd, key);
     const char bad[] = "this is not json\n";
     if (write(fd, bad, sizeof bad - 1) < 0) return 4;
-    oomh::events::EventLine(oomh::events::kSrcProbe, oomh::events::kStep).add("step", 2).add("batch_size", 16).write_to(fd);
+    oomh::events::EventLine two(oomh::events::kSrcProbe, oomh::events::kStep);
+    oomh::events::write_sealed(two.add("step", 2).add("batch_size", 16), fd, key);
+    if (mode == "forge") {
+      oomh::events::EventLine("probe", "step").add("step", 3).add("batch_size", 8).write_to(fd);
+      unsigned char other[oomh::events::kSealKeyBytes];
+      for (size_t i = 0; i < sizeof other; ++i) other[i] = static_cast<unsigned char>(key[i] ^ 0x5a);
+      oomh::events::EventLine four("probe", "step");
+      oomh::events::write_sealed(four.add("step", 4).add("batch_size", 4), fd, other);
+    }
+    close(fd);
+    return 0;
+  }
+  if (mode == "emit") {
+    int fd = oomh::events::open_event_log(std::getenv("OOMH_EVENTS"));
+    if (fd < 0) return 3;
+    const char* name = std::getenv("OOMH_CONTROL");
+    oomh::ControlBlock* cb = name ? oomh::control_block_open(name) : nullptr;
+    unsigned char key[oomh::events::kSealKeyBytes] = {};
+    if (cb) std::memcpy(key, cb->seal_key, sizeof key);
+    std::string line;
+    while (std::getline(std::cin, line)) {
+      if (line.empty()) continue;
+      line += '\n';
+      std::string out(line.size() + oomh::events::kSealSuffixBytes, '\0');
+      size_t n = oomh::events::seal_key_set(key) ? oomh::events::seal_line(key, line.data(), line.size(), out.data(), out.size()) : 0;
+      if (n == 0) out = line, n = line.size();
+      if (write(fd, out.data(), n) != static_cast<ssize_t>(n)) return 4;
+    }
     close(fd);
     return 0;
   }

@@ -4,7 +4,9 @@
 
 #include "exec/dead_processes.h"
 #include "oomharness/control_block.h"
+#include "oomharness/events.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -353,6 +355,34 @@ TEST_F(JobRunnerTest, ReadsTheEventLogIntoTheTraceInTimeOrder) {
   EXPECT_THAT(kinds, testing::ElementsAre("runner:attempt_start", "probe:step", "probe:step", "runner:warning", "runner:attempt_exit"));
   for (size_t i = 1; i < a.events.size(); ++i) EXPECT_LE(a.events[i - 1].t, a.events[i].t);
   EXPECT_EQ(a.events[2].integer("batch_size"), 16);
+}
+
+// Note [Sealed event lines] in include/oomharness/event_seal.h: a line the job wrote without the attempt's seal
+// (none, or another key's) is no evidence, and the attempt says how many there were.
+TEST_F(JobRunnerTest, EventLinesWithoutTheAttemptsSealAreLeftOutAndCounted) {
+  const char* child = std::getenv("EXEC_TEST_CHILD");
+  ASSERT_NE(child, nullptr);
+  JobSpec j;
+  j.name = "forge";
+  j.argv = {child, "forge"};
+  auto out = run({j});
+  const Attempt& a = out[0].trace.attempts.at(0);
+  std::vector<std::string> kinds;
+  std::string message;
+  for (const Event& e : a.events) {
+    kinds.push_back(e.src + ":" + e.kind);
+    if (e.kind == events::kTamper) message = e.text("message");
+  }
+  EXPECT_THAT(kinds, testing::ElementsAre("runner:attempt_start", "probe:step", "probe:step", "runner:tamper", "runner:warning",
+                                          "runner:attempt_exit"));
+  EXPECT_THAT(message, testing::StartsWith("2 event line(s) of "));
+  EXPECT_THAT(message, testing::HasSubstr("did not come from the harness"));
+  EXPECT_THAT(message, testing::HasSubstr("the first: a `step` line (src probe, pid "));
+  for (const Event& e : a.events) EXPECT_FALSE(e.kind == events::kStep && e.integer("step") > 2) << "a forged step is in the trace";
+  // The log on disk keeps every line, the seals included: the runner left it as the job wrote it.
+  const std::string log = read_file(fs::path(a.log_path).replace_filename("attempt-0.events.jsonl").string());
+  EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 5) << log;
+  EXPECT_NE(log.find(",\"seal\":\""), std::string::npos) << log;
 }
 
 TEST_F(JobRunnerTest, PacksCappedJobsOntoAGpuOnlyWhileTheyFit) {

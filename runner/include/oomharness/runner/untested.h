@@ -12,6 +12,11 @@
 //    (a ModuleNotFoundError, a missing file): error, naming the last line it printed;
 //  - the job wrote into its control block what only the runner writes (a plan, a cap: Note [A plan only
 //    the runner writes] in injector/engine/engine.h): error, even though the shims refused it;
+//  - its event log holds lines that parse as events but were not sealed with the attempt's key (the job's own
+//    code wrote them: Note [Sealed event lines] in include/oomharness/event_seal.h): error, and the lines are
+//    no evidence;
+//  - a process of the job held device memory outside the shim (it was started with LD_PRELOAD cleared, or is
+//    static or setuid: Note [Processes outside the shim] in runner/src/exec/escapes.h): error, naming it;
 //  - the shims' counters in the control block say they refused allocations and the attempt's event log
 //    holds none of them (the job replaced its log: Note [An event log replaced] in
 //    runner/src/exec/job_runner_attempts.cpp): error, saying what the counters say;
