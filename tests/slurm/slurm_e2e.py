@@ -365,17 +365,22 @@ matrix:
 # in policies/src/event_log_reader.cpp): 70,000 probe steps, every 7,000th without its gradients cleared (only the
 # first three of those are pinned, so zero_grad's count of ten comes from the log's folded figures), memory
 # growing by 1 KiB a step. And a 2-rank job whose ranks write their own steps and memory.
+# The probe's own event writer (python/oomharness/_events.py), with the attempt's key from the control block:
+# lines a job writes itself are not evidence (Note [Sealed event lines] in include/oomharness/event_seal.h).
 SAME_WRITER = r"""
-import json, os, sys, time
+import os, sys, time
+from oomharness import _control, _events
 rank = int(os.environ.get("RANK", "0"))
 steps = int(sys.argv[1])
-t0 = time.time()
-with open(os.environ["OOMH_EVENTS"], "a") as f:
+t0 = time.time_ns()
+block = _control.ControlBlock.open(os.environ.get("OOMH_CONTROL", ""))
+key = block.seal_key() if block is not None else None
+seal = _events.sealer(key) if key is not None else None
+with open(os.environ["OOMH_EVENTS"], "ab") as f:
     for s in range(1, steps + 1):
-        e = {"t": round(t0 + s * 1e-6, 6), "pid": os.getpid(), "src": "probe", "kind": "step",
-             "fields": {"step": s, "batch_size": 8, "allocated": (1 << 20) + 1024 * s * (rank + 1),
-                        "grads_cleared": s % 7000 != 0}}
-        f.write(json.dumps(e) + "\n")
+        line = _events.format_line("step", {"step": s, "batch_size": 8, "allocated": (1 << 20) + 1024 * s * (rank + 1),
+                                            "grads_cleared": s % 7000 != 0}, now_ns=t0 + s * 1000)
+        f.write(_events.seal_line(line, seal) if seal is not None else line)
 print("rank %d wrote %d steps" % (rank, steps))
 """
 
