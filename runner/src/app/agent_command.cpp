@@ -5,7 +5,12 @@
 // [Ranks on several nodes] in runner/src/exec/node_group.h): this agent checks the nodes, starts one
 // `oomharness agent --node PLAN` per node with srun, and gathers their outcomes into one.
 
+#include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <thread>
+#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -148,10 +153,49 @@ ExitCode lead_nodes(const AgentPlan& plan, const std::string& plan_path, std::os
   env.push_back("OOMH_NODE_PORT=" + std::to_string(free_local_port()));
   const JobSpec& job = plan.job;
   const double backstop = (job.restart.max + 2) * (job.timeout + job.grace + 10) + 120;
-  ToolResult r = run_tool({"srun", "--quiet", "--overlap", "--kill-on-bad-exit=0", "--nodes=" + std::to_string(n),
-                           "--ntasks=" + std::to_string(n), "--ntasks-per-node=1", "--job-name=oomh:nodes",
-                           "--output=" + (fs::path(dir) / "agent-%n.out").string(), agent, "agent", "--node", plan_path},
-                          env, backstop);
+  // Note [Waiting for the node agents]
+  // The node agents' results are what the job's outcome is made of; srun's own end may come much later: a
+  // node that disappeared keeps its task "running" until slurmctld marks the node down (SlurmdTimeout, 300 s
+  // by default), and then Slurm ends the whole job (NODE_FAIL), this agent included, before it wrote a thing.
+  // So srun runs on a thread of its own, and this agent stops waiting once every node has written its
+  // results or been named by another node as gone; a srun still running is left to Slurm, which ends it
+  // with the job when this batch script exits.
+  std::vector<std::string> srun = {"srun", "--quiet", "--overlap", "--kill-on-bad-exit=0", "--nodes=" + std::to_string(n),
+                                   "--ntasks=" + std::to_string(n), "--ntasks-per-node=1", "--job-name=oomh:nodes",
+                                   "--output=" + (fs::path(dir) / "agent-%n.out").string(), agent, "agent", "--node", plan_path};
+  auto r = std::make_shared<ToolResult>();
+  auto srun_done = std::make_shared<std::atomic<bool>>(false);
+  std::thread step([r, srun_done, srun, env, backstop] {
+    *r = run_tool(srun, env, backstop);
+    srun_done->store(true);
+  });
+  for (;;) {
+    if (srun_done->load()) break;
+    int settled = 0;
+    std::string errors;
+    for (int k = 0; k < n; ++k) {
+      std::ifstream f(node_results_path(plan.results_path, k), std::ios::binary);
+      if (!f) continue;
+      std::stringstream text;
+      text << f.rdbuf();
+      try {
+        errors += job_outcome_from_json(nlohmann::json::parse(text.str())).error + "\n";
+        ++settled;
+      } catch (const std::exception&) {
+      }
+    }
+    for (int k = 0; k < n; ++k)
+      if (!fs::exists(node_results_path(plan.results_path, k), ec) &&
+          errors.find("(node " + std::to_string(k + 1) + " of " + std::to_string(n) + ",") != std::string::npos)
+        ++settled;  // named gone by another node
+    if (settled >= n) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  // Every node wrote: srun ends within moments, unless a node is gone.
+  for (int i = 0; i < 50 && !srun_done->load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const bool waited = srun_done->load();
+  if (waited) step.join();
+  else step.detach();
   // Every node wrote the same attempts (they folded the same ranks); the first node's outcome, else the
   // first that wrote one, is the job's. A node without one is named.
   std::optional<JobOutcome> got;
@@ -180,13 +224,21 @@ ExitCode lead_nodes(const AgentPlan& plan, const std::string& plan_path, std::os
   const bool named = !missing_hosts.empty() && outcome.error.find(missing_hosts) != std::string::npos;
   if (!missing.empty() && !named) {
     std::string why = "the node agent of " + missing + " wrote no results: its node failed, or Slurm killed its task" +
-                      (r.ok() ? std::string() : " (srun: " + r.why() + ")") +
+                      (!waited || r->ok() ? std::string() : " (srun: " + r->why() + ")") +
                       "; a node failure, not an out-of-memory error";
     outcome.error = outcome.error.empty() ? why : outcome.error + "; " + why;
   }
   outcome.start = outcome.start > 0 ? outcome.start : events::now_seconds();
   if (outcome.end <= 0) outcome.end = events::now_seconds();
-  return write_outcome(plan, plan.results_path, outcome, out, err);
+  ExitCode code = write_outcome(plan, plan.results_path, outcome, out, err);
+  if (!waited) {
+    // Note [Waiting for the node agents]: srun's thread cannot be joined; Slurm ends the step with the job.
+    out.flush();
+    err.flush();
+    std::fflush(nullptr);
+    _exit(to_int(code));
+  }
+  return code;
 }
 
 }  // namespace

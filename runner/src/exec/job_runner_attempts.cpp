@@ -46,8 +46,8 @@ void JobRunner::Impl::start_attempt(JobState& j, bool reference) {
   j.group_look = 0;
   if (!group) prepare();
   else if (auto problem = group->start(j.group_key, prepare, stop_requested)) {
-    if (j.outcome->error.empty()) j.outcome->error = *problem;
-    if (*problem == "interrupted") j.outcome->interrupted = true;
+    if (*problem == kGroupInterrupted) j.outcome->interrupted = true;
+    else if (j.outcome->error.empty()) j.outcome->error = *problem;
     return finish_job(j);
   }
   j.rank_ends.assign(ranks > 1 ? static_cast<size_t>(ranks) : 0, Attempt{});
@@ -312,6 +312,7 @@ void JobRunner::Impl::finish_attempt(AttemptRun& r) {
   std::vector<Attempt>& into = reference ? j.outcome->trace.reference : j.outcome->trace.attempts;
   if (r.rank >= 0) {
     // Note [Ranks] in trace.h: the attempt is over when every rank is.
+    const int index = a.index;
     j.rank_ends[static_cast<size_t>(r.rank)] = std::move(a);
     if (++j.ranks_ended < j.current.size()) return;
     if (NodeGroup* group = options.node_group.get()) {
@@ -325,7 +326,7 @@ void JobRunner::Impl::finish_attempt(AttemptRun& r) {
         for (size_t k = 0; k < j.rank_ends.size(); ++k) {
           if (group->node_of_rank(static_cast<int>(k)) == group->node()) continue;
           Attempt& lost = j.rank_ends[k];
-          lost.index = a.index;
+          lost.index = index;
           lost.start = lost.end = now();
           lost.end_kind = AttemptEnd::signalled;
           lost.signal = SIGKILL;
@@ -334,7 +335,7 @@ void JobRunner::Impl::finish_attempt(AttemptRun& r) {
         Attempt merged = merge_ranks(std::move(j.rank_ends));
         j.rank_ends.clear();
         into.push_back(std::move(merged));
-        if (*problem == "interrupted") j.outcome->interrupted = true;
+        if (*problem == kGroupInterrupted) j.outcome->interrupted = true;
         else if (j.outcome->error.empty()) j.outcome->error = *problem;
         return finish_job(j);
       }

@@ -89,7 +89,7 @@ std::optional<std::string> NodeGroup::start(const std::string& key, const std::f
     std::error_code ec;
     if (fs::exists(go, ec)) return std::nullopt;
     if (auto lost = beat()) return lost;
-    if (stop.load()) return "interrupted";
+    if (stop.load()) return std::string(kGroupInterrupted);
     std::this_thread::sleep_for(std::chrono::duration<double>(kWaitStep));
   }
 }
@@ -156,7 +156,7 @@ std::optional<std::string> NodeGroup::exchange(const std::string& key, const std
     }
     if (static_cast<int>(got.size()) == s_.nodes) break;
     if (auto lost = beat()) return lost;
-    if (stop.load()) return "interrupted";
+    if (stop.load()) return std::string(kGroupInterrupted);
     std::this_thread::sleep_for(std::chrono::duration<double>(kWaitStep));
   }
   all.clear();

@@ -37,6 +37,7 @@
 namespace oomh::exec {
 
 inline constexpr double kNodeSilence = 10;  // seconds without a heartbeat after which a node is gone
+inline constexpr const char* kGroupInterrupted = "interrupted";  // what start() and exchange() say when `stop` was set
 
 class NodeGroup {
  public:

@@ -471,7 +471,11 @@ std::vector<JobOutcome> SlurmBackend::run(const std::vector<JobSpec>& jobs) {
         if (it == queue.end()) {
           finish(i, e, outcomes[i], "", "");
           --active;
-        } else if (slurm_state_ended(it->second.state)) {
+        } else if (slurm_state_ended(it->second.state) ||
+                   (it->second.state == "COMPLETING" && !stop_.load() && results_visible(e.dir, e.results))) {
+          // COMPLETING with its results in place: the batch script (the agent, which renames its results into
+          // place last) has exited, and Slurm is still ending a step on a node that is gone (Note [Waiting for
+          // the node agents] in agent_command.cpp), which lasts until the node is marked down.
           // Note [Results that are late]: a batch script that exited 0 means the agent wrote its results;
           // a shared filesystem (NFS caches directory lookups) may show them here a little later.
           if (it->second.state == "COMPLETED" && !stop_.load() && !results_visible(e.dir, e.results)) {
