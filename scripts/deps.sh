@@ -64,6 +64,8 @@ if [ "$what" = test ]; then
   want_cmd slurmctld slurmctld
   want_cmd slurmd slurmd
   want_cmd slurm-client sbatch
+  # ... and a multi-node one, each slurmd in its own network namespace (scripts/slurm-multinode.sh).
+  want_cmd iproute2 ip
   # scripts/fuzz.sh: the libFuzzer targets of tests/fuzz build with clang and its libFuzzer runtime.
   want_cmd clang clang++
   want_file "libclang-rt-$llvm-dev" /usr/lib/llvm-$llvm/lib/clang/*/lib/linux/libclang_rt.fuzzer-*.a \

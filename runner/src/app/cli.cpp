@@ -359,6 +359,8 @@ int parse_and_run(std::vector<std::string> args) {
   std::string agent_plan;
   CLI::App* agent = app.add_subcommand("agent", "(internal) Run one job of a Slurm run on its node: what the batch script runs");
   agent->add_option("plan", agent_plan, "The agent's plan (plan.json in the run's output folder)")->required();
+  bool agent_node = false;
+  agent->add_flag("--node", agent_node, "One node's share of a job on several nodes (what the job's first agent starts with srun)");
   agent->group("");  // not listed in --help: users never type it
 
   std::string dev_what;
@@ -436,7 +438,7 @@ int parse_and_run(std::vector<std::string> args) {
   if (report->parsed()) return to_int(app::command_report(results_file, report_flags, out, err, report_max_size));
   if (explain->parsed()) return to_int(app::command_explain(explain_file, explain_filters, out, err, explain_max_size));
   if (compare->parsed()) return to_int(app::command_compare(compare_args, out, err));
-  if (agent->parsed()) return to_int(app::command_agent(agent_plan, out, err));
+  if (agent->parsed()) return to_int(app::command_agent(agent_plan, agent_node, out, err));
   if (dev->parsed()) {
     if (dev_what == "backends") return to_int(app::command_dev_backends(out));
     if (dev_what == "python-abi") return to_int(app::command_dev_python_abi(out));

@@ -137,7 +137,8 @@ ExitCode command_sweep(const SweepArgs& args, std::ostream& out, std::ostream& e
 ExitCode command_budget(const BudgetArgs& args, std::ostream& out, std::ostream& err);
 ExitCode command_compare(const CompareArgs& args, std::ostream& out, std::ostream& err);
 // `oomharness agent PLAN`: what a Slurm job runs on its node (Note [Backends]).
-ExitCode command_agent(const std::string& plan_path, std::ostream& out, std::ostream& err);
+// With `node`, one node's share of a job on several nodes (Note [Ranks on several nodes] in exec/node_group.h).
+ExitCode command_agent(const std::string& plan_path, bool node, std::ostream& out, std::ostream& err);
 // `oomharness dev job-keys` (hidden): the job table as JSON (Note [One table of job fields] in
 // suite/job_table.h), for the checks of what other languages say about a job (tests/python).
 ExitCode command_dev_job_keys(std::ostream& out);

@@ -580,6 +580,17 @@ ExitCode run_suites(std::vector<Suite> suites, const RunArgs& args, std::ostream
   if (auto refused = read_runner_flags(args, options, err)) return *refused;
   BackendKind backend_kind = BackendKind::local;
   if (auto refused = choose_backend(suites, args, backend_kind, err)) return *refused;
+  // Note [Ranks on several nodes] in runner/src/exec/node_group.h: only Slurm has several nodes.
+  if (backend_kind != BackendKind::slurm)
+    for (const Suite& suite : suites)
+      for (const JobSpec& job : suite.jobs)
+        if (job.nodes > 1) {
+          err << "oomharness: job '" << job.name << "' asks for nodes: " << job.nodes
+              << ", and only the Slurm backend runs a job on several nodes (--backend slurm; docs/slurm.md); "
+                 "locally, give it ranks: "
+              << job.ranks << " on this machine\n";
+          return ExitCode::usage_error;
+        }
   // The machine's GPUs, asked once: the packer packs onto them and the results name the first.
   std::optional<exec::GpuSurvey> survey = args.simulate ? std::nullopt : args.surveyed ? args.surveyed : exec::survey_gpus();
   options.gpu_inventory = survey ? survey->gpus : std::vector<GpuInfo>{};

@@ -46,12 +46,12 @@ json to_json_value(const AgentPlan& p) {
   return {{"version", kAgentFormatVersion}, {"job", p.job},
           {"paths", p.paths},               {"jobs_dir", p.jobs_dir},
           {"results_path", p.results_path}, {"threads", opt(p.threads)},
-          {"ld_preload", opt(p.ld_preload)}};
+          {"ld_preload", opt(p.ld_preload)}, {"agent", p.agent}};
 }
 
 AgentPlan agent_plan_from_json(const json& j) {
   check_version(j, "the agent's plan");
-  static_assert(field_count<AgentPlan>() == 6, "AgentPlan changed: carry the field in to_json_value and here");
+  static_assert(field_count<AgentPlan>() == 7, "AgentPlan changed: carry the field in to_json_value and here");
   AgentPlan p;
   try {
     p.job = model_from_json<JobSpec>(j.at("job"), "job");
@@ -60,6 +60,7 @@ AgentPlan agent_plan_from_json(const json& j) {
     p.results_path = j.at("results_path").get<std::string>();
     if (!j.at("threads").is_null()) p.threads = j.at("threads").get<int>();
     if (!j.at("ld_preload").is_null()) p.ld_preload = j.at("ld_preload").get<std::string>();
+    p.agent = j.at("agent").get<std::string>();
   } catch (const json::exception& e) {
     throw std::runtime_error(std::string("not a valid agent plan: ") + e.what());
   }

@@ -4,6 +4,7 @@
 
 #include "exec/job_runner_impl.h"
 
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -46,11 +47,25 @@ void JobRunner::Impl::start_attempt(JobState& j, bool reference) {
   int n = reference ? static_cast<int>(j.outcome->trace.reference.size()) : static_cast<int>(j.outcome->trace.attempts.size());
   // The reference run starts from an empty work directory: it must not resume from the attempts' files.
   std::string work = j.outcome->work_dir;
-  if (reference) {
-    work = (fs::path(j.dir) / "reference-work").string();
-    if (j.dir_fd && remove_tree_at(j.dir_fd.get(), "reference-work")) open_owned_dir(j.dir_fd.get(), "reference-work");
-  }
+  if (reference) work = (fs::path(j.dir) / "reference-work").string();
+  auto prepare = [&] {
+    if (reference && j.dir_fd && remove_tree_at(j.dir_fd.get(), "reference-work")) open_owned_dir(j.dir_fd.get(), "reference-work");
+  };
+  // Note [Ranks on several nodes] in node_group.h: the first node prepares, the others wait for it; this node
+  // runs ranks first .. first+here-1 of the job's `ranks`.
+  NodeGroup* group = options.node_group.get();
   int ranks = std::max(1, j.spec->ranks);
+  int here = group ? group->ranks_per_node() : ranks;
+  int first = group ? group->first_rank() : 0;
+  j.group_key = NodeGroup::key(reference, n);
+  j.end_published = false;
+  j.group_look = 0;
+  if (!group) prepare();
+  else if (auto problem = group->start(j.group_key, prepare, stop_requested)) {
+    if (*problem == kGroupInterrupted) j.outcome->interrupted = true;
+    else if (j.outcome->error.empty()) j.outcome->error = *problem;
+    return finish_job(j);
+  }
   j.rank_ends.assign(ranks > 1 ? static_cast<size_t>(ranks) : 0, Attempt{});
   j.ranks_ended = 0;
   j.first_end_rank = -1;
@@ -58,19 +73,19 @@ void JobRunner::Impl::start_attempt(JobState& j, bool reference) {
   j.first_end_oom = false;
   j.hang_called = false;
   j.stacks.assign(static_cast<size_t>(ranks), std::string());
-  int port = ranks > 1 ? free_local_port() : 0;
+  int port = ranks > 1 ? (group ? group->port(reference, n) : free_local_port()) : 0;
   // Every rank's slot exists before any starts: a rank that fails to start finishes at once and must find
   // its siblings counted.
-  for (int k = 0; k < ranks; ++k) j.current.push_back(std::make_unique<AttemptRun>(*ctx));
-  for (int k = 0; k < ranks; ++k) {
+  for (int k = 0; k < here; ++k) j.current.push_back(std::make_unique<AttemptRun>(*ctx));
+  for (int k = 0; k < here; ++k) {
     if (j.finished) return;
-    launch_rank(j, reference, n, ranks > 1 ? k : -1, port, work);
+    launch_rank(j, reference, n, static_cast<size_t>(k), ranks > 1 ? first + k : -1, port, work);
   }
 }
 
 // One process of attempt `n`: the whole attempt for a job without ranks (rank -1), else rank `rank`.
-void JobRunner::Impl::launch_rank(JobState& j, bool reference, int n, int rank, int port, const std::string& work) {
-  AttemptRun& r = *j.current[static_cast<size_t>(std::max(rank, 0))];
+void JobRunner::Impl::launch_rank(JobState& j, bool reference, int n, size_t slot, int rank, int port, const std::string& work) {
+  AttemptRun& r = *j.current[slot];
   r.job = &j;
   r.reference = reference;
   r.rank = rank;
@@ -134,6 +149,12 @@ void JobRunner::Impl::launch_rank(JobState& j, bool reference, int n, int rank, 
     actx.world_size = std::max(1, j.spec->ranks);
     actx.master_port = port;
     actx.stacks_path = r.stacks_path;
+    if (const NodeGroup* group = options.node_group.get()) {  // Note [Ranks on several nodes] in node_group.h
+      actx.local_rank = static_cast<int>(slot);
+      actx.local_world_size = group->ranks_per_node();
+      actx.node = group->node();
+      actx.master_addr = group->master_addr();
+    }
   }
   std::vector<std::string> env = job_environment(*j.spec, options.paths, actx);
   // As the job names it: the sidecar lives in the run's namespace too (Note [A runner its jobs cannot signal]).
@@ -317,8 +338,39 @@ void JobRunner::Impl::finish_attempt(AttemptRun& r) {
   std::vector<Attempt>& into = reference ? j.outcome->trace.reference : j.outcome->trace.attempts;
   if (r.rank >= 0) {
     // Note [Ranks] in trace.h: the attempt is over when every rank is.
+    const int index = a.index;
     j.rank_ends[static_cast<size_t>(r.rank)] = std::move(a);
-    if (++j.ranks_ended < j.rank_ends.size()) return;
+    if (++j.ranks_ended < j.current.size()) return;
+    if (NodeGroup* group = options.node_group.get()) {
+      // Note [Ranks on several nodes] in node_group.h: every node's ranks, so that every node folds the same
+      // attempt and decides the same. A node that disappeared: this node's ranks, the others' marked lost.
+      std::vector<NodeGroup::RankPart> mine, all;
+      for (int k = group->first_rank(); k < group->first_rank() + group->ranks_per_node(); ++k)
+        mine.push_back({k, j.rank_ends[static_cast<size_t>(k)], j.stacks[static_cast<size_t>(k)]});
+      std::optional<std::string> problem = j.node_lost.empty() ? group->exchange(j.group_key, mine, all, stop_requested) : j.node_lost;
+      if (problem) {
+        for (size_t k = 0; k < j.rank_ends.size(); ++k) {
+          if (group->node_of_rank(static_cast<int>(k)) == group->node()) continue;
+          Attempt& lost = j.rank_ends[k];
+          lost.index = index;
+          lost.start = lost.end = now();
+          lost.end_kind = AttemptEnd::signalled;
+          lost.signal = SIGKILL;
+          lost.output_tail = "oomharness: this rank's node did not report its end: " + *problem + "\n";
+        }
+        Attempt merged = merge_ranks(std::move(j.rank_ends));
+        j.rank_ends.clear();
+        into.push_back(std::move(merged));
+        if (*problem == kGroupInterrupted) j.outcome->interrupted = true;
+        else if (j.outcome->error.empty()) j.outcome->error = *problem;
+        return finish_job(j);
+      }
+      for (NodeGroup::RankPart& p : all) {
+        if (p.rank < 0 || static_cast<size_t>(p.rank) >= j.rank_ends.size()) continue;
+        j.rank_ends[static_cast<size_t>(p.rank)] = std::move(p.attempt);
+        j.stacks[static_cast<size_t>(p.rank)] = std::move(p.stacks);
+      }
+    }
     Attempt merged = merge_ranks(std::move(j.rank_ends));
     j.rank_ends.clear();
     for (RankEnd& re : merged.ranks) re.stacks = j.stacks[static_cast<size_t>(re.rank)];

@@ -48,6 +48,7 @@ std::string read_text_file(const std::string& path, size_t cap) {
 // forever either. Without the probe the step stays unknown (-1), never changes, and the stall counts from
 // the exit: the job is still ended, with no stacks.
 void JobRunner::Impl::check_hang(JobState& j) {
+  if (options.node_group && j.spec->ranks >= 2) watch_nodes(j);
   if (j.spec->ranks < 2 || j.hang_called || j.first_end_rank < 0 || stopping) return;
   double t = now();
   AttemptRun* worst = nullptr;
@@ -60,18 +61,56 @@ void JobRunner::Impl::check_hang(JobState& j) {
       worst_wait = waited;
     }
   }
-  if (worst) take_stacks(j, *worst, worst_wait);
+  if (worst) take_stacks(j, worst, worst_wait);
 }
 
-void JobRunner::Impl::take_stacks(JobState& j, AttemptRun& stalled, double waited) {
+// Note [Ranks on several nodes] in node_group.h: on a Slurm node agent, each sample also beats this node's
+// heartbeat and looks (at most four times a second) at what the other nodes said: their first end starts
+// this node's hang watch, counted from when it was seen here (no clocks are compared); a hang they called
+// makes this node take its ranks' stacks and stop them; a node gone silent stops them too, and the job is an
+// error that names that node.
+void JobRunner::Impl::watch_nodes(JobState& j) {
+  NodeGroup& group = *options.node_group;
+  std::optional<std::string> lost = group.beat();
+  bool any_running = false;
+  for (auto& c : j.current)
+    if (c && c->proc && !c->exited && !c->finished) any_running = true;
+  if (!any_running) return;
+  if (lost && j.node_lost.empty()) {
+    j.node_lost = *lost;
+    for (auto& c : j.current)
+      if (c && c->proc && !c->exited && c->stop == AttemptRun::Stop::none) stop_attempt(*c, AttemptRun::Stop::hang);
+    return;
+  }
+  if (j.first_end_rank >= 0 && !j.end_published) {
+    j.end_published = true;
+    group.publish_end(j.group_key, j.first_end_rank, j.first_end_oom);
+  }
+  double t = now();
+  if (t - j.group_look < 0.25) return;
+  j.group_look = t;
+  if (j.first_end_rank < 0)
+    if (auto end = group.remote_end(j.group_key)) {
+      j.first_end_rank = end->rank;
+      j.first_end_t = t;
+      j.first_end_oom = end->oom;
+      j.end_published = true;  // it is the other node's to tell
+    }
+  if (!j.hang_called && !stopping && group.hang_elsewhere(j.group_key)) take_stacks(j, nullptr, 0);
+}
+
+void JobRunner::Impl::take_stacks(JobState& j, AttemptRun* stalled, double waited) {
   j.hang_called = true;
-  stalled.attempt.events.push_back(runner_event(events::kHang, now(),
-                                                {{"rank", stalled.rank},
-                                                 {"step", stalled.seen_step == INT64_MIN ? int64_t{-1} : stalled.seen_step},
-                                                 {"waited", waited},
-                                                 {"stall", j.spec->hang_stall},
-                                                 {"after_rank", j.first_end_rank},
-                                                 {"after", j.first_end_oom ? "oom" : "exit"}}));
+  if (stalled) {
+    stalled->attempt.events.push_back(runner_event(events::kHang, now(),
+                                                   {{"rank", stalled->rank},
+                                                    {"step", stalled->seen_step == INT64_MIN ? int64_t{-1} : stalled->seen_step},
+                                                    {"waited", waited},
+                                                    {"stall", j.spec->hang_stall},
+                                                    {"after_rank", j.first_end_rank},
+                                                    {"after", j.first_end_oom ? "oom" : "exit"}}));
+    if (options.node_group) options.node_group->publish_hang(j.group_key, stalled->rank);
+  }
   for (auto& c : j.current)
     if (c && c->proc && !c->exited) kill(static_cast<pid_t>(c->proc->id()), SIGUSR1);
   if (!j.stacks_timer) j.stacks_timer = std::make_unique<asio::steady_timer>(*ctx);

@@ -35,6 +35,7 @@
 
 #include "exec/gpu_packing.h"
 #include "exec/job_namespace.h"
+#include "exec/node_group.h"
 #include "exec/output.h"
 #include "exec/run_folder.h"
 #include "oomharness/control_block.h"
@@ -159,6 +160,13 @@ struct JobState {
   bool first_end_oom = false;       // it raised an OOM (it may still run) rather than exited
   bool hang_called = false;
   std::vector<std::string> stacks;  // per rank, read after SIGUSR1
+  // Note [Ranks on several nodes] in node_group.h (a Slurm node agent only): the attempt's key in the nodes'
+  // shared folder, whether this node's first end was told to the others, when they were last looked at, and
+  // a node that disappeared.
+  std::string group_key;
+  bool end_published = false;
+  double group_look = 0;
+  std::string node_lost;
   std::unique_ptr<exec::asio::steady_timer> stacks_timer;
 
   AttemptRun* lead() const { return current.empty() ? nullptr : current.front().get(); }
@@ -216,9 +224,11 @@ struct JobRunner::Impl {
 
   // Attempts.
   void start_attempt(JobState& j, bool reference);
-  void launch_rank(JobState& j, bool reference, int n, int rank, int port, const std::string& work);
+  void launch_rank(JobState& j, bool reference, int n, size_t slot, int rank, int port, const std::string& work);
   void check_hang(JobState& j);
-  void take_stacks(JobState& j, AttemptRun& stalled, double waited);
+  void watch_nodes(JobState& j);  // Note [Ranks on several nodes]
+  // `stalled` null: another node called the hang (it recorded the event); this node takes its ranks' stacks.
+  void take_stacks(JobState& j, AttemptRun* stalled, double waited);
   void fail_attempt(AttemptRun& r, const std::string& why);
   void read_stream(AttemptRun* r, bool is_err);
   void consume(AttemptRun& r, bool is_err, const char* data, size_t n, bool eof);

@@ -65,7 +65,10 @@ void JobRunner::Impl::start_job(JobState& j, std::vector<Placement> p) {
   // Note [A run folder the runner owns] in run_folder.h: no link planted by a job is followed here.
   std::string work = (fs::path(j.dir) / "work").string();
   reopen_job_dir(j);  // Note [A run folder removed during the run] in run_folder.h: made again where removed
-  const bool made = j.dir_fd && remove_tree_at(j.dir_fd.get(), "work") && open_owned_dir(j.dir_fd.get(), "work");
+  // Note [Ranks on several nodes] in node_group.h: the nodes share the work folder; the first node empties it
+  // before it lets the others start.
+  const bool shared = options.node_group && options.node_group->node() != 0;
+  const bool made = j.dir_fd && (shared || remove_tree_at(j.dir_fd.get(), "work")) && open_owned_dir(j.dir_fd.get(), "work");
   if (!made) {
     j.outcome->error = "cannot create the job's directory " + work + ": " + errno_text(errno);
     finish_job(j);

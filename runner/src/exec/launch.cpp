@@ -104,10 +104,11 @@ std::vector<std::string> job_environment(const JobSpec& job, const HarnessPaths&
   if (ctx.rank) {
     // The job's own env may not override these: each rank must know which it is.
     env["RANK"] = std::to_string(*ctx.rank);
-    env["LOCAL_RANK"] = std::to_string(*ctx.rank);
+    env["LOCAL_RANK"] = std::to_string(ctx.local_rank.value_or(*ctx.rank));
     env["WORLD_SIZE"] = std::to_string(ctx.world_size);
-    env["LOCAL_WORLD_SIZE"] = std::to_string(ctx.world_size);
-    env["MASTER_ADDR"] = "127.0.0.1";
+    env["LOCAL_WORLD_SIZE"] = std::to_string(ctx.local_world_size > 0 ? ctx.local_world_size : ctx.world_size);
+    env["GROUP_RANK"] = std::to_string(ctx.node);
+    env["MASTER_ADDR"] = ctx.master_addr.empty() ? std::string("127.0.0.1") : ctx.master_addr;
     env["MASTER_PORT"] = std::to_string(ctx.master_port);
     env["OOMH_STACKS"] = ctx.stacks_path;
   }

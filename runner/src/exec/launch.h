@@ -30,6 +30,13 @@ struct AttemptContext {
   // has faulthandler write every thread's stack to when the runner sends SIGUSR1 (a hang).
   std::optional<int> rank;
   int world_size = 1;
+  // Ranks on several nodes (Note [Ranks on several nodes] in node_group.h): this rank's index on its node
+  // (LOCAL_RANK), the node's ranks (LOCAL_WORLD_SIZE), its node (GROUP_RANK) and rank 0's node's address.
+  // Unset: the rank itself, world_size, 0 and 127.0.0.1.
+  std::optional<int> local_rank;
+  int local_world_size = 0;
+  int node = 0;
+  std::string master_addr;
   int master_port = 0;
   std::string stacks_path;
 };

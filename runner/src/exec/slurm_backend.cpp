@@ -208,7 +208,10 @@ std::optional<std::string> SlurmBackend::check() {
 
 std::vector<std::string> SlurmBackend::sbatch_args(const JobSpec& job, const Entry& e) const {
   std::vector<std::string> args = {"sbatch", "--parsable", "--job-name=" + slurm_job_name(job.name),
-                                   "--output=" + e.slurm_out, "--chdir=" + e.dir, "--export=ALL"};
+                                   "--output=" + e.slurm_out, "--chdir=" + e.dir, "--export=ALL",
+                                   // A job Slurm requeued (its node failed) would run again behind the runner's
+                                   // back, and its first agent's results would be overwritten: never requeue.
+                                   "--no-requeue"};
   // The backstop covers every attempt and the reference run, each its timeout and grace, plus a margin.
   bool reference = false;
   for (const ExpectSpec& x : job.expect)
@@ -217,13 +220,18 @@ std::vector<std::string> SlurmBackend::sbatch_args(const JobSpec& job, const Ent
   double seconds = runs * (job.timeout + job.grace + 10) + 120;
   args.push_back("--time=" + std::to_string(static_cast<long>(std::ceil(seconds / 60))));
   args.push_back("--cpus-per-task=" + std::to_string(std::max(1, slurm_.cpus)));
+  if (job.nodes > 1) {
+    // Note [Ranks on several nodes] in node_group.h: one allocation, ranks_per_node tasks on each node.
+    args.push_back("--nodes=" + std::to_string(job.nodes));
+    args.push_back("--ntasks-per-node=" + std::to_string(job.ranks_per_node));
+  }
   if (!slurm_.mem.empty()) args.push_back("--mem=" + slurm_.mem);
   std::string gres;
   const bool on_gpu = job.device != DeviceChoice::virtual_device;
   if (slurm_.gres == "gpu") gres = "gpu:1";
   else if (slurm_.gres == "shard") gres = job.memory.limit ? "shard:1" : "gpu:1";
   else if (slurm_.gres == "auto" && on_gpu && !slurm_.simulate) gres = "gpu:1";
-  if (!gres.empty()) args.push_back("--gres=" + gres);
+  if (!gres.empty() && job.nodes == 1) args.push_back("--gres=" + gres);
   auto common = common_args();
   args.insert(args.end(), common.begin(), common.end());
   args.push_back((fs::path(e.dir) / "batch.sh").string());
@@ -253,6 +261,7 @@ void SlurmBackend::submit(size_t i, const JobSpec& job, Entry& e, JobOutcome& o)
   if (options_.threads_per_job.mode == ThreadsPerJob::Mode::fixed) plan.threads = options_.threads_per_job.threads;
   else if (options_.threads_per_job.mode == ThreadsPerJob::Mode::automatic) plan.threads = std::max(1, slurm_.cpus);
   if (const char* preload = std::getenv("LD_PRELOAD"); preload && *preload) plan.ld_preload = preload;
+  plan.agent = agent_;
   std::string plan_path = (fs::path(e.dir) / "plan.json").string();
   std::string script = "#!/bin/sh\n# oomharness: the agent runs one job of the suite (docs/slurm.md)\nexec " + shell_quote(agent_) +
                        " agent " + shell_quote(plan_path) + "\n";
@@ -265,7 +274,33 @@ void SlurmBackend::submit(size_t i, const JobSpec& job, Entry& e, JobOutcome& o)
     e.ended = true;
     return;
   }
-  ToolResult r = run_tool(sbatch_args(job, e), env_, kToolTimeout);
+  std::vector<std::string> args = sbatch_args(job, e);
+  if (job.nodes > 1) {
+    // Note [Ranks on several nodes] in node_group.h. Only on the virtual device for now: GPUs per rank across
+    // nodes are not asked of Slurm yet.
+    if (job.device != DeviceChoice::virtual_device) {
+      o.error = "nodes: " + std::to_string(job.nodes) + " runs on the virtual device only for now (--simulate, or device: virtual): "
+                "GPUs for the ranks of a job on several nodes are not asked of Slurm yet (docs/slurm.md)";
+      o.start = o.end = e.submitted;
+      e.ended = true;
+      return;
+    }
+    // A job the partition cannot hold would wait in the queue for ever (squeue: PartitionNodeLimit,
+    // PartitionConfig): sbatch --test-only asks the controller first, and no rank starts.
+    std::vector<std::string> test = args;
+    test.insert(test.begin() + 1, "--test-only");
+    ToolResult t = run_tool(test, env_, kToolTimeout);
+    if (!t.ok()) {
+      o.error = "nodes: " + std::to_string(job.nodes) + " x ranks_per_node: " + std::to_string(job.ranks_per_node) +
+                " (" + std::to_string(job.ranks) + " ranks, " + std::to_string(std::max(1, slurm_.cpus)) +
+                " CPU(s) each) is more than the partition" + (slurm_.partition.empty() ? "" : " " + slurm_.partition) +
+                " can give one job: sbatch --test-only says: " + t.why() + " (sinfo shows its nodes and their CPUs)";
+      o.start = o.end = e.submitted;
+      e.ended = true;
+      return;
+    }
+  }
+  ToolResult r = run_tool(args, env_, kToolTimeout);
   std::string id = r.out.substr(0, r.out.find_first_of(";\n"));
   if (!r.ok() || id.empty()) {
     o.error = "sbatch refused the job: " + r.why();
@@ -436,7 +471,11 @@ std::vector<JobOutcome> SlurmBackend::run(const std::vector<JobSpec>& jobs) {
         if (it == queue.end()) {
           finish(i, e, outcomes[i], "", "");
           --active;
-        } else if (slurm_state_ended(it->second.state)) {
+        } else if (slurm_state_ended(it->second.state) ||
+                   (it->second.state == "COMPLETING" && !stop_.load() && results_visible(e.dir, e.results))) {
+          // COMPLETING with its results in place: the batch script (the agent, which renames its results into
+          // place last) has exited, and Slurm is still ending a step on a node that is gone (Note [Waiting for
+          // the node agents] in agent_command.cpp), which lasts until the node is marked down.
           // Note [Results that are late]: a batch script that exited 0 means the agent wrote its results;
           // a shared filesystem (NFS caches directory lookups) may show them here a little later.
           if (it->second.state == "COMPLETED" && !stop_.load() && !results_visible(e.dir, e.results)) {

@@ -203,7 +203,7 @@ struct Fields<JobSpec> {
       OOMH_FIELD(JobSpec, name), OOMH_FIELD(JobSpec, argv), OOMH_FIELD(JobSpec, shell), OOMH_FIELD(JobSpec, env),
       OOMH_FIELD(JobSpec, cwd), OOMH_FIELD(JobSpec, timeout), OOMH_FIELD(JobSpec, grace), OOMH_FIELD(JobSpec, probe),
       OOMH_FIELD(JobSpec, device), OOMH_FIELD(JobSpec, observe), OOMH_FIELD(JobSpec, memory), OOMH_FIELD(JobSpec, faults),
-      OOMH_FIELD(JobSpec, restart), OOMH_FIELD(JobSpec, expect), OOMH_FIELD(JobSpec, target_step), OOMH_FIELD(JobSpec, step_base), OOMH_FIELD(JobSpec, ranks),
+      OOMH_FIELD(JobSpec, restart), OOMH_FIELD(JobSpec, expect), OOMH_FIELD(JobSpec, target_step), OOMH_FIELD(JobSpec, step_base), OOMH_FIELD(JobSpec, ranks), OOMH_FIELD(JobSpec, nodes), OOMH_FIELD(JobSpec, ranks_per_node),
       OOMH_FIELD(JobSpec, hang_stall), OOMH_FIELD(JobSpec, sweep), OOMH_FIELD(JobSpec, matrix), OOMH_FIELD(JobSpec, where));
 };
 template <>

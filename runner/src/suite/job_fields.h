@@ -45,6 +45,8 @@ struct JobFields {
   std::optional<int64_t> target_step;
   std::optional<int> step_base;
   std::optional<int> ranks;
+  std::optional<int> nodes;           // Note [Ranks on several nodes] in runner/src/exec/node_group.h
+  std::optional<int> ranks_per_node;  // the loader makes ranks = nodes x ranks_per_node
   std::optional<SweepSpec> sweep;
 };
 

@@ -65,6 +65,8 @@ void merge_expect(JobFields& b, const JobFields& o) { take(b.expect, o.expect); 
 void merge_target_step(JobFields& b, const JobFields& o) { take(b.target_step, o.target_step); }
 void merge_step_base(JobFields& b, const JobFields& o) { take(b.step_base, o.step_base); }
 void merge_ranks(JobFields& b, const JobFields& o) { take(b.ranks, o.ranks); }
+void merge_nodes(JobFields& b, const JobFields& o) { take(b.nodes, o.nodes); }
+void merge_ranks_per_node(JobFields& b, const JobFields& o) { take(b.ranks_per_node, o.ranks_per_node); }
 void merge_sweep(JobFields& b, const JobFields& o) { take(b.sweep, o.sweep); }
 
 // ---- build: the JobSpec's member from the field, its initialiser (suite.h) being the default.
@@ -97,7 +99,10 @@ void build_restart(JobSpec& j, const JobFields& f) {
 void build_expect(JobSpec& j, const JobFields& f) { j.expect = f.expect.value_or(j.expect); }
 void build_target_step(JobSpec& j, const JobFields& f) { j.target_step = f.target_step; }
 void build_step_base(JobSpec& j, const JobFields& f) { j.step_base = f.step_base.value_or(j.step_base); }
+// The loader makes `ranks`, `nodes` and `ranks_per_node` agree (Note [Ranks on several nodes]).
 void build_ranks(JobSpec& j, const JobFields& f) { j.ranks = f.ranks.value_or(j.ranks); }
+void build_nodes(JobSpec& j, const JobFields& f) { j.nodes = f.nodes.value_or(j.nodes); }
+void build_ranks_per_node(JobSpec& j, const JobFields& f) { j.ranks_per_node = f.ranks_per_node.value_or(j.ranks_per_node); }
 void build_sweep(JobSpec& j, const JobFields& f) { j.sweep = f.sweep; }
 
 // ---- the readers of exec's job flags: a flag's values as written (the last counts for a flag taken once),
@@ -242,6 +247,11 @@ constexpr JobKey kJobKeys[] = {
      ""},
     {"ranks", "an integer from 1", "1", "distributed processes per attempt", true, &Loader::read_ranks, merge_ranks,
      build_ranks, {}, "not yet: a distributed job is a suite's (docs/distributed.md, what is not done)"},
+    {"nodes", "an integer from 1", "1", "the nodes the ranks spread over (--backend slurm; docs/slurm.md)", true,
+     &Loader::read_nodes, merge_nodes, build_nodes, {}, "not yet: a job on several nodes is a suite's, run on Slurm"},
+    {"ranks_per_node", "an integer from 1", "ranks / nodes", "the ranks each node runs; ranks is nodes x ranks_per_node", true,
+     &Loader::read_ranks_per_node, merge_ranks_per_node, build_ranks_per_node, {},
+     "not yet: a job on several nodes is a suite's, run on Slurm"},
     {"sweep", "a map: step, modes, transient_times (docs/sweep.md)", "none", "what `oomharness sweep` sweeps", true,
      &Loader::read_sweep, merge_sweep, build_sweep, {}, "oomharness sweep has its own flags (--step, --modes, --transient-times)"},
 };

@@ -38,6 +38,8 @@ inline constexpr uint64_t kMaxValues = 1'000'000;
 inline constexpr size_t kMaxNameBytes = 200;
 inline constexpr size_t kMaxPatternBytes = 4096;
 inline constexpr int kMaxRanks = 64;
+// - nodes: at most kMaxNodes per job (each node's agent runs at most kMaxRanks ranks).
+inline constexpr int kMaxNodes = 64;
 
 // Reads a suite file within the limits: the text, or the error to report (exit 4).
 struct FileText {

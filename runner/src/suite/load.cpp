@@ -377,6 +377,23 @@ void Loader::read_ranks(Partial& p, const Entry& e, const Field& f) {
   }
 }
 
+// Note [Ranks on several nodes] in runner/src/exec/node_group.h: a job's ranks spread over `nodes`, each node
+// running `ranks_per_node` of them (the Slurm backend only).
+void Loader::read_nodes(Partial& p, const Entry& e, const Field& f) {
+  if (auto n = r_.integer(e, f, 1)) {
+    if (*n > kMaxNodes) d_.error(e.value_at, f.str() + ": at most " + std::to_string(kMaxNodes) + " nodes, got '" + e.value.Scalar() + "'");
+    else p.fields.nodes = static_cast<int>(*n);
+  }
+}
+
+void Loader::read_ranks_per_node(Partial& p, const Entry& e, const Field& f) {
+  if (auto n = r_.integer(e, f, 1)) {
+    if (*n > kMaxRanks)
+      d_.error(e.value_at, f.str() + ": at most " + std::to_string(kMaxRanks) + " ranks per node, got '" + e.value.Scalar() + "'");
+    else p.fields.ranks_per_node = static_cast<int>(*n);
+  }
+}
+
 void Loader::read_env(Partial& p, const Entry& e, const Field& f) {
   auto entries = r_.map(e.value, e.value_at, f, {});
   if (!entries) return;
@@ -853,6 +870,25 @@ std::optional<Loader::JobTemplate> Loader::make_job(Partial job, const SourceLoc
   if (memory.reserve && *memory.reserve > 0 && memory.leave) {
     d_.error(where, owner + ": memory: give 'reserve' (bytes to hold) or 'leave' (bytes to keep free), not both");
     ok = false;
+  }
+  // `ranks` is the job's ranks in all, nodes x ranks_per_node (Note [Ranks on several nodes] in
+  // runner/src/exec/node_group.h): the three made to agree here, once, so that each row builds its own member.
+  suite::JobFields& jf = job.fields;
+  if (jf.nodes || jf.ranks_per_node) {
+    const int nodes = jf.nodes.value_or(1);
+    if (jf.ranks && jf.ranks_per_node && *jf.ranks != nodes * *jf.ranks_per_node) {
+      d_.error(where, owner + ": ranks: " + std::to_string(*jf.ranks) + " is not nodes x ranks_per_node (" + std::to_string(nodes) +
+                          " x " + std::to_string(*jf.ranks_per_node) + "): give nodes and ranks_per_node, or ranks alone");
+      ok = false;
+    } else if (jf.ranks_per_node) {
+      jf.ranks = nodes * *jf.ranks_per_node;
+    } else if (jf.ranks && *jf.ranks % nodes == 0) {
+      jf.ranks_per_node = *jf.ranks / nodes;
+    } else {
+      d_.error(where, owner + ": nodes: " + std::to_string(nodes) + " needs ranks_per_node (the ranks each node runs)" +
+                          (jf.ranks ? ": ranks: " + std::to_string(*jf.ranks) + " cannot be spread evenly over them" : ""));
+      ok = false;
+    }
   }
   if (memory.leave && memory.reserve_chunk) {
     d_.error(where, owner + ": memory.reserve_chunk fragments a 'reserve'; with 'leave' nothing is left to fragment into");

@@ -63,6 +63,8 @@ class Loader {
   void read_target_step(Partial& p, const Entry& e, const Field& f);
   void read_step_base(Partial& p, const Entry& e, const Field& f);
   void read_ranks(Partial& p, const Entry& e, const Field& f);
+  void read_nodes(Partial& p, const Entry& e, const Field& f);
+  void read_ranks_per_node(Partial& p, const Entry& e, const Field& f);
   void read_sweep(Partial& p, const Entry& e, const Field& f);
 
  private:

@@ -28,7 +28,8 @@ jobs:
     faults: [{name: f1, when: {step: 5, min_size: 1MiB}, fail: {times: 2}}]
     restart: {max: 2, on: [oom, nonzero], clear_faults: true}
     target_step: 12
-    ranks: 2
+    nodes: 2
+    ranks_per_node: 3
     expect:
       - exit: 0
       - checkpoint_resume: {max_lost_steps: 5, reference: {metric: loss, rtol: 1e-5}}
@@ -53,7 +54,9 @@ TEST(AgentPlan, JobRoundTripsFieldForField) {
   ASSERT_EQ(back.expect.size(), 3u);
   EXPECT_TRUE(back.expect[2].must_fail);
   EXPECT_EQ(back.where.str(), job.where.str());
-  EXPECT_EQ(back.ranks, 2);
+  EXPECT_EQ(back.ranks, 6);  // nodes x ranks_per_node (Note [Ranks on several nodes])
+  EXPECT_EQ(back.nodes, 2);
+  EXPECT_EQ(back.ranks_per_node, 3);
 }
 
 TEST(AgentPlan, PlanRoundTrips) {
@@ -65,6 +68,7 @@ TEST(AgentPlan, PlanRoundTrips) {
   plan.results_path = "/shared/out/slurm/job-0/results.json";
   plan.threads = 8;
   plan.ld_preload = "/usr/lib/libtcmalloc.so";
+  plan.agent = "/shared/oomh/bin/oomharness";
   AgentPlan back = agent_plan_from_json(to_json_value(plan));
   EXPECT_EQ(to_json_value(back), to_json_value(plan));
 }

@@ -291,6 +291,25 @@ TEST(Launch, RankEnvironment) {
   EXPECT_EQ(env_value(env, "MASTER_PORT"), "29555");
   EXPECT_EQ(env_value(env, "OOMH_STACKS"), "/o/attempt-0.rank1.stacks.txt");
   EXPECT_EQ(env_value(env, "CUDA_VISIBLE_DEVICES"), "<unset>");
+  EXPECT_EQ(env_value(env, "GROUP_RANK"), "0");
+  {
+    // Note [Ranks on several nodes] (exec/node_group.h): rank 3 of 4, the second of its node's 2, on node 1,
+    // rank 0 on another node's address.
+    AttemptContext other = ctx;
+    other.rank = 3;
+    other.world_size = 4;
+    other.local_rank = 1;
+    other.local_world_size = 2;
+    other.node = 1;
+    other.master_addr = "10.213.87.11";
+    auto on_node = job_environment(job, paths, other);
+    EXPECT_EQ(env_value(on_node, "RANK"), "3");
+    EXPECT_EQ(env_value(on_node, "LOCAL_RANK"), "1");
+    EXPECT_EQ(env_value(on_node, "WORLD_SIZE"), "4");
+    EXPECT_EQ(env_value(on_node, "LOCAL_WORLD_SIZE"), "2");
+    EXPECT_EQ(env_value(on_node, "GROUP_RANK"), "1");
+    EXPECT_EQ(env_value(on_node, "MASTER_ADDR"), "10.213.87.11");
+  }
   // Note [One GPU per rank]: every rank sees every rank's GPU, in rank order; LOCAL_RANK picks its own.
   ctx.gpus = {3, 1};
   env = job_environment(job, paths, ctx);

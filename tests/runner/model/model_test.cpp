@@ -53,7 +53,9 @@ JobSpec filled() {
   j.expect = {filled<ExpectSpec>()};
   j.target_step = 12;
   j.step_base = 0;
-  j.ranks = 2;
+  j.ranks = 6;
+  j.nodes = 3;
+  j.ranks_per_node = 2;
   j.hang_stall = 30;
   j.sweep = filled<SweepSpec>();
   j.matrix = {{"bs", "64"}};

@@ -24,7 +24,7 @@ namespace {
 
 // Every field given, each with a value that is not its default.
 JobFields full_fields() {
-  static_assert(field_count<JobFields>() == 18, "a JobFields member was added: give it a value here too");
+  static_assert(field_count<JobFields>() == 20, "a JobFields member was added: give it a value here too");
   JobFields f;
   f.name = "full";
   f.argv = std::vector<std::string>{"python3", "train.py"};
@@ -43,6 +43,8 @@ JobFields full_fields() {
   f.target_step = 12;
   f.step_base = 0;
   f.ranks = 2;
+  f.nodes = 2;
+  f.ranks_per_node = 3;
   f.sweep = SweepSpec{"3", {}, std::nullopt};
   return f;
 }

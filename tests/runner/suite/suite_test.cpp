@@ -519,5 +519,51 @@ jobs:
   EXPECT_EQ(jobs[2].ranks, 1);
 }
 
+// Issue 45 (Note [Ranks on several nodes] in runner/src/exec/node_group.h): `ranks` is nodes x ranks_per_node,
+// from defaults or the job; a `ranks` alone spreads evenly; anything that does not say how the ranks spread,
+// or says it twice differently, is refused.
+TEST(Suite, NodesAndRanksPerNodeMakeTheRanks) {
+  auto load = load_suite_text(R"(
+version: 1
+defaults: {nodes: 2}
+jobs:
+  - name: two-by-three
+    run: python ddp.py
+    ranks_per_node: 3
+  - name: four-spread
+    run: python ddp.py
+    ranks: 4
+  - name: said-twice-alike
+    run: python ddp.py
+    ranks: 6
+    nodes: 3
+    ranks_per_node: 2
+)", "s.yaml", "/suites");
+  ASSERT_TRUE(load.ok());
+  const auto& jobs = load->jobs;
+  ASSERT_EQ(jobs.size(), 3u);
+  EXPECT_EQ(jobs[0].ranks, 6);
+  EXPECT_EQ(jobs[0].nodes, 2);
+  EXPECT_EQ(jobs[0].ranks_per_node, 3);
+  EXPECT_EQ(jobs[1].ranks, 4);
+  EXPECT_EQ(jobs[1].ranks_per_node, 2);
+  EXPECT_EQ(jobs[2].ranks, 6);
+  EXPECT_EQ(jobs[2].nodes, 3);
+
+  for (const auto& [fields, words] : std::vector<std::pair<std::string, std::string>>{
+           {"nodes: 2", "needs ranks_per_node"},
+           {"nodes: 2, ranks: 3", "cannot be spread evenly"},
+           {"nodes: 2, ranks_per_node: 2, ranks: 3", "is not nodes x ranks_per_node (2 x 2)"},
+           {"nodes: 0, ranks_per_node: 1", "at least 1"},
+           {"nodes: 65, ranks_per_node: 1", "at most 64 nodes"},
+           {"nodes: 2, ranks_per_node: 65", "at most 64 ranks per node"}}) {
+    auto bad = load_suite_text("version: 1\njobs:\n  - {name: j, run: python ddp.py, " + fields + "}\n", "s.yaml", "/suites");
+    ASSERT_FALSE(bad.ok()) << fields;
+    std::string all;
+    for (const auto& e : bad.error()) all += e.str() + "\n";
+    EXPECT_NE(all.find(words), std::string::npos) << fields << ": " << all;
+  }
+}
+
 }  // namespace
 }  // namespace oomh

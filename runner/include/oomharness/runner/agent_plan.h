@@ -12,7 +12,9 @@
 // type] in model.h); this file only adds the envelope (`version`) and the plan's own fields. Each file is
 // written to a temporary name and renamed. `version` changes when a field changes meaning or shape; a
 // reader refuses another version by name. Version 2: the codec of the model layer (samples as objects,
-// with their rank; the attempt's `thinned`; the job's `sweep`; the outcome's `gpus` and `not_started`).
+// with their rank; the attempt's `thinned`; the job's `sweep`; the outcome's `gpus` and `not_started`). Version 3:
+// the job's `nodes` and `ranks_per_node`, the plan's `agent` (Note [Ranks on several nodes] in
+// runner/src/exec/node_group.h).
 
 #include <optional>
 #include <string>
@@ -25,7 +27,7 @@
 
 namespace oomh {
 
-inline constexpr int kAgentFormatVersion = 2;
+inline constexpr int kAgentFormatVersion = 3;
 
 struct AgentPlan {
   JobSpec job;
@@ -34,6 +36,8 @@ struct AgentPlan {
   std::string results_path;              // where the agent writes the outcome
   std::optional<int> threads;            // OMP_NUM_THREADS, as the local runner would set it; unset: none
   std::optional<std::string> ld_preload; // the submitter's own LD_PRELOAD (kept out of sbatch's environment)
+  std::string agent;                     // the oomharness the nodes run (--slurm-agent): a job on several nodes
+                                         // starts its node agents with it (Note [Ranks on several nodes])
 };
 
 // The outcome and the plan with their envelope (`version`). The job inside the plan and the outcome are the

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -67,6 +68,10 @@ struct ThreadsPerJob {
 
 struct JobOutcome;
 
+namespace exec {
+class NodeGroup;
+}
+
 struct RunOptions {
   int jobs = 1;                          // how many jobs run at once
   std::vector<int> gpus;                 // GPUs to use; empty: detect (none found: run without assigning one)
@@ -86,6 +91,9 @@ struct RunOptions {
   // stop_starting() kept from starting. The callback may take what it needs out of the outcome (its trace,
   // which can be large): run() returns what is left. Note [Constant cost per job].
   std::function<void(size_t job_index, JobOutcome& outcome)> on_job_done;
+  // A Slurm node agent's: this node's share of a job's ranks, and the other nodes (Note [Ranks on several
+  // nodes] in runner/src/exec/node_group.h). Unset: every rank runs here.
+  std::shared_ptr<exec::NodeGroup> node_group;
 };
 
 struct JobOutcome {

@@ -117,7 +117,11 @@ struct JobSpec {
   std::vector<ExpectSpec> expect;
   std::optional<int64_t> target_step;     // `target_step:`; also taken from `completes`
   int step_base = 1;                      // `step_base:` the number of the first step (Note [Step numbering])
-  int ranks = 1;                          // `ranks:` distributed processes per attempt (Note [Ranks] in trace.h)
+  int ranks = 1;                          // `ranks:` distributed processes per attempt, on all nodes (Note [Ranks] in trace.h)
+  int nodes = 1;                          // `nodes:` the nodes the ranks spread over (Slurm only; Note [Ranks on
+                                          // several nodes] in runner/src/exec/node_group.h)
+  int ranks_per_node = 1;                 // `ranks_per_node:` the ranks each node runs; the loader makes
+                                          // ranks = nodes x ranks_per_node (with `nodes` > 1)
   double hang_stall = 60;                 // with ranks > 1: no_hang's `stall` (its default otherwise), the
                                           // runner's limit for a rank that stops advancing after another ended
   std::optional<SweepSpec> sweep;         // `sweep:`
