@@ -1,8 +1,9 @@
-"""Issue 26 on the virtual CUDA device: pairs of trainers in the public style (tests/python/evidence/), one
-correct and one broken per class, run by `oomharness run evidence.yaml --simulate`; each check must get
-its verdict, and each failure must name what went wrong. Exit 0 passed, 1 failed, 125 skipped (no torch).
+"""Issues 26 and 42 on the virtual CUDA device: pairs of trainers in the public style (tests/python/evidence/,
+tests/python/evidence2/), one correct and one broken per class, run by `oomharness run SUITE.yaml --simulate`;
+each check must get its verdict, and each failure must name what went wrong. Exit 0 passed, 1 failed, 125
+skipped (no torch).
 
-    evidence_suite.py [OUT] [-k EXPR]
+    evidence_suite.py [--suite evidence|evidence2] [OUT] [-k EXPR]
 """
 import json
 import os
@@ -19,6 +20,11 @@ build = os.environ["OOMH_BUILD_DIR"]
 source = os.environ["OOMH_SOURCE_DIR"]
 argv_rest = sys.argv[1:]
 only = None
+suite = "evidence"
+if "--suite" in argv_rest:
+    i = argv_rest.index("--suite")
+    suite = argv_rest[i + 1]
+    del argv_rest[i:i + 2]
 if "-k" in argv_rest:
     i = argv_rest.index("-k")
     only = argv_rest[i + 1]
@@ -43,10 +49,28 @@ WANT = {
 }
 for name in CORRECT_CKPT:
     WANT[name] = {"checkpoint_resume": ("pass", "on the batch that followed it"), "completes": ("pass", ""), "exit": ("pass", "")}
+# Issue 42: a sample is its content, whatever container it comes in.
+WANT2 = {
+    "padded-retry-ok": {"empty_cache_retry": ("pass", "on the same data"), "completes": ("pass", "")},
+    "padded-retry-bug": {"empty_cache_retry": ("fail", "was dropped instead of retried")},
+    "padded-halve-ok": {"batch_halving": ("pass", "64 -> 32"), "completes": ("pass", "")},
+    "padded-halve-bug": {"batch_halving": ("fail", "was never trained on again")},
+    "items-ok": {"batch_halving": ("pass", "32 -> 16"), "completes": ("pass", "")},
+    "items-bug": {"batch_halving": ("fail", "was never trained on again")},
+    "dataclass-ok": {"batch_halving": ("pass", "32 -> 16"), "completes": ("pass", "")},
+    "dataclass-bug": {"batch_halving": ("fail", "was never trained on again")},
+    "redo-ok": {"effective_batch": ("pass", "64 or more of them distinct"), "batch_halving": ("pass", "64 -> 32"),
+                "completes": ("pass", "")},
+    "redo-bug": {"effective_batch": ("fail", "only 32 distinct")},
+}
+if suite == "evidence2":
+    WANT = WANT2
+elif suite != "evidence":
+    sys.exit("evidence_suite.py: unknown suite %r (evidence or evidence2)" % suite)
 if only:
     WANT = {k: v for k, v in WANT.items() if only in k}
 
-argv = [binary, "run", os.path.join(source, "tests", "python", "evidence", "evidence.yaml"), "--simulate",
+argv = [binary, "run", os.path.join(source, "tests", "python", suite, suite + ".yaml"), "--simulate",
         "-j", "1", "--out", out]
 if only:
     argv += ["-k", only]
