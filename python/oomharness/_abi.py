@@ -48,15 +48,16 @@ EVENT_KINDS = {
     "shim_exit": ("shim", ("device", "alloc_calls", "free_calls", "failures", "held", "peak", "job_held", "job_peak", "overhead", "events_dropped")),
     "warning": ("shim", ("message", "observed_dropped")),
     "rule_seen": ("shim", ("rule", "layer", "triggers", "driver_calls", "requests")),
+    "tamper": ("shim", ("what", "message", "generation", "device", "cap", "found")),
     "probe_start": ("probe", ("framework", "version", "allocator")),
     "step": ("probe", ("step", "batch_size", "batch_from", "loss", "data", "grads_cleared", "site", "allocated", "reserved")),
     "phase": ("probe", ("phase",)),
     "oom": ("probe", ("step", "batch_size", "batch_from", "phase", "message", "oom_kind", "exception", "device", "size", "caught", "data")),
     "oom_caught": ("probe", ("step",)),
     "empty_cache": ("probe", ("reserved_before", "reserved_after", "allocated_before", "freeable_before")),
-    "checkpoint_save": ("probe", ("path", "step", "completed", "digest", "tensors")),
+    "checkpoint_save": ("probe", ("path", "step", "completed", "digest", "tensors", "optimizer_state")),
     "checkpoint_load": ("probe", ("path", "step", "completed", "digest", "tensors")),
-    "model_state": ("probe", ("step", "model", "tensors", "unmatched", "unseen", "from")),
+    "model_state": ("probe", ("step", "model", "tensors", "unmatched", "unseen", "from", "restored", "optimizer_steps")),
     "samples": ("probe", ("count",)),
     "memory": ("probe", ("allocated", "reserved")),
     "snapshot": ("probe", ("path",)),
@@ -103,7 +104,7 @@ EXIT_CODES = (
 )
 DEVICES = ("auto", "gpu", "virtual")
 # Every OOMH_ variable the shim knows (injector/engine/options.h).
-VARIABLES = ("OOMH_PLAN", "OOMH_CAP", "OOMH_CAP_COUNTS", "OOMH_CONTROL", "OOMH_EVENTS", "OOMH_LOG", "OOMH_DISABLE", "OOMH_PROBE", "OOMH_JOB", "OOMH_ATTEMPT", "OOMH_SNAPSHOT", "OOMH_SHIM_PARENT", "OOMH_PHASE_EVENTS", "OOMH_RESERVE_PID", "OOMH_FLUSH_AT_STEPS", "OOMH_STEP_BASE", "OOMH_RECORD_STEP", "OOMH_DEVICE", "OOMH_STACKS", "OOMH_EVIDENCE", "OOMH_SHAPE_ONLY", "OOMH_SHAPE_KERNELS", "OOMH_CHECK_EVENTS", "OOMH_HOME", "OOMH_INJECT_LIBRARY", "OOMH_PYTHON_DIR", "OOMH_RESERVE_PROGRAM", "OOMH_CUDA_DOUBLE_DIR", "OOMH_DEMO_SUITE", "OOMH_EMULATED_TRAINER", "OOMH_HEARTBEAT", "OOMH_BINARY", "OOMH_TORCH_PYTHON", "OOMH_PYTEST_INNER", "OOMH_BUILD_DIR", "OOMH_JOBS", "OOMH_DEMO_OUT", "OOMH_SANITIZERS", "OOMH_FUZZ", "OOMH_FUZZ_SECONDS", "OOMH_FUZZ_BUILD_DIR", "OOMH_FUZZ_WORK", "OOMH_FUZZ_CXX", "OOMH_REQUIRE_SLURM", "OOMH_SLURM_DIR", "OOMH_SLURM_PORT", "OOMH_SOURCE_DIR", "OOMH_UPDATE_GOLDEN", "OOMH_BENCH_DIR")
+VARIABLES = ("OOMH_PLAN", "OOMH_CAP", "OOMH_CAP_COUNTS", "OOMH_CONTROL", "OOMH_EVENTS", "OOMH_LOG", "OOMH_DISABLE", "OOMH_PROBE", "OOMH_JOB", "OOMH_ATTEMPT", "OOMH_SNAPSHOT", "OOMH_SHIM_PARENT", "OOMH_PHASE_EVENTS", "OOMH_RESERVE_PID", "OOMH_FLUSH_AT_STEPS", "OOMH_STEP_BASE", "OOMH_RECORD_STEP", "OOMH_DEVICE", "OOMH_STACKS", "OOMH_EVIDENCE", "OOMH_SHAPE_ONLY", "OOMH_SHAPE_KERNELS", "OOMH_CHECK_EVENTS", "OOMH_HOME", "OOMH_INJECT_LIBRARY", "OOMH_PYTHON_DIR", "OOMH_RESERVE_PROGRAM", "OOMH_CUDA_DOUBLE_DIR", "OOMH_DEMO_SUITE", "OOMH_EMULATED_TRAINER", "OOMH_HEARTBEAT", "OOMH_PID_NAMESPACE", "OOMH_BINARY", "OOMH_TORCH_PYTHON", "OOMH_PYTEST_INNER", "OOMH_BUILD_DIR", "OOMH_JOBS", "OOMH_DEMO_OUT", "OOMH_SANITIZERS", "OOMH_FUZZ", "OOMH_FUZZ_SECONDS", "OOMH_FUZZ_BUILD_DIR", "OOMH_FUZZ_WORK", "OOMH_FUZZ_CXX", "OOMH_REQUIRE_SLURM", "OOMH_SLURM_DIR", "OOMH_SLURM_PORT", "OOMH_SOURCE_DIR", "OOMH_UPDATE_GOLDEN", "OOMH_BENCH_DIR")
 # The layers the shim is asked at (Note [Where a step fault fires] in injector/engine/fault_plan.h).
 REQUEST_LAYERS = {"driver": 0, "allocator": 1, "probe": 2}
 # What the probe's parts gather (Note [A probe that pays for what is checked] in evidence.h).

@@ -1,9 +1,9 @@
 """Issues 26 and 42 on the virtual CUDA device: pairs of trainers in the public style (tests/python/evidence/,
-tests/python/evidence2/), one correct and one broken per class, run by `oomharness run SUITE.yaml --simulate`;
-each check must get its verdict, and each failure must name what went wrong. Exit 0 passed, 1 failed, 125
-skipped (no torch).
+evidence2/ and evidence3/), one correct and one broken per class, run by `oomharness run SUITE.yaml
+--simulate`; each check must get its verdict, and each failure must name what went wrong. Exit 0 passed, 1
+failed, 125 skipped (no torch).
 
-    evidence_suite.py [--suite evidence|evidence2] [OUT] [-k EXPR]
+    evidence_suite.py [--suite evidence|evidence2|evidence3] [OUT] [-k EXPR]
 """
 import json
 import os
@@ -63,10 +63,15 @@ WANT2 = {
                 "completes": ("pass", "")},
     "redo-bug": {"effective_batch": ("fail", "only 32 distinct")},
 }
-if suite == "evidence2":
-    WANT = WANT2
-elif suite != "evidence":
-    sys.exit("evidence_suite.py: unknown suite %r (evidence or evidence2)" % suite)
+# Issue 42: a step is what the optimizer did; a resume restores the optimizer too.
+WANT3 = {"resume-" + style: {"checkpoint_resume": ("pass", "it restored: model, optimizer"), "completes": ("pass", ""),
+                             "exit": ("pass", "")} for style in ("iter_num", "hf", "side")}
+WANT3["resume-hf"]["checkpoint_resume"] = ("pass", "it restored: model, optimizer, LR scheduler")
+WANT3["resume-bug-forget"] = {"checkpoint_resume": ("fail", "did not restore the optimizer's state")}
+SUITES = {"evidence": WANT, "evidence2": WANT2, "evidence3": WANT3}
+if suite not in SUITES:
+    sys.exit("evidence_suite.py: unknown suite %r (one of %s)" % (suite, ", ".join(SUITES)))
+WANT = SUITES[suite]
 if only:
     WANT = {k: v for k, v in WANT.items() if only in k}
 

@@ -129,6 +129,36 @@ class SampleContent(unittest.TestCase):
         self.assertIsNone(E.item_hash(torch, {"label": 1}), "no tensor: no sample hash")
 
 
+class ResumeStep(unittest.TestCase):
+    """Issue 42, class 9: the step a resume starts at, from the counter under its usual names or from the
+    optimizer's own count."""
+
+    def test_counters_under_other_names(self):
+        from oomharness.probe.checkpoints import checkpoint_step
+        self.assertEqual(checkpoint_step({"model": {}, "iter_num": 6}), 6)
+        self.assertEqual(checkpoint_step({"global_steps": torch.tensor(8)}), 8)
+        self.assertEqual(checkpoint_step({"trainer": {"num_updates": 3}}), 3)
+        # Malformed or absent: no step, never a wrong one.
+        self.assertIsNone(checkpoint_step({"epoch": 2, "step": "six", "iter": True}))
+        self.assertIsNone(checkpoint_step({"step": -4}))
+        self.assertIsNone(checkpoint_step([1, 2]))
+
+    def test_the_optimizers_own_count(self):
+        from oomharness.probe.checkpoints import optimizer_steps
+        model = torch.nn.Linear(4, 2)
+        adam = torch.optim.Adam(model.parameters())
+        self.assertIsNone(optimizer_steps(adam), "no step taken: no state")
+        for _ in range(3):
+            model(torch.randn(2, 4)).sum().backward()
+            adam.step()
+        fresh = torch.optim.Adam(model.parameters())
+        fresh.load_state_dict(adam.state_dict())
+        self.assertEqual(optimizer_steps(fresh), 3)
+        sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+        sgd.step()
+        self.assertIsNone(optimizer_steps(sgd), "a stateless optimizer keeps no count")
+
+
 class CheckpointDigest(unittest.TestCase):
     def test_a_whole_module_saved_is_its_state(self):
         # Issue 42, class 6: torch.save(model) reaches the module's tensors.
