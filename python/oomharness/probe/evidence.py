@@ -19,13 +19,15 @@ values were [CLS] and padding in every sample, and a retry that went on with the
 data". So a sample's hash covers every one of its values, read as integers of their own width (a float32 by
 its 32 bits), each weighted by an odd 64-bit weight of its position, summed (wrapping) and mixed: samples
 that differ in any value differ, and so do permutations of a sample. On the host that is a few vector
-operations over the batch: under HOST_VALUES (2**20) values a batch is hashed whole (a 64x512 token batch,
-256 CIFAR images); above it, every k-th value of each sample, k chosen to stay within HOST_VALUES (an
-ImageNet batch of 64: about 1 value in 10), and the event says so (`whole: false`). The cost, measured on
-this project's 2-core CI machine under load (docs/probe.md): about 0.05 ms for 64x128 tokens, 20-35 ms for
-256x3x32x32 floats. On a GPU see Note [One copy of a GPU batch's values]: the one copy reads up to
-GPU_COPY_VALUES values of the batch, whole samples when they fit (64 sequences of 512 tokens), else the same
-window at the start of each sample, and the event says `whole: false`.
+operations over the batch: under HOST_VALUES (2**18) values a batch is hashed whole (64 sequences of 512
+tokens, 256 sequences of 1024); above it, every k-th value of each sample, k chosen to stay within
+HOST_VALUES (256 CIFAR images: 1 value in 3; an ImageNet batch of 64: 1 in 37), and the event says so
+(`whole: false`). The cost, measured 2026-11-28 with min-of-5 timeit on this project's 2-core CI machine at
+a load of 17 (sample_hashes and distinct against the old batch_hash, one thread): 0.2 ms for 64x128 tokens (0.25 ms for the old 16-value read),
+1.7 to 15 ms for a 512x4096 float batch (0.13 ms before), depending on how warm the host allocator is. On a
+GPU see Note [One copy of a GPU batch's values]: the one copy reads up to GPU_COPY_VALUES (2**14) values of
+the batch, whole samples when they fit (32 sequences of 512 tokens), else the same window at the start of
+each sample, and the event says `whole: false`.
 
 The hashes are computed with torch on the host: on the virtual device the tensors live on the CPU, and the
 probe's own operations are kept off its books (off_books: VirtualDevice.host_work). On a GPU the probe never
@@ -83,8 +85,8 @@ import dataclasses
 import struct
 
 SAMPLE_VALUES = 16   # values hashed per sample at least (Note [A sample is all its values])
-HOST_VALUES = 1 << 20      # values of a batch hashed on the host: every value of each sample up to this many
-GPU_COPY_VALUES = 1 << 15  # values of a GPU batch copied to the host in its one copy (Note [One copy of a GPU batch's values])
+HOST_VALUES = 1 << 18      # values of a batch hashed on the host: every value of each sample up to this many
+GPU_COPY_VALUES = 1 << 14  # values of a GPU batch copied to the host in its one copy (Note [One copy of a GPU batch's values])
 WHOLE_VALUES = 8     # elements read from a GPU batch whose samples are not contiguous
 TENSOR_VALUES = 8    # values hashed per tensor of a checkpoint or a model's state
 MASK = (1 << 64) - 1
