@@ -16,15 +16,15 @@ Note [A sample is all its values]
 A fingerprint of a few values per sample (16, strided over it, until issue 42) made every padded token batch
 look the same: BERT-style inputs are [CLS], a few tokens, [SEP] and padding to a fixed length, so the sampled
 values were [CLS] and padding in every sample, and a retry that went on with the next batch passed as "the same
-data". So a sample's hash covers every one of its values, read as integers of their own width (a float32 by
-its 32 bits), each weighted by an odd 64-bit weight of its position, summed (wrapping) and mixed: samples
+data". So a sample's hash covers every one of its values, read as 64-bit integers (a float by the bits of
+its float64 value), each weighted by an odd 64-bit weight of its position, summed (wrapping) and mixed: samples
 that differ in any value differ, and so do permutations of a sample. On the host that is a few vector
-operations over the batch: under HOST_VALUES (2**18) values a batch is hashed whole (64 sequences of 512
-tokens, 256 sequences of 1024); above it, every k-th value of each sample, k chosen to stay within
-HOST_VALUES (256 CIFAR images: 1 value in 3; an ImageNet batch of 64: 1 in 37), and the event says so
-(`whole: false`). The cost, measured 2026-11-28 with min-of-5 timeit on this project's 2-core CI machine at
-a load of 17 (sample_hashes and distinct against the old batch_hash, one thread): 0.2 ms for 64x128 tokens (0.25 ms for the old 16-value read),
-1.7 to 15 ms for a 512x4096 float batch (0.13 ms before), depending on how warm the host allocator is. On a
+operations over the batch: under HOST_VALUES (2**16) values a batch is hashed whole (64 sequences of 1024
+tokens); above it, every k-th value of each sample, k chosen to stay within HOST_VALUES (256 CIFAR images: 1
+value in 12; an ImageNet batch of 64: 1 in 147), and the event says so (`whole: false`). The cost, measured
+2026-11-28 with min-of-5 timeit of sample_hashes and distinct against the old batch_hash (one thread) on this
+project's 2-core CI machine at a load of 20: 0.6 ms for 64x128 tokens (0.7 ms before), 2.5 ms for the
+overhead bench's 512x4096 float batch (0.8 ms before), 1.3 ms for 256 CIFAR images (0.1 ms before). On a
 GPU see Note [One copy of a GPU batch's values]: the one copy reads up to GPU_COPY_VALUES (2**14) values of
 the batch, whole samples when they fit (32 sequences of 512 tokens), else the same window at the start of
 each sample, and the event says `whole: false`.
@@ -85,7 +85,7 @@ import dataclasses
 import struct
 
 SAMPLE_VALUES = 16   # values hashed per sample at least (Note [A sample is all its values])
-HOST_VALUES = 1 << 18      # values of a batch hashed on the host: every value of each sample up to this many
+HOST_VALUES = 1 << 16      # values of a batch hashed on the host: every value of each sample up to this many
 GPU_COPY_VALUES = 1 << 14  # values of a GPU batch copied to the host in its one copy (Note [One copy of a GPU batch's values])
 WHOLE_VALUES = 8     # elements read from a GPU batch whose samples are not contiguous
 TENSOR_VALUES = 8    # values hashed per tensor of a checkpoint or a model's state
@@ -129,20 +129,14 @@ def _unravel(flat, shape):
     return tuple(reversed(index))
 
 
-_SAME_SIZE_INT = {2: "int16", 4: "int32", 8: "int64"}
-
-
-def _bits(torch, values):
-    """The values as int64 (floats by their own bit patterns, read as an integer of their width: no
-    conversion through float64, which cost more than the hash itself on an image batch)."""
+def _bits(torch, values, copy=False):
+    """The values as int64 bit patterns (floats through float64, so that equal values give equal bits); with
+    `copy`, always a new tensor of the probe's own."""
     if values.is_complex():
         values = torch.view_as_real(values)
     if values.is_floating_point():
-        name = _SAME_SIZE_INT.get(values.element_size())
-        if name is None:
-            return values.to(torch.float64).view(torch.int64)
-        values = values.view(getattr(torch, name))
-    return values.to(torch.int64)
+        return values.to(torch.float64, copy=copy).view(torch.int64)
+    return values.to(torch.int64, copy=copy)
 
 
 def _on_gpu(t):
@@ -278,11 +272,12 @@ def sample_hashes(torch, t, dim):
             h = _mix(h ^ ((v * _MULT[i % len(_MULT)]) & MASK))
         return count, h, False, None, False
     xs = t.movedim(dim, 0) if dim else t
-    rows = xs.reshape(count, per) if per > 0 else xs.reshape(count, 0)
     width = min(per, max(SAMPLE_VALUES, HOST_VALUES // count))
+    rows = xs.reshape(count, per)
     if width < per:  # Note [A sample is all its values]: beyond the budget, every k-th value of the sample
         rows = rows[:, ::-(-per // width)]
-    hashes = _sample_row_hashes(torch, _bits(torch, rows), salt)
+    bits = _bits(torch, rows, copy=True)
+    hashes = _sample_row_hashes(torch, bits, salt)
     return count, int(hashes.sum().item()) & MASK, True, hashes, width == per
 
 
@@ -385,34 +380,30 @@ def _is_item(torch, v):
 
 def input_leaves(torch, args, kwargs=None):
     """(tensors, item lists): the tensors among a forward's arguments, outside lists of samples, and the lists
-    of samples (Note [What a batch comes in])."""
+    of samples (Note [What a batch comes in]). An explicit stack, not a recursive closure: a closure that calls
+    itself is a reference cycle, and its lists (the job's input batch) lived until the garbage collector ran
+    (on the virtual device, a batch's bytes per step kept on its books)."""
     Tensor = torch.Tensor
     tensors, items = [], []
-
-    def walk(v, depth):
-        if len(tensors) >= INPUT_LEAVES or depth > INPUT_DEPTH:
-            return
+    stack = [(v, 0) for v in reversed(list(kwargs.values()) if kwargs else [])]
+    stack += [(v, 0) for v in reversed(args)]
+    while stack and len(tensors) < INPUT_LEAVES:
+        v, depth = stack.pop()
+        if depth > INPUT_DEPTH:
+            continue
         if isinstance(v, Tensor):
             tensors.append(v)
         elif isinstance(v, (str, bytes, int, float, bool)) or v is None:
-            return
+            continue
         elif isinstance(v, (list, tuple)):
             if v and all(_is_item(torch, w) for w in v):
                 items.append(v)
             else:
-                for w in v:
-                    walk(w, depth + 1)
+                stack.extend((w, depth + 1) for w in reversed(v))
         elif isinstance(v, collections.abc.Mapping):
-            for w in list(v.values()):
-                walk(w, depth + 1)
+            stack.extend((w, depth + 1) for w in reversed(list(v.values())))
         elif dataclasses.is_dataclass(v) and not isinstance(v, type):
-            for f in dataclasses.fields(v):
-                walk(getattr(v, f.name, None), depth + 1)
-    for a in args:
-        walk(a, 0)
-    if kwargs:
-        for a in kwargs.values():
-            walk(a, 0)
+            stack.extend((getattr(v, f.name, None), depth + 1) for f in reversed(dataclasses.fields(v)))
     return tensors, items
 
 
