@@ -65,9 +65,10 @@ WANT2 = {
 }
 # Issue 42: a step is what the optimizer did; a resume restores the optimizer too.
 WANT3 = {"resume-" + style: {"checkpoint_resume": ("pass", "it restored: model, optimizer"), "completes": ("pass", ""),
-                             "exit": ("pass", "")} for style in ("iter_num", "hf", "side")}
+                             "exit": ("pass", "")} for style in ("iter_num", "hf", "side", "module")}
 WANT3["resume-hf"]["checkpoint_resume"] = ("pass", "it restored: model, optimizer, LR scheduler")
 WANT3["resume-bug-forget"] = {"checkpoint_resume": ("fail", "did not restore the optimizer's state")}
+WANT3["resume-bug-older"] = {"checkpoint_resume": ("fail", "not of the newest state")}
 SUITES = {"evidence": WANT, "evidence2": WANT2, "evidence3": WANT3}
 if suite not in SUITES:
     sys.exit("evidence_suite.py: unknown suite %r (one of %s)" % (suite, ", ".join(SUITES)))

@@ -6,8 +6,12 @@
   hf         Hugging Face Trainer's folder: checkpoint-N/ with pytorch_model.bin, optimizer.pt,
              scheduler.pt and trainer_state.json {"global_step": N}; the newest folder is resumed
   side       the state dicts in one file and the counter in a text file beside it (last_step.txt)
+  module     the whole module saved, torch.save(model, "model_N.pt") (as many public examples do), beside
+             the optimizer's state and the counter in opt_N.pt; the newest pair is resumed
 
 --bug forget-optimizer: the iter_num file without the optimizer: the resumed Adam starts from zero moments.
+--bug older-module: the module style, but the model is loaded from the save before the newest (issue 42,
+class 6: every whole-module file had one digest, so an older one passed as the newest).
 
     python resume_trainer.py --dir RUN --style iter_num [--bug forget-optimizer] [--steps 10] [--save-every 2]
 """
@@ -21,8 +25,8 @@ from torch import nn
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--dir", required=True)
-parser.add_argument("--style", choices=("iter_num", "hf", "side"), default="iter_num")
-parser.add_argument("--bug", choices=("none", "forget-optimizer"), default="none")
+parser.add_argument("--style", choices=("iter_num", "hf", "side", "module"), default="iter_num")
+parser.add_argument("--bug", choices=("none", "forget-optimizer", "older-module"), default="none")
 parser.add_argument("--steps", type=int, default=10)
 parser.add_argument("--save-every", type=int, default=2)
 args = parser.parse_args()
@@ -64,6 +68,17 @@ elif args.style == "hf":
         with open(os.path.join(newest, "trainer_state.json")) as f:
             iter_num = json.load(f)["global_step"]
         print("resuming from %s" % newest, flush=True)
+elif args.style == "module":
+    saved = sorted(int(p.rsplit("_", 1)[1][:-3]) for p in glob.glob(os.path.join(args.dir, "model_*.pt")))
+    if saved:
+        newest = saved[-1]
+        which = saved[-2] if args.bug == "older-module" and len(saved) > 1 else newest
+        model = torch.load(os.path.join(args.dir, "model_%d.pt" % which), map_location=device, weights_only=False)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda it: min(1.0, (it + 1) / 4))
+        state = torch.load(os.path.join(args.dir, "opt_%d.pt" % newest), map_location=device)
+        optimizer.load_state_dict(state["optimizer"])
+        iter_num = state["iter_num"]
 elif args.style == "side" and os.path.exists(os.path.join(args.dir, "last_step.txt")):
     state = torch.load(os.path.join(args.dir, "state.pt"), map_location=device)
     model.load_state_dict(state[0])
@@ -87,6 +102,9 @@ def save():
         torch.save(scheduler.state_dict(), os.path.join(folder, "scheduler.pt"))
         with open(os.path.join(folder, "trainer_state.json"), "w") as f:
             json.dump({"global_step": iter_num, "log_history": []}, f)
+    elif args.style == "module":
+        torch.save(model, os.path.join(args.dir, "model_%d.pt" % iter_num))
+        torch.save({"optimizer": optimizer.state_dict(), "iter_num": iter_num}, os.path.join(args.dir, "opt_%d.pt" % iter_num))
     else:
         torch.save([model.state_dict(), optimizer.state_dict(), scheduler.state_dict()], os.path.join(args.dir, "state.pt"))
         with open(os.path.join(args.dir, "last_step.txt"), "w") as f:
