@@ -77,11 +77,15 @@ class SampleContent(unittest.TestCase):
         second = E.sample_hashes(torch, a[4:], 0)
         self.assertEqual(E.distinct(torch, [first[3], second[3]]), 8)
 
-    def test_a_batch_over_the_budget_is_read_in_part_and_says_so(self):
-        x = torch.randn(4, E.HOST_VALUES // 2)
+    def test_a_sample_over_the_budget_is_read_in_part_and_says_so(self):
+        x = torch.randn(32, 3, 40, 48)  # 5760 values a sample: every 6th is read
         count, digest, per_sample, hashes, whole = E.sample_hashes(torch, x, 0)
-        self.assertEqual((count, per_sample, whole), (4, True, False))
-        self.assertEqual(E.distinct(torch, [hashes]), 4)
+        self.assertEqual((count, per_sample, whole), (32, True, False))
+        self.assertEqual(E.distinct(torch, [hashes]), 32)
+        # What is read depends on the sample, never on the batch's size: halves add up to the whole.
+        a, b = (E.sample_hashes(torch, p, 0)[1] for p in x.split(16))
+        self.assertEqual((a + b) & E.MASK, digest)
+        self.assertTrue(E.sample_hashes(torch, x[:, :, :4, :4], 0)[4], "48 values a sample: read whole")
 
     def test_containers_are_walked(self):
         import collections

@@ -19,15 +19,15 @@ values were [CLS] and padding in every sample, and a retry that went on with the
 data". So a sample's hash covers every one of its values, read as 64-bit integers (a float by the bits of
 its float64 value), each weighted by an odd 64-bit weight of its position, summed (wrapping) and mixed: samples
 that differ in any value differ, and so do permutations of a sample. On the host that is a few vector
-operations over the batch: under HOST_VALUES (2**16) values a batch is hashed whole (64 sequences of 1024
-tokens); above it, every k-th value of each sample, k chosen to stay within HOST_VALUES (256 CIFAR images: 1
-value in 12; an ImageNet batch of 64: 1 in 147), and the event says so (`whole: false`). The cost, measured
-2026-11-28 with min-of-5 timeit of sample_hashes and distinct against the old batch_hash (one thread) on this
-project's 2-core CI machine at a load of 20: 0.6 ms for 64x128 tokens (0.7 ms before), 2.5 ms for the
-overhead bench's 512x4096 float batch (0.8 ms before), 1.3 ms for 256 CIFAR images (0.1 ms before). On a
-GPU see Note [One copy of a GPU batch's values]: the one copy reads up to GPU_COPY_VALUES (2**14) values of
-the batch, whole samples when they fit (32 sequences of 512 tokens), else the same window at the start of
-each sample, and the event says `whole: false`.
+operations over the batch: a sample of up to HOST_SAMPLE_VALUES (512) values is hashed whole (a sequence
+of 512 tokens); a larger one by every k-th value, k = ceil(values / 512) (a CIFAR image: 1 in 6; an
+ImageNet one: 1 in 294), and the event says so (`whole: false`). The values read depend on the sample alone,
+never on the batch's size: a budget per batch (tried first) read other positions in a half than in the whole,
+so the halves of a failed batch of images no longer added up to it (a false red on a correct halving). The
+cost, measured 2026-11-28 with min-of-5 timeit of sample_hashes and distinct against the old batch_hash (one
+thread) on this project's 2-core CI machine at a load of about 20-30: see docs/probe.md. On a GPU see Note
+[One copy of a GPU batch's values]: the one copy reads the first GPU_SAMPLE_VALUES (256) values of each
+sample (the whole of a 256-token sequence), and the event says `whole: false` for longer samples.
 
 The hashes are computed with torch on the host: on the virtual device the tensors live on the CPU, and the
 probe's own operations are kept off its books (off_books: VirtualDevice.host_work). On a GPU the probe never
@@ -42,8 +42,8 @@ them were the probe's largest cost per step on an H100 (about 200 of its 450 us,
 digest of the batch as a whole cannot say that two halves redo a failed batch: on an H200 the self-test's
 correct halving trainers were failed ("the failed batch was never trained on again"). So a batch whose
 samples are contiguous (batch dimension 0, a contiguous tensor) is read in one cudaMemcpy2DAsync of the
-first max(SAMPLE_VALUES, GPU_COPY_VALUES / samples) values of every sample (a window per row: every value
-when the batch has GPU_COPY_VALUES or fewer), on the current stream (the order `.item()`
+first GPU_SAMPLE_VALUES values of every sample (a window per row, the same for any batch size), on the
+current stream (the order `.item()`
 reads in), then one cudaStreamSynchronize, and hashed per sample on the host as on the CPU (`per_sample`
 true; the window, not values strided over the sample, so a GPU's digest is not a CPU's). Other batches are
 read as WHOLE_VALUES elements spaced numel // WHOLE_VALUES apart in one such copy, batch-level. No operation
@@ -85,8 +85,8 @@ import dataclasses
 import struct
 
 SAMPLE_VALUES = 16   # values hashed per sample at least (Note [A sample is all its values])
-HOST_VALUES = 1 << 16      # values of a batch hashed on the host: every value of each sample up to this many
-GPU_COPY_VALUES = 1 << 14  # values of a GPU batch copied to the host in its one copy (Note [One copy of a GPU batch's values])
+HOST_SAMPLE_VALUES = 512  # values of a sample hashed on the host: all of them up to this many (Note [A sample is all its values])
+GPU_SAMPLE_VALUES = 256    # values at the start of each sample of a GPU batch read in its one copy
 WHOLE_VALUES = 8     # elements read from a GPU batch whose samples are not contiguous
 TENSOR_VALUES = 8    # values hashed per tensor of a checkpoint or a model's state
 MASK = (1 << 64) - 1
@@ -258,7 +258,7 @@ def sample_hashes(torch, t, dim):
     for s in rest:
         per *= s
     if _on_gpu(t):
-        width = min(per, max(SAMPLE_VALUES, GPU_COPY_VALUES // count))
+        width = min(per, GPU_SAMPLE_VALUES)  # never by the batch's size: a piece's samples hash as the whole's
         windows = _sample_windows(torch, t, dim, count, per, width) if per > 0 else None
         if windows is not None:
             hashes = _sample_row_hashes(torch, _bits(torch, windows), salt)
@@ -272,7 +272,7 @@ def sample_hashes(torch, t, dim):
             h = _mix(h ^ ((v * _MULT[i % len(_MULT)]) & MASK))
         return count, h, False, None, False
     xs = t.movedim(dim, 0) if dim else t
-    width = min(per, max(SAMPLE_VALUES, HOST_VALUES // count))
+    width = min(per, HOST_SAMPLE_VALUES)  # never by the batch's size: a piece's samples hash as the whole's
     rows = xs.reshape(count, per)
     if width < per:  # Note [A sample is all its values]: beyond the budget, every k-th value of the sample
         rows = rows[:, ::-(-per // width)]
