@@ -74,14 +74,16 @@ Verdict eval_no_grad(const Trace& trace, const nlohmann::json&) {
 
 Verdict effective_batch(const Trace& trace, const nlohmann::json& args) {
   // Samples per optimizer step: each `samples` event belongs to the `step` event that follows it.
-  struct Counted { int attempt; double t; int64_t step; int64_t samples; };
+  // Note [Distinct samples] (python/oomharness/probe/batches.py): beside the count, how many of a step's
+  // samples differ in content, where the probe fingerprinted them.
+  struct Counted { int attempt; double t; int64_t step; int64_t samples; int64_t distinct; };
   std::vector<Counted> counted;
   for (const Attempt& a : trace.attempts) {
     int64_t pending = -1;
     for (const Event& e : a.events) {
       if (is_probe(e, events::kSamples)) pending = std::max<int64_t>(pending, 0) + std::max<int64_t>(0, e.integer("count", 0));
       if (is_probe(e, events::kStep) && pending >= 0) {
-        counted.push_back({a.index, e.t, e.integer("step"), pending});
+        counted.push_back({a.index, e.t, e.integer("step"), pending, view::batch_data(e).distinct});
         pending = -1;
       }
     }
@@ -94,13 +96,31 @@ Verdict effective_batch(const Trace& trace, const nlohmann::json& args) {
   ev.push_back({counted.front().attempt, counted.front().t, view::step_text(counted.front().step) + " took " +
                                                               std::to_string(counted.front().samples) + " samples"});
   auto ooms = view::ooms_of(trace);
-  int after = 0;
-  for (const Counted& c : counted) {
-    bool past_oom = std::any_of(ooms.begin(), ooms.end(), [&](const view::OomPoint& o) {
+  auto past_oom = [&](const Counted& c) {
+    return std::any_of(ooms.begin(), ooms.end(), [&](const view::OomPoint& o) {
       return o.attempt < c.attempt || (o.attempt == c.attempt && o.t < c.t);
     });
-    if (!past_oom) continue;
+  };
+  // The fewest distinct samples a step took before any OOM: data with samples alike in content (duplicates in
+  // the data set) sets the bar it has; without such a step, every sample counted must differ.
+  int64_t want_distinct = want;
+  for (const Counted& c : counted)
+    if (!past_oom(c) && c.distinct >= 0) want_distinct = std::min(want_distinct, c.distinct);
+  int after = 0;
+  int64_t least_distinct = -1;
+  for (const Counted& c : counted) {
+    if (!past_oom(c)) continue;
     ++after;
+    if (c.distinct >= 0 && c.distinct < c.samples && c.distinct < want_distinct) {
+      ev.push_back({c.attempt, c.t, view::step_text(c.step) + " took " + std::to_string(c.samples) + " samples, " +
+                                        std::to_string(c.distinct) + " of them distinct"});
+      return verdict(VerdictStatus::fail, "after the OOM, " + view::step_text(c.step) + " took " + std::to_string(c.samples) +
+                                              " samples but only " + std::to_string(c.distinct) +
+                                              " distinct ones: the same samples were trained on more than once in one "
+                                              "optimizer step (a redo that repeated part of the batch), so the effective batch was " +
+                                              std::to_string(c.distinct) + ", not " + std::to_string(want_distinct), ev);
+    }
+    if (c.distinct >= 0) least_distinct = least_distinct < 0 ? c.distinct : std::min(least_distinct, c.distinct);
     if (c.samples < want) {
       ev.push_back({c.attempt, c.t, view::step_text(c.step) + " took " + std::to_string(c.samples) + " samples"});
       return verdict(VerdictStatus::fail, "after the OOM, " + view::step_text(c.step) + " took " + std::to_string(c.samples) +
@@ -116,7 +136,11 @@ Verdict effective_batch(const Trace& trace, const nlohmann::json& args) {
                              [](const Attempt& a) { return view::steps_thinned(a) != nullptr; });
   return verdict(VerdictStatus::pass, "each of the " + std::to_string(after) + " optimizer steps " +
                                           (thinned ? "kept (the event log was thinned) " : "") + "after the OOM took " +
-                                          std::to_string(want) + " samples or more", ev);
+                                          std::to_string(want) + " samples or more" +
+                                          (least_distinct >= 0 ? ", " + std::to_string(std::min(least_distinct, want)) +
+                                                                     " or more of them distinct in content"
+                                                               : " (the probe did not fingerprint them: whether they were distinct is not known)"),
+                 ev);
 }
 
 }  // namespace oomh::checks

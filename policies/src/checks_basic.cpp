@@ -36,9 +36,12 @@ std::optional<std::string> target_missed(const Trace& trace) {
   return "the last attempt (" + attempt_name(last.index) + ") " + view::end_text(last);
 }
 
+// Note [A pass that did not check completion]: without a target step, "training finished" means only that the
+// last attempt exited 0; a job that quit at step 3 of 8 does that too (issue 42, class 8). The sentence says so.
 std::string target_reached(const Trace& trace) {
   if (trace.target_step) return "reached step " + std::to_string(*trace.target_step);
-  return "finished with exit code 0";
+  return "finished with exit code 0 (completion was not checked: the job has no target step; give it `completes: N` "
+         "or target_step)";
 }
 
 Verdict exit_code(const Trace& trace, const nlohmann::json& args) {
@@ -253,8 +256,12 @@ Verdict no_hang(const Trace& trace, const nlohmann::json& args) {
     } else {
       for (size_t i = 1; i < steps.size(); ++i) gaps.push_back({a.index, steps[i - 1].t, steps[i].t, steps[i - 1].step, false});
     }
-    // The time after the last step counts unless the attempt ended normally (a final save or eval is fine).
-    if (!steps.empty() && !view::ended_normally(a) && a.end > steps.back().t)
+    // The time after the last step counts unless the attempt ended normally having reached the target (a final
+    // save or eval is fine): exit 0 at step 2 of 6, six seconds after an OOM, is a stall (issue 42, class 8). With
+    // no target known, a normal end excuses it, and the pass sentence says that completion was not checked.
+    const bool is_last = &a == &trace.attempts.back();
+    const bool reached = !is_last || !trace.target_step || (!steps.empty() && view::highest_step(steps).value_or(0) >= *trace.target_step);
+    if (!steps.empty() && !(view::ended_normally(a) && reached) && a.end > steps.back().t)
       gaps.push_back({a.index, steps.back().t, a.end, steps.back().step, true});
     // An attempt that never stepped counts only when the runner had to stop it: start-up may be slow.
     if (steps.empty() && a.end_kind == AttemptEnd::timed_out) gaps.push_back({a.index, a.start, a.end, -1, true});
@@ -283,7 +290,10 @@ Verdict no_hang(const Trace& trace, const nlohmann::json& args) {
     return verdict(VerdictStatus::inconclusive, "could not judge: the event log of " + attempt_name(unjudged->index) +
                                                     " was thinned and its ranks' steps were not all kept, so the gaps between them are not known");
   return verdict(VerdictStatus::pass, "no gap between steps was longer than " + view::seconds_text(limit) +
-                                          " (longest " + view::seconds_text(longest) + ")");
+                                          " (longest " + view::seconds_text(longest) + ")" +
+                                          (trace.target_step ? std::string()
+                                                             : "; completion was not checked (the job has no target step): the time "
+                                                               "after the last step of an attempt that exited 0 is not counted"));
 }
 
 }  // namespace oomh::checks

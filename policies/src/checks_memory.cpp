@@ -20,7 +20,13 @@
 //   (default 10%) of what the steps held at the start (the fitted line at the first fitted step, the same
 //   from a thinned log's fold), and at least one of the allocator's 2 MiB segments (kLeakFloor: 12 KiB on a
 //   job holding 76 KiB is a share, not a leak), or reaches the job's cap before then.
-// A user's `growth_per_step` stays an absolute limit: given, it alone decides, as before.
+// - no plateau (issue 42, class 7): without the user's `steps:`, steady growth that passed by its share over a
+//   short CI run (5 MiB a step over a 6-step job: 3% of what it held) is a leak, because the training the run
+//   stands for is longer: it fails once kLeakDecideSteps steps were fitted, and is inconclusive before that
+//   ("too few steps to tell growth from warm-up: run N steps"). Only growth that adds up to less than one of
+//   the allocator's 2 MiB segments over kShortRunStandsFor steps still passes (a trainer that holds 76 KiB and
+//   grows 2 KiB a step).
+// A user's `growth_per_step` stays an absolute limit, and `steps:` a horizon judged by share: given, they decide.
 // What it cannot see: a leak that only starts late in the run (the first third's low stays, the later ones
 // rise: judged by the thirds it spans), a leak of host memory (the held bytes are the device's), and growth
 // between step boundaries that is freed before each step ends.
@@ -40,6 +46,10 @@ namespace oomh::checks {
 namespace {
 
 constexpr size_t kRecoverySteps = 3;
+// Note [A leak is a trend], no plateau: the fitted steps that tell steady growth from a long warm-up, and the
+// length of training a short run stands for when the user gives none.
+constexpr int64_t kLeakDecideSteps = 8;
+constexpr double kShortRunStandsFor = 1000;
 // Without a user's limit, memory is back after recovery when it is within this share of the level before
 // the fault (or kRecoverySlack, whichever is more): a failed step's tensors kept alive are far more.
 constexpr double kRecoveryShare = 0.02;
@@ -199,6 +209,22 @@ Verdict memory_stable(const Trace& trace, const nlohmann::json& args) {
                                                     std::to_string(view::kGrowthMinSteps) +
                                                     " steps in an attempt with the probe's `allocated` or the shim's samples", ev);
   if (!worst) return verdict(VerdictStatus::pass, "held memory" + recovered.substr(std::string(" and").size()) + golden_words, ev);
+  // No plateau (Note [A leak is a trend]): steady growth is a leak in the longer training a short run stands for.
+  if (!limit && horizon < 0 && judged.steady && worst->slope * kShortRunStandsFor >= view::kLeakFloor) {
+    const int64_t fitted = worst->to - worst->from + 1;
+    std::string what = "held memory grew by " + mib(worst->slope) + " per step " + span(*worst) +
+                       " and went on growing through every third of them, with no plateau";
+    if (fitted < kLeakDecideSteps)
+      return verdict(VerdictStatus::inconclusive,
+                     what + ": too few steps to tell growth from warm-up: run " +
+                         std::to_string(kLeakDecideSteps + static_cast<int64_t>(view::kGrowthWarmUpSteps)) +
+                         " steps or more, or give `steps:` the length of the real training (or `growth_per_step:` a limit)",
+                     ev);
+    return verdict(VerdictStatus::fail,
+                   what + " (" + extent(*worst, judged) + "): the training this run stands for is longer, and memory that grows "
+                          "at every step runs out (a leak; give `steps:` the length of the real training to judge it by its share)",
+                   ev);
+  }
   std::string trend;
   if (worst->slope <= view::kLeakGranule) trend = "held memory did not grow " + span(*worst) + limit_words;
   else if (limit) trend = "held memory grew by " + mib(worst->slope) + " per step " + span(*worst) + limit_words;

@@ -440,10 +440,13 @@ struct Checkpoint {
   int64_t step = -1;
   std::string digest;        // what was written (Note [A checkpoint is its content]); empty: not reported
   int64_t completed = -1;    // the saving process's count of completed steps when it saved
+  int optimizer_state = -1;  // the job's optimizer held state when it saved: 1, 0; -1: not reported
 };
 
 Checkpoint checkpoint_of(const Attempt& a, const Event& e) {
-  return {a.index, e.t, e.text("path"), e.integer("step"), e.text("digest"), e.integer("completed", -1)};
+  Checkpoint c{a.index, e.t, e.text("path"), e.integer("step"), e.text("digest"), e.integer("completed", -1)};
+  if (e.has("optimizer_state") && e.fields["optimizer_state"].is_boolean()) c.optimizer_state = e.fields["optimizer_state"].get<bool>() ? 1 : 0;
+  return c;
 }
 
 bool same_path(const std::string& a, const std::string& b) {
@@ -633,6 +636,32 @@ std::optional<Verdict> resume_by_content(const Trace& trace, size_t i, const std
     }
     ev.push_back({next.index, model_state->t, "the model held the loaded state at its first step"});
   }
+  // Note [What a resume restored] (python/oomharness/probe/checkpoints.py): the optimizer's state, when the job's
+  // optimizer held one as it saved, must be restored: Adam without its moments starts over.
+  std::string restored_words;
+  const Event* restored_event = nullptr;
+  for (const Event& e : next.events)
+    if (e.src == events::kSrcProbe && e.kind == events::kModelState && e.has("restored") && e.fields["restored"].is_array()) {
+      restored_event = &e;
+      break;
+    }
+  if (restored_event) {
+    std::set<std::string> parts;
+    for (const auto& p : restored_event->fields["restored"])
+      if (p.is_string()) parts.insert(p.get<std::string>());
+    if (newest.optimizer_state == 1 && !parts.count("optimizer"))
+      return verdict(VerdictStatus::fail, who + " loaded " + state_text(newest) + " but did not restore the optimizer's state, "
+                                              "which the job's optimizer held when it saved: the optimizer started again from an empty state "
+                                              "(Adam's moments at zero), so training after the resume is not the training before it; "
+                                              "save optimizer.state_dict() with the model and load it back", ev);
+    // The parts named in the user's words, in one order.
+    restored_words = "model";
+    for (const char* p : {"optimizer", "scheduler", "scaler", "rng"})
+      if (parts.count(p))
+        restored_words += std::string(", ") + (std::string(p) == "scaler" ? "GradScaler" : std::string(p) == "rng" ? "RNG state" :
+                                               std::string(p) == "scheduler" ? "LR scheduler" : p);
+    if (newest.optimizer_state == 0 && !parts.count("optimizer")) restored_words += " (the optimizer held no state)";
+  }
   if (next_steps.empty())
     return verdict(VerdictStatus::fail, who + " loaded " + state_text(newest) + " but completed no step: it " + view::end_text(next), ev);
   const StepPoint& first = next_steps.front();
@@ -684,7 +713,7 @@ std::optional<Verdict> resume_by_content(const Trace& trace, size_t i, const std
                                                : std::string()) +
               (model_state ? ", which its model held" : "") +
               ") " + (by_data ? "on the batch that followed it" : "at step " + std::to_string(first.step)) + " after the OOM ended " +
-              attempt_name(a.index);
+              attempt_name(a.index) + (restored_words.empty() ? std::string() : "; it restored: " + restored_words);
   return std::nullopt;
 }
 
@@ -844,14 +873,20 @@ Verdict graceful_exit(const Trace& trace, const nlohmann::json& args) {
     if (within && took > *within)
       return verdict(VerdictStatus::fail, who + " took " + view::seconds_text(took) + " to exit after " + since + " (limit " +
                                               view::seconds_text(*within) + ")", ev);
-    if (!a.oom_message && !RE2::PartialMatch(a.output_tail, message))
+    // Note [An OOM is an event] (trace.cpp): the probe's record of the OOM and the exit code decide (issue 42,
+    // class 12: a job that logs its OOM to a file and exits 1 exited gracefully); the output is asked for only
+    // when the user gave a `message` to look for, or when no probe recorded the OOM.
+    const bool asked = pattern != oom::message_pattern();  // the registry fills in the default
+    const bool printed = a.oom_message || RE2::PartialMatch(a.output_tail, message);
+    if (!printed && (asked || !o.from_probe))
       return verdict(VerdictStatus::fail, who + " " + view::end_text(a) + " after the " + oom_text(o) +
                                               " but printed no out-of-memory message (" +
                                               (pattern == oom::message_pattern() ? std::string("none of the OOM table's words")
                                                                                  : "looked for /" + pattern + "/") +
                                               "): let the error reach the log", ev);
-    return verdict(VerdictStatus::pass, who + " " + view::end_text(a) + " with an out-of-memory message " +
-                                            view::seconds_text(took) + " after " + since +
+    const std::string how = printed ? " with an out-of-memory message "
+                                    : " " + std::string("(the probe recorded the OOM; the output did not mention it) ");
+    return verdict(VerdictStatus::pass, who + " " + view::end_text(a) + how + view::seconds_text(took) + " after " + since +
                                             (within ? " (limit " + view::seconds_text(*within) + ")" : ""), ev);
   }
   // Unreachable through the registry (the absorption rule runs first), but a direct call may get here.

@@ -67,6 +67,11 @@ BatchData batch_data(const Event& e) {
   if (j.contains("dim") && j["dim"].is_number_integer()) d.dim = j["dim"].get<int>();
   if (j.contains("from") && j["from"].is_string()) d.from = j["from"].get<std::string>();
   if (j.contains("loader") && j["loader"].is_string()) d.loader = j["loader"].get<std::string>();
+  if (j.contains("distinct") && j["distinct"].is_number_integer()) {
+    d.distinct = job_integer(j["distinct"], -1);
+    if (d.distinct > d.samples || d.distinct < 0) d.distinct = -1;  // malformed: no evidence
+  }
+  if (j.contains("whole") && j["whole"].is_boolean()) d.whole = j["whole"].get<bool>();
   if (j.contains("parts") && j["parts"].is_array())
     for (const auto& v : j["parts"])
       if (v.is_string()) d.parts.push_back(std::strtoull(v.get<std::string>().c_str(), nullptr, 16));

@@ -44,6 +44,10 @@ struct BatchData {
   std::string from;              // how the dimension was found: loader, rnn, change, guess
   std::string loader;            // the DataLoader's indices: "160-191"
   std::vector<uint64_t> parts;   // each training forward's digest, when there were several (accumulation)
+  // Note [Distinct samples] (python/oomharness/probe/batches.py): how many of `samples` differ in content,
+  // -1: not reported (older probes, a GPU batch read as a whole).
+  int64_t distinct = -1;
+  bool whole = true;             // every value of each sample was hashed (Note [A sample is all its values])
   bool known() const { return samples > 0; }
   bool same(const BatchData& o) const { return known() && o.known() && samples == o.samples && digest == o.digest; }
   // "the batch of samples 160-191" / "a batch of 32 samples (fingerprint 1a2b3c4d)"

@@ -90,6 +90,14 @@ SITES = (
     ("torch.optim.Optimizer", ("zero_grad",), ("probe.grads",)),
     ("torch.nn.Module", ("zero_grad",), ("probe.grads",)),
     ("torch.utils.data.dataloader._BaseDataLoaderIter", ("_next_index", "__next__"), ("probe.batches",)),
+    # Note [What a resume restored] (probe/checkpoints.py): each part of a training state restored.
+    ("torch.optim.Optimizer", ("load_state_dict",), ("probe.checkpoints",)),
+    ("torch.optim.lr_scheduler.*", ("load_state_dict",), ("probe.checkpoints",)),
+    ("torch.amp.grad_scaler.GradScaler", ("load_state_dict",), ("probe.checkpoints",)),
+    ("torch.cuda.amp.GradScaler", ("load_state_dict",), ("probe.checkpoints",)),
+    ("torch", ("set_rng_state",), ("probe.checkpoints",)),
+    ("torch.random", ("set_rng_state",), ("probe.checkpoints",)),
+    ("random", ("setstate",), ("probe.checkpoints",)),
     ("sys", ("excepthook",), ("probe.ooms",)),
 ) + tuple((owner, names, ("device.runtime",)) for owner, names in CUDA_MIRRORS)
 

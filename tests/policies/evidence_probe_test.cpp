@@ -195,6 +195,49 @@ TEST(EvidenceResume, AnAtomicSaveResumedPasses) {
                  "batch that followed it after the OOM ended attempt 1");
 }
 
+// Note [What a resume restored]: attempt 1's optimizer held state when it saved (Adam's moments); attempt 2
+// restored `restored` before its first step.
+Trace resumed_restoring(const nlohmann::json& restored, bool optimizer_state = true) {
+  TraceBuilder b;
+  b.target(10).attempt();
+  for (int k = 0; k < 6; ++k) {
+    step(b, k + 1, 16, data(16, batch(k)));
+    if ((k + 1) % 2 == 0) {
+      nlohmann::json f = saved("ckpt.pt", k + 1, "c" + std::to_string(k + 1), k + 1);
+      f["optimizer_state"] = optimizer_state;
+      b.event("probe", "checkpoint_save", f);
+    }
+  }
+  b.inject();
+  oom(b, 7, 16, data(16, batch(6)), false);
+  b.exit(1, true);
+  b.attempt().event("probe", "checkpoint_load", {{"path", "ckpt.pt"}, {"digest", "c6"}});
+  nlohmann::json state = model_state({{{"c6"}, 4}});
+  state["restored"] = restored;
+  b.event("probe", "model_state", state);
+  for (int k = 6; k < 10; ++k) step(b, k + 1, 16, data(16, batch(k)));
+  return b.exit(0).build();
+}
+
+TEST(EvidenceResume, AResumeThatForgetsTheOptimizerFails) {
+  // Issue 42, class 5: model and counter saved, no optimizer state: Adam restarts from zero moments.
+  EXPECT_VERDICT(check("checkpoint_resume", resumed_restoring(nlohmann::json::array())), fail,
+                 "did not restore the optimizer's state");
+  EXPECT_VERDICT(check("checkpoint_resume", resumed_restoring({"scheduler", "rng"})), fail,
+                 "did not restore the optimizer's state");
+}
+
+TEST(EvidenceResume, TheVerdictSaysWhichPartsWereRestored) {
+  EXPECT_VERDICT(check("checkpoint_resume", resumed_restoring({"optimizer", "scheduler", "scaler", "rng"})), pass,
+                 "it restored: model, optimizer, LR scheduler, GradScaler, RNG state");
+  // A stateless optimizer (SGD without momentum) has nothing to restore.
+  EXPECT_VERDICT(check("checkpoint_resume", resumed_restoring(nlohmann::json::array(), false)), pass,
+                 "it restored: model (the optimizer held no state)");
+  // Malformed `restored` (not a list of names): no evidence either way, the other checks decide.
+  EXPECT_VERDICT(check("checkpoint_resume", resumed_restoring({1, nullptr})), fail, "did not restore the optimizer");
+  EXPECT_VERDICT(check("checkpoint_resume", resumed_restoring("optimizer")), pass, "on the batch that followed it");
+}
+
 TEST(EvidenceResume, APretrainedInitLoadedFirstPasses) {
   TraceBuilder b = died_after_atomic_saves(true);
   b.attempt().event("probe", "checkpoint_load", {{"path", "init.pt"}, {"digest", "1111"}});

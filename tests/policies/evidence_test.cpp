@@ -205,11 +205,15 @@ TEST(LeakIsATrend, SegmentStaircaseLeakIsFound) {
 // the real training is, or when it would reach the job's cap within the job.
 TEST(LeakIsATrend, ExtrapolatedToTheJobsLengthOrCap) {
   const Trace t = small_model(16 * 1024);  // 16 KiB per step on 16 MiB: 2% by step 20
-  EXPECT_VERDICT(check("memory_stable", t), pass, "grew steadily by 0.02 MiB per step");
+  // Issue 42, class 7: with no plateau, steady growth is a leak in the training the run stands for ...
+  EXPECT_VERDICT(check("memory_stable", t), fail, "with no plateau");
+  // ... unless the user says how long that training is: 2% by step 20 is under the share.
+  EXPECT_VERDICT(check("memory_stable", t, {{"steps", 20}}), pass, "grew steadily by 0.02 MiB per step");
   EXPECT_VERDICT(check("memory_stable", t, {{"steps", 100000}}), fail, "by step 100000");
   // 160 KiB per step on 64 MiB: 2.66 MiB (4%) by step 20, a leak once the share asked for is 1%.
   const Trace larger = small_model(160 * 1024, 20, 64 * MiB);
-  EXPECT_VERDICT(check("memory_stable", larger), pass, "under the 10% that makes a leak");
+  EXPECT_VERDICT(check("memory_stable", larger, {{"steps", 20}}), pass, "under the 10% that makes a leak");
+  EXPECT_VERDICT(check("memory_stable", larger), fail, "with no plateau");
   EXPECT_VERDICT(check("memory_stable", larger, {{"share", 0.01}}), fail, "went on growing");
   // Under a cap just above what it holds, at 4 MiB per step over a 100-step job.
   TraceBuilder b;
@@ -228,6 +232,29 @@ TEST(LeakIsATrend, GrowthUnderOneSegmentIsNoLeak) {
   b.exit(0);
   EXPECT_VERDICT(check("memory_stable", b.build()), pass, "less than one of the allocator's 2 MiB segments");
   EXPECT_EQ(check("memory_stable", b.build(), {{"steps", 100000}}).status, VerdictStatus::fail);
+}
+
+// Issue 42, class 7: a loss kept with its graph grows 5 MiB a step over a 6-step job, 3% of what it holds. Steady
+// growth with no plateau never passes: too few steps to tell it from warm-up is inconclusive, and says how many.
+TEST(LeakIsATrend, SteadyGrowthInAShortRunIsNeverAPass) {
+  TraceBuilder b;
+  b.target(6).attempt();
+  for (int64_t s = 1; s <= 6; ++s) b.step(s, 32, NAN, 800 * MiB + s * 5 * MiB);
+  b.exit(0);
+  EXPECT_VERDICT(check("memory_stable", b.build()), inconclusive, "too few steps to tell growth from warm-up: run 10 steps");
+  // The same growth over 12 steps fails; a horizon of the user's judges it by share.
+  TraceBuilder c;
+  c.target(12).attempt();
+  for (int64_t s = 1; s <= 12; ++s) c.step(s, 32, NAN, 800 * MiB + s * 5 * MiB);
+  c.exit(0);
+  EXPECT_VERDICT(check("memory_stable", c.build()), fail, "the training this run stands for is longer");
+  EXPECT_VERDICT(check("memory_stable", c.build(), {{"steps", 12}}), pass, "under the 10% that makes a leak");
+  // A warm-up that levels off is no leak (CachingWarmUpIsNotALeak), nor is flat memory.
+  TraceBuilder d;
+  d.target(6).attempt();
+  for (int64_t s = 1; s <= 6; ++s) d.step(s, 32, NAN, 800 * MiB);
+  d.exit(0);
+  EXPECT_VERDICT(check("memory_stable", d.build()), pass, "did not grow");
 }
 
 // A user's absolute limit stays: given, it alone decides.

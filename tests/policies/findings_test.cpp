@@ -310,6 +310,43 @@ TEST(EffectiveBatch, PassWithAccumulation) {
   EXPECT_EQ(check("effective_batch", halved(32).build(), {{"samples", 64}}).status, VerdictStatus::fail);
 }
 
+// Note [Distinct samples]: a step of 32 samples whose data the probe fingerprinted, `distinct` of them different.
+TraceBuilder halved_with_data(int64_t distinct_after, int64_t distinct_before = 32) {
+  auto data = [](int64_t distinct) {
+    return nlohmann::json{{"samples", 32}, {"digest", "00000000000000aa"}, {"per_sample", true}, {"shape", {32, 8}},
+                          {"dim", 0}, {"from", "guess"}, {"distinct", distinct}};
+  };
+  TraceBuilder b;
+  b.attempt();
+  for (int64_t s = 1; s <= 4; ++s)
+    b.samples(32).event("probe", "step", {{"step", s}, {"batch_size", 32}, {"data", data(distinct_before)}});
+  b.oom(5, 32, true);
+  for (int64_t s = 5; s <= 7; ++s)
+    b.samples(16).samples(16).event("probe", "step",
+                                     {{"step", s}, {"batch_size", 16}, {"data", data(s == 5 ? distinct_after : 32)}});
+  b.exit(0);
+  return b;
+}
+
+TEST(EffectiveBatch, FailWhenTheRedoRepeatsSamples) {
+  // Issue 42, class 3: the failed batch of 32 redone as two halves that are both its first half.
+  Verdict v = check("effective_batch", halved_with_data(16).build());
+  EXPECT_EQ(v.status, VerdictStatus::fail) << v.reason;
+  EXPECT_THAT(v.reason, HasSubstr("step 5 took 32 samples but only 16 distinct ones"));
+}
+
+TEST(EffectiveBatch, PassWhenTheRedoTakesDistinctSamples) {
+  Verdict v = check("effective_batch", halved_with_data(32).build());
+  EXPECT_EQ(v.status, VerdictStatus::pass) << v.reason;
+  EXPECT_THAT(v.reason, HasSubstr("32 or more of them distinct in content"));
+  // Data with duplicates before the OOM sets the bar: 30 distinct of 32 is what every step took.
+  EXPECT_EQ(check("effective_batch", halved_with_data(30, 30).build()).status, VerdictStatus::pass);
+  // A malformed count (more distinct than samples) is no evidence, not a verdict.
+  EXPECT_EQ(check("effective_batch", halved_with_data(40).build()).status, VerdictStatus::pass);
+  // Without fingerprints the sentence says what was not checked.
+  EXPECT_THAT(check("effective_batch", halved(32).build()).reason, HasSubstr("whether they were distinct is not known"));
+}
+
 TEST(EffectiveBatch, InconclusiveWithoutAnOom) {
   TraceBuilder b;
   b.attempt().samples(32).step(1, 32).exit(0);

@@ -543,11 +543,18 @@ TEST(BatchHalving, SaysWhenTheBatchWasInferred) {
                  "ran at batch 57, more than 64 x 0.5 = 32 (batch sizes inferred from the model's inputs: the code reported none)");
 }
 
-TEST(GracefulExit, FailWithoutMessage) {
+// Issue 42, class 12: the probe's record of the OOM and the exit code decide; a job that logs its OOM to a
+// file and exits 1 exited gracefully. A `message` the user asks for is still looked for.
+TEST(GracefulExit, TheProbesRecordDecidesWithoutAMessage) {
   TraceBuilder b;
-  steps(b.attempt(), 1, 4, 64).inject().oom(5, 64, false).output("Traceback: RuntimeError: something else\n").exit(1);
-  EXPECT_VERDICT(check("graceful_exit", b.build()), fail, "printed no out-of-memory message (none of the OOM table's words)");
+  steps(b.attempt(), 1, 4, 64).inject().oom(5, 64, false).output("Traceback: logged to train.log\n").exit(1);
+  EXPECT_VERDICT(check("graceful_exit", b.build()), pass,
+                 "exited with code 1 (the probe recorded the OOM; the output did not mention it)");
   EXPECT_VERDICT(check("graceful_exit", b.build(), {{"message", "gave up"}}), fail, "printed no out-of-memory message (looked for /gave up/)");
+  // Exit 0 after the recorded OOM is still no graceful exit.
+  TraceBuilder c;
+  steps(c.attempt(), 1, 4, 64).inject().oom(5, 64, false).exit(0);
+  EXPECT_VERDICT(check("graceful_exit", c.build()), fail, "exited with code 0");
 }
 
 TEST(GracefulExit, CustomMessage) {
@@ -592,7 +599,9 @@ TEST(MemoryStable, FailLeak) {
   // The failure carries the kept_with_graph finding (docs/diagnosis.md); without breakdowns, no line.
   // Issue 26 (Note [A leak is a trend]): a growth through every third of the steps that adds 68.00 MiB by
   // step 20 to the 1.01 GiB held at step 3 (7%) is under the default share ...
-  EXPECT_VERDICT(check("memory_stable", b.build()), pass, "held memory grew steadily by 4.00 MiB per step");
+  // ... with a horizon of the user's (steps: 20); without one, steady growth with no plateau is a leak (issue 42).
+  EXPECT_VERDICT(check("memory_stable", b.build(), {{"steps", 20}}), pass, "held memory grew steadily by 4.00 MiB per step");
+  EXPECT_VERDICT(check("memory_stable", b.build()), fail, "with no plateau");
   // ... and a leak with a share of 5%, or extrapolated to a training of 1000 steps.
   EXPECT_VERDICT(check("memory_stable", b.build(), {{"steps", 1000}}), fail, "by step 1000");
   Verdict v = check("memory_stable", b.build(), {{"share", 0.05}});
@@ -697,6 +706,22 @@ TEST(NoHang, Pass) {
   TraceBuilder b;
   steps(b.attempt(), 1, 5).wait(300).exit(0);  // a long final save after the last step is fine
   EXPECT_VERDICT(check("no_hang", b.build()), pass, "no gap between steps was longer than 60s (longest 1s)");
+}
+
+// Issue 42, class 8: exit 0 excuses the time after the last step only when the target was reached.
+TEST(NoHang, AnEarlyExitDoesNotExcuseTheFinalGap) {
+  TraceBuilder b;
+  b.target(6);
+  steps(b.attempt(), 1, 2).inject().oom(3, 8).wait(6).exit(0);
+  EXPECT_VERDICT(check("no_hang", b.build(), {{"stall", "2s"}}), fail, "no step after step 2 for");
+  TraceBuilder c;
+  c.target(5);
+  steps(c.attempt(), 1, 5).wait(300).exit(0);
+  EXPECT_VERDICT(check("no_hang", c.build()), pass, "no gap between steps was longer than 60s (longest 1s)");
+  // With no target, the sentence says that completion was not checked.
+  TraceBuilder d;
+  steps(d.attempt(), 1, 2).wait(6).exit(0);
+  EXPECT_VERDICT(check("no_hang", d.build(), {{"stall", "2s"}}), pass, "completion was not checked");
 }
 
 TEST(NoHang, FailStalledBetweenSteps) {

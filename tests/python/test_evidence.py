@@ -44,7 +44,142 @@ class BatchDigest(unittest.TestCase):
         self.assertFalse(E.has_sequence_first_rnn(torch, torch.nn.LSTM(4, 4, batch_first=True)))
 
 
+class SampleContent(unittest.TestCase):
+    """Issue 42: a sample is all its values, whatever container the batch comes in."""
+
+    def padded(self, seed, count=8):
+        g = torch.Generator().manual_seed(seed)
+        ids = torch.zeros(count, 128, dtype=torch.long)
+        ids[:, 0] = 101
+        for i in range(count):
+            n = int(torch.randint(1, 4, (1,), generator=g))
+            ids[i, 1:1 + n] = torch.randint(1000, 2000, (n,), generator=g)
+            ids[i, 1 + n] = 102
+        return ids
+
+    def test_padded_batches_differ(self):
+        a, b = self.padded(0), self.padded(1)
+        self.assertNotEqual(E.batch_hash(torch, a, 0)[1], E.batch_hash(torch, b, 0)[1])
+        count, digest, per_sample, hashes, whole = E.sample_hashes(torch, a, 0)
+        self.assertTrue(per_sample and whole)
+        self.assertEqual(E.distinct(torch, [hashes]), 8)
+        # One token changed at the end of the padding is another sample.
+        c = a.clone()
+        c[3, 127] = 5
+        self.assertNotEqual(E.batch_hash(torch, c, 0)[1], digest)
+
+    def test_a_redo_of_the_same_half_twice_is_not_the_batch(self):
+        a = self.padded(2)
+        whole = E.sample_hashes(torch, a, 0)
+        first = E.sample_hashes(torch, a[:4], 0)
+        self.assertNotEqual((first[1] * 2) & E.MASK, whole[1])
+        self.assertEqual(E.distinct(torch, [first[3], first[3]]), 4)
+        second = E.sample_hashes(torch, a[4:], 0)
+        self.assertEqual(E.distinct(torch, [first[3], second[3]]), 8)
+
+    def test_a_sample_over_the_budget_is_read_in_part_and_says_so(self):
+        x = torch.randn(32, 3, 40, 48)  # 5760 values a sample: every 6th is read
+        count, digest, per_sample, hashes, whole = E.sample_hashes(torch, x, 0)
+        self.assertEqual((count, per_sample, whole), (32, True, False))
+        self.assertEqual(E.distinct(torch, [hashes]), 32)
+        # What is read depends on the sample, never on the batch's size: halves add up to the whole.
+        a, b = (E.sample_hashes(torch, p, 0)[1] for p in x.split(16))
+        self.assertEqual((a + b) & E.MASK, digest)
+        self.assertTrue(E.sample_hashes(torch, x[:, :, :4, :4], 0)[4], "48 values a sample: read whole")
+
+    def test_containers_are_walked(self):
+        import collections
+        import dataclasses
+
+        @dataclasses.dataclass
+        class Batch:
+            pixels: torch.Tensor
+            labels: torch.Tensor
+            name: str = "train"
+
+        class Encoding(collections.abc.Mapping):  # a BatchEncoding: a Mapping, not a dict
+            def __init__(self, **d):
+                self.d = d
+
+            def __getitem__(self, k):
+                return self.d[k]
+
+            def __iter__(self):
+                return iter(self.d)
+
+            def __len__(self):
+                return len(self.d)
+        Pair = collections.namedtuple("Pair", "x y")
+        x, y = torch.zeros(4, 3), torch.zeros(4)
+        for args, kwargs in ((Batch(x, y),), None), (({"inner": [Pair(x, y)]},), None), ((), {"enc": Encoding(x=x, y=y)}):
+            tensors, items = E.input_leaves(torch, args, kwargs)
+            self.assertEqual([t.shape for t in tensors], [x.shape, y.shape])
+            self.assertEqual(items, [])
+        self.assertTrue(E.has_tensor(torch, (Batch(x, y),)))
+        # Malformed: containers with no tensor, and a cycle, are walked to nothing, not forever.
+        loop = []
+        loop.append(loop)
+        self.assertEqual(E.input_leaves(torch, ({"a": "text", "b": [1, 2]}, loop)), ([], []))
+
+    def test_a_list_of_per_sample_dicts_is_a_batch_of_its_items(self):
+        g = torch.Generator().manual_seed(3)
+        items = [{"image": torch.rand(3, 5 + i, 6, generator=g), "label": i % 2} for i in range(4)]
+        tensors, lists = E.input_leaves(torch, (items,))
+        self.assertEqual((tensors, len(lists), len(lists[0])), ([], 1, 4))
+        hashes = [E.item_hash(torch, item) for item in items]
+        self.assertEqual(len(set(hashes)), 4)
+        other = dict(items[0], label=1)
+        self.assertNotEqual(E.item_hash(torch, other), hashes[0], "its plain values are part of it")
+        self.assertIsNone(E.item_hash(torch, {"label": 1}), "no tensor: no sample hash")
+
+
+class ResumeStep(unittest.TestCase):
+    """Issue 42, class 9: the step a resume starts at, from the counter under its usual names or from the
+    optimizer's own count."""
+
+    def test_counters_under_other_names(self):
+        from oomharness.probe.checkpoints import checkpoint_step
+        self.assertEqual(checkpoint_step({"model": {}, "iter_num": 6}), 6)
+        self.assertEqual(checkpoint_step({"global_steps": torch.tensor(8)}), 8)
+        self.assertEqual(checkpoint_step({"trainer": {"num_updates": 3}}), 3)
+        # Malformed or absent: no step, never a wrong one.
+        self.assertIsNone(checkpoint_step({"epoch": 2, "step": "six", "iter": True}))
+        self.assertIsNone(checkpoint_step({"step": -4}))
+        self.assertIsNone(checkpoint_step([1, 2]))
+
+    def test_the_optimizers_own_count(self):
+        from oomharness.probe.checkpoints import optimizer_steps
+        model = torch.nn.Linear(4, 2)
+        adam = torch.optim.Adam(model.parameters())
+        self.assertIsNone(optimizer_steps(adam), "no step taken: no state")
+        for _ in range(3):
+            model(torch.randn(2, 4)).sum().backward()
+            adam.step()
+        fresh = torch.optim.Adam(model.parameters())
+        fresh.load_state_dict(adam.state_dict())
+        self.assertEqual(optimizer_steps(fresh), 3)
+        sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+        sgd.step()
+        self.assertIsNone(optimizer_steps(sgd), "a stateless optimizer keeps no count")
+
+
 class CheckpointDigest(unittest.TestCase):
+    def test_a_whole_module_saved_is_its_state(self):
+        # Issue 42, class 6: torch.save(model) reaches the module's tensors.
+        model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+        digest, prints, tensors, paths = E.state_digest(torch, model)
+        self.assertEqual(tensors, 4)
+        with torch.no_grad():
+            model[0].weight.add_(1.0)
+        self.assertNotEqual(E.state_digest(torch, model)[0], digest)
+        buffer = io.BytesIO()
+        torch.save(model, buffer)
+        loaded = torch.load(io.BytesIO(buffer.getvalue()), weights_only=False)
+        self.assertEqual(E.state_digest(torch, loaded)[0], E.state_digest(torch, model)[0])
+        got = E.model_state(torch, loaded, [E.state_digest(torch, model)[:2] + (E.state_digest(torch, model)[3],)])
+        self.assertEqual((got["unmatched"], got["unseen"], got["from"][0]["tensors"]), (0, 0, 4))
+
+
     def test_the_digest_survives_renames_copies_and_streams(self):
         model = torch.nn.Linear(8, 4)
         opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)

@@ -10,6 +10,15 @@ DataLoader handed out for the batch in hand, when the forward's inputs hold no t
 "code", the batch_size the code passed to probe.step(). An OOM before the step's first forward (moving the
 batch to the device) has the batch of the last forward. batch_halving says in its verdict when the batches
 it compared were inferred.
+
+Note [Distinct samples]
+A sum of per-sample hashes says whether pieces add up to a batch, not whether a step's samples differ: a
+failed batch of 128 redone as two micro-batches that are both its first half counts 128 samples
+(effective_batch passed it, issue 42 class 3). So the step event's data also says how many of its samples
+are `distinct` in content: the number of distinct per-sample hashes among the step's training forwards
+(one hash per sample, of all its input tensors). Reported only where every forward of the step was hashed
+per sample (not for a GPU batch read as a whole). Duplicates in the data set lower it too; effective_batch
+compares it with the steps before the OOM.
 """
 
 import collections
@@ -43,6 +52,8 @@ class Batches:
         self.data_digest = 0
         self.data_per_sample = True
         self.data_parts = []              # the digest of each training forward (gradient accumulation)
+        self.data_hashes = []             # each forward's per-sample hashes (Note [Distinct samples])
+        self.data_whole = True            # every value of every sample was hashed (Note [A sample is all its values])
         self.data_shape = None            # the first input's shape, its batch dimension and how it was found
         self.data_dim = None
         self.data_from = None
@@ -104,8 +115,12 @@ class Batches:
         """The batch size of a top-level forward, from its batch dimension; for a training forward, its data
         is added to the step's."""
         torch = self.ctx.torch
-        t, tensors = evidence.first_tensor(torch, args, kwargs)
-        if t is None or t.dim() == 0:
+        tensors, items = evidence.input_leaves(torch, args, kwargs)
+        if not tensors:
+            # Note [What a batch comes in]: a list of samples, each its own container.
+            return self.items_of(items[0], training) if items else None
+        t = tensors[0]
+        if t.dim() == 0:
             return None
         shape = tuple(t.shape)
         rnn = self.rnn.get(module)
@@ -123,29 +138,53 @@ class Batches:
         if not training or not self.digests:
             return count
         with evidence.off_books(self.ctx.device):
-            samples, digest, per_sample = 0, 0, True
+            samples, digest, per_sample, whole, hashes = 0, 0, True, True, None
             for u in tensors:
                 if u.dim() <= dim or int(u.shape[dim]) != count:
                     continue
-                got = evidence.batch_hash(torch, u, dim)
+                got = evidence.sample_hashes(torch, u, dim)
                 if got is None:
                     continue
                 if not samples:
                     samples = got[0]
                 digest = (digest + got[1]) & evidence.MASK
                 per_sample = per_sample and got[2]
+                whole = whole and got[4]
+                if per_sample:  # one hash per sample, of all its tensors (Note [Distinct samples])
+                    hashes = got[3] if hashes is None else hashes + got[3]
+        self.add_forward(samples, digest, hashes if per_sample else None, per_sample, whole, list(shape), dim, how)
+        return count
+
+    def items_of(self, items, training):
+        """A forward whose batch is a list of samples (Note [What a batch comes in]): its length, and, for a
+        training forward, each item's hash."""
+        count = len(items)
+        if training and self.digests:
+            torch = self.ctx.torch
+            with evidence.off_books(self.ctx.device):
+                got = [evidence.item_hash(torch, item) for item in items]
+                hashes = torch.tensor([evidence.signed(h) for h in got if h is not None], dtype=torch.int64)
+            if len(hashes) == count:
+                digest = int(hashes.sum().item()) & evidence.MASK
+                self.add_forward(count, digest, hashes, True, True, [count], 0, "items")
+        return count
+
+    def add_forward(self, samples, digest, hashes, per_sample, whole, shape, dim, how):
+        """A training forward's data joins the step's (Note [A step is its data])."""
+        if hashes is not None:
+            self.data_hashes.append(hashes)
         self.data_samples += samples
         self.data_parts.append(digest)
         self.data_digest = (self.data_digest + digest) & evidence.MASK
         self.data_per_sample = self.data_per_sample and per_sample
+        self.data_whole = self.data_whole and whole
         if self.data_shape is None:
-            self.data_shape, self.data_dim, self.data_from = list(shape), dim, how
+            self.data_shape, self.data_dim, self.data_from = shape, dim, how
         if self.loader_fresh and self.loader_indices:
             text = evidence.indices_text(self.loader_indices)
             if text:
                 self.data_loader = text if not self.data_loader else self.data_loader + "; " + text
         self.loader_fresh = False
-        return count
 
     def take_data(self):
         """The `data` field of a step or OOM event (None when no training forward was fingerprinted), and
@@ -157,6 +196,11 @@ class Batches:
                     "from": self.data_from}
             if self.data_loader:
                 data["loader"] = self.data_loader
+            if self.data_per_sample and self.data_hashes:
+                with evidence.off_books(self.ctx.device):
+                    data["distinct"] = evidence.distinct(self.ctx.torch, self.data_hashes)
+            if not self.data_whole:
+                data["whole"] = False
             if 1 < len(self.data_parts) <= MAX_PARTS:
                 data["parts"] = [evidence.hex64(d) for d in self.data_parts]
         self._reset_data()

@@ -1,28 +1,80 @@
 """The probe's checkpoints part: torch.save and torch.load with what they saved or loaded (Note [A checkpoint is
 its content] in evidence.py), and whether a model's state then equals what was loaded (`model_state`)."""
 
+import importlib
 import os
 import weakref
 
 from .._hooks import safely
+from .._patches import resolve
 from . import evidence
 
 WHO = "probe.checkpoints"
 
 
+# Note [A step is what the optimizer did]
+# A resumed attempt must number its steps from where the checkpoint left off, or it "stops at step 4 of 10"
+# having trained to step 10. Public code keeps the counter under many names (nanoGPT's `iter_num`,
+# DeepSpeed's `global_steps`, fairseq's `num_updates`), in a side file (Hugging Face's trainer_state.json,
+# a text file) or in a torch.distributed.checkpoint folder, and the probe only read `step`/`global_step`
+# (issue 42, class 9). So the step a process starts at comes from evidence, in this order:
+#   - the loaded object's counter, under one of COUNTER_KEYS, at its top level or one level down;
+#   - the optimizer's own count: Optimizer.load_state_dict gives each parameter's state its `step` (Adam,
+#     AdamW, RMSprop, Adagrad, NAdam, RAdam, Adamax, ...: the optimizer steps taken), whatever file or
+#     folder it came from; the largest is the steps done, in the probe's own count (optimizer steps).
+# The optimizer's count moves it only before the process completed a step of its own. Not seen: a stateless
+# optimizer (SGD without momentum keeps no step) whose counter is in a side file: its steps are numbered
+# from 1 again, and `completes` says so.
+COUNTER_KEYS = ("step", "global_step", "global_steps", "iter_num", "iteration", "iterations", "num_updates",
+                "train_step", "current_step", "steps", "iter", "it")
+
+
+def _counter(v):
+    if v is None or isinstance(v, bool):
+        return None
+    try:
+        n = int(v.item() if hasattr(v, "item") else v)
+    except Exception:
+        return None
+    return n if n >= 0 else None
+
+
 def checkpoint_step(obj):
-    """The step a checkpoint says it holds: its `step` (or `global_step`) entry when it is a dict."""
+    """The step a checkpoint says it holds: its counter under one of COUNTER_KEYS (Note [A step is what the
+    optimizer did]), at its top level or in a dict one level down."""
     if not isinstance(obj, dict):
         return None
-    for key in ("step", "global_step"):
-        v = obj.get(key)
-        if v is None or isinstance(v, bool):
-            continue
-        try:
-            return int(v.item() if hasattr(v, "item") else v)
-        except Exception:
-            continue
+    for scope in [obj] + [v for v in obj.values() if isinstance(v, dict)]:
+        for key in COUNTER_KEYS:
+            n = _counter(scope.get(key)) if key in scope else None
+            if n is not None:
+                return n
     return None
+
+
+def optimizer_steps(optimizer):
+    """The optimizer steps an optimizer's state says were taken: the largest `step` of its parameters' state;
+    None when it keeps none (Note [A step is what the optimizer did])."""
+    best = None
+    for state in list(getattr(optimizer, "state", {}).values())[:4096]:
+        if isinstance(state, dict) and "step" in state:
+            n = _counter(state["step"])
+            if n is not None and (best is None or n > best):
+                best = n
+    return best
+
+
+# Note [What a resume restored]
+# A resume restores more than the weights: the optimizer's state (Adam's moments: without them it restarts
+# from zero and the loss jumps), the LR scheduler, the GradScaler's scale, the RNG states and the data
+# position (issue 42, class 5; the resume bugs Hugging Face's trackers see most). The probe notes which of
+# them the process restored before its first training forward: `optimizer` (Optimizer.load_state_dict with
+# a non-empty state), `scheduler` (a learning-rate scheduler's load_state_dict), `scaler` (GradScaler's),
+# `rng` (torch's, CUDA's, Python's or NumPy's generator state set), and reports them with `model_state`
+# (`restored`), beside the weights it compares there. A save reports whether the job's optimizer held
+# state (`optimizer_state`): what a resume of that save has to restore. The data position is judged by the
+# policy from the data (Note [A step is its data]).
+RESTORED = ("optimizer", "scheduler", "scaler", "rng")
 
 
 def path_of(f):
@@ -39,10 +91,63 @@ class Checkpoints:
         self.state_checked = weakref.WeakSet()  # models compared with the loaded state since the last load
         self.quiet = 0                          # > 0: inside probe.quiet(): the caller reports the save or load
         self.quiet_content = None               # what a torch.save/load inside quiet() saw, for the caller's report
+        self.restored = []                      # Note [What a resume restored], in the order seen
+        self.optimizer_steps = None             # the optimizer's count at its load (Note [A step is what the optimizer did])
+        self.stepped = False                    # this process completed a step
 
     def install(self, torch):
-        self.ctx.patches.replace(WHO, "torch", "save", self._save)
-        self.ctx.patches.replace(WHO, "torch", "load", self._load)
+        patches = self.ctx.patches
+        patches.replace(WHO, "torch", "save", self._save)
+        patches.replace(WHO, "torch", "load", self._load)
+        # Note [What a resume restored]: the load_state_dict of each class that defines one.
+        patches.replace(WHO, "torch.optim.Optimizer", "load_state_dict", self._restoring("optimizer"))
+        sched = importlib.import_module("torch.optim.lr_scheduler")
+        for name in sorted(vars(sched)):
+            cls = getattr(sched, name)
+            if isinstance(cls, type) and "load_state_dict" in vars(cls) and cls.__module__ == sched.__name__:
+                patches.replace_in(WHO, "torch.optim.lr_scheduler.*", cls, "load_state_dict", self._restoring("scheduler"))
+        for where in ("torch.amp.grad_scaler.GradScaler", "torch.cuda.amp.GradScaler"):
+            cls = resolve(where)
+            if isinstance(cls, type) and "load_state_dict" in vars(cls):
+                patches.replace(WHO, where, "load_state_dict", self._restoring("scaler"))
+        for where, name in (("torch", "set_rng_state"), ("torch.random", "set_rng_state"), ("random", "setstate")):
+            patches.replace(WHO, where, name, self._restoring("rng"))
+
+    def _restoring(self, part):
+        def wrap(original):
+            def load_state_dict(*args, **kwargs):
+                result = original(*args, **kwargs)
+                safely(self.restoring, part, args[0] if args else None)
+                return result
+            return load_state_dict
+        return wrap
+
+    def restoring(self, part, owner):
+        """A part of the training state was restored (Note [What a resume restored]): noted before the process's
+        first step only (activation checkpointing sets the RNG state at every step)."""
+        if self.stepped:
+            return
+        if part == "optimizer":
+            steps = optimizer_steps(owner)
+            if not getattr(owner, "state", None):
+                return  # an empty state loaded: nothing restored
+            if steps is not None:
+                self.optimizer_steps = steps if self.optimizer_steps is None else max(self.optimizer_steps, steps)
+                self.resume_at(steps)
+        if part not in self.restored:
+            self.restored.append(part)
+
+    def resume_at(self, done):
+        """Note [A step is what the optimizer did]: `done` optimizer steps were taken before this process."""
+        clock = self.ctx.clock
+        if self.stepped or done <= clock.completed:
+            return
+        clock.completed = done
+        if clock.started:
+            safely(clock.set_step_in_progress, clock.number(done + 1))
+
+    def on_step_done(self, fields):
+        self.stepped = True
 
     def _in_checkpoint_phase(self, call, *args, **kwargs):
         """Runs torch.save/load in the checkpoint phase (an OOM there is noted), then restores the phase."""
@@ -74,12 +179,22 @@ class Checkpoints:
         fields = {"completed": clock.completed}
         if content is not None:
             fields.update(digest=evidence.hex64(content[0]), tensors=content[2])
+        held = safely(self.optimizer_state_held)
+        if held is not None:
+            fields["optimizer_state"] = held
         if self.quiet:  # the caller reports it (checkpoint_saved), with what was written
             self.quiet_content = fields
         else:
             s = checkpoint_step(obj)
             self.ctx.emit("checkpoint_save", path=path_of(f), step=clock.number(clock.completed) if s is None else s,
                           **fields)
+
+    def optimizer_state_held(self):
+        """Whether an optimizer of the job holds state (Note [What a resume restored]); None: none seen."""
+        optimizers = list(self.ctx.seen.optimizers)
+        if not optimizers:
+            return None
+        return any(bool(getattr(o, "state", None)) for o in optimizers)
 
     def _load(self, original):
         def load(f, *args, **kwargs):
@@ -131,4 +246,7 @@ class Checkpoints:
         self.state_checked.add(module)
         with evidence.off_books(self.ctx.device):
             fields = evidence.model_state(self.ctx.torch, module, self.loaded)
+        fields["restored"] = list(self.restored)
+        if self.optimizer_steps is not None:
+            fields["optimizer_steps"] = self.optimizer_steps
         self.ctx.emit("model_state", step=self.ctx.clock.current_step(), model=type(module).__name__, **fields)

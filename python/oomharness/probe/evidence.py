@@ -6,11 +6,28 @@ goes on with the next batch completes "step 5" on batch 6. So the probe fingerpr
 training forward (the top-level module's tensor arguments) and reports, with each step and each OOM, the
 data trained on since the last step: `samples` (the batch dimension's sizes added up) and `digest`, the sum
 modulo 2**64 of one 64-bit hash per sample. A sample's hash mixes its dtype, its shape without the batch
-dimension and up to SAMPLE_VALUES of its values, strided over it. A sum of per-sample hashes does not depend
+dimension and its values (Note [A sample is all its values]), over every tensor of the forward's inputs that
+has the batch dimension (token ids, attention mask, labels: Note [What a batch comes in]). A sum of per-sample hashes does not depend
 on the order of the samples or on how a batch was cut: a failed batch of 32 redone as two halves of 16 adds
 up to the failed batch's digest, and any other 32 samples almost surely do not (a policy compares digests,
-never recomputes them). Two samples equal in every sampled value look the same; a sample that differs only
-between the sampled values is taken for the other.
+never recomputes them). Two samples equal in every hashed value look the same.
+
+Note [A sample is all its values]
+A fingerprint of a few values per sample (16, strided over it, until issue 42) made every padded token batch
+look the same: BERT-style inputs are [CLS], a few tokens, [SEP] and padding to a fixed length, so the sampled
+values were [CLS] and padding in every sample, and a retry that went on with the next batch passed as "the same
+data". So a sample's hash covers every one of its values, read as 64-bit integers (a float by the bits of
+its float64 value), each weighted by an odd 64-bit weight of its position, summed (wrapping) and mixed: samples
+that differ in any value differ, and so do permutations of a sample. On the host that is a few vector
+operations over the batch: a sample of up to HOST_SAMPLE_VALUES (512) values is hashed whole (a sequence
+of 512 tokens); a larger one by every k-th value, k = ceil(values / 512) (a CIFAR image: 1 in 6; an
+ImageNet one: 1 in 294), and the event says so (`whole: false`). The values read depend on the sample alone,
+never on the batch's size: a budget per batch (tried first) read other positions in a half than in the whole,
+so the halves of a failed batch of images no longer added up to it (a false red on a correct halving). The
+cost, measured 2026-11-28 with min-of-5 timeit of sample_hashes and distinct against the old batch_hash (one
+thread) on this project's 2-core CI machine at a load of about 20-30: see docs/probe.md. On a GPU see Note
+[One copy of a GPU batch's values]: the one copy reads the first GPU_SAMPLE_VALUES (256) values of each
+sample (the whole of a 256-token sequence), and the event says `whole: false` for longer samples.
 
 The hashes are computed with torch on the host: on the virtual device the tensors live on the CPU, and the
 probe's own operations are kept off its books (off_books: VirtualDevice.host_work). On a GPU the probe never
@@ -25,7 +42,8 @@ them were the probe's largest cost per step on an H100 (about 200 of its 450 us,
 digest of the batch as a whole cannot say that two halves redo a failed batch: on an H200 the self-test's
 correct halving trainers were failed ("the failed batch was never trained on again"). So a batch whose
 samples are contiguous (batch dimension 0, a contiguous tensor) is read in one cudaMemcpy2DAsync of the
-first SAMPLE_VALUES values of every sample (a window per row), on the current stream (the order `.item()`
+first GPU_SAMPLE_VALUES values of every sample (a window per row, the same for any batch size), on the
+current stream (the order `.item()`
 reads in), then one cudaStreamSynchronize, and hashed per sample on the host as on the CPU (`per_sample`
 true; the window, not values strided over the sample, so a GPU's digest is not a CPU's). Other batches are
 read as WHOLE_VALUES elements spaced numel // WHOLE_VALUES apart in one such copy, batch-level. No operation
@@ -60,12 +78,16 @@ or put an older or pretrained state into it, shows there. Not seen: checkpoints 
 than torch.save (safetensors, numpy), and a state saved in another dtype than the model's.
 """
 
+import collections.abc
 import contextlib
 import ctypes
+import dataclasses
 import struct
 
-SAMPLE_VALUES = 16   # values hashed per sample (Note [A step is its data])
-WHOLE_VALUES = 8     # elements read from a batch on a GPU
+SAMPLE_VALUES = 16   # values hashed per sample at least (Note [A sample is all its values])
+HOST_SAMPLE_VALUES = 512  # values of a sample hashed on the host: all of them up to this many (Note [A sample is all its values])
+GPU_SAMPLE_VALUES = 256    # values at the start of each sample of a GPU batch read in its one copy
+WHOLE_VALUES = 8     # elements read from a GPU batch whose samples are not contiguous
 TENSOR_VALUES = 8    # values hashed per tensor of a checkpoint or a model's state
 MASK = (1 << 64) - 1
 
@@ -107,13 +129,14 @@ def _unravel(flat, shape):
     return tuple(reversed(index))
 
 
-def _bits(torch, values):
-    """The values as int64 bit patterns (floats through float64, so that equal values give equal bits)."""
+def _bits(torch, values, copy=False):
+    """The values as int64 bit patterns (floats through float64, so that equal values give equal bits); with
+    `copy`, always a new tensor of the probe's own."""
     if values.is_complex():
         values = torch.view_as_real(values)
     if values.is_floating_point():
-        return values.to(torch.float64).view(torch.int64)
-    return values.to(torch.int64)
+        return values.to(torch.float64, copy=copy).view(torch.int64)
+    return values.to(torch.int64, copy=copy)
 
 
 def _on_gpu(t):
@@ -214,6 +237,15 @@ def tensor_hash(torch, t):
 def batch_hash(torch, t, dim):
     """(samples, digest, per_sample) of one input tensor whose batch is dimension `dim` (Note [A step is its
     data]), or None when it cannot be read."""
+    got = sample_hashes(torch, t, dim)
+    return None if got is None else got[:3]
+
+
+def sample_hashes(torch, t, dim):
+    """(samples, digest, per_sample, hashes, whole) of one input tensor whose batch is dimension `dim`: the
+    digest, the sum of the samples' hashes (Note [A step is its data]); `hashes` the host int64 tensor of one
+    hash per sample (None when `per_sample` is false); `whole` whether every value of each sample was read
+    (Note [A sample is all its values]). None when it cannot be read."""
     if t.dim() <= dim or t.is_sparse or t.is_quantized:
         return None
     t = t.detach()
@@ -221,14 +253,16 @@ def batch_hash(torch, t, dim):
     rest = tuple(t.shape[:dim]) + tuple(t.shape[dim + 1:])
     salt = _text_hash("%s%s" % (t.dtype, rest))
     if count == 0:
-        return 0, 0, True
+        return 0, 0, True, torch.zeros(0, dtype=torch.int64), True
     per = 1
     for s in rest:
         per *= s
     if _on_gpu(t):
-        windows = _sample_windows(torch, t, dim, count, per, min(per, SAMPLE_VALUES)) if per > 0 else None
+        width = min(per, GPU_SAMPLE_VALUES)  # never by the batch's size: a piece's samples hash as the whole's
+        windows = _sample_windows(torch, t, dim, count, per, width) if per > 0 else None
         if windows is not None:
-            return count, _per_sample_digest(torch, _bits(torch, windows), salt), True
+            hashes = _sample_row_hashes(torch, _bits(torch, windows), salt)
+            return count, int(hashes.sum().item()) & MASK, True, hashes, width == per
         n = t.numel()
         values = _spaced_values(torch, t, min(n, WHOLE_VALUES))
         if values is None:
@@ -236,30 +270,62 @@ def batch_hash(torch, t, dim):
         h = salt ^ count
         for i, v in enumerate(values):
             h = _mix(h ^ ((v * _MULT[i % len(_MULT)]) & MASK))
-        return count, h, False
+        return count, h, False, None, False
     xs = t.movedim(dim, 0) if dim else t
-    positions = _positions(per, min(per, SAMPLE_VALUES))
-    if not rest:
-        vals = xs.reshape(count, 1)
+    width = min(per, HOST_SAMPLE_VALUES)  # never by the batch's size: a piece's samples hash as the whole's
+    rows = xs.reshape(count, per)
+    if width < per:  # Note [A sample is all its values]: beyond the budget, every k-th value of the sample
+        rows = rows[:, ::-(-per // width)]
+    bits = _bits(torch, rows, copy=True)
+    hashes = _sample_row_hashes(torch, bits, salt)
+    return count, int(hashes.sum().item()) & MASK, True, hashes, width == per
+
+
+def _weights(torch, n):
+    """n odd 64-bit weights, one per position of a sample's values (cached: the same n every step)."""
+    w = _WEIGHTS.get(n)
+    if w is None:
+        j = torch.arange(1, n + 1, dtype=torch.int64)
+        w = (j * _MULT[0] + _MULT[1]) ^ (j * _MULT[2])
+        w = w | 1
+        if len(_WEIGHTS) > 64:
+            _WEIGHTS.clear()
+        _WEIGHTS[n] = w
+    return w
+
+
+_WEIGHTS = {}
+
+
+def _sample_row_hashes(torch, bits, salt):
+    """One 64-bit hash per row of `bits` (a sample's values as int64 bit patterns): a weighted sum of every
+    value, one odd weight per position, then mixed (Note [A sample is all its values])."""
+    if bits.shape[1] == 0:
+        h = torch.zeros(bits.shape[0], dtype=torch.int64)
     else:
-        index = [[] for _ in rest]
-        for p in positions:
-            for d, i in enumerate(_unravel(p, rest)):
-                index[d].append(i)
-        vals = xs[(slice(None),) + tuple(torch.tensor(ix, dtype=torch.long) for ix in index)]
-    return count, _per_sample_digest(torch, _bits(torch, vals), salt), True
+        h = (bits * _weights(torch, bits.shape[1])).sum(1)
+    h = h ^ (signed(salt) >> 1)
+    h = h ^ (h >> 29)
+    h = h * 0x5851F42D4C957F2D
+    h = h ^ (h >> 32)
+    h = h * 0x2545F4914F6CDD1D
+    return h ^ (h >> 29)
+
+
+def signed(h):
+    """A 64-bit hash as torch's int64 holds it."""
+    h &= MASK
+    return h - (1 << 64) if h >= (1 << 63) else h
+
+
+def distinct(torch, hashes):
+    """How many distinct samples the per-sample hash tensors hold together (Note [Distinct samples])."""
+    return int(torch.unique(torch.cat(hashes) if len(hashes) > 1 else hashes[0]).numel())
 
 
 def _per_sample_digest(torch, bits, salt):
     """The sum over samples (rows of `bits`) of each sample's hash, modulo 2**64 (Note [A step is its data])."""
-    mult = torch.tensor(_MULT[:bits.shape[1]] if bits.shape[1] <= len(_MULT)
-                        else [_MULT[i % len(_MULT)] for i in range(bits.shape[1])], dtype=torch.int64)
-    # A per-sample hash: a weighted sum of the bits, mixed; then summed over the samples (order-free).
-    h = (bits * mult).sum(1) ^ (salt >> 1)
-    h = h ^ (h >> 29)
-    h = h * 0x5851F42D4C957F2D
-    h = h ^ (h >> 32)
-    return int(h.sum().item()) & MASK
+    return int(_sample_row_hashes(torch, bits, salt).sum().item()) & MASK
 
 
 def _sample_windows(torch, t, dim, count, per, k):
@@ -268,23 +334,84 @@ def _sample_windows(torch, t, dim, count, per, k):
     return _copy_rows(torch, t, count, k, per) if dim == 0 else None
 
 
-def first_tensor(torch, args, kwargs=None):
-    """The first tensor among the arguments (one level into lists, tuples, dicts), and all of them."""
-    Tensor = torch.Tensor
-    found = []
+def item_hash(torch, item):
+    """One sample given as a container of its own (a dict of one image and its annotations, Detectron2's style):
+    one 64-bit hash of every tensor in it, by key path, and its plain values; None when it holds no tensor."""
+    h = 0
+    found = False
+    for path, leaf in walk_state(torch, _plain(item), depth=26):
+        if isinstance(leaf, torch.Tensor):
+            got = sample_hashes(torch, leaf.reshape(1, -1), 0)
+            if got is None:
+                continue
+            found = True
+            f = got[1] ^ _text_hash(str(tuple(leaf.shape)))
+        else:
+            f = _text_hash(repr(leaf))
+        h = (h + _mix(_text_hash(path) ^ f)) & MASK
+    return h if found else None
 
-    def collect(values):
-        for v in values:
-            if isinstance(v, Tensor):
-                found.append(v)
-            elif isinstance(v, (list, tuple)):
-                found.extend(w for w in v if isinstance(w, Tensor))
-            elif isinstance(v, dict):
-                found.extend(w for w in v.values() if isinstance(w, Tensor))
-    collect(args)
-    if kwargs:
-        collect(kwargs.values())
-    return (found[0] if found else None), found
+
+def _plain(obj):
+    """A dataclass as the dict of its fields (walk_state reads dicts, lists and objects' __dict__)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: getattr(obj, f.name, None) for f in dataclasses.fields(obj)}
+    return obj
+
+
+# Note [What a batch comes in]
+# A model is called with its batch in whatever the data pipeline made: tensors, a dict or a Hugging Face
+# BatchEncoding (a Mapping, not a dict), a tuple or a named tuple, a @dataclass, a list of per-sample dicts
+# (Detectron2 and many detection models: `model([{"image": ..., "instances": ...}, ...])`), nested. A probe
+# that looked one level into lists and dicts found no tensor in a dataclass or a list of dicts, and the
+# checks fell back to step numbers, which the probe advances itself (issue 42, class 2). input_leaves walks
+# all of these, depth first in argument order, at most INPUT_DEPTH levels and INPUT_LEAVES tensors deep: a
+# list or tuple whose every item is a container (a Mapping or a dataclass) is a list of samples, each item
+# one sample (`from: "items"`), hashed whole by item_hash; anything else is walked for its tensors. Objects
+# of other classes (a config, a module) are not walked: their tensors are not the batch.
+INPUT_DEPTH = 6
+INPUT_LEAVES = 64
+
+
+def _is_item(torch, v):
+    return (isinstance(v, collections.abc.Mapping) or
+            (dataclasses.is_dataclass(v) and not isinstance(v, type))) and not isinstance(v, torch.Tensor)
+
+
+def input_leaves(torch, args, kwargs=None):
+    """(tensors, item lists): the tensors among a forward's arguments, outside lists of samples, and the lists
+    of samples (Note [What a batch comes in]). An explicit stack, not a recursive closure: a closure that calls
+    itself is a reference cycle, and its lists (the job's input batch) lived until the garbage collector ran
+    (on the virtual device, a batch's bytes per step kept on its books)."""
+    Tensor = torch.Tensor
+    tensors, items = [], []
+    stack = [(v, 0) for v in reversed(list(kwargs.values()) if kwargs else [])]
+    stack += [(v, 0) for v in reversed(args)]
+    while stack and len(tensors) < INPUT_LEAVES:
+        v, depth = stack.pop()
+        if depth > INPUT_DEPTH:
+            continue
+        if isinstance(v, Tensor):
+            tensors.append(v)
+        elif isinstance(v, (str, bytes, int, float, bool)) or v is None:
+            continue
+        elif isinstance(v, (list, tuple)):
+            if v and all(_is_item(torch, w) for w in v):
+                items.append(v)
+            else:
+                stack.extend((w, depth + 1) for w in reversed(v))
+        elif isinstance(v, collections.abc.Mapping):
+            stack.extend((w, depth + 1) for w in reversed(list(v.values())))
+        elif dataclasses.is_dataclass(v) and not isinstance(v, type):
+            stack.extend((getattr(v, f.name, None), depth + 1) for f in reversed(dataclasses.fields(v)))
+    return tensors, items
+
+
+def first_tensor(torch, args, kwargs=None):
+    """The first tensor among the arguments (Note [What a batch comes in]: outside lists of samples), and all
+    of them."""
+    tensors, _ = input_leaves(torch, args, kwargs)
+    return (tensors[0] if tensors else None), tensors
 
 
 # Note [Keyword inputs]
@@ -320,8 +447,9 @@ def call_kwargs(module, frame):
 
 
 def has_tensor(torch, args):
-    """Whether the positional arguments hold a tensor (one level into lists, tuples, dicts)."""
-    return first_tensor(torch, args)[0] is not None
+    """Whether the positional arguments hold a tensor (Note [What a batch comes in])."""
+    tensors, items = input_leaves(torch, args)
+    return bool(tensors or items)
 
 
 def has_sequence_first_rnn(torch, module):
@@ -373,15 +501,20 @@ def walk_state(torch, obj, path="", out=None, depth=0):
         return out
     if isinstance(obj, torch.Tensor):
         out.append((path, obj))
-    elif isinstance(obj, dict):
-        for k in obj:
+    elif isinstance(obj, torch.nn.Module):
+        # Note [A checkpoint is its content]: a whole module saved (torch.save(model)) is its state.
+        walk_state(torch, obj.state_dict(), path + "/" + type(obj).__name__, out, depth + 1)
+    elif isinstance(obj, (dict, collections.abc.Mapping)):
+        for k in list(obj.keys()):
             walk_state(torch, obj[k], "%s/%s" % (path, k), out, depth + 1)
     elif isinstance(obj, (list, tuple)):
         for i, v in enumerate(obj):
             walk_state(torch, v, "%s/%d" % (path, i), out, depth + 1)
     elif isinstance(obj, (int, float, str, bool)) or obj is None:
         out.append((path, obj))
-    elif hasattr(obj, "__dict__") and not callable(obj):
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        walk_state(torch, _plain(obj), path + "/" + type(obj).__name__, out, depth + 1)
+    elif hasattr(obj, "__dict__") and not isinstance(obj, type) and not callable(obj):
         walk_state(torch, vars(obj), path + "/" + type(obj).__name__, out, depth + 1)
     return out
 
