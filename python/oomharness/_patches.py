@@ -25,7 +25,9 @@ DEVICE, SHAPE_ONLY = "device", "device.shape_only"
 # The factories the virtual device answers for (device="cuda", or the default device).
 FACTORIES = ("zeros", "ones", "empty", "full", "rand", "randn", "randint", "arange", "linspace", "eye", "tensor",
              "as_tensor", "zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like",
-             "randint_like", "randperm", "normal")
+             "randint_like", "randperm", "normal", "empty_strided", "scalar_tensor")
+# Tensor methods that make a tensor where their `device=` says (else where the tensor is).
+NEW_TENSOR_METHODS = ("new_empty", "new_zeros", "new_ones", "new_full", "new_tensor", "new_empty_strided")
 # torch.cuda's functions the virtual device answers from its model and its host objects.
 CUDA_RUNTIME = ("is_available", "device_count", "current_device", "set_device", "synchronize", "is_initialized",
                 "init", "get_device_name", "get_device_properties", "memory_allocated", "memory_reserved",
@@ -57,7 +59,8 @@ FINITE_CHECKS = ("isnan", "isinf", "isposinf", "isneginf", "isfinite")
 SITES = (
     # The virtual device (virtual_device/).
     ("torch", FACTORIES, ("device.tensors",)),
-    ("torch.Tensor", ("cuda", "to", "cpu", "pin_memory", "record_stream"), ("device.tensors",)),
+    ("torch.Tensor", ("cuda", "to", "cpu", "pin_memory", "record_stream", "device") + NEW_TENSOR_METHODS,
+     ("device.tensors",)),
     ("torch", ("set_default_device", "get_default_device"), ("device.tensors",)),
     ("torch.autograd", ("grad",), ("device.libraries",)),
     ("torch.autograd", ("backward",), ("device.libraries", "probe.steps")),
@@ -75,11 +78,16 @@ SITES = (
     ("torch.serialization", ("load",), ("device.loading",)),
     ("torch.storage._StorageBase", ("cuda",), ("device.loading",)),
     ("torch.storage.TypedStorage", ("cuda",), ("device.loading",)),
+    ("safetensors", ("safe_open",), ("device.loading",)),
+    ("safetensors.torch", ("safe_open",), ("device.loading",)),
+    ("torch.nn.parallel.scatter_gather", ("Scatter",), ("device.parallel",)),
+    ("torch.distributed", ("init_process_group", "new_group"), ("device.parallel",)),
+    ("torch.distributed.distributed_c10d", ("init_process_group", "new_group"), ("device.parallel",)),
     # Its shape-only mode (virtual_device/shape_only.py).
     ("torch.utils", ("swap_tensors",), (SHAPE_ONLY,)),
     ("torch", FINITE_CHECKS, (SHAPE_ONLY,)),
     ("torch.Tensor", FINITE_CHECKS, (SHAPE_ONLY,)),
-    ("torch.optim.*", ("_default_to_fused_or_foreach",), (SHAPE_ONLY,)),
+    ("torch.optim.*", ("_default_to_fused_or_foreach",), ("device.tensors", SHAPE_ONLY)),
     # The probe (probe/).
     ("torch", ("save",), ("probe.checkpoints",)),
     ("torch.optim.Optimizer", ("__init__",), ("probe.steps",)),
@@ -87,7 +95,7 @@ SITES = (
     ("torch.optim.Optimizer", ("zero_grad",), ("probe.grads",)),
     ("torch.nn.Module", ("zero_grad",), ("probe.grads",)),
     ("torch.utils.data.dataloader._BaseDataLoaderIter", ("_next_index", "__next__"), ("probe.batches",)),
-    ("sys", ("excepthook",), ("probe.ooms",)),
+    ("sys", ("excepthook",), ("device.unsupported", "probe.ooms")),
 ) + tuple((owner, names, ("device.runtime",)) for owner, names in CUDA_MIRRORS)
 
 # What is installed without replacing an attribute: (who, what).

@@ -18,6 +18,7 @@ import time
 import torch
 
 from .. import _patches
+from .unsupported import unsupported
 
 WHO = "device.runtime"
 # torch.cuda's names the device answers only where this torch has them (the rest it provides in any case).
@@ -52,15 +53,14 @@ class Event:
         return (end_event._t - self._t) * 1000.0
 
 
-GRAPHS_NOT_MODELLED = ("torch.cuda.%s: CUDA graphs are not modelled by oomharness's virtual CUDA device "
-                       "(docs/without-a-gpu.md): run this job without capturing graphs, or on a GPU")
+GRAPHS_NOT_MODELLED = "CUDA graphs are not modelled by the virtual device"
 
 
 def _graphs_not_modelled(name):
     """What stands for torch.cuda.NAME: a class where PyTorch has one (CUDAGraph, graph), so that annotations
     such as `torch.cuda.CUDAGraph | None` in libraries' code still work, else a function; either refuses."""
     def refuse(*args, **kwargs):
-        raise RuntimeError(GRAPHS_NOT_MODELLED % name)
+        raise unsupported("torch.cuda.%s" % name, GRAPHS_NOT_MODELLED)
     if name in ("CUDAGraph", "graph"):
         return type(name, (), {"__init__": refuse, "__module__": "torch.cuda"})
     refuse.__name__ = name
