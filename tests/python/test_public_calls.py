@@ -188,6 +188,32 @@ class PublicCalls(unittest.TestCase):
             dist.destroy_process_group()
         """, "gloo [1.0, 1.0, 1.0] True ['nccl']")
 
+    # Note [The CUDA generator's state] (runtime.py): torchtitan's FSDP2 died in DTensor's RNG tracker, which
+    # reads the offset from bytes 8-16 of torch.cuda.get_rng_state() (the CPU generator's 5056 bytes before).
+    def test_the_cuda_generator_state_has_a_gpus_shape_and_checkpointing_still_replays_dropout(self):
+        self.check("""
+            torch.manual_seed(7)
+            s = torch.cuda.get_rng_state()
+            print(s.dtype, s.numel(), torch.cuda.initial_seed(), s[8:].view(torch.int64).item())
+            s[8:] = torch.tensor([4096], dtype=torch.int64).view(torch.uint8)
+            torch.cuda.set_rng_state(s.cuda())
+            print(torch.cuda.get_rng_state()[8:].view(torch.int64).item(), len(torch.cuda.get_rng_state_all()))
+            torch.cuda.manual_seed(11)
+            print(torch.cuda.initial_seed(), torch.cuda.get_rng_state()[8:].view(torch.int64).item())
+            from torch.utils.checkpoint import checkpoint
+            lin = torch.nn.Linear(32, 32).cuda()
+            def block(x):
+                return torch.nn.functional.dropout(lin(x), 0.5, training=True).sum()
+            x = torch.randn(8, 32, device="cuda")
+            torch.manual_seed(3); block(x).backward(); plain = lin.weight.grad.clone(); lin.weight.grad = None
+            torch.manual_seed(3); checkpoint(block, x, use_reentrant=False).backward()
+            print(torch.equal(plain, lin.weight.grad))
+            try:
+                torch.cuda.set_rng_state([1, 2])
+            except TypeError as e:
+                print("refused")
+        """, "torch.uint8 16 7 0 4096 1 11 0 True refused")
+
     # Note [A call the virtual device cannot run]: a call that reached the missing CUDA runtime.
     def test_a_call_that_reaches_the_cuda_runtime_is_named_with_the_users_line(self):
         proc = run("""

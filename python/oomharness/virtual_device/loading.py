@@ -76,6 +76,20 @@ class Loading:
             return out
         return load
 
+    def _safe_open(self, original):
+        dev = self.device
+
+        def book(t):
+            if isinstance(t, torch.Tensor):
+                dev.book(t)
+            return t
+
+        def safe_open(filename, framework, device="cpu", *args, **kwargs):
+            if not is_cuda(device):
+                return original(filename, framework, device, *args, **kwargs)
+            return _OnDevice(original(filename, framework, "cpu", *args, **kwargs), book)
+        return safe_open
+
     def _storage_cuda(self, original):
         local = self._local
 
@@ -126,22 +140,3 @@ class _OnDevice:
     def __getattr__(self, name):  # keys(), metadata(), offset_keys(), ...
         return getattr(self._inner, name)
 
-
-def _safe_open_wrapper(original, book):
-    def safe_open(filename, framework, device="cpu", *args, **kwargs):
-        if not is_cuda(device):
-            return original(filename, framework, device, *args, **kwargs)
-        return _OnDevice(original(filename, framework, "cpu", *args, **kwargs), book)
-    return safe_open
-
-
-def _book_tensor(dev):
-    def book(t):
-        import torch as torch_
-        if isinstance(t, torch_.Tensor):
-            dev.book(t)
-        return t
-    return book
-
-
-Loading._safe_open = lambda self, original: _safe_open_wrapper(original, _book_tensor(self.device))
