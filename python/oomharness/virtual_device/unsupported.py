@@ -22,7 +22,7 @@ import linecache
 import os
 import sys
 
-from .. import _breakdown
+from .. import _sites
 
 WHO = "device.unsupported"
 KIND = "unsupported"  # the divergence event's kind
@@ -49,13 +49,13 @@ def sentence(call, why, site):
     """The one sentence: site is the user's frames, innermost first, as (code, line) pairs."""
     where = ("called at %s" % _line(*site[0])) if site else "called from no code of the job's own"
     if len(site) > 1:
-        where += ", from %s" % _breakdown.site_text(site[1:])
+        where += ", from %s" % _sites.site_text(site[1:])
     return "oomharness: the virtual CUDA device cannot run %s, %s: %s; %s" % (call, where, why, ADVICE)
 
 
 def unsupported(call, why):
     """The error to raise for `call` (what the user wrote, in their words), made at the caller's user frames."""
-    return Unsupported(sentence(call, why, _breakdown.user_site(sys._getframe(1))))
+    return Unsupported(sentence(call, why, _sites.user_site(sys._getframe(1))))
 
 
 def _frames(tb):
@@ -84,8 +84,8 @@ def describe(exc):
     if not cuda_missing(exc):
         return None
     frames = _frames(exc.__traceback__)
-    user = [i for i, (f, _) in enumerate(frames) if _breakdown._is_user(f.f_code)]
-    site = tuple((frames[i][0].f_code, frames[i][1]) for i in reversed(user))[:_breakdown.SITE_FRAMES]
+    user = [i for i, (f, _) in enumerate(frames) if _sites.is_user(f.f_code)]
+    site = tuple((frames[i][0].f_code, frames[i][1]) for i in reversed(user))[:_sites.SITE_FRAMES]
     inner = user[-1] if user else -1
     if inner + 1 < len(frames):
         called = _function(frames[inner + 1][0])
