@@ -25,13 +25,15 @@ DEVICE, SHAPE_ONLY = "device", "device.shape_only"
 # The factories the virtual device answers for (device="cuda", or the default device).
 FACTORIES = ("zeros", "ones", "empty", "full", "rand", "randn", "randint", "arange", "linspace", "eye", "tensor",
              "as_tensor", "zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like",
-             "randint_like", "randperm", "normal")
+             "randint_like", "randperm", "normal", "empty_strided", "scalar_tensor")
+# Tensor methods that make a tensor where their `device=` says (else where the tensor is).
+NEW_TENSOR_METHODS = ("new_empty", "new_zeros", "new_ones", "new_full", "new_tensor", "new_empty_strided")
 # torch.cuda's functions the virtual device answers from its model and its host objects.
 CUDA_RUNTIME = ("is_available", "device_count", "current_device", "set_device", "synchronize", "is_initialized",
                 "init", "get_device_name", "get_device_properties", "memory_allocated", "memory_reserved",
                 "max_memory_allocated", "max_memory_reserved", "memory_stats", "reset_peak_memory_stats",
                 "mem_get_info", "set_per_process_memory_fraction", "memory_summary", "get_device_capability",
-                "is_bf16_supported", "is_current_stream_capturing", "manual_seed", "manual_seed_all", "seed",
+                "is_bf16_supported", "is_current_stream_capturing", "manual_seed", "manual_seed_all", "seed", "initial_seed",
                 "seed_all", "get_rng_state", "set_rng_state", "get_rng_state_all", "set_rng_state_all",
                 "Event", "Stream", "ExternalStream", "StreamContext", "stream", "current_stream", "default_stream",
                 "set_stream", "device", "device_of", "_exchange_device", "_maybe_exchange_device", "_lazy_init",
@@ -40,7 +42,7 @@ CUDA_RUNTIME = ("is_available", "device_count", "current_device", "set_device", 
 CUDA_MIRRORS = (
     ("torch.cuda.graphs", ("is_current_stream_capturing", "CUDAGraph", "graph", "make_graphed_callables",
                            "graph_pool_handle")),
-    ("torch.cuda.random", ("manual_seed", "manual_seed_all", "seed", "seed_all", "get_rng_state", "set_rng_state",
+    ("torch.cuda.random", ("manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed", "get_rng_state", "set_rng_state",
                            "get_rng_state_all", "set_rng_state_all")),
     ("torch.cuda.memory", ("memory_allocated", "memory_reserved", "memory_stats", "mem_get_info",
                            "max_memory_allocated", "reset_peak_memory_stats", "memory_summary")),
@@ -57,7 +59,8 @@ FINITE_CHECKS = ("isnan", "isinf", "isposinf", "isneginf", "isfinite")
 SITES = (
     # The virtual device (virtual_device/).
     ("torch", FACTORIES, ("device.tensors",)),
-    ("torch.Tensor", ("cuda", "to", "cpu", "pin_memory", "record_stream"), ("device.tensors",)),
+    ("torch.Tensor", ("cuda", "to", "cpu", "pin_memory", "record_stream", "device") + NEW_TENSOR_METHODS,
+     ("device.tensors",)),
     ("torch", ("set_default_device", "get_default_device"), ("device.tensors",)),
     ("torch.autograd", ("grad",), ("device.libraries",)),
     ("torch.autograd", ("backward",), ("device.libraries", "probe.steps")),
@@ -75,11 +78,16 @@ SITES = (
     ("torch.serialization", ("load",), ("device.loading",)),
     ("torch.storage._StorageBase", ("cuda",), ("device.loading",)),
     ("torch.storage.TypedStorage", ("cuda",), ("device.loading",)),
+    ("safetensors", ("safe_open",), ("device.loading",)),
+    ("safetensors.torch", ("safe_open",), ("device.loading",)),
+    ("torch.nn.parallel.scatter_gather", ("Scatter",), ("device.parallel",)),
+    ("torch.distributed", ("init_process_group", "new_group"), ("device.parallel",)),
+    ("torch.distributed.distributed_c10d", ("init_process_group", "new_group"), ("device.parallel",)),
     # Its shape-only mode (virtual_device/shape_only.py).
     ("torch.utils", ("swap_tensors",), (SHAPE_ONLY,)),
     ("torch", FINITE_CHECKS, (SHAPE_ONLY,)),
     ("torch.Tensor", FINITE_CHECKS, (SHAPE_ONLY,)),
-    ("torch.optim.*", ("_default_to_fused_or_foreach",), (SHAPE_ONLY,)),
+    ("torch.optim.*", ("_default_to_fused_or_foreach",), ("device.tensors", SHAPE_ONLY)),
     ("torch.nn.Module", ("register_parameter",), (SHAPE_ONLY,)),
     ("torch.Tensor", ("numpy", "__format__"), (SHAPE_ONLY,)),
     ("torch._subclasses.fake_tensor.FakeTensor", ("tolist",), (SHAPE_ONLY,)),
@@ -98,7 +106,7 @@ SITES = (
     ("torch", ("set_rng_state",), ("probe.checkpoints",)),
     ("torch.random", ("set_rng_state",), ("probe.checkpoints",)),
     ("random", ("setstate",), ("probe.checkpoints",)),
-    ("sys", ("excepthook",), ("probe.ooms",)),
+    ("sys", ("excepthook",), ("device.unsupported", "probe.ooms")),
 ) + tuple((owner, names, ("device.runtime",)) for owner, names in CUDA_MIRRORS)
 
 # What is installed without replacing an attribute: (who, what).

@@ -9,7 +9,9 @@ has the feasibility study's facts). A package of parts, each small enough to rea
   runtime.py     torch.cuda's answers: memory figures, empty_cache, streams, events, graphs, NVTX
   libraries.py   what cuBLAS and cuDNN hold beside the tensors
   amp.py         autocast and GradScaler
-  loading.py     torch.load with map_location="cuda"
+  loading.py     torch.load with map_location="cuda", safetensors with device="cuda"
+  parallel.py    nn.DataParallel on one device, NCCL asked for (gloo stands in)
+  unsupported.py what it cannot run: one sentence naming the call and the user's line
   pinned.py      pinned host memory behind PyTorch's cache
   shape_only.py  tensors with shapes and no data, for `oomharness predict`
 

@@ -1,5 +1,9 @@
 """The virtual device's mixed-precision part: CUDA autocast runs as CPU bfloat16 autocast, and a GradScaler is
-disabled (Note [Divergences] in device.py)."""
+disabled (Note [Divergences] in device.py). CUDA autocast to float32 (`torch.autocast("cuda",
+dtype=torch.float32)`, which code uses to turn a region back to full precision inside a float16 one, and
+which a GPU runs with float32 activations) runs as CPU autocast to float32: the CPU's autocast refuses float32
+in its constructor ("the target dtype is not supported. Disabling autocast."), yet runs it once set, casting
+the region's matmuls and convolutions to float32 as CUDA's does, so the device sets it after the check."""
 
 import torch
 
@@ -15,6 +19,10 @@ class Amp:
 
         def autocast_init(original):
             def init(autocast, device_type, dtype=None, enabled=True, cache_enabled=None):
+                if device_type == "cuda" and dtype == torch.float32:
+                    original(autocast, "cpu", dtype=torch.bfloat16, enabled=enabled, cache_enabled=cache_enabled)
+                    autocast.fast_dtype = torch.float32
+                    return
                 if device_type == "cuda":
                     if enabled and dtype != torch.bfloat16:
                         dev.diverged("autocast", "CUDA autocast to %s ran as CPU autocast to bfloat16: activations "

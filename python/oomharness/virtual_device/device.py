@@ -1,8 +1,9 @@
 """The virtual device itself: which storages are on it and their blocks in the caching-allocator model, the
 thread that owns it, and what it says where it cannot do what a GPU would. Its parts (PARTS) answer the
 ways code reaches CUDA: tensors.py (.cuda(), .to(), factories, pins), runtime.py (torch.cuda, streams,
-events), libraries.py (cuBLAS and cuDNN), amp.py (autocast, GradScaler) and loading.py (torch.load); the
-dispatch mode (mode.py) sees every operation.
+events), libraries.py (cuBLAS and cuDNN), amp.py (autocast, GradScaler), loading.py (torch.load, safetensors),
+parallel.py (nn.DataParallel, NCCL) and unsupported.py (what it cannot run, said in one place); the dispatch
+mode (mode.py) sees every operation.
 
 Note [Which tensors are on the virtual device]
 A CPU build of PyTorch cannot make a tensor say device='cuda', so the device is a set of storages. A storage
@@ -36,8 +37,10 @@ from .amp import Amp
 from .libraries import Libraries, cublas_workspace_bytes
 from .loading import Loading
 from .mode import DeviceMode
+from .parallel import Parallel
 from .runtime import Runtime
 from .tensors import Tensors
+from .unsupported import Errors
 
 YOUNG = 64  # storages checked before each booking, newest first
 _expired = torch.UntypedStorage._expired
@@ -45,7 +48,8 @@ _expired = torch.UntypedStorage._expired
 DESCRIPTION = "virtual CUDA device (PyTorch %s on the CPU, caching-allocator model)"
 
 # The device's parts, in the order they install (each through the patch table: Note [The patch table]).
-PARTS = (("libraries", Libraries), ("tensors", Tensors), ("runtime", Runtime), ("amp", Amp), ("loading", Loading))
+PARTS = (("libraries", Libraries), ("tensors", Tensors), ("runtime", Runtime), ("amp", Amp), ("loading", Loading),
+         ("parallel", Parallel), ("unsupported", Errors))
 
 
 class _Tracked:

@@ -1,7 +1,12 @@
 """The virtual device's loading part: torch.load(..., map_location="cuda" | "cuda:0" | torch.device("cuda") | 0
 | {...: "cuda:0"} | fn) reads the storages to the host, and what was meant for the device is booked there, as
-a GPU would hold it (Note [No CUDA runtime under the virtual device] in runtime.py)."""
+a GPU would hold it (Note [No CUDA runtime under the virtual device] in runtime.py). safetensors' readers
+(`safetensors.torch.load_file(path, device="cuda")`, `safe_open(path, framework="pt", device="cuda")`, as
+PEFT, Transformers and Accelerate load adapters, weights and resumed states) do the same: the file is read to
+the host and each tensor taken from it is booked on the device. safetensors' own reader, asked for "cuda",
+copies through pinned memory and the CUDA runtime, which the CPU has not."""
 
+import importlib.util
 import threading
 
 import torch
@@ -53,6 +58,10 @@ class Loading:
         # CUDA build without a GPU it reaches the driver. Here it leaves the storage on the host and says so.
         for owner in ("torch.storage._StorageBase", "torch.storage.TypedStorage"):
             patches.replace(WHO, owner, "cuda", self._storage_cuda)
+        # Only where the job's Python has safetensors (it is imported here, once, before the job's code does).
+        if importlib.util.find_spec("safetensors") is not None:
+            for owner in ("safetensors", "safetensors.torch"):
+                patches.replace(WHO, owner, "safe_open", self._safe_open)
 
     def _load(self, original):
         dev, local = self.device, self._local
@@ -67,6 +76,20 @@ class Loading:
             return out
         return load
 
+    def _safe_open(self, original):
+        dev = self.device
+
+        def book(t):
+            if isinstance(t, torch.Tensor):
+                dev.book(t)
+            return t
+
+        def safe_open(filename, framework, device="cpu", *args, **kwargs):
+            if not is_cuda(device):
+                return original(filename, framework, device, *args, **kwargs)
+            return _OnDevice(original(filename, framework, "cpu", *args, **kwargs), book)
+        return safe_open
+
     def _storage_cuda(self, original):
         local = self._local
 
@@ -74,3 +97,46 @@ class Loading:
             local.load_moved = True
             return storage
         return storage_cuda
+
+
+class _BookedSlice:
+    """What safe_open's get_slice gives, whose slices are booked on the device."""
+
+    def __init__(self, inner, book):
+        self._inner, self._book = inner, book
+
+    def __getitem__(self, index):
+        return self._book(self._inner[index])
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+class _OnDevice:
+    """A safe_open opened for "cuda": the file read to the host, each tensor taken from it booked."""
+
+    def __init__(self, inner, book):
+        self._inner, self._book = inner, book
+
+    def __enter__(self):
+        self._inner.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._inner.__exit__(*exc)
+
+    def get_tensor(self, name):
+        return self._book(self._inner.get_tensor(name))
+
+    def get_slice(self, name):
+        return _BookedSlice(self._inner.get_slice(name), self._book)
+
+    def get_tensors(self):  # safetensors 0.8's load_file reads every tensor through it
+        tensors = self._inner.get_tensors()
+        for t in tensors.values():
+            self._book(t)
+        return tensors
+
+    def __getattr__(self, name):  # keys(), metadata(), offset_keys(), ...
+        return getattr(self._inner, name)
+

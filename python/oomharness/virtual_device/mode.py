@@ -32,8 +32,13 @@ class DeviceMode(TorchDispatchMode):
         if not from_device:
             return out
         outs = (out,) if isinstance(out, torch.Tensor) else _tensors(out if isinstance(out, (list, tuple)) else (), None)
+        host = _HOST_OUTPUTS.get(func)
+        if host is None:
+            host = _HOST_OUTPUTS[func] = _HOST_OUTPUTS_BY_NAME.get(func.overloadpacket.__name__, ())
         swept = False
-        for t in outs:
+        for i, t in enumerate(outs):
+            if i in host:
+                continue
             k = key(t)
             if k is None or k in in_keys or dev._live(k):
                 continue  # a view, an in-place result, or a storage already on the device
@@ -91,3 +96,8 @@ _WATCHED_BY_NAME.update({"_softmax": _softmax, "softmax": _softmax, "convolution
                          "_local_scalar_dense": _scalar_read,
                          "convolution_backward": _convolution})
 _WATCHED = {}  # operation -> its watcher, or False: looked up by name once per operation
+
+# Outputs a GPU makes in host memory from device inputs (by position): a packed sequence's batch_sizes and a
+# padded one's lengths stay on the CPU (PackedSequence refuses batch_sizes that say another device).
+_HOST_OUTPUTS_BY_NAME = {"_pack_padded_sequence": (1,), "_pad_packed_sequence": (1,)}
+_HOST_OUTPUTS = {}

@@ -18,6 +18,7 @@ import time
 import torch
 
 from .. import _patches
+from .unsupported import unsupported
 
 WHO = "device.runtime"
 # torch.cuda's names the device answers only where this torch has them (the rest it provides in any case).
@@ -52,15 +53,14 @@ class Event:
         return (end_event._t - self._t) * 1000.0
 
 
-GRAPHS_NOT_MODELLED = ("torch.cuda.%s: CUDA graphs are not modelled by oomharness's virtual CUDA device "
-                       "(docs/without-a-gpu.md): run this job without capturing graphs, or on a GPU")
+GRAPHS_NOT_MODELLED = "CUDA graphs are not modelled by the virtual device"
 
 
 def _graphs_not_modelled(name):
     """What stands for torch.cuda.NAME: a class where PyTorch has one (CUDAGraph, graph), so that annotations
     such as `torch.cuda.CUDAGraph | None` in libraries' code still work, else a function; either refuses."""
     def refuse(*args, **kwargs):
-        raise RuntimeError(GRAPHS_NOT_MODELLED % name)
+        raise unsupported("torch.cuda.%s" % name, GRAPHS_NOT_MODELLED)
     if name in ("CUDAGraph", "graph"):
         return type(name, (), {"__init__": refuse, "__module__": "torch.cuda"})
     refuse.__name__ = name
@@ -100,6 +100,36 @@ class Stream:
         return False
 
 
+class PhiloxState:
+    """Note [The CUDA generator's state]
+    On a GPU, torch.cuda.get_rng_state() is the Philox generator's seed and offset, 16 bytes (a uint8 tensor),
+    and code reads them: DTensor's RNG tracker (FSDP2, torchtitan) takes the offset from bytes 8-16 and sets a
+    state with a new offset before each random operation. The virtual device draws its random numbers from the
+    CPU generator (torch.manual_seed seeds it; code that restores CUDA's state restores the CPU's beside it, as
+    activation checkpointing and fork_rng do), and keeps CUDA's 16 bytes here: manual_seed sets the seed and a
+    zero offset, set_rng_state stores what it is given, get_rng_state returns a copy. Random numbers then match
+    no GPU's, as before; what code reads and writes of the state has a GPU's shape."""
+
+    def __init__(self, seed=67280421310721):  # CUDA's default seed (c10::default_rng_seed_val)
+        self.manual_seed(seed)
+
+    def manual_seed(self, seed):
+        # On the host whatever the default device (these bytes are no tensor of the job's).
+        seed = int(seed) & 0xFFFFFFFFFFFFFFFF
+        self.state = torch.tensor(list(seed.to_bytes(8, "little")) + [0] * 8, dtype=torch.uint8, device="cpu")
+
+    def initial_seed(self):
+        return int.from_bytes(bytes(self.state[:8].tolist()), "little")
+
+    def get_state(self):
+        return self.state.clone()
+
+    def set_state(self, state):
+        if not isinstance(state, torch.Tensor) or state.dtype != torch.uint8:
+            raise TypeError("torch.cuda.set_rng_state expects a torch.ByteTensor, got %s" % type(state).__name__)
+        self.state = state.detach().to("cpu").clone()
+
+
 class _DeviceGuard:
     """torch.cuda.device(i) / device_of(t): one device, so a guard that changes nothing."""
 
@@ -134,6 +164,7 @@ class Runtime:
         self.device = device
         self.default_stream = Stream()
         self.current = self.default_stream
+        self.rng = PhiloxState()
 
     def make_current(self, stream):
         # The cuBLAS workspace is per handle and stream (Libraries.blas_call): the device knows the current one.
@@ -219,12 +250,13 @@ class Runtime:
             "get_device_capability": lambda device=None: (9, 0), "is_bf16_supported": lambda *a, **k: True,
             # No stream is ever capturing a graph (optimizers on PyTorch 2.x ask).
             "is_current_stream_capturing": lambda: False,
-            # The CPU RNG stands in for CUDA's: torch.manual_seed seeds it already.
-            "manual_seed": lambda seed: None, "manual_seed_all": lambda seed: None, "seed": lambda: None,
-            "seed_all": lambda: None, "get_rng_state": lambda device="cuda": torch.get_rng_state(),
-            "set_rng_state": lambda state, device="cuda": torch.set_rng_state(state),
-            "get_rng_state_all": lambda: [torch.get_rng_state()],
-            "set_rng_state_all": lambda states: torch.set_rng_state(states[0]),
+            # Note [The CUDA generator's state]: the CPU RNG draws; CUDA's state is its 16 bytes, kept here.
+            "manual_seed": runtime.rng.manual_seed, "manual_seed_all": runtime.rng.manual_seed,
+            "seed": lambda: None, "seed_all": lambda: None, "initial_seed": runtime.rng.initial_seed,
+            "get_rng_state": lambda device="cuda": runtime.rng.get_state(),
+            "set_rng_state": lambda state, device="cuda": runtime.rng.set_state(state),
+            "get_rng_state_all": lambda: [runtime.rng.get_state()],
+            "set_rng_state_all": lambda states: runtime.rng.set_state(states[0]),
             "Event": Event, "Stream": Stream, "ExternalStream": Stream, "StreamContext": _StreamContext,
             "stream": _StreamContext, "current_stream": lambda device=None: runtime.current,
             "default_stream": lambda device=None: runtime.default_stream, "set_stream": set_stream,

@@ -1,8 +1,27 @@
-"""The virtual device's tensors part: the ways code asks for CUDA memory by name (`.cuda()`, `.to("cuda")`, a
-factory with `device="cuda"`, the default device) land on the CPU and are booked on the device; `.cpu()` and
-`.to("cpu")` make host copies, as on a GPU; pins go to the driver (Note [Host memory] in
-injector/engine/fault_plan.h, pinned.py). Tensor.is_cuda stays the truth (cpu): a subclass claiming cuda
-breaks autograd (shared notes: the virtual device's feasibility study)."""
+"""The virtual device's tensors part: the ways code asks for CUDA memory by name (`.cuda()`, `.cuda(i)`,
+`.to("cuda")`, `.to(p.device)`, `.to(other)`, a factory or `new_*` with `device="cuda"`, the default device)
+land on the CPU and are booked on the device; `.cpu()` and `.to("cpu")` make host copies, as on a GPU; pins go
+to the driver (Note [Host memory] in injector/engine/fault_plan.h, pinned.py).
+
+Note [What a tensor on the virtual device says it is]
+A tensor on the device says `t.device == torch.device("cuda", 0)`, as on a GPU: public code decides by it
+where to put what it makes (`x.to(p.device)`, `torch.zeros(..., device=x.device)`, an optimizer's
+`load_state_dict` moving its state with `value.to(device=param.device)`), and whether it runs on a GPU at all
+(Ultralytics' AutoBatch returns its default batch when `next(model.parameters()).device.type == "cpu"`;
+nn.DataParallel refuses parameters that are not on `cuda:0`). The property is replaced on torch.Tensor (a row
+of the patch table), so only Python code sees it: ATen's kernels, the dispatch mode and the C++ autograd
+engine still see the CPU tensor it is. `Tensor.is_cuda`, `get_device()` and the storage's device stay the
+truth (cpu, -1): PyTorch's own Python branches on them to call CUDA-only kernels (nn.LSTM's
+flatten_parameters calls cuDNN when every weight `is_cuda`), and torch.save writes a storage's device as its
+location. One choice the device's answer would change is kept as the CPU makes it: an optimizer's default
+between its per-tensor loop and its foreach implementation (`_default_to_fused_or_foreach`, which takes
+foreach for parameters whose `device.type` is cuda), so that figures measured before stay comparable; on a GPU
+PyTorch takes foreach, whose whole-model temporaries (Adam's sqrt(v)) the virtual device then does not book
+(shape-only mode picks the GPU's: Note [Kernels a GPU runs] in shape_only.py)."""
+
+import contextlib
+import sys
+import threading
 
 import torch
 
@@ -10,6 +29,7 @@ from .. import _patches
 from . import pinned
 
 WHO = "device.tensors"
+CUDA0 = torch.device("cuda", 0)
 
 
 def is_cpu(device):
@@ -32,11 +52,21 @@ class Tensors:
     def __init__(self, device):
         self.device = device
         self.default_on_device = False  # torch.set_default_device("cuda") on PyTorch 2.x
+        self._local = threading.local()  # truth: the real device is asked for (real_devices())
 
     def install(self, torch_, patches):
         dev = self.device
         for name in _patches.FACTORIES:
             patches.replace(WHO, "torch", name, self._factory)
+        patches.replace(WHO, "torch.Tensor", "device", self._device_property)
+        for name in _patches.NEW_TENSOR_METHODS:
+            patches.replace(WHO, "torch.Tensor", name, self._new_method)
+        # Note [What a tensor on the virtual device says it is]: the optimizers' default kernel, as the CPU picks it.
+        import torch.optim  # noqa: F401 - its submodules, each with its own reference to the function
+        for mod in list(sys.modules.values()):
+            name = getattr(mod, "__name__", "") or ""
+            if name == "torch.optim" or name.startswith("torch.optim."):
+                patches.replace_in(WHO, "torch.optim.*", mod, "_default_to_fused_or_foreach", self._cpu_kernels)
         patches.replace(WHO, "torch.Tensor", "cuda", lambda original: lambda t, device=None, non_blocking=False,
                         **kwargs: self.to_device(t))
         patches.replace(WHO, "torch.Tensor", "to", self._to)
@@ -52,6 +82,55 @@ class Tensors:
         patches.replace(WHO, "torch", "set_default_device", self._set_default_device)
         patches.replace(WHO, "torch", "get_default_device", lambda original: lambda: (
             torch.device("cuda", 0) if self.default_on_device else original()))
+
+    # ---- what a tensor says it is (Note [What a tensor on the virtual device says it is])
+    @contextlib.contextmanager
+    def real_devices(self):
+        """Inside: every tensor says the device it really is on (cpu)."""
+        self._local.truth = getattr(self._local, "truth", 0) + 1
+        try:
+            yield
+        finally:
+            self._local.truth -= 1
+
+    def _device_property(self, original):
+        dev, local = self.device, self._local
+        real = original.__get__  # TensorBase's getset descriptor
+
+        def device(t):
+            d = real(t)
+            if d.type == "cpu" and not getattr(local, "truth", 0) and dev.on_device(t):
+                return CUDA0
+            return d
+        return property(device, doc=original.__doc__)
+
+    def _cpu_kernels(self, original):
+        def _default_to_fused_or_foreach(params, differentiable, use_fused=False):
+            with self.real_devices():
+                return original(params, differentiable, use_fused)
+        return _default_to_fused_or_foreach
+
+    def _new_method(self, original):
+        """t.new_zeros(..., device=...) and its siblings: without a device, the result is where t is (the mode
+        books it); with one, where it says."""
+        dev = self.device
+
+        def new(t, *args, **kwargs):
+            device = kwargs.get("device")
+            if device is None:
+                return original(t, *args, **kwargs)
+            kwargs = dict(kwargs, device="cpu")
+            if is_cuda(device):
+                dev.check_thread()
+                with dev.making():
+                    out = original(t, *args, **kwargs)
+                dev.book(out)
+                return out
+            if dev.on_device(t) and is_cpu(device):
+                with dev.host_work():
+                    return original(t, *args, **kwargs)
+            return original(t, *args, **kwargs)
+        return new
 
     def _factory(self, fn):
         dev = self.device
@@ -85,7 +164,10 @@ class Tensors:
         dev = self.device
 
         def to(t, *args, **kwargs):
-            # to(device, dtype, non_blocking, copy), to(dtype, ...), to(tensor, ...): only a device changes here.
+            # to(device, dtype, non_blocking, copy), to(dtype, ...), to(other, non_blocking, copy): only a device
+            # changes here. to(other) is to(other.device, other.dtype), which says cuda for a tensor on the device.
+            if args and isinstance(args[0], torch.Tensor):
+                args = (args[0].device, args[0].dtype) + tuple(args[1:])
             if "device" in kwargs:
                 device = kwargs["device"]
             elif args and (isinstance(args[0], (str, torch.device)) or
