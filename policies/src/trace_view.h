@@ -31,7 +31,7 @@
 
 namespace oomh::view {
 
-// Note [A step is its data] (python/oomharness/probe/evidence.py): what the training forwards of a step (or, at
+// Note [A step is its data] (python/oomharness/probe/digests.py): what the training forwards of a step (or, at
 // an OOM, those since the last step) trained on, as the probe fingerprinted it: the samples, a digest that
 // is the sum of one hash per sample (so that pieces add up to the whole) or, on a GPU, of the batch as a
 // whole, and the first input's shape with its batch dimension and how that was found.

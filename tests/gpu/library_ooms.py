@@ -122,12 +122,12 @@ def which():
 
 def spaced():
     """The probe's one-copy read of a GPU batch's values (Note [One copy of a GPU batch's values] in
-    python/oomharness/probe/evidence.py) against reading the same elements one by one, for several dtypes, on the
+    python/oomharness/probe/gpu_copy.py) against reading the same elements one by one, for several dtypes, on the
     default stream and a side stream; and its cost against the one-by-one read."""
     import os
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
-    from oomharness.probe import evidence as ev
-    ok = ev._cuda_runtime() is not False
+    from oomharness.probe import digests as ev, gpu_copy
+    ok = gpu_copy.cuda_runtime() is not False
     print("RESULT spaced_runtime", "PASS" if ok else "FAIL (no libcudart found: the probe reads one by one)")
     side = torch.cuda.Stream()
     for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.uint8, torch.bool):

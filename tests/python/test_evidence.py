@@ -9,27 +9,27 @@ import unittest
 
 import torch
 
-from oomharness.probe import evidence as E
+from oomharness.probe import digests as D, evidence as E
 
 
 class BatchDigest(unittest.TestCase):
     def test_pieces_add_up_to_the_batch_and_other_samples_do_not(self):
         g = torch.Generator().manual_seed(0)
         x = torch.randn(32, 3, 8, generator=g)
-        count, whole, per_sample = E.batch_hash(torch, x, 0)
+        count, whole, per_sample = D.batch_hash(torch, x, 0)
         self.assertEqual((count, per_sample), (32, True))
-        halves = [E.batch_hash(torch, p, 0)[1] for p in x.split(16)]
-        self.assertEqual((halves[0] + halves[1]) & E.MASK, whole)
-        self.assertEqual(E.batch_hash(torch, x[torch.randperm(32, generator=g)], 0)[1], whole, "order does not matter")
+        halves = [D.batch_hash(torch, p, 0)[1] for p in x.split(16)]
+        self.assertEqual((halves[0] + halves[1]) & D.MASK, whole)
+        self.assertEqual(D.batch_hash(torch, x[torch.randperm(32, generator=g)], 0)[1], whole, "order does not matter")
         other = torch.randn(32, 3, 8, generator=g)
-        self.assertNotEqual(E.batch_hash(torch, other, 0)[1], whole)
-        self.assertNotEqual(E.batch_hash(torch, x[:16], 0)[1], whole)
+        self.assertNotEqual(D.batch_hash(torch, other, 0)[1], whole)
+        self.assertNotEqual(D.batch_hash(torch, x[:16], 0)[1], whole)
 
     def test_sequence_first_batches_add_up_along_dimension_1(self):
         tokens = torch.randint(0, 1000, (20, 32), generator=torch.Generator().manual_seed(1))
-        whole = E.batch_hash(torch, tokens, 1)
-        a, b = (E.batch_hash(torch, p, 1) for p in tokens.split(16, dim=1))
-        self.assertEqual((a[0] + b[0], (a[1] + b[1]) & E.MASK), whole[:2])
+        whole = D.batch_hash(torch, tokens, 1)
+        a, b = (D.batch_hash(torch, p, 1) for p in tokens.split(16, dim=1))
+        self.assertEqual((a[0] + b[0], (a[1] + b[1]) & D.MASK), whole[:2])
 
     def test_the_batch_dimension_comes_from_evidence(self):
         t = torch.zeros(12, 32, 16)
@@ -59,33 +59,33 @@ class SampleContent(unittest.TestCase):
 
     def test_padded_batches_differ(self):
         a, b = self.padded(0), self.padded(1)
-        self.assertNotEqual(E.batch_hash(torch, a, 0)[1], E.batch_hash(torch, b, 0)[1])
-        count, digest, per_sample, hashes, whole = E.sample_hashes(torch, a, 0)
+        self.assertNotEqual(D.batch_hash(torch, a, 0)[1], D.batch_hash(torch, b, 0)[1])
+        count, digest, per_sample, hashes, whole = D.sample_hashes(torch, a, 0)
         self.assertTrue(per_sample and whole)
-        self.assertEqual(E.distinct(torch, [hashes]), 8)
+        self.assertEqual(D.distinct(torch, [hashes]), 8)
         # One token changed at the end of the padding is another sample.
         c = a.clone()
         c[3, 127] = 5
-        self.assertNotEqual(E.batch_hash(torch, c, 0)[1], digest)
+        self.assertNotEqual(D.batch_hash(torch, c, 0)[1], digest)
 
     def test_a_redo_of_the_same_half_twice_is_not_the_batch(self):
         a = self.padded(2)
-        whole = E.sample_hashes(torch, a, 0)
-        first = E.sample_hashes(torch, a[:4], 0)
-        self.assertNotEqual((first[1] * 2) & E.MASK, whole[1])
-        self.assertEqual(E.distinct(torch, [first[3], first[3]]), 4)
-        second = E.sample_hashes(torch, a[4:], 0)
-        self.assertEqual(E.distinct(torch, [first[3], second[3]]), 8)
+        whole = D.sample_hashes(torch, a, 0)
+        first = D.sample_hashes(torch, a[:4], 0)
+        self.assertNotEqual((first[1] * 2) & D.MASK, whole[1])
+        self.assertEqual(D.distinct(torch, [first[3], first[3]]), 4)
+        second = D.sample_hashes(torch, a[4:], 0)
+        self.assertEqual(D.distinct(torch, [first[3], second[3]]), 8)
 
     def test_a_sample_over_the_budget_is_read_in_part_and_says_so(self):
         x = torch.randn(32, 3, 40, 48)  # 5760 values a sample: every 6th is read
-        count, digest, per_sample, hashes, whole = E.sample_hashes(torch, x, 0)
+        count, digest, per_sample, hashes, whole = D.sample_hashes(torch, x, 0)
         self.assertEqual((count, per_sample, whole), (32, True, False))
-        self.assertEqual(E.distinct(torch, [hashes]), 32)
+        self.assertEqual(D.distinct(torch, [hashes]), 32)
         # What is read depends on the sample, never on the batch's size: halves add up to the whole.
-        a, b = (E.sample_hashes(torch, p, 0)[1] for p in x.split(16))
-        self.assertEqual((a + b) & E.MASK, digest)
-        self.assertTrue(E.sample_hashes(torch, x[:, :, :4, :4], 0)[4], "48 values a sample: read whole")
+        a, b = (D.sample_hashes(torch, p, 0)[1] for p in x.split(16))
+        self.assertEqual((a + b) & D.MASK, digest)
+        self.assertTrue(D.sample_hashes(torch, x[:, :, :4, :4], 0)[4], "48 values a sample: read whole")
 
     def test_containers_are_walked(self):
         import collections
@@ -126,11 +126,11 @@ class SampleContent(unittest.TestCase):
         items = [{"image": torch.rand(3, 5 + i, 6, generator=g), "label": i % 2} for i in range(4)]
         tensors, lists = E.input_leaves(torch, (items,))
         self.assertEqual((tensors, len(lists), len(lists[0])), ([], 1, 4))
-        hashes = [E.item_hash(torch, item) for item in items]
+        hashes = [D.item_hash(torch, item) for item in items]
         self.assertEqual(len(set(hashes)), 4)
         other = dict(items[0], label=1)
-        self.assertNotEqual(E.item_hash(torch, other), hashes[0], "its plain values are part of it")
-        self.assertIsNone(E.item_hash(torch, {"label": 1}), "no tensor: no sample hash")
+        self.assertNotEqual(D.item_hash(torch, other), hashes[0], "its plain values are part of it")
+        self.assertIsNone(D.item_hash(torch, {"label": 1}), "no tensor: no sample hash")
 
 
 class ResumeStep(unittest.TestCase):
@@ -210,7 +210,7 @@ class CheckpointDigest(unittest.TestCase):
         loaded = [init[:2] + (init[3],), trained[:2] + (trained[3],)]
         got = E.model_state(torch, model, loaded)
         self.assertEqual(got["unmatched"], 0)
-        self.assertIn(E.hex64(trained[0]), got["from"][0]["digests"])
+        self.assertIn(D.hex64(trained[0]), got["from"][0]["digests"])
         fresh = torch.nn.Linear(8, 4)
         self.assertEqual(E.model_state(torch, fresh, loaded)["unmatched"], 2, "loaded under its names, other values")
         # Weights that came by other means (safetensors) beside an optimizer.pt: not judged.

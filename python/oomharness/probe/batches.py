@@ -1,5 +1,5 @@
 """The probe's batches part: the batch size of each top-level forward, the samples each step trained on and
-what they were (Note [A step is its data] in evidence.py), and the DataLoader's indices.
+what they were (Note [A step is its data] in digests.py), and the DataLoader's indices.
 
 Note [The batch the code did not report]
 The zero-code promise: a job that reports no batch size still gets one at each step and each OOM, inferred
@@ -25,7 +25,7 @@ import collections
 import weakref
 
 from .._hooks import safely
-from . import evidence
+from . import digests, evidence
 
 WHO = "probe.batches"
 MAX_PARTS = 64  # forwards of one step whose digests a step event lists (Note [A step is its data])
@@ -43,7 +43,7 @@ class Batches:
         self.last_shape = weakref.WeakKeyDictionary()   # model -> shape of its last training input
         self.changed = weakref.WeakKeyDictionary()      # model -> the dimension seen changing
         self.rnn = weakref.WeakKeyDictionary()          # model -> holds a sequence-first recurrent module
-        self.digests = ctx.settings.wants("data")       # the samples' digests: only where a check compares them
+        self.wants_data = ctx.settings.wants("data")       # the samples' digests: only where a check compares them
         self._reset_data()
 
     def _reset_data(self):
@@ -135,19 +135,19 @@ class Batches:
         loader = len(self.loader_indices) if self.loader_fresh and self.loader_indices else None
         dim, how = evidence.batch_dim(t, loader, rnn, self.changed.get(module))
         count = int(shape[dim])
-        if not training or not self.digests:
+        if not training or not self.wants_data:
             return count
         with evidence.off_books(self.ctx.device):
             samples, digest, per_sample, whole, hashes = 0, 0, True, True, None
             for u in tensors:
                 if u.dim() <= dim or int(u.shape[dim]) != count:
                     continue
-                got = evidence.sample_hashes(torch, u, dim)
+                got = digests.sample_hashes(torch, u, dim)
                 if got is None:
                     continue
                 if not samples:
                     samples = got[0]
-                digest = (digest + got[1]) & evidence.MASK
+                digest = (digest + got[1]) & digests.MASK
                 per_sample = per_sample and got[2]
                 whole = whole and got[4]
                 if per_sample:  # one hash per sample, of all its tensors (Note [Distinct samples])
@@ -159,13 +159,13 @@ class Batches:
         """A forward whose batch is a list of samples (Note [What a batch comes in]): its length, and, for a
         training forward, each item's hash."""
         count = len(items)
-        if training and self.digests:
+        if training and self.wants_data:
             torch = self.ctx.torch
             with evidence.off_books(self.ctx.device):
-                got = [evidence.item_hash(torch, item) for item in items]
-                hashes = torch.tensor([evidence.signed(h) for h in got if h is not None], dtype=torch.int64)
+                got = [digests.item_hash(torch, item) for item in items]
+                hashes = torch.tensor([digests.signed(h) for h in got if h is not None], dtype=torch.int64)
             if len(hashes) == count:
-                digest = int(hashes.sum().item()) & evidence.MASK
+                digest = int(hashes.sum().item()) & digests.MASK
                 self.add_forward(count, digest, hashes, True, True, [count], 0, "items")
         return count
 
@@ -175,7 +175,7 @@ class Batches:
             self.data_hashes.append(hashes)
         self.data_samples += samples
         self.data_parts.append(digest)
-        self.data_digest = (self.data_digest + digest) & evidence.MASK
+        self.data_digest = (self.data_digest + digest) & digests.MASK
         self.data_per_sample = self.data_per_sample and per_sample
         self.data_whole = self.data_whole and whole
         if self.data_shape is None:
@@ -191,18 +191,18 @@ class Batches:
         the count starts again."""
         data = None
         if self.data_shape is not None:
-            data = {"samples": self.data_samples, "digest": evidence.hex64(self.data_digest),
+            data = {"samples": self.data_samples, "digest": digests.hex64(self.data_digest),
                     "per_sample": self.data_per_sample, "shape": self.data_shape, "dim": self.data_dim,
                     "from": self.data_from}
             if self.data_loader:
                 data["loader"] = self.data_loader
             if self.data_per_sample and self.data_hashes:
                 with evidence.off_books(self.ctx.device):
-                    data["distinct"] = evidence.distinct(self.ctx.torch, self.data_hashes)
+                    data["distinct"] = digests.distinct(self.ctx.torch, self.data_hashes)
             if not self.data_whole:
                 data["whole"] = False
             if 1 < len(self.data_parts) <= MAX_PARTS:
-                data["parts"] = [evidence.hex64(d) for d in self.data_parts]
+                data["parts"] = [digests.hex64(d) for d in self.data_parts]
         self._reset_data()
         return data
 

@@ -7,7 +7,7 @@ import weakref
 
 from .._hooks import safely
 from .._patches import resolve
-from . import evidence
+from . import digests, evidence
 
 WHO = "probe.checkpoints"
 
@@ -178,7 +178,7 @@ class Checkpoints:
         content = safely(self.digest_of, obj)
         fields = {"completed": clock.completed}
         if content is not None:
-            fields.update(digest=evidence.hex64(content[0]), tensors=content[2])
+            fields.update(digest=digests.hex64(content[0]), tensors=content[2])
         held = safely(self.optimizer_state_held)
         if held is not None:
             fields["optimizer_state"] = held
@@ -207,7 +207,7 @@ class Checkpoints:
         fields = {}
         content = safely(self.digest_of, obj)
         if content is not None:
-            fields.update(digest=evidence.hex64(content[0]), tensors=content[2])
+            fields.update(digest=digests.hex64(content[0]), tensors=content[2])
             self.loaded.append((content[0], content[1], content[3]))
             self.state_checked = weakref.WeakSet()
         if self.quiet:
