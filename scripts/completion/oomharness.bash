@@ -52,9 +52,8 @@ _oomharness() {
     budget) flags="--low --high --tolerance --batch-under --max-batch --cap --cap-counts --expect --timeout --restart
                    --restart-on --clear-faults --target-step --step-base --name --env $reports --summary -o --out --simulate --strict
                    --device -q --quiet -v --verbose --help" ;;
-    predict) flags="--batch --batch-under --max-batch --cap --cap-counts --expect --timeout --restart --restart-on
-                    --clear-faults --target-step --step-base --name --env --json -o --out --strict --device -q --quiet -v --verbose
-                    --help" ;;
+    predict) flags="--steps --batch --batch-under --max-batch --cap --cap-counts --env --name --timeout --step-base --json
+                    -o --out --strict --help" ;;
     validate) flags="--max-jobs --help" ;;
     report) flags="$reports --max-file-size --help" ;;
     explain) flags="-k --max-file-size --help" ;;
