@@ -489,6 +489,29 @@ Trace rank_view(const Trace& trace, int k) {
         if (rank_of(e) == k || (!own_saves && e.src == events::kSrcProbe && e.kind == events::kSave)) kept.push_back(std::move(e));
         else if (died && records_oom(e)) others_ooms.push_back(std::move(e));
       }
+      // A save another rank made (rank 0's file, which every rank loads) at step N came after this rank's own
+      // step N, whatever the clock says: the ranks are not in lockstep, and this rank may report its step N a
+      // little after rank 0 saved. Placed after it, the save is followed by this rank's step N+1, as rank 0's
+      // is (an attempt's step after the save is the batch a resume must train on next).
+      if (!own_saves) {
+        auto whole = [](const Event& e, const char* key) -> int64_t {
+          auto it = e.fields.is_object() ? e.fields.find(key) : e.fields.end();
+          return it != e.fields.end() && it->is_number_integer() ? it->get<int64_t>() : -1;
+        };
+        bool moved = false;
+        for (Event& save : kept) {
+          if (save.src != events::kSrcProbe || save.kind != events::kSave || rank_of(save) == k) continue;
+          const int64_t step = whole(save, "step");
+          for (const Event& own : kept)
+            if (own.src == events::kSrcProbe && own.kind == events::kStep && rank_of(own) == k && step >= 0 &&
+                whole(own, "step") == step && own.t >= save.t) {
+              save.t = std::nextafter(own.t, std::numeric_limits<double>::infinity());
+              moved = true;
+            }
+        }
+        if (moved)
+          std::stable_sort(kept.begin(), kept.end(), [](const Event& x, const Event& y) { return x.t < y.t; });
+      }
       a.events = std::move(kept);
       a.ranks.clear();
       a.oom_message = died;
