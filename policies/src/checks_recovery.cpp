@@ -835,6 +835,31 @@ Verdict checkpoint_resume_one(const Trace& trace, const nlohmann::json& args) {
     if (trace.reference.empty())
       return verdict(VerdictStatus::inconclusive, "resuming worked, but there is no reference run in the trace to compare " +
                                                       metric + " with: the runner did not run the job without faults", ev);
+    // Note [A reference run that resumed] (issue 42, class 11): the reference run starts in an empty {workdir},
+    // but a program that keeps its checkpoints elsewhere (a path relative to the suite's folder) finds the
+    // faulted attempts' files and resumes from them: it trained nothing to compare with, so say which file.
+    for (const Attempt& r : trace.reference)
+      for (const Event& e : r.events) {
+        if (e.src != events::kSrcProbe || e.kind != events::kLoad) continue;
+        const Checkpoint load = checkpoint_of(r, e);
+        std::optional<Checkpoint> saved;  // the newest save of what it loaded (a path is written again and again)
+        for (const Attempt& a : trace.attempts)
+          for (const Event& s : a.events) {
+            if (s.src != events::kSrcProbe || s.kind != events::kSave) continue;
+            const Checkpoint save = checkpoint_of(a, s);
+            if ((!load.digest.empty() && load.digest == save.digest) || (load.path != "<stream>" && same_path(load.path, save.path)))
+              saved = save;
+          }
+        if (!saved) continue;
+        ev.push_back({r.index, load.t, "the reference run loaded " + load.path});
+        return verdict(VerdictStatus::inconclusive,
+                       "resuming worked, but the reference run was not an uninterrupted one: it loaded " + load.path +
+                           ", which " + attempt_name(saved->attempt) + " saved at step " + std::to_string(saved->step) +
+                           ", and went on from there instead of training from the start, so there is nothing to "
+                           "compare the " + metric + " with; keep the checkpoints under {workdir}, which the "
+                           "reference run gets empty, or give the job `cwd: {workdir}`",
+                       ev);
+      }
     auto got = metric_by_step(trace.attempts, metric);
     auto want = metric_by_step(trace.reference, metric);
     size_t compared = 0;

@@ -117,6 +117,7 @@ REGISTRATIONS = (
     (SHAPE_ONLY, "its part on the hook bus: the steps and phases a prediction covers, the stop after N steps"),
     (SHAPE_ONLY, "the prediction written at exit (atexit)"),
     ("probe.forwards", "the global module forward pre-hook and forward hook"),
+    ("probe.forwards", "the training model's class's __call__ (Note [One model's forwards])"),
     ("probe.steps", "the global optimizer step pre-hook and post-hook"),
     ("probe.ooms", "the process's end (atexit)"),
     ("probe", "work at CUDA initialisation (torch.cuda._lazy_call): the OOM observer, the memory history"),

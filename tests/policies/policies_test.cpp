@@ -483,6 +483,26 @@ TEST(CheckpointResume, ReferenceMismatch) {
   EXPECT_VERDICT(check("checkpoint_resume", b.build(), {{"reference", {{"rtol", 0.2}}}}), pass, "matching");
 }
 
+// Note [A reference run that resumed] (issue 42, class 11): a reference run that found the attempts' checkpoint
+// (a path outside {workdir}) resumed instead of training from the start: its losses after the checkpoint match
+// by construction, so it says which file, never "matching"; a file nobody in the job saved (pretrained
+// weights, loaded by every run) is no resume.
+TEST(CheckpointResume, AReferenceRunThatResumedIsNamed) {
+  TraceBuilder b = died_after_checkpoints();
+  b.attempt().load("ck/step-4.pt", 4);
+  resumed(b, 5).reference().attempt().load("ck/../ck/step-4.pt", 4);
+  resumed(b, 5);
+  EXPECT_VERDICT(check("checkpoint_resume", b.build(), {{"reference", true}}), inconclusive,
+                 "the reference run was not an uninterrupted one: it loaded ck/../ck/step-4.pt, which attempt 1 saved at step 4");
+
+  TraceBuilder p = died_after_checkpoints();
+  p.attempt().load("ck/step-4.pt", 4);
+  resumed(p, 5).reference().attempt().load("pretrained/base.pt", 0);
+  resumed(p, 1);
+  EXPECT_VERDICT(check("checkpoint_resume", p.build(), {{"reference", true}}), pass,
+                 "with loss matching the uninterrupted run at 12 steps");
+}
+
 TEST(CheckpointResume, ReferenceMissing) {
   TraceBuilder b = died_after_checkpoints();
   b.attempt().load("ck/step-4.pt", 4);

@@ -86,11 +86,6 @@ KNOWN = {
                     "the resumed step 5 trains on data[4*35:5*35] exactly as attempt 1 would have; the check finds "
                     "no record of that batch in attempt 1 (its OOM at step 5 carries no data digest for the "
                     "sequence-first input), so it calls the data order unknown"),
-    "deepspeed-zero2-resume": ("failed", {"exit": "pass", "checkpoint_resume": "fail", "completes": "pass"}, "c",
-                               "the resumed step now comes from the checkpoint's global_steps (issue 42), so completes "
-                               "passes; checkpoint_resume says the files attempt 2 loaded (global_step4's model and ZeRO "
-                               "optimizer states) 'hold no state this job saved': the digest of what DeepSpeed's "
-                               "torch.load returned is not the digest its torch.save wrote, cause not yet found"),
     "torchtitan-debug-resume": ("failed", {"exit": "fail", "checkpoint_resume": "inconclusive",
                                            "completes": "inconclusive"}, "a",
                                 "NCCL runs as gloo on the virtual device and DTensor's RNG tracker finds a CUDA "

@@ -33,11 +33,38 @@ def expect(cond, what):
         problems.append(what)
 
 
+# Note [gloo ranks that abort] (tests/python/CMakeLists.txt): PyTorch's gloo backend can end a rank that
+# finished every step with SIGABRT during interpreter shutdown ("terminate called without an active exception"),
+# without oomharness too, more often on busy cores (2026-11-28 under 2.14: in CI's full ctest, and in 1 of 2 runs
+# here beside the public corpus; in none of 3 runs alone).
+# That one crash, after every rank printed its last step, is PyTorch's: the suite runs once more, and says so;
+# any other failure, or the same crash again, fails.
+TORCH_ABORT = "terminate called without an active exception"
+
+
+def torch_abort_after_last_step(run_out):
+    for dp, _, fs in os.walk(os.path.join(run_out, "jobs")):
+        for f in fs:
+            if f.endswith(".log"):
+                with open(os.path.join(dp, f), errors="replace") as fh:
+                    text = fh.read()
+                if TORCH_ABORT in text and text.count("step 8 bs=") == 2:
+                    return os.path.join(dp, f)
+    return None
+
+
 suite = os.path.join(source, "tests", "python", "distributed_torchrun.yaml")
-argv = [oomharness, "run", suite, "--out", out, "--simulate", "-j", "1"]
-print(" ".join(argv), flush=True)
-proc = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900)
-print(proc.stdout)
+for run in (1, 2):
+    argv = [oomharness, "run", suite, "--out", out, "--simulate", "-j", "1"]
+    print(" ".join(argv), flush=True)
+    proc = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900)
+    print(proc.stdout)
+    aborted = torch_abort_after_last_step(out) if proc.returncode != 0 else None
+    if run == 2 or aborted is None:
+        break
+    print("a rank of the job in %s ended with PyTorch's gloo abort at shutdown after its last step (Note [gloo ranks "
+          "that abort]): running the suite again" % aborted, flush=True)
+    out += "-again"
 expect(proc.returncode == 0, "oomharness exited %d" % proc.returncode)
 with open(os.path.join(out, "results.json")) as f:
     results = json.load(f)

@@ -69,6 +69,8 @@ WANT3 = {"resume-" + style: {"checkpoint_resume": ("pass", "it restored: model, 
 WANT3["resume-hf"]["checkpoint_resume"] = ("pass", "it restored: model, optimizer, LR scheduler")
 WANT3["resume-bug-forget"] = {"checkpoint_resume": ("fail", "did not restore the optimizer's state")}
 WANT3["resume-bug-older"] = {"checkpoint_resume": ("fail", "not of the newest state")}
+WANT3["resume-reference"] = {"checkpoint_resume": ("pass", "with loss matching the uninterrupted run")}
+WANT3["resume-reference-outside"] = {"checkpoint_resume": ("inconclusive", "the reference run was not an uninterrupted one: it loaded")}
 # Issue 42: how a run ends.
 WANT4 = {
     "leak-short": {"memory_stable": ("inconclusive", "too few steps to tell growth from warm-up")},

@@ -69,11 +69,47 @@ class ProbeTest(unittest.TestCase):
                 job.close()
         self.assertEqual(seen[""], (["step"], [0, 0], 4), "no evidence: the step alone, and no module hook left")
         self.assertEqual(seen["batches"][0], ["batch_from", "batch_size", "step"])
-        self.assertEqual(seen["batches"][1], [1, 1], "the batches part hears every forward")
+        self.assertEqual(seen["batches"][1], [0, 0], "batch sizes need only the model's own forwards")
+        self.assertEqual(seen["batches,data,losses,memory"][1], [1, 1], "data needs every module's forward")
         # (No memory figures on the CPU: no CUDA is in use.)
         self.assertEqual(seen["batches,data,losses,memory"][0], ["batch_from", "batch_size", "data", "loss", "step"])
         self.assertEqual(seen["all"][0], ["batch_from", "batch_size", "data", "grads_cleared", "loss", "step"],
                          "'all' is every part, as with no variable")
+
+    def test_the_lean_probe_hears_the_models_own_forwards(self):
+        # Note [One model's forwards] (probe/forwards.py): with the findings' evidence only (what every job gets:
+        # Note [Findings on every job] in policies/findings.h), the batch size of each step and each evaluation
+        # are heard through the model's class, no global hook is left, the model still pickles whole and
+        # deep-copies (no hook in its __dict__), another Sequential is not heard, and uninstalling gives the
+        # class back.
+        code = LOOP.replace("print(json.dumps(losses))", textwrap.dedent("""
+            import copy, io
+            from torch.nn.modules import module as m
+            other = torch.nn.Sequential(torch.nn.Linear(6, 2))
+            with torch.no_grad():
+                other(torch.randn(5, 6))
+                model.eval()
+                model(torch.randn(4, 6))
+            buf = io.BytesIO()
+            torch.save(model, buf)
+            twin = copy.deepcopy(model)
+            hooks = [len(m._global_forward_pre_hooks), len(m._global_forward_hooks), len(model._forward_pre_hooks)]
+            patched = "__call__" in torch.nn.Sequential.__dict__
+            from oomharness import _job
+            _job.current().probe.uninstall()
+            print(json.dumps([hooks, patched, "__call__" in torch.nn.Sequential.__dict__, buf.tell() > 0]))"""))
+        job = Job()
+        try:
+            r = job.run(code, extra_env={"OOMH_EVIDENCE": "batches,grads,evaluation"})
+            self.assertEqual(r.returncode, 0, r.stderr)
+            events = job.read_events()
+            self.assertEqual([e["fields"].get("batch_size") for e in events if e["kind"] == "step"], [8, 8, 8])
+            evals = [e["fields"] for e in events if e["kind"] == "eval_forward"]
+            self.assertEqual([(e["grad"], e["training"], e["batch_size"]) for e in evals], [(False, False, 4)],
+                             "the model's evaluation, not the other Sequential's forward")
+            self.assertEqual(json.loads(r.stdout.splitlines()[-1]), [[0, 0, 0], True, False, True])
+        finally:
+            job.close()
 
     def test_a_spec_looked_up_first_still_installs_the_probe(self):
         # Note [Waiting for torch] (_boot.py): Transformers and Datasets call importlib.util.find_spec("torch") at

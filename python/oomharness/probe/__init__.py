@@ -53,7 +53,7 @@ from .steps import Steps
 # of evidence (_abi.EVIDENCE) for which each is installed: Note [A probe that pays for what is checked] in
 # include/oomharness/evidence.h. None: every job gets it (its steps, its OOMs, what held the memory at each).
 PARTS = (
-    ("forwards", Forwards, None),  # lean where no part needs every forward (Note [Which forward is a model's])
+    ("forwards", Forwards, None),  # lean where no part needs every module's forward (Note [Which forward is a model's])
     ("batches", Batches, ("batches", "data")),
     ("losses", Losses, ("losses",)),
     ("checkpoints", Checkpoints, ("checkpoints",)),

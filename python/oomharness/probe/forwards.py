@@ -9,11 +9,21 @@ without always-called forward hooks; a backward, an optimizer step, a step's end
 always_call (PyTorch >= 2.1) the forward hook also runs when forward raised: the OOM left the top-level
 forward, and the `exception` hook tells the OOMs part.
 Global hooks send every module call through PyTorch's slow path (a few microseconds per call: hundreds per
-step for a transformer). So where no part needs every forward (no batches, data, evaluation, checkpoints or
-phases to gather: Note [A probe that pays for what is checked] in include/oomharness/evidence.h), the part is
-lean: it hears only the first training forward of a model, which starts training (the block's step becomes
-the first step, so that a `step: 1` fault fires in its forward), and then takes its hooks out. The steps part
-sees every step from the optimizer's hooks, and the OOMs part every OOM from the allocator's observer.
+step for a transformer). So where no part needs every module's forward (no data, checkpoints or phases to
+gather: Note [A probe that pays for what is checked] in include/oomharness/evidence.h), the part is lean: the
+global hooks hear only the first training forward of a model, which starts training (the block's step becomes
+the first step, so that a `step: 1` fault fires in its forward), and are then taken out; from then on only that
+model's own calls are heard, through its class's __call__ (Note [One model's forwards]). The steps part sees
+every step from the optimizer's hooks, and the OOMs part every OOM from the allocator's observer.
+
+Note [One model's forwards]
+The lean part still tells the batches and evaluation parts of each forward of the model that trained (the
+findings read both on every job: Note [Findings on every job] in policies/findings.h), at the cost of one
+Python call per forward of that model. Not with a hook on the module: a module's hooks are in its __dict__,
+so torch.save(model) of the whole module (YOLO's checkpoints) would try to pickle them, and copy.deepcopy
+(an EMA copy) would copy them. The model's class gets a __call__ that hears calls of that one module object
+and passes every other straight on; uninstalling puts the class back. What the lean part does not hear: a
+second model's forwards (a GAN's discriminator, a teacher), and an evaluation of a model that never trained.
 """
 
 import sys
@@ -25,8 +35,10 @@ from . import evidence
 WHO = "probe.forwards"
 
 
-# The kinds of evidence that need every top-level forward (the parts that hear the `forward` hook).
-EVERY_FORWARD = ("batches", "data", "evaluation", "checkpoints", "phases")
+# The kinds of evidence that need every module's forward (global hooks): Note [One model's forwards] is enough
+# for the others.
+EVERY_FORWARD = ("data", "checkpoints", "phases")
+_MISSING = object()
 
 
 class Forwards:
@@ -44,9 +56,12 @@ class Forwards:
 
         if self.lean:
             def first_forward(module, args, kwargs=None):
-                safely(self.first_forward, module)
+                safely(self.first_forward, module, args, kwargs, sys._getframe(1))
                 return None
-            handles.append(module_mod.register_module_forward_pre_hook(first_forward))
+            try:
+                handles.append(module_mod.register_module_forward_pre_hook(first_forward, with_kwargs=True))
+            except TypeError:
+                handles.append(module_mod.register_module_forward_pre_hook(first_forward))
             self.ctx.patches.registered(WHO, "the global module forward pre-hook and forward hook",
                                         lambda: [h.remove() for h in handles])
             return
@@ -72,15 +87,50 @@ class Forwards:
         self.ctx.patches.registered(WHO, "the global module forward pre-hook and forward hook",
                                     lambda: [h.remove() for h in handles])
 
-    def first_forward(self, module):
-        """Lean: the first training forward of a model starts training; then no forward is heard again."""
+    def first_forward(self, module, args, kwargs, frame):
+        """Lean: the first training forward of a model starts training; from then on only that model's calls are
+        heard (Note [One model's forwards])."""
         if not (self.model_like(module) and module.training and self.ctx.torch.is_grad_enabled()):
             return
-        self.ctx.seen.models.add(module)
-        self.ctx.hooks.call("forward", module, (), None, True, None)
         for h in self.handles:
             h.remove()
         self.handles.clear()
+        self.watch(module)
+        self.pre(module, args, kwargs, frame)
+
+    def watch(self, module):
+        """Note [One model's forwards]: the class's __call__ hears `module`'s calls from now on."""
+        cls = type(module)
+        watched = weakref.ref(module)
+        inherited = cls.__call__
+        own = cls.__dict__.get("__call__", _MISSING)
+        forwards = self
+
+        def __call__(mod, *args, **kwargs):
+            if mod is not watched():
+                return inherited(mod, *args, **kwargs)
+            safely(forwards.pre, mod, args, kwargs, sys._getframe(1))
+            try:
+                result = inherited(mod, *args, **kwargs)
+            except BaseException as exc:
+                forwards.depth = 0
+                safely(forwards.ctx.hooks.call, "exception", exc)
+                raise
+            forwards.depth = 0
+            return result
+
+        def restore():
+            if own is _MISSING:
+                if cls.__dict__.get("__call__") is __call__:
+                    delattr(cls, "__call__")
+            else:
+                setattr(cls, "__call__", own)
+
+        try:
+            cls.__call__ = __call__
+        except (TypeError, AttributeError):
+            return  # a class that cannot take it (a C extension type): the first forward only
+        self.ctx.patches.registered(WHO, "the training model's class's __call__ (Note [One model's forwards])", restore)
 
     def model_like(self, module):
         """A module whose forward is a model's: it has parameters and is not a loss."""

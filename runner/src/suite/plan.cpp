@@ -5,6 +5,7 @@
 #include <set>
 
 #include "oomharness/evidence.h"
+#include "oomharness/policies/findings.h"
 #include "oomharness/policies/registry.h"
 
 namespace oomh {
@@ -44,7 +45,8 @@ std::vector<int64_t> JobSpec::flush_steps(bool with_faults) const {
 }
 
 std::string JobSpec::evidence() const {
-  std::set<EvidenceKind> wanted;
+  // Note [Findings on every job] (policies/findings.h)
+  std::set<EvidenceKind> wanted(std::begin(kFindingsEvidence), std::end(kFindingsEvidence));
   for (const ExpectSpec& e : expect)
     if (const PolicyInfo* p = find_policy(e.policy)) wanted.insert(p->evidence.begin(), p->evidence.end());
   // A fault that waits for a step or a phase needs the probe to write the phase (a step fault fires in the

@@ -379,8 +379,8 @@ jobs:
 }
 
 // Note [A probe that pays for what is checked] (include/oomharness/evidence.h): a job's OOMH_EVIDENCE is what
-// its checks read, and phases where a fault waits for one; nothing for a job whose checks need no per-step
-// evidence.
+// its checks read, and phases where a fault waits for one; for every job, what its findings read (Note [Findings
+// on every job] in policies/findings.h).
 TEST(Suite, AJobsEvidenceIsWhatItsChecksAndFaultsNeed) {
   const Suite s = load_ok(R"(version: 1
 jobs:
@@ -391,12 +391,12 @@ jobs:
   - {name: golden, run: 'true', env: {OOMH_RECORD_STEP: '3'}}
   - {name: step, run: 'true', faults: [{when: {step: 3}}], expect: [exit]}
 )");
-  EXPECT_EQ(s.jobs[0].evidence(), "");
-  EXPECT_EQ(s.jobs[1].evidence(), "batches,data");
-  EXPECT_EQ(s.jobs[2].evidence(), "batches,data,losses,memory,grads,checkpoints");
-  EXPECT_EQ(s.jobs[3].evidence(), "evaluation,phases");
-  EXPECT_EQ(s.jobs[4].evidence(), "phases") << "a sweep's golden run names each allocation's phase";
-  EXPECT_EQ(s.jobs[5].evidence(), "phases") << "a step fault fires in the step's training work";
+  EXPECT_EQ(s.jobs[0].evidence(), "batches,grads,evaluation") << "the findings' evidence alone";
+  EXPECT_EQ(s.jobs[1].evidence(), "batches,data,grads,evaluation");
+  EXPECT_EQ(s.jobs[2].evidence(), "batches,data,losses,memory,grads,evaluation,checkpoints");
+  EXPECT_EQ(s.jobs[3].evidence(), "batches,grads,evaluation,phases");
+  EXPECT_EQ(s.jobs[4].evidence(), "batches,grads,evaluation,phases") << "a sweep's golden run names each allocation's phase";
+  EXPECT_EQ(s.jobs[5].evidence(), "batches,grads,evaluation,phases") << "a step fault fires in the step's training work";
 }
 
 TEST(Suite, EveryErrorIsReportedInFileOrder) {

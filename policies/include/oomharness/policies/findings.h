@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "oomharness/evidence.h"
 #include "oomharness/policies/trace.h"
 
 namespace oomh {
@@ -41,6 +42,17 @@ struct DiagnoseOptions {
 
 // The rules' names, in priority order.
 const std::vector<std::string>& finding_rules();
+
+// Note [Findings on every job]
+// Findings explain whatever a job was asked, so the evidence they read is gathered for every job, beside what
+// its checks read (JobSpec::evidence): the batch size of each forward (batch_too_large), the evaluation's first
+// forward (eval_with_graph, kept_after_loop) and whether gradients were cleared (grads_not_cleared). Each is
+// cheap in the lean probe: the model's own forwards, not every module's (Note [Which forward is a model's] in
+// python/oomharness/probe/forwards.py), and a few attribute reads per optimizer step. Not here: the memory at
+// each step's end that kept_with_graph reads (on a GPU, a read of the allocator's statistics per step), which a
+// job gets with memory_stable, the check that judges a leak.
+inline constexpr EvidenceKind kFindingsEvidence[] = {EvidenceKind::batches, EvidenceKind::evaluation,
+                                                     EvidenceKind::grads};
 // Every finding of the trace, in priority order (one per rule at most).
 std::vector<Finding> diagnose(const Trace& trace, const DiagnoseOptions& options = {});
 
