@@ -132,26 +132,6 @@ Verdict nothing_completed(const Trace& trace, const std::vector<OomPoint>& ooms,
   return verdict(VerdictStatus::inconclusive, s, ev);
 }
 
-// Note [The batch dimension from evidence]
-// The probe reads the batch from the dimension its evidence names (Note [Which dimension is the batch] in
-// python/oomharness/probe/evidence.py). Where it could only guess (dimension 0), the shapes of the failed
-// step's input and of the next step's say more: when they differ in exactly one dimension, that one is
-// the batch, and both batch sizes are read from it (a sequence-first model that halves: (128, 32) then
-// (128, 16)).
-std::pair<int64_t, int64_t> batches_from_shapes(const OomPoint& o, const StepPoint& next) {
-  const auto& a = o.data.shape;
-  const auto& b = next.data.shape;
-  if (o.data.from != "guess" || a.empty() || a.size() != b.size()) return {o.batch, next.batch};
-  int changed = -1;
-  for (size_t d = 0; d < a.size(); ++d)
-    if (a[d] != b[d]) {
-      if (changed >= 0) return {o.batch, next.batch};
-      changed = static_cast<int>(d);
-    }
-  if (changed < 0 || changed == o.data.dim) return {o.batch, next.batch};
-  return {a[static_cast<size_t>(changed)], b[static_cast<size_t>(changed)]};
-}
-
 }  // namespace
 
 Verdict batch_halving(const Trace& trace, const nlohmann::json& args) {
@@ -183,12 +163,7 @@ Verdict batch_halving(const Trace& trace, const nlohmann::json& args) {
                      ev);
     const StepPoint* next_found = next_step(trace, steps, o);
     if (!next_found) return nothing_completed(trace, ooms, o, factor, floor_batch, ev);
-    // Both batches from the dimension that changed, when the probe's was a guess.
-    auto [failed_batch, next_batch] = batches_from_shapes(o, *next_found);
-    o.batch = failed_batch;
-    StepPoint next_fixed = *next_found;
-    next_fixed.batch = next_batch;
-    const StepPoint* next = &next_fixed;
+    const StepPoint* next = next_found;
     note_inferred(next->batch_from);
     ev.back().what = oom_text(o);
     ev.push_back({next->attempt, next->t, step_name(*next, o) + " ran at batch " + std::to_string(next->batch)});

@@ -141,17 +141,34 @@ TEST(EvidenceHalving, OtherSamplesOfTheRightCountFail) {
                  "was never trained on again: the steps after the OOM trained on other samples, so 32 samples were dropped");
 }
 
-TEST(EvidenceHalving, ASequenceFirstBatchIsReadFromTheDimensionThatChanged) {
-  // The probe guessed dimension 0 (the sequence, 12): the shapes say dimension 1 went from 32 to 16.
+TEST(EvidenceHalving, ASequenceFirstBatchIsReadFromItsDimension) {
+  // A sequence-first model (nn.LSTM or nn.Transformer without batch_first): the probe reads dimension 1.
   TraceBuilder b;
   b.target(3).attempt();
-  step(b, 1, 12, data(32, batch(0), {12, 32, 16}, "", "guess", 0));
+  step(b, 1, 32, data(32, batch(0), {12, 32, 16}, "", "sequence_first", 1));
   b.inject().inject();
-  oom(b, 2, 12, data(32, batch(1), {12, 32, 16}, "", "guess", 0));
-  step(b, 2, 12, data(32, batch(1), {12, 16, 16}, "", "guess", 0));
-  step(b, 3, 12, data(16, batch(2), {12, 16, 16}, "", "guess", 0));
+  oom(b, 2, 32, data(32, batch(1), {12, 32, 16}, "", "sequence_first", 1));
+  step(b, 2, 16, data(32, batch(1), {12, 16, 16}, "", "sequence_first", 1));
+  step(b, 3, 16, data(16, batch(2), {12, 16, 16}, "", "sequence_first", 1));
   b.exit(0);
   EXPECT_VERDICT(check("batch_halving", b.build()), pass, "(32 -> 16)");
+}
+
+TEST(EvidenceHalving, HalvingTheSequenceIsNotHalvingTheBatch) {
+  // Issue 42, class 4: the code halved its sequence length (256 -> 128) and kept its batch of 64. The dimension
+  // that changed is no evidence of the batch (Note [Which dimension is the batch] in probe/evidence.py): 64 -> 64.
+  TraceBuilder b;
+  b.target(3).attempt();
+  step(b, 1, 64, data(64, batch(0), {64, 256}, "", "first", 0));
+  b.inject().inject();
+  oom(b, 2, 64, data(64, batch(1), {64, 256}, "", "first", 0));
+  step(b, 2, 64, data(64, batch(5), {64, 128}, "", "first", 0));
+  step(b, 3, 64, data(64, batch(6), {64, 128}, "", "first", 0));
+  b.exit(0);
+  const Verdict v = check("batch_halving", b.build());
+  EXPECT_EQ(v.status, VerdictStatus::fail) << v.reason;
+  EXPECT_THAT(v.reason, HasSubstr("64")) << v.reason;
+  EXPECT_THAT(v.reason, ::testing::Not(HasSubstr("256 -> 128"))) << v.reason;
 }
 
 // ---- checkpoint_resume: what was written and what was loaded ----

@@ -62,6 +62,9 @@ WANT2 = {
     "redo-ok": {"effective_batch": ("pass", "64 or more of them distinct"), "batch_halving": ("pass", "64 -> 32"),
                 "completes": ("pass", "")},
     "redo-bug": {"effective_batch": ("fail", "only 32 distinct")},
+    "seq-batch-first-ok": {"batch_halving": ("pass", "32 -> 16"), "completes": ("pass", "")},
+    "seq-first-ok": {"batch_halving": ("pass", "32 -> 16"), "completes": ("pass", "")},
+    "seq-halved-bug": {"batch_halving": ("fail", "")},
 }
 # Issue 42: a step is what the optimizer did; a resume restores the optimizer too.
 WANT3 = {"resume-" + style: {"checkpoint_resume": ("pass", "it restored: model, optimizer"), "completes": ("pass", ""),

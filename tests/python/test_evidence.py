@@ -33,15 +33,21 @@ class BatchDigest(unittest.TestCase):
 
     def test_the_batch_dimension_comes_from_evidence(self):
         t = torch.zeros(12, 32, 16)
-        self.assertEqual(E.batch_dim(t, 32, False, None), (1, "loader"))
-        self.assertEqual(E.batch_dim(t, None, True, None), (1, "rnn"))
-        self.assertEqual(E.batch_dim(t, None, False, 1), (1, "change"))
-        self.assertEqual(E.batch_dim(t, None, False, None), (0, "guess"))
-        self.assertEqual(E.changed_dim((12, 32, 16), (12, 16, 16)), 1)
-        self.assertIsNone(E.changed_dim((12, 32), (10, 16)))
+        self.assertEqual(E.batch_dim(t, 32, False), (1, "loader"))
+        self.assertEqual(E.batch_dim(t, None, True), (1, "sequence_first"))
+        self.assertEqual(E.batch_dim(t, None, False), (0, "first"))
         lstm = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LSTM(4, 4))
-        self.assertTrue(E.has_sequence_first_rnn(torch, lstm))
-        self.assertFalse(E.has_sequence_first_rnn(torch, torch.nn.LSTM(4, 4, batch_first=True)))
+        self.assertTrue(E.sequence_first(torch, lstm))
+        self.assertFalse(E.sequence_first(torch, torch.nn.LSTM(4, 4, batch_first=True)))
+        # Transformers: nn.Transformer and its layers take (seq, batch, ...) unless batch_first.
+        for batch_first in (False, True):
+            layer = torch.nn.TransformerEncoderLayer(8, 2, 16, batch_first=batch_first)
+            model = torch.nn.Sequential(torch.nn.Embedding(10, 8), torch.nn.TransformerEncoder(layer, 1))
+            self.assertEqual(E.sequence_first(torch, model), not batch_first)
+            whole = torch.nn.Transformer(8, 2, 1, 1, 16, batch_first=batch_first)
+            self.assertEqual(E.sequence_first(torch, whole), not batch_first)
+        # A bare attention module is often fed transposed inside a batch-first model: no evidence.
+        self.assertFalse(E.sequence_first(torch, torch.nn.MultiheadAttention(8, 2)))
 
 
 class SampleContent(unittest.TestCase):

@@ -40,9 +40,7 @@ class Batches:
         self.manual_samples = False       # the code reports samples itself (probe.samples)
         self.loader_indices = None        # the DataLoader batch handed out last (Note [The DataLoader's indices])
         self.loader_fresh = False         # ... and not used by a training forward yet
-        self.last_shape = weakref.WeakKeyDictionary()   # model -> shape of its last training input
-        self.changed = weakref.WeakKeyDictionary()      # model -> the dimension seen changing
-        self.rnn = weakref.WeakKeyDictionary()          # model -> holds a sequence-first recurrent module
+        self.seq_first = weakref.WeakKeyDictionary()    # model -> holds a sequence-first module
         self.wants_data = ctx.settings.wants("data")       # the samples' digests: only where a check compares them
         self._reset_data()
 
@@ -123,17 +121,12 @@ class Batches:
         if t.dim() == 0:
             return None
         shape = tuple(t.shape)
-        rnn = self.rnn.get(module)
-        if rnn is None:
-            rnn = evidence.has_sequence_first_rnn(torch, module)
-            safely(self.rnn.__setitem__, module, rnn)
-        if training:
-            changed = evidence.changed_dim(self.last_shape.get(module), shape)
-            if changed is not None and module not in self.changed:
-                safely(self.changed.__setitem__, module, changed)
-            safely(self.last_shape.__setitem__, module, shape)
+        seq_first = self.seq_first.get(module)
+        if seq_first is None:
+            seq_first = evidence.sequence_first(torch, module)
+            safely(self.seq_first.__setitem__, module, seq_first)
         loader = len(self.loader_indices) if self.loader_fresh and self.loader_indices else None
-        dim, how = evidence.batch_dim(t, loader, rnn, self.changed.get(module))
+        dim, how = evidence.batch_dim(t, loader, seq_first)
         count = int(shape[dim])
         if not training or not self.wants_data:
             return count

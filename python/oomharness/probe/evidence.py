@@ -3,14 +3,14 @@ they come in, the batch dimension, saved and loaded state (docs/design/DESIGN.md
 hashes are digests.py's (Note [A step is its data], Note [A sample is all its values]).
 
 Note [Which dimension is the batch]
-A batch is not always dimension 0: nn.LSTM, nn.GRU and nn.RNN without batch_first take (seq, batch, ...).
-The probe takes the batch dimension from evidence, in this order: the DataLoader's batch (the number of
-indices its sampler gave for the batch in hand: the first dimension of that size; `from: "loader"`); a
-recurrent module without batch_first inside the model (dimension 1; `from: "rnn"`); the one dimension whose
-size changed between two training forwards of the model with the same number of dimensions, once seen
-(`from: "change"`); else dimension 0 (`from: "guess"`). A policy that sees a guessed dimension and two
-shapes that differ in one other dimension reads the batch from that one (batch_halving). A model that
-transposes its input before its recurrent layer is misread.
+A batch is not always dimension 0: nn.LSTM, nn.GRU and nn.RNN without batch_first take (seq, batch, ...), and
+so do nn.Transformer and its encoder and decoder layers without batch_first. The probe takes the batch
+dimension from evidence, in this order: the DataLoader's batch (the number of indices its sampler gave for
+the batch in hand: the first dimension of that size; `from: "loader"`); a recurrent or Transformer module
+without batch_first inside the model (dimension 1; `from: "sequence_first"`); else dimension 0 (`from:
+"first"`). A dimension whose size changes between forwards is no evidence (issue 42, class 4): it is the
+sequence as often as the batch (dynamic padding; code that halves its sequence length and keeps its batch).
+A model that transposes its input before a sequence-first layer is misread.
 
 Note [A checkpoint is its content]
 A path says little: the best code saves to `last.pt.tmp` and renames it, copies `last.pt` to `best.pt`,
@@ -127,42 +127,49 @@ def has_tensor(torch, args):
     return bool(tensors or items)
 
 
-def has_sequence_first_rnn(torch, module):
-    """Whether the model holds a recurrent module that takes (seq, batch, ...): Note [Which dimension is the
-    batch]."""
+def sequence_first(torch, module):
+    """Whether the model holds a module that takes (seq, batch, ...): a recurrent module or a Transformer (or
+    one of its encoder or decoder layers) without batch_first. Note [Which dimension is the batch]."""
+    kinds = []
     rnn = getattr(torch.nn.modules, "rnn", None)
-    base = getattr(rnn, "RNNBase", None) if rnn is not None else None
-    if base is None:
+    if getattr(rnn, "RNNBase", None) is not None:
+        kinds.append(rnn.RNNBase)
+    for name in ("Transformer", "TransformerEncoderLayer", "TransformerDecoderLayer"):
+        if getattr(torch.nn, name, None) is not None:
+            kinds.append(getattr(torch.nn, name))
+    if not kinds:
         return False
+    kinds = tuple(kinds)
     try:
         for m in module.modules():
-            if isinstance(m, base) and not getattr(m, "batch_first", False):
+            if isinstance(m, kinds) and not _batch_first(m):
                 return True
     except Exception:
         return False
     return False
 
 
-def batch_dim(t, loader_count, rnn, changed):
+def _batch_first(m):
+    if hasattr(m, "batch_first"):
+        return bool(m.batch_first)
+    # nn.Transformer keeps batch_first on its layers (its own attribute since PyTorch 1.9 only)
+    layers = getattr(getattr(m, "encoder", None), "layers", None)
+    if layers:
+        return bool(getattr(layers[0], "batch_first", getattr(getattr(layers[0], "self_attn", None), "batch_first", False)))
+    attn = getattr(m, "self_attn", None)
+    return bool(getattr(attn, "batch_first", False))
+
+
+def batch_dim(t, loader_count, seq_first):
     """(dimension, how it was found): Note [Which dimension is the batch]."""
     shape = tuple(t.shape)
     if loader_count is not None and loader_count > 0:
         for d, s in enumerate(shape):
             if s == loader_count:
                 return d, "loader"
-    if rnn and len(shape) >= 2:
-        return 1, "rnn"
-    if changed is not None and changed < len(shape):
-        return changed, "change"
-    return 0, "guess"
-
-
-def changed_dim(before, after):
-    """The one dimension whose size differs between two shapes of the same rank, else None."""
-    if before is None or len(before) != len(after):
-        return None
-    diff = [d for d, (a, b) in enumerate(zip(before, after)) if a != b]
-    return diff[0] if len(diff) == 1 else None
+    if seq_first and len(shape) >= 2:
+        return 1, "sequence_first"
+    return 0, "first"
 
 
 # ---- checkpoints ---------------------------------------------------------------------------------------
@@ -239,5 +246,5 @@ def off_books(device):
     return device.host_work() if device is not None else contextlib.nullcontext()
 
 
-__all__ = ["call_kwargs", "has_tensor", "state_digest", "model_state", "batch_dim", "changed_dim",
-           "has_sequence_first_rnn", "first_tensor", "indices_text", "input_leaves", "off_books"]
+__all__ = ["call_kwargs", "has_tensor", "state_digest", "model_state", "batch_dim",
+           "sequence_first", "first_tensor", "indices_text", "input_leaves", "off_books"]
