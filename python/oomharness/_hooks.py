@@ -24,6 +24,8 @@ HOOKS = {
     "forward": ("(module, args, kwargs, training, frame)", "a top-level forward of a model begins"),
     "exception": ("(exc)", "an exception passed a place the probe wraps (forward, backward, save, load)"),
     "backward": ("(tensors)", "torch.autograd.backward is called"),
+    "backward_done": ("()", "torch.autograd.backward returned: the forwards before it are in the gradients"),
+    "grads_cleared": ("()", "the code called zero_grad (an optimizer's or a module's)"),
     "optimizer_begins": ("(optimizer)", "an optimizer's step begins"),
     "optimizer_step": ("(optimizer)", "an optimizer's step has run"),
     "step_ending": ("()", "a step is done: what must be written before its step event"),

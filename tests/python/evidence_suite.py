@@ -65,6 +65,10 @@ WANT2 = {
     "seq-batch-first-ok": {"batch_halving": ("pass", "32 -> 16"), "completes": ("pass", "")},
     "seq-first-ok": {"batch_halving": ("pass", "32 -> 16"), "completes": ("pass", "")},
     "seq-halved-bug": {"batch_halving": ("fail", "")},
+    "accum-keep-ok": {"empty_cache_retry": ("pass", "on the same data"), "effective_batch": ("pass", ""),
+                      "completes": ("pass", "")},
+    "accum-zero-bug": {"empty_cache_retry": ("fail", "was dropped instead of retried"),
+                       "effective_batch": ("fail", "32 samples per optimizer step instead of 64")},
 }
 # Issue 42: a step is what the optimizer did; a resume restores the optimizer too.
 WANT3 = {"resume-" + style: {"checkpoint_resume": ("pass", "it restored: model, optimizer"), "completes": ("pass", ""),

@@ -152,6 +152,10 @@ TEST(Html, HeadlineSaysNothingWasTestedAndIsNeverGreenThen) {
   EXPECT_EQ(html.find("h-ok"), html.find(".h-ok{") + 1);  // only the style sheet names the green headline
   EXPECT_EQ(html.find("h-ok", html.find(".h-ok{") + 2), std::string::npos);
   run.suites[0].jobs[0].status = JobStatus::passed;
+  const std::string unchecked = render_html(run);  // Note [A pass that did not check completion]
+  EXPECT_NE(unchecked.find("<p class=\"headline h-ok\">1 passed (no target step: completion not checked)</p>"),
+            std::string::npos);
+  run.suites[0].jobs[0].target_step = 10;
   const std::string green = render_html(run);
   EXPECT_NE(green.find("<p class=\"headline h-ok\">1 passed</p>"), std::string::npos);
   EXPECT_EQ(green.find("Nothing was tested"), std::string::npos);

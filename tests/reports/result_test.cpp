@@ -4,6 +4,7 @@
 #include <fstream>
 #include <functional>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "oomharness/reports/writers.h"
@@ -60,6 +61,13 @@ TEST(Results, CountsAndFaults) {
   EXPECT_EQ(j["counts"]["xfailed"], 1);
   EXPECT_EQ(j["counts"]["xpassed"], 1);
   EXPECT_EQ(counts_sentence(run), "2 failed, 1 xpassed, 1 error, 1 passed, 1 xfailed, 1 inconclusive, 1 skipped");
+  // Note [A pass that did not check completion]: without its target step the same pass says so.
+  RunResult unchecked = run;
+  unchecked.suites[0].jobs[0].target_step.reset();
+  EXPECT_EQ(counts_sentence(unchecked), "2 failed, 1 xpassed, 1 error, 1 passed (no target step: completion not checked), "
+                                        "1 xfailed, 1 inconclusive, 1 skipped");
+  unchecked.suites[0].jobs.push_back(run.suites[0].jobs[0]);  // a second pass, with its target step
+  EXPECT_THAT(counts_sentence(unchecked), ::testing::HasSubstr("2 passed (1 with no target step: completion not checked)"));
 }
 
 Verdict verdict(const char* policy, VerdictStatus status, bool must_fail) {

@@ -60,7 +60,7 @@ PARTS = (
     ("steps", Steps, None),
     ("faults", Faults, None),      # after steps: a step fault is asked once the step and phase are written
     ("evaluation", Evaluation, ("evaluation",)),
-    ("grads", Grads, ("grads",)),
+    ("grads", Grads, ("grads", "data")),  # data: when the gradients are cleared (Note [Micro-batches an OOM leaves])
     ("memory", Memory, None),
     ("ooms", Ooms, None),
 )

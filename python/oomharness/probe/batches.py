@@ -19,6 +19,17 @@ are `distinct` in content: the number of distinct per-sample hashes among the st
 (one hash per sample, of all its input tensors). Reported only where every forward of the step was hashed
 per sample (not for a GPU batch read as a whole). Duplicates in the data set lower it too; effective_batch
 compares it with the steps before the OOM.
+
+Note [Micro-batches an OOM leaves]
+A step's data is what its optimizer step trains on: the samples whose gradients are in the parameters when
+it runs. With gradient accumulation, an OOM in micro-batch 3 of a step leaves micro-batches 1 and 2 in the
+gradients; code that keeps them and redoes micro-batch 3 (whole or in halves) trains the step on every sample
+of it, and code that zeroes the gradients and goes on with micro-batch 3 loses 1 and 2 (issue 42, class 10).
+So the OOM event's data is every forward since the step began, and the step's data then goes on from the
+forwards a completed backward had put into the gradients (`backward_done`); a zero_grad call (an optimizer's
+or a module's: the `grads_cleared` hook of the grads part) drops them, as it drops their gradients. The
+samples count the same way. Not seen: gradients cleared by hand (`p.grad = None` in a loop) between the OOM
+and the redo: the dropped micro-batches still count, a false green for that code only.
 """
 
 import collections
@@ -30,6 +41,10 @@ from . import digests, evidence
 WHO = "probe.batches"
 MAX_PARTS = 64  # forwards of one step whose digests a step event lists (Note [A step is its data])
 
+# One training forward's data: samples, digest (the sum of its per-sample hashes), hashes (a tensor of them, or
+# None), per_sample, whole, the first input's shape, its batch dimension and how it was found, the loader's indices.
+Forward = collections.namedtuple("Forward", "samples digest hashes per_sample whole shape dim how loader")
+
 
 class Batches:
     def __init__(self, ctx):
@@ -37,6 +52,7 @@ class Batches:
         self.batch_size = -1              # leading dimension of the last training forward
         self.batch_from = ""              # where it came from (Note [The batch the code did not report])
         self.pending_samples = 0          # samples of training forwards since the last step
+        self.backed_samples = 0           # ... when the last backward completed (Note [Micro-batches an OOM leaves])
         self.manual_samples = False       # the code reports samples itself (probe.samples)
         self.loader_indices = None        # the DataLoader batch handed out last (Note [The DataLoader's indices])
         self.loader_fresh = False         # ... and not used by a training forward yet
@@ -45,17 +61,11 @@ class Batches:
         self._reset_data()
 
     def _reset_data(self):
-        # Note [A step is its data]: the data of the training forwards since the last step.
-        self.data_samples = 0
-        self.data_digest = 0
-        self.data_per_sample = True
-        self.data_parts = []              # the digest of each training forward (gradient accumulation)
-        self.data_hashes = []             # each forward's per-sample hashes (Note [Distinct samples])
-        self.data_whole = True            # every value of every sample was hashed (Note [A sample is all its values])
-        self.data_shape = None            # the first input's shape, its batch dimension and how it was found
-        self.data_dim = None
-        self.data_from = None
-        self.data_loader = ""             # indices text of the batches trained on since the last step
+        # Note [A step is its data]: the data of the training forwards since the last step, one record per
+        # forward (gradient accumulation), and how many of them a completed backward put into the gradients
+        # (Note [Micro-batches an OOM leaves]).
+        self.forwards = []                # Forward records, in order
+        self.backed = 0                   # the first `backed` records are in the gradients
 
     def install(self, torch):
         """Note [The DataLoader's indices] (evidence.py): the indices each batch was made of, in the order the
@@ -164,39 +174,37 @@ class Batches:
 
     def add_forward(self, samples, digest, hashes, per_sample, whole, shape, dim, how):
         """A training forward's data joins the step's (Note [A step is its data])."""
-        if hashes is not None:
-            self.data_hashes.append(hashes)
-        self.data_samples += samples
-        self.data_parts.append(digest)
-        self.data_digest = (self.data_digest + digest) & digests.MASK
-        self.data_per_sample = self.data_per_sample and per_sample
-        self.data_whole = self.data_whole and whole
-        if self.data_shape is None:
-            self.data_shape, self.data_dim, self.data_from = shape, dim, how
+        loader = ""
         if self.loader_fresh and self.loader_indices:
-            text = evidence.indices_text(self.loader_indices)
-            if text:
-                self.data_loader = text if not self.data_loader else self.data_loader + "; " + text
+            loader = evidence.indices_text(self.loader_indices) or ""
+        self.forwards.append(Forward(samples, digest, hashes, per_sample, whole, shape, dim, how, loader))
         self.loader_fresh = False
 
-    def take_data(self):
-        """The `data` field of a step or OOM event (None when no training forward was fingerprinted), and
-        the count starts again."""
+    def take_data(self, keep=0):
+        """The `data` field of a step or OOM event (None when no training forward was fingerprinted); the
+        count starts again from the first `keep` forwards."""
         data = None
-        if self.data_shape is not None:
-            data = {"samples": self.data_samples, "digest": digests.hex64(self.data_digest),
-                    "per_sample": self.data_per_sample, "shape": self.data_shape, "dim": self.data_dim,
-                    "from": self.data_from}
-            if self.data_loader:
-                data["loader"] = self.data_loader
-            if self.data_per_sample and self.data_hashes:
+        forwards = self.forwards
+        if forwards:
+            first = forwards[0]
+            data = {"samples": sum(f.samples for f in forwards), "per_sample": all(f.per_sample for f in forwards),
+                    "shape": first.shape, "dim": first.dim, "from": first.how}
+            data["digest"] = digests.hex64(sum(f.digest for f in forwards) & digests.MASK)
+            loader = "; ".join(f.loader for f in forwards if f.loader)
+            if loader:
+                data["loader"] = loader
+            hashes = [f.hashes for f in forwards if f.hashes is not None]
+            if data["per_sample"] and hashes:
                 with evidence.off_books(self.ctx.device):
-                    data["distinct"] = digests.distinct(self.ctx.torch, self.data_hashes)
-            if not self.data_whole:
+                    data["distinct"] = digests.distinct(self.ctx.torch, hashes)
+            if not all(f.whole for f in forwards):
                 data["whole"] = False
-            if 1 < len(self.data_parts) <= MAX_PARTS:
-                data["parts"] = [digests.hex64(d) for d in self.data_parts]
+            if 1 < len(forwards) <= MAX_PARTS:
+                data["parts"] = [digests.hex64(f.digest) for f in forwards]
+        kept = forwards[:keep]
         self._reset_data()
+        self.forwards = kept
+        self.backed = len(kept)
         return data
 
     # ---- the events
@@ -209,7 +217,7 @@ class Batches:
     def on_step_ending(self):
         if not self.manual_samples and self.pending_samples > 0:
             self.ctx.emit("samples", count=self.pending_samples)
-        self.pending_samples = 0
+        self.pending_samples = self.backed_samples = 0
 
     def on_step_fields(self, fields, batch_size, loss):
         bs = self.batch_size if batch_size is None else batch_size
@@ -220,11 +228,24 @@ class Batches:
         if data is not None:
             fields["data"] = data
 
+    def on_backward_done(self):
+        self.backed = len(self.forwards)
+        self.backed_samples = self.pending_samples
+
+    def on_grads_cleared(self):
+        # What the forwards so far put into the gradients is gone (Note [Micro-batches an OOM leaves]).
+        self.forwards = []
+        self.backed = 0
+        self.pending_samples = self.backed_samples = 0
+
     def on_oom_fields(self, fields):
-        data = self.take_data()
+        # The OOM's data is every forward since the step began; the step goes on with those already in the
+        # gradients (Note [Micro-batches an OOM leaves]).
+        data = self.take_data(keep=self.backed)
         if data is not None:
             fields["data"] = data
 
     def on_oom_seen(self, fields):
-        # The failed attempt's work does not count: a redo reports its samples again.
-        self.pending_samples = 0
+        # The failed forward's work does not count: a redo reports its samples again. What completed
+        # backwards put into the gradients still counts until they are cleared.
+        self.pending_samples = self.backed_samples

@@ -33,7 +33,9 @@ class Grads:
         def zero_grad(original):
             def wrapper(owner, *args, **kwargs):
                 self.zeroed = True
-                return original(owner, *args, **kwargs)
+                result = original(owner, *args, **kwargs)
+                self.ctx.hooks.call("grads_cleared")
+                return result
             return wrapper
         self.ctx.patches.replace(WHO, "torch.optim.Optimizer", "zero_grad", zero_grad)
         self.ctx.patches.replace(WHO, "torch.nn.Module", "zero_grad", zero_grad)

@@ -69,10 +69,12 @@ class Steps:
         def backward(*args, **kwargs):
             safely(self.backward_begins, args, kwargs)
             try:
-                return original(*args, **kwargs)
+                result = original(*args, **kwargs)
             except BaseException as e:
                 ctx.hooks.call("exception", e)
                 raise
+            ctx.hooks.call("backward_done")
+            return result
         return backward
 
     def _optimizer_init(self, original):

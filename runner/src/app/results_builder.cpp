@@ -412,6 +412,7 @@ JobResult build_job_result(const std::string& display_name, const JobOutcome& ou
   r.breakdowns = breakdowns(trace, job_start);
   r.cap_use = cap_use(trace);
   r.step_base = trace.step_base;
+  r.target_step = trace.target_step;
   return r;
 }
 

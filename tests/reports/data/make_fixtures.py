@@ -83,7 +83,7 @@ def job(name, status, message, start, duration, **kw):
 
 def run_json():
     halving = job(
-        "halving-ok", "passed", "", T0 + 0.5, 8.0, gpu=0,
+        "halving-ok", "passed", "", T0 + 0.5, 8.0, gpu=0, target_step=31,
         attempts=[attempt(0, 0.0, 8.0, "ok", 0, 31, "step 30 loss 0.412 batch 32\nstep 31 loss 0.405 batch 32\ndone\n")],
         verdicts=[verdict("batch_halving", "pass",
                           "OOM at step 16 (batch 64) was caught; step 16 ran again at batch 32 and training reached step 31",

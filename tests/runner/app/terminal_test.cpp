@@ -167,6 +167,7 @@ TEST(Terminal, SummaryTable) {
   pass.attempts.resize(1);
   pass.duration = 2.5;
   pass.peak[0] = 1ull << 30;
+  pass.target_step = 12;
   Verdict v;
   v.status = VerdictStatus::pass;
   pass.verdicts = {v, v};
@@ -199,6 +200,11 @@ TEST(Terminal, SummaryTable) {
             "==== 1 failed, 1 passed, 1 inconclusive in 12.3s ====\n");
   std::string colored = summary_table(run, true);
   EXPECT_NE(colored.find("\033[31mFAILED"), std::string::npos);
+  // Note [A pass that did not check completion] (reports/src/result.cpp): a pass with no target step says so.
+  run.suites[0].jobs[0].target_step.reset();
+  EXPECT_NE(summary_table(run, false).find("==== 1 failed, 1 passed (no target step: completion not checked), 1 inconclusive in 12.3s ===="),
+            std::string::npos)
+      << summary_table(run, false);
 }
 
 Verdict verdict(const char* policy, VerdictStatus status, const char* reason, bool must_fail = false) {

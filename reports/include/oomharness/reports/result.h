@@ -123,6 +123,10 @@ struct JobResult {
   // step, and what the cap left for the batch (Note [The cap, visible] in runner/src/app/results_builder.cpp).
   std::optional<std::string> cap_use;
   int step_base = 1;  // the number of its first step (Note [Step numbering] in runner/src/suite/job_fields.cpp)
+  // The step training had to reach (`completes`' steps or the job's `target_step`); unset, whether training
+  // completed was not checked, and the run's closing line says so of a pass (Note [A pass that did not check
+  // completion] in reports/src/result.cpp).
+  std::optional<int64_t> target_step;
   std::map<std::string, std::string> divergences;
   // What the runner, the shim or the event reader warned about in this job's attempts ("attempt 1: the
   // output log ... was cut: ..."), at most kMaxWarnings, the last one saying how many more there were.
