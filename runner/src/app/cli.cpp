@@ -73,34 +73,34 @@ void add_verbosity_flags(CLI::App* cmd, Verbosity& v) {
   cmd->add_flag("-v,--verbose", v.verbose, "More output: every verdict's sentence in the table")->excludes(q);
 }
 
+// One flag of the job table on `cmd`, storing what it was given in `given` under its name. A number is taken
+// as typed: the row's reader checks it (parse_integer refuses one out of range), so that `--restart
+// 99999999999999999999` is quoted as typed, not as the int64 CLI11 saturates it to.
+void add_job_flag(CLI::App* cmd, const suite::JobFlag& f, std::map<std::string, std::vector<std::string>, std::less<>>& given) {
+  const std::string name(f.name), help(f.help);
+  switch (f.takes) {
+    case suite::FlagTakes::text:
+    case suite::FlagTakes::integer:
+      cmd->add_option_function<std::string>(name, [&given, name](const std::string& x) { given[name] = {x}; }, help);
+      break;
+    case suite::FlagTakes::repeated:
+      cmd->add_option_function<std::vector<std::string>>(name, [&given, name](const std::vector<std::string>& x) { given[name] = x; }, help)
+          ->allow_extra_args(false);
+      break;
+    case suite::FlagTakes::nothing:
+      cmd->add_flag_function(name, [&given, name](int64_t n) { given[name] = {n > 0 ? "true" : "false"}; }, help);
+      break;
+  }
+}
+
 // The flags that describe one job (exec, sweep, budget, predict), bound from the job table as each row's
 // flags are written (Note [One table of job fields] in suite/job_table.h): a row given a flag is a flag
 // of these commands at once. Each stores what it was given in ExecArgs::job_flags, which
 // job_from_exec_args reads. Sweep, budget and predict make their own faults: no --fault.
 void add_job_flags(CLI::App* cmd, app::ExecArgs& a, Verbosity& v, bool with_faults) {
-  std::map<std::string, std::vector<std::string>, std::less<>>& given = a.job_flags;
   for (const suite::JobKey& k : suite::job_keys())
-    for (const suite::JobFlag& f : k.flags) {
-      if (f.name.empty() || (!with_faults && f.name == "--fault")) continue;
-      const std::string name(f.name), help(f.help);
-      switch (f.takes) {
-        case suite::FlagTakes::text:
-          cmd->add_option_function<std::string>(name, [&given, name](const std::string& x) { given[name] = {x}; }, help);
-          break;
-        case suite::FlagTakes::integer:
-          // Taken as typed: the row's reader checks the number (parse_integer refuses one out of range), so
-          // that `--restart 99999999999999999999` is quoted as typed, not as the int64 CLI11 saturates it to.
-          cmd->add_option_function<std::string>(name, [&given, name](const std::string& x) { given[name] = {x}; }, help);
-          break;
-        case suite::FlagTakes::repeated:
-          cmd->add_option_function<std::vector<std::string>>(name, [&given, name](const std::vector<std::string>& x) { given[name] = x; }, help)
-              ->allow_extra_args(false);
-          break;
-        case suite::FlagTakes::nothing:
-          cmd->add_flag_function(name, [&given, name](int64_t n) { given[name] = {n > 0 ? "true" : "false"}; }, help);
-          break;
-      }
-    }
+    for (const suite::JobFlag& f : k.flags)
+      if (!f.name.empty() && (with_faults || f.name != "--fault")) add_job_flag(cmd, f, a.job_flags);
   add_report_flags(cmd, a.reports);
   cmd->add_flag("--summary", a.summary, "Append the Markdown summary to $GITHUB_STEP_SUMMARY");
   cmd->add_option("-o,--out", a.out_dir, "Output folder (default " + a.out_dir + ")");
@@ -112,27 +112,10 @@ void add_job_flags(CLI::App* cmd, app::ExecArgs& a, Verbosity& v, bool with_faul
 // Note [Flags that mean something for a prediction] (app/predict_command.h): the job flags of kPredictJobFlags,
 // --json and the output folder.
 void add_predict_flags(CLI::App* cmd, app::ExecArgs& a) {
-  std::map<std::string, std::vector<std::string>, std::less<>>& given = a.job_flags;
   for (const suite::JobKey& k : suite::job_keys())
-    for (const suite::JobFlag& f : k.flags) {
-      if (std::find(std::begin(app::kPredictJobFlags), std::end(app::kPredictJobFlags), f.name) ==
-          std::end(app::kPredictJobFlags))
-        continue;
-      const std::string name(f.name), help(f.help);
-      switch (f.takes) {
-        case suite::FlagTakes::text:
-        case suite::FlagTakes::integer:  // taken as typed, as add_job_flags does
-          cmd->add_option_function<std::string>(name, [&given, name](const std::string& x) { given[name] = {x}; }, help);
-          break;
-        case suite::FlagTakes::repeated:
-          cmd->add_option_function<std::vector<std::string>>(name, [&given, name](const std::vector<std::string>& x) { given[name] = x; }, help)
-              ->allow_extra_args(false);
-          break;
-        case suite::FlagTakes::nothing:
-          cmd->add_flag_function(name, [&given, name](int64_t n) { given[name] = {n > 0 ? "true" : "false"}; }, help);
-          break;
-      }
-    }
+    for (const suite::JobFlag& f : k.flags)
+      if (std::find(std::begin(app::kPredictJobFlags), std::end(app::kPredictJobFlags), f.name) != std::end(app::kPredictJobFlags))
+        add_job_flag(cmd, f, a.job_flags);
   cmd->add_option("--json", a.reports.json, "Also write the prediction as JSON here");
   cmd->add_option("-o,--out", a.out_dir, "Output folder of the runs (default " + a.out_dir + ")");
 }
