@@ -80,6 +80,7 @@ SITES = (
     ("torch.storage.TypedStorage", ("cuda",), ("device.loading",)),
     ("safetensors", ("safe_open",), ("device.loading",)),
     ("safetensors.torch", ("safe_open",), ("device.loading",)),
+    ("safetensors.torch", ("save_file", "load_file"), (SHAPE_ONLY,)),
     ("torch.nn.parallel.scatter_gather", ("Scatter",), ("device.parallel",)),
     ("torch.distributed", ("init_process_group", "new_group"), ("device.parallel",)),
     ("torch.distributed.distributed_c10d", ("init_process_group", "new_group"), ("device.parallel",)),

@@ -122,6 +122,43 @@ print("counted", dev.prediction()["saved"])
         self.assertEqual(lines["cpu"], "False FakeTensor")
         self.assertEqual(lines["counted"], "2")
 
+    def test_a_safetensors_file_of_fake_tensors_is_sparse_and_loads_back(self):
+        # Note [A safetensors file of fake tensors] (fake_state.py): Trainer's model.safetensors in a shape-only
+        # run. The file is valid safetensors (safetensors' own reader takes it), its size is the model's, its
+        # disk use is not, and load_file reads it back as fake tensors booked where asked.
+        try:
+            import safetensors  # noqa: F401
+        except ImportError:
+            self.skipTest("no safetensors in this environment")
+        path = os.path.join(self.dir, "model.safetensors")
+        r = in_process(r"""
+import os
+from safetensors.torch import save_file, load_file
+from safetensors import safe_open
+m = torch.nn.Sequential(torch.nn.Linear(1024, 2048), torch.nn.Linear(2048, 1024, bias=False)).cuda().half()
+state = dict(m.state_dict(), step=torch.tensor([7]))
+save_file(state, %r, metadata={"format": "pt"})
+st = os.stat(%r)
+size = sum(t.numel() * t.element_size() for t in state.values())
+print("file", st.st_size > size, st.st_blocks * 512 < 64 * 1024)
+with safe_open(%r, framework="pt") as f:
+    print("header", sorted(f.keys()), f.metadata()["format"], f.get_slice("0.weight").get_shape())
+    print("real", f.get_tensor("step").tolist())
+back = load_file(%r, device="cuda")
+w = back["0.weight"]
+print("loaded", type(w).__name__, tuple(w.shape), w.dtype, all(dev.on_device(t) for t in back.values()),
+      sum(t.untyped_storage().nbytes() for t in back.values()) == size)
+host = load_file(%r)
+print("host", dev.on_device(host["1.weight"]), dev.prediction()["saved"])
+""" % ((path,) * 5))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = dict(line.split(" ", 1) for line in r.stdout.splitlines())
+        self.assertEqual(lines["file"], "True True")  # full length, sparse on disk
+        self.assertEqual(lines["header"], "['0.bias', '0.weight', '1.weight', 'step'] pt [2048, 1024]")
+        self.assertEqual(lines["real"], "[7]")  # a real tensor's bytes are written
+        self.assertEqual(lines["loaded"], "FakeTensor (2048, 1024) torch.float16 True True")
+        self.assertEqual(lines["host"], "False 1")
+
     def test_a_real_checkpoint_loads_as_it_is(self):
         # Placeholders are recognised by their magic bytes only: a real tensor with all-zero strides over a
         # 32-byte storage, or a real checkpoint's tensors, are loaded real, values and all.
