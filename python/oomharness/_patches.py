@@ -81,6 +81,8 @@ SITES = (
     ("safetensors", ("safe_open",), ("device.loading",)),
     ("safetensors.torch", ("safe_open",), ("device.loading",)),
     ("safetensors.torch", ("save_file", "load_file"), (SHAPE_ONLY,)),
+    ("torch.UntypedStorage", ("data_ptr",), (SHAPE_ONLY,)),
+    ("torch.Tensor", ("data_ptr",), (SHAPE_ONLY,)),
     ("torch.nn.parallel.scatter_gather", ("Scatter",), ("device.parallel",)),
     ("torch.distributed", ("init_process_group", "new_group"), ("device.parallel",)),
     ("torch.distributed.distributed_c10d", ("init_process_group", "new_group"), ("device.parallel",)),

@@ -159,6 +159,21 @@ print("host", dev.on_device(host["1.weight"]), dev.prediction()["saved"])
         self.assertEqual(lines["loaded"], "FakeTensor (2048, 1024) torch.float16 True True")
         self.assertEqual(lines["host"], "False 1")
 
+    def test_fake_tensors_have_distinct_addresses(self):
+        # Note [A fake tensor's address] (fake_state.py): every meta storage's data_ptr() was 0, so Transformers'
+        # save_pretrained found all of a model's tensors "shared" and refused to save (issue 43, Trainer).
+        r = in_process(r"""
+a, b = torch.nn.Linear(4, 4).cuda(), torch.nn.Linear(4, 4).cuda()
+b.weight = a.weight  # tied, as an embedding and its head
+ptrs = [t.untyped_storage().data_ptr() for t in (a.weight, a.bias, b.weight, b.bias)]
+print("storages", len(set(ptrs)), 0 in ptrs, a.weight.data_ptr() == ptrs[0])
+print("view", a.weight[1:].data_ptr() - a.weight.data_ptr(), a.weight[1:].untyped_storage().data_ptr() == ptrs[0])
+""")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = dict(line.split(" ", 1) for line in r.stdout.splitlines())
+        self.assertEqual(lines["storages"], "3 False True")  # the tied pair shares one, the others differ
+        self.assertEqual(lines["view"], "16 True")
+
     def test_a_real_checkpoint_loads_as_it_is(self):
         # Placeholders are recognised by their magic bytes only: a real tensor with all-zero strides over a
         # 32-byte storage, or a real checkpoint's tensors, are loaded real, values and all.

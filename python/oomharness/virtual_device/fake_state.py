@@ -27,6 +27,15 @@ back as fake tensors from its header alone (booked on the device when `device` n
 loads as it is. Not handled: `safetensors.torch.save` (bytes in memory: they would be the model's size) and
 `safe_open` of such a file, which reads the zeros.
 
+Note [A fake tensor's address]
+A fake tensor's storage is a meta storage, whose data_ptr() is 0 for every one of them. Code that tells
+shared tensors apart by address then finds every tensor of a model shared with every other: Transformers'
+save_pretrained (remove_tied_weights_from_state_dict, through id_tensor_storage) refuses to save "shared
+tensors ... which are not properly defined", and safetensors' own check would too. In shape-only mode a meta
+storage's data_ptr() is the address of its storage object (the identity the shape-only device books it by),
+and a fake tensor's data_ptr() that plus its offset: distinct storages have distinct addresses, views of one
+storage share it, as on a GPU. Nothing reads memory there.
+
 Note [Values read back from a fake tensor]
 `.tolist()` and `.numpy()` of a fake tensor (a device tensor, or its `.cpu()` copy) give stand-ins of its shape
 (Note [Stand-in values] in shape_only.py), counted as `.item()`'s are: a nested list, and a read-only NumPy
@@ -96,6 +105,8 @@ class FakeState:
     def install(self, patches):
         patches.replace(WHO, "torch", "save", self._save)
         patches.replace(WHO, "torch", "load", self._load)
+        patches.replace(WHO, "torch.UntypedStorage", "data_ptr", self._storage_data_ptr)  # Note [A fake tensor's address]
+        patches.replace(WHO, "torch.Tensor", "data_ptr", self._tensor_data_ptr)
         if importlib.util.find_spec("safetensors") is not None:  # Note [A safetensors file of fake tensors]
             patches.replace(WHO, "safetensors.torch", "save_file", self._save_file)
             patches.replace(WHO, "safetensors.torch", "load_file", self._load_file)
@@ -190,6 +201,21 @@ class FakeState:
         if on_device:
             dev.book(fake)
         return fake
+
+    # ---- Note [A fake tensor's address]
+    def _storage_data_ptr(self, original):
+        def data_ptr(storage):
+            if storage.device.type == "meta":
+                return storage._cdata
+            return original(storage)
+        return data_ptr
+
+    def _tensor_data_ptr(self, original):
+        def data_ptr(t):
+            if is_fake(t):
+                return t.untyped_storage()._cdata + t.storage_offset() * t.element_size()
+            return original(t)
+        return data_ptr
 
     # ---- Note [A safetensors file of fake tensors]
     def _save_file(self, original):
