@@ -138,6 +138,34 @@ class PublicCalls(unittest.TestCase):
                 del lin, opt, state; gc.collect()
         """, "cuda 512 True cuda:0 True cpu 0 True cuda:0 False")
 
+    # Note [Where torch.save says a tensor was] (loading.py): a checkpoint saved from the device says "cuda:0",
+    # and torch.load with no map_location puts it back there, as on a GPU (12 MiB for the layer and AdamW's
+    # moments); what was saved from the host stays on the host, AdamW's step count included (0 bytes more, where
+    # map_location="cuda" above put it in a 512-byte block). Before, the file said "cpu": the loaded tensors
+    # said cpu and held nothing on the device while the checkpoint was in hand (the first line).
+    def test_a_checkpoint_loaded_with_no_map_location_goes_back_where_it_was(self):
+        self.check("""
+            import gc, os, tempfile
+            def fresh():
+                lin = torch.nn.Linear(1024, 1024, bias=False).cuda()
+                return lin, torch.optim.AdamW(lin.parameters())
+            lin, opt = fresh()
+            lin(torch.randn(2, 1024, device="cuda")).sum().backward(); opt.step()
+            path = os.path.join(tempfile.mkdtemp(), "ck.pt")
+            torch.save({"model": lin.state_dict(), "optimizer": opt.state_dict(), "host": torch.arange(3)}, path)
+            del lin, opt; gc.collect()
+            lin, opt = fresh()
+            base = torch.cuda.memory_allocated() - 4 * MiB
+            ck = torch.load(path)
+            print(ck["model"]["weight"].device, dev.on_device(ck["model"]["weight"]), ck["host"].device,
+                  dev.on_device(ck["host"]))
+            lin.load_state_dict(ck["model"]); opt.load_state_dict(ck["optimizer"])
+            del ck; gc.collect()
+            state = opt.state[lin.weight]
+            print(torch.cuda.memory_allocated() - base - 12 * MiB, dev.on_device(state["exp_avg"]),
+                  dev.on_device(state["step"]))
+        """, "cuda:0 True cpu False 0 True False")
+
     def test_autocast_to_float32_keeps_float32(self):
         proc = self.check("""
             m = torch.nn.Linear(64, 64).cuda()

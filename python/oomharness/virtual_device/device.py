@@ -109,6 +109,10 @@ class VirtualDevice:
             return False
         return True
 
+    def holds_storage(self, s):
+        """Whether the untyped storage s is on the device (torch.save's location: loading.py)."""
+        return self._live(s.data_ptr())
+
     def on_device(self, t):
         if not isinstance(t, torch.Tensor):
             return False

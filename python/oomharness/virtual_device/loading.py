@@ -4,7 +4,17 @@ a GPU would hold it (Note [No CUDA runtime under the virtual device] in runtime.
 (`safetensors.torch.load_file(path, device="cuda")`, `safe_open(path, framework="pt", device="cuda")`, as
 PEFT, Transformers and Accelerate load adapters, weights and resumed states) do the same: the file is read to
 the host and each tensor taken from it is booked on the device. safetensors' own reader, asked for "cuda",
-copies through pinned memory and the CUDA runtime, which the CPU has not."""
+copies through pinned memory and the CUDA runtime, which the CPU has not.
+
+Note [Where torch.save says a tensor was]
+torch.save writes each storage's location ("cuda:0", "cpu"), and torch.load without map_location puts it back
+there: a checkpoint of a GPU's model and optimizer state loads onto the GPU, and holds its memory there until
+the code moves it. A storage on the virtual device is a host storage (Note [What a tensor on the virtual
+device says it is] in tensors.py), so torch.save wrote "cpu", and a resume that loaded it plainly held
+nothing on the device (and got tensors that said cpu). torch.save now writes "cuda:0" for a storage the device
+holds, and torch.load with no map_location books what its location moved to CUDA (the storage's .cuda(),
+which the load calls for "cuda:0", leaves it on the host and says so). Such a file read by PyTorch outside
+the harness on a machine with no GPU needs map_location="cpu", as a GPU's checkpoint does."""
 
 import importlib.util
 import threading
@@ -20,7 +30,7 @@ def host_location(where):
     """(the map_location to read with, whether the result goes on the device: None when only the load can
     tell)."""
     if where is None:
-        return None, False
+        return None, None  # the file's own locations: Note [Where torch.save says a tensor was]
     if isinstance(where, (str, torch.device)) or (isinstance(where, int) and not isinstance(where, bool)):
         to_cuda = isinstance(where, int) or is_cuda(where)
         return ("cpu" if to_cuda else where), to_cuda
@@ -47,7 +57,8 @@ def tensors_in(obj, depth=0):
 class Loading:
     def __init__(self, device):
         self.device = device
-        self._local = threading.local()  # load_moved: a map_location function moved a storage to "the GPU"
+        # moved: the storages (by address) a load's locations or map_location function moved to "the GPU"
+        self._local = threading.local()
 
     def install(self, torch_, patches):
         original_load = torch.load
@@ -58,6 +69,9 @@ class Loading:
         # CUDA build without a GPU it reaches the driver. Here it leaves the storage on the host and says so.
         for owner in ("torch.storage._StorageBase", "torch.storage.TypedStorage"):
             patches.replace(WHO, owner, "cuda", self._storage_cuda)
+            # torch.load puts a "cuda:0" storage back with storage.to(device=...) (PyTorch >= 2.4's _deserialize)
+            patches.replace(WHO, owner, "to", self._storage_to)
+        patches.replace(WHO, "torch.serialization", "location_tag", self._location_tag)
         # Only where the job's Python has safetensors (it is imported here, once, before the job's code does).
         if importlib.util.find_spec("safetensors") is not None:
             for owner in ("safetensors", "safetensors.torch"):
@@ -68,11 +82,15 @@ class Loading:
 
         def load(f, map_location=None, *args, **kwargs):
             target, to_device = host_location(map_location)
-            local.load_moved = False
+            local.moved = set()
             out = original(f, target, *args, **kwargs)
-            if to_device or (to_device is None and getattr(local, "load_moved", False)):
+            if to_device:
                 for t in tensors_in(out):
                     dev.book(t)
+            elif to_device is None and local.moved:
+                for t in tensors_in(out):
+                    if _storage_address(t) in local.moved:
+                        dev.book(t)
             return out
         return load
 
@@ -90,11 +108,36 @@ class Loading:
             return _OnDevice(original(filename, framework, "cpu", *args, **kwargs), book)
         return safe_open
 
+    def _location_tag(self, original):
+        dev = self.device
+
+        def location_tag(storage):
+            # Note [Where torch.save says a tensor was]
+            try:
+                s = getattr(storage, "_untyped_storage", storage)
+                if s.device.type == "cpu" and dev.holds_storage(s):
+                    return "cuda:0"
+            except Exception:  # noqa: BLE001 - the location torch would give
+                pass
+            return original(storage)
+        return location_tag
+
+    def _storage_to(self, original):
+        local = self._local
+
+        def storage_to(storage, *args, **kwargs):
+            device = kwargs.get("device", args[0] if args else None)
+            if device is not None and is_cuda(device):
+                _note_moved(local, storage)
+                return storage
+            return original(storage, *args, **kwargs)
+        return storage_to
+
     def _storage_cuda(self, original):
         local = self._local
 
         def storage_cuda(storage, device=None, non_blocking=False, **kwargs):
-            local.load_moved = True
+            _note_moved(local, storage)
             return storage
         return storage_cuda
 
@@ -140,3 +183,20 @@ class _OnDevice:
     def __getattr__(self, name):  # keys(), metadata(), offset_keys(), ...
         return getattr(self._inner, name)
 
+
+
+def _note_moved(local, storage):
+    """A storage the load moved to CUDA (left on the host): its tensors are booked after the load."""
+    moved = getattr(local, "moved", None)
+    if moved is not None:
+        try:
+            moved.add(getattr(storage, "_untyped_storage", storage).data_ptr())
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _storage_address(t):
+    try:
+        return t.untyped_storage().data_ptr()
+    except Exception:  # noqa: BLE001
+        return None

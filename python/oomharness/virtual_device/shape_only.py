@@ -114,6 +114,9 @@ class ShapeOnlyDevice(VirtualDevice):
         except Exception:  # noqa: BLE001 - sparse and other layouts have no plain storage
             return None
 
+    def holds_storage(self, s):
+        return self._live(s._cdata)
+
     def make_mode(self):
         return _ShapeOnlyMode(self)
 

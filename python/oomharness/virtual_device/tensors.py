@@ -12,8 +12,9 @@ nn.DataParallel refuses parameters that are not on `cuda:0`). The property is re
 of the patch table), so only Python code sees it: ATen's kernels, the dispatch mode and the C++ autograd
 engine still see the CPU tensor it is. `Tensor.is_cuda`, `get_device()` and the storage's device stay the
 truth (cpu, -1): PyTorch's own Python branches on them to call CUDA-only kernels (nn.LSTM's
-flatten_parameters calls cuDNN when every weight `is_cuda`), and torch.save writes a storage's device as its
-location. One choice the device's answer would change is kept as the CPU makes it: an optimizer's default
+flatten_parameters calls cuDNN when every weight `is_cuda`); torch.save, which writes a storage's device as
+its location, is told "cuda:0" for a storage the device holds (Note [Where torch.save says a tensor was] in
+loading.py). One choice the device's answer would change is kept as the CPU makes it: an optimizer's default
 between its per-tensor loop and its foreach implementation (`_default_to_fused_or_foreach`, which takes
 foreach for parameters whose `device.type` is cuda), so that figures measured before stay comparable; on a GPU
 PyTorch takes foreach, whose whole-model temporaries (Adam's sqrt(v)) the virtual device then does not book
