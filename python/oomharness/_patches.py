@@ -62,6 +62,7 @@ SITES = (
     ("torch.Tensor", ("cuda", "to", "cpu", "pin_memory", "record_stream", "device") + NEW_TENSOR_METHODS,
      ("device.tensors",)),
     ("torch", ("set_default_device", "get_default_device"), ("device.tensors",)),
+    ("torch.nn.parameter.UninitializedTensorMixin", ("materialize",), ("device.tensors",)),
     ("torch.autograd", ("grad",), ("device.libraries",)),
     ("torch.autograd", ("backward",), ("device.libraries", "probe.steps")),
     ("torch.amp.autocast_mode.autocast", ("__init__",), ("device.amp",)),

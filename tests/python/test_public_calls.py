@@ -166,6 +166,20 @@ class PublicCalls(unittest.TestCase):
                   dev.on_device(state["step"]))
         """, "cuda:0 True cpu False 0 True False")
 
+    # Note [A lazy parameter sent to the device] (tensors.py): `.cuda()` of a model with a LazyLinear failed
+    # ("Attempted to use an uninitialized parameter in clone"); on a GPU its first forward makes the weight there.
+    def test_a_lazy_module_sent_to_the_device_materializes_there(self):
+        self.check("""
+            m = torch.nn.Sequential(torch.nn.LazyLinear(256), torch.nn.ReLU(), torch.nn.Linear(256, 4)).cuda()
+            before = torch.cuda.memory_allocated()
+            y = m(torch.randn(8, 1024, device="cuda"))
+            w = m[0].weight
+            print(tuple(y.shape), tuple(w.shape), w.device, dev.on_device(w), torch.cuda.memory_allocated() - before >= MiB)
+            host = torch.nn.LazyLinear(4)
+            host(torch.randn(2, 3))
+            print(host.weight.device, dev.on_device(host.weight))
+        """, "(8, 4) (256, 1024) cuda:0 True True cpu False")
+
     def test_autocast_to_float32_keeps_float32(self):
         proc = self.check("""
             m = torch.nn.Linear(64, 64).cuda()

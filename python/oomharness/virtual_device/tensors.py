@@ -23,6 +23,7 @@ PyTorch takes foreach, whose whole-model temporaries (Adam's sqrt(v)) the virtua
 import contextlib
 import sys
 import threading
+import weakref
 
 import torch
 
@@ -31,6 +32,13 @@ from . import pinned
 
 WHO = "device.tensors"
 CUDA0 = torch.device("cuda", 0)
+_UNINITIALIZED = getattr(torch.nn.parameter, "UninitializedTensorMixin", ())
+
+# Note [A lazy parameter sent to the device]
+# A LazyLinear's weight has no shape until its first forward. On a GPU `.cuda()` of the module gives it an
+# uninitialized parameter on the device, which its first forward makes there (materialize with the data's
+# device). Here the copy to the device cannot be made (cloning an uninitialized parameter is refused), so
+# `.cuda()` leaves it as it is and remembers it, and its materialize makes it on the device, booked there.
 
 
 def is_cpu(device):
@@ -54,6 +62,7 @@ class Tensors:
         self.device = device
         self.default_on_device = False  # torch.set_default_device("cuda") on PyTorch 2.x
         self._local = threading.local()  # truth: the real device is asked for (real_devices())
+        self.lazy_on_device = {}  # id -> weak reference (Note [A lazy parameter sent to the device]; no ==)
 
     def install(self, torch_, patches):
         dev = self.device
@@ -80,6 +89,8 @@ class Tensors:
         patches.replace(WHO, "torch.Tensor", "pin_memory", lambda original: lambda t, *args, **kwargs: (
             t if dev.pinned_host is None or dev.on_device(t) else dev.pinned_host.pin(t)))
         patches.replace(WHO, "torch.Tensor", "record_stream", self._record_stream)
+        # Note [A lazy parameter sent to the device]
+        patches.replace(WHO, "torch.nn.parameter.UninitializedTensorMixin", "materialize", self._materialize)
         patches.replace(WHO, "torch", "set_default_device", self._set_default_device)
         patches.replace(WHO, "torch", "get_default_device", lambda original: lambda: (
             torch.device("cuda", 0) if self.default_on_device else original()))
@@ -155,11 +166,23 @@ class Tensors:
         dev = self.device
         if dev.on_device(t):
             return t
+        if isinstance(t, _UNINITIALIZED):  # Note [A lazy parameter sent to the device]
+            self.lazy_on_device[id(t)] = weakref.ref(t)
+            return t
         dev.check_thread()
         with dev.making():
             out = t.clone()  # a new storage, booked by the mode
         dev.book(out)
         return out
+
+    def _materialize(self, original):
+        def materialize(param, shape, device=None, dtype=None):
+            ref = self.lazy_on_device.get(id(param))
+            if device is None and ref is not None and ref() is param:
+                device = "cuda"
+                del self.lazy_on_device[id(param)]
+            return original(param, shape, device=device, dtype=dtype)
+        return materialize
 
     def _to(self, original):
         dev = self.device
