@@ -113,6 +113,36 @@ class ProbeTest(unittest.TestCase):
         finally:
             job.close()
 
+    def test_a_step_trains_on_its_forward_whatever_comes_between(self):
+        # Note [Micro-batches an OOM leaves] (probe/batches.py): zero_grad between a forward and its backward (the
+        # commonest loop: out = model(x); opt.zero_grad(); loss.backward()) keeps that forward in the step's data;
+        # accumulating two micro-batches after a zero_grad counts both.
+        code = textwrap.dedent("""
+            import torch
+            torch.manual_seed(0)
+            model = torch.nn.Linear(6, 3)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for step in range(2):
+                out = model(torch.randn(8, 6))
+                opt.zero_grad()
+                out.sum().backward()
+                opt.step()
+            opt.zero_grad()
+            for k in range(2):
+                model(torch.randn(4, 6)).sum().backward()
+            opt.step()
+        """)
+        job = Job()
+        try:
+            r = job.run(code, extra_env={"OOMH_EVIDENCE": "batches,data"})
+            self.assertEqual(r.returncode, 0, r.stderr)
+            steps = [e["fields"] for e in job.read_events() if e["kind"] == "step"]
+            self.assertEqual([(s["step"], s.get("data", {}).get("samples")) for s in steps], [(1, 8), (2, 8), (3, 8)])
+            samples = [e["fields"]["count"] for e in job.read_events() if e["kind"] == "samples"]
+            self.assertEqual(samples, [8, 8, 8])
+        finally:
+            job.close()
+
     def test_a_spec_looked_up_first_still_installs_the_probe(self):
         # Note [Waiting for torch] (_boot.py): Transformers and Datasets call importlib.util.find_spec("torch") at
         # their own import, before anything imports torch; the import that follows must still get the probe.

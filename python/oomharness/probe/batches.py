@@ -27,8 +27,9 @@ gradients; code that keeps them and redoes micro-batch 3 (whole or in halves) tr
 of it, and code that zeroes the gradients and goes on with micro-batch 3 loses 1 and 2 (issue 42, class 10).
 So the OOM event's data is every forward since the step began, and the step's data then goes on from the
 forwards a completed backward had put into the gradients (`backward_done`); a zero_grad call (an optimizer's
-or a module's: the `grads_cleared` hook of the grads part) drops them, as it drops their gradients. The
-samples count the same way. Not seen: gradients cleared by hand (`p.grad = None` in a loop) between the OOM
+or a module's: the `grads_cleared` hook of the grads part) drops those, as it drops their gradients, and keeps
+a forward whose backward is still to come (`out = model(x); opt.zero_grad(); loss.backward()`). The samples
+count the same way. Not seen: gradients cleared by hand (`p.grad = None` in a loop) between the OOM
 and the redo: the dropped micro-batches still count, a false green for that code only.
 """
 
@@ -233,10 +234,13 @@ class Batches:
         self.backed_samples = self.pending_samples
 
     def on_grads_cleared(self):
-        # What the forwards so far put into the gradients is gone (Note [Micro-batches an OOM leaves]).
-        self.forwards = []
+        # What the forwards before the last completed backward put into the gradients is gone (Note [Micro-batches
+        # an OOM leaves]); a forward whose backward is still to come (`out = model(x); opt.zero_grad();
+        # loss.backward()`, the commonest loop) is not in them yet and stays.
+        self.forwards = self.forwards[self.backed:]
         self.backed = 0
-        self.pending_samples = self.backed_samples = 0
+        self.pending_samples = max(0, self.pending_samples - self.backed_samples)
+        self.backed_samples = 0
 
     def on_oom_fields(self, fields):
         # The OOM's data is every forward since the step began; the step goes on with those already in the
