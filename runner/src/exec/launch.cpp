@@ -111,6 +111,25 @@ std::vector<std::string> job_environment(const JobSpec& job, const HarnessPaths&
     env["MASTER_ADDR"] = ctx.master_addr.empty() ? std::string("127.0.0.1") : ctx.master_addr;
     env["MASTER_PORT"] = std::to_string(ctx.master_port);
     env["OOMH_STACKS"] = ctx.stacks_path;
+    // Note [Slurm's task variables for each rank]
+    // Under Slurm the runner (a node agent, one srun task per node, or the batch script) passes on its own
+    // task's variables: every rank of a node would read the agent's SLURM_PROCID and SLURM_NTASKS (the node's
+    // index and the number of nodes). Code that takes its rank from Slurm (`srun python train.py` style, and
+    // Lightning's SLURMEnvironment, which reads SLURM_NTASKS, SLURM_PROCID, SLURM_LOCALID and SLURM_NODEID)
+    // would then start every rank as the same one. So a rank run under Slurm gets the variables srun would
+    // give the task it stands for: one task per rank, ranks_per_node per node.
+    if (env.count("SLURM_JOB_ID") && env.count("SLURM_PROCID")) {
+      const int world = ctx.world_size;
+      const int per_node = ctx.local_world_size > 0 ? ctx.local_world_size : world;
+      const int nodes = per_node > 0 ? (world + per_node - 1) / per_node : 1;
+      const std::string tasks_per_node = std::to_string(per_node) + (nodes > 1 ? "(x" + std::to_string(nodes) + ")" : "");
+      env["SLURM_PROCID"] = std::to_string(*ctx.rank);
+      env["SLURM_LOCALID"] = std::to_string(ctx.local_rank.value_or(*ctx.rank));
+      env["SLURM_NODEID"] = std::to_string(ctx.node);
+      env["SLURM_NTASKS"] = env["SLURM_NPROCS"] = env["SLURM_STEP_NUM_TASKS"] = std::to_string(world);
+      env["SLURM_NTASKS_PER_NODE"] = std::to_string(per_node);
+      env["SLURM_TASKS_PER_NODE"] = env["SLURM_STEP_TASKS_PER_NODE"] = tasks_per_node;
+    }
   }
   prepend_path(env, "LD_LIBRARY_PATH", paths.driver_library_dir);
   if (!ctx.gpus.empty() && job.device != DeviceChoice::virtual_device) {

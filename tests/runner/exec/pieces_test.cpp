@@ -309,6 +309,26 @@ TEST(Launch, RankEnvironment) {
     EXPECT_EQ(env_value(on_node, "LOCAL_WORLD_SIZE"), "2");
     EXPECT_EQ(env_value(on_node, "GROUP_RANK"), "1");
     EXPECT_EQ(env_value(on_node, "MASTER_ADDR"), "10.213.87.11");
+    EXPECT_EQ(env_value(on_node, "SLURM_PROCID"), "<unset>") << "not under Slurm: no Slurm variable appears";
+    // Note [Slurm's task variables for each rank]: under Slurm, the node agent's own task variables (node 1
+    // of 2: SLURM_PROCID 1, SLURM_NTASKS 2) become those of the task the rank stands for.
+    setenv("SLURM_JOB_ID", "42", 1);
+    setenv("SLURM_PROCID", "1", 1);
+    setenv("SLURM_NTASKS", "2", 1);
+    setenv("SLURM_LOCALID", "0", 1);
+    auto under_slurm = job_environment(job, paths, other);
+    unsetenv("SLURM_JOB_ID");
+    unsetenv("SLURM_PROCID");
+    unsetenv("SLURM_NTASKS");
+    unsetenv("SLURM_LOCALID");
+    EXPECT_EQ(env_value(under_slurm, "SLURM_PROCID"), "3");
+    EXPECT_EQ(env_value(under_slurm, "SLURM_LOCALID"), "1");
+    EXPECT_EQ(env_value(under_slurm, "SLURM_NODEID"), "1");
+    EXPECT_EQ(env_value(under_slurm, "SLURM_NTASKS"), "4");
+    EXPECT_EQ(env_value(under_slurm, "SLURM_NPROCS"), "4");
+    EXPECT_EQ(env_value(under_slurm, "SLURM_NTASKS_PER_NODE"), "2");
+    EXPECT_EQ(env_value(under_slurm, "SLURM_TASKS_PER_NODE"), "2(x2)");
+    EXPECT_EQ(env_value(under_slurm, "SLURM_JOB_ID"), "42");
   }
   // Note [One GPU per rank]: every rank sees every rank's GPU, in rank order; LOCAL_RANK picks its own.
   ctx.gpus = {3, 1};
