@@ -153,6 +153,17 @@ std::optional<std::string> refusals_lost(const Attempt& a) {
          ", so no check can tell what the job did about them";
 }
 
+// Note [A call the virtual device cannot run] in python/oomharness/virtual_device/unsupported.py: the attempt
+// died of a call the virtual CUDA device cannot run (the probe's `divergence` of kind `unsupported`, written
+// where the error reached the end of the process uncaught). Whatever its checks say, the job did not die of
+// what they test: an `exit: 0` with must_fail would count that death as the expected failure. Says which call.
+std::optional<std::string> unsupported_call(const Attempt& a) {
+  for (const Event& e : a.events)
+    if (e.src == events::kSrcProbe && e.kind == events::kDivergence && e.text("kind") == "unsupported")
+      return e.text("detail", "a call the virtual CUDA device cannot run");
+  return std::nullopt;
+}
+
 // "torch 2.14.1+cu130" from the probe's start event, or empty.
 std::string framework_seen(const Attempt& a) {
   for (const Event& e : a.events)
@@ -181,6 +192,9 @@ std::optional<Untested> why_untested(const JobSpec& job, const Trace& trace, boo
         return error(which + ": the shim rejected the fault plan, so no fault or cap was applied: " + plan_error(a));
     }
     if (auto lost = refusals_lost(a)) return error(which + ": " + *lost);
+    if (auto call = unsupported_call(a))
+      return error(which + " died of a call the virtual CUDA device cannot run, not of anything its checks test, so its "
+                           "verdicts cannot be believed: " + *call);
     fired = fired || fault_fired(a, sidecar);
     stepped = stepped || completed_a_step(a);
     any_rules = any_rules || has_rules(job, a);

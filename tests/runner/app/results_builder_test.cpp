@@ -434,6 +434,23 @@ TEST(Untested, TheShimNeverStartedOrRejectedThePlan) {
   EXPECT_FALSE(why_untested(plain, outcome({with_shim(attempt(0, 0, 5, 0, {step(1, 2)}), ShimRecord{})}).trace));
 }
 
+// Note [A call the virtual device cannot run] (virtual_device/unsupported.py): an attempt that died of a call the
+// virtual device cannot run is an error naming it, even after a fault fired (a must_fail `exit: 0` would
+// otherwise take that death for the expected one); a divergence of another kind is no such death.
+TEST(Untested, ADeathOfAnUnsupportedCallIsAnErrorNamingIt) {
+  const std::string said = "oomharness: the virtual CUDA device cannot run torch.cuda.graphs.CUDAGraph, called at train.py:40";
+  Event div = ev(1.4, "probe", "divergence", {{"kind", "unsupported"}, {"detail", said}});
+  Trace t = outcome({with_shim(attempt(0, 0, 5, 1, {step(1, 2), inject(1.1, 3), oom(1.2, 3, true), step(1.3, 3), div}), armed())}).trace;
+  auto u = why_untested(faulted_job(), t);
+  ASSERT_TRUE(u);
+  EXPECT_EQ(u->status, JobStatus::error);
+  EXPECT_EQ(u->message, "attempt 1 died of a call the virtual CUDA device cannot run, not of anything its checks test, so its "
+                        "verdicts cannot be believed: " + said);
+  Event other = ev(1.4, "probe", "divergence", {{"kind", "nccl"}, {"detail", "NCCL ran as gloo"}});
+  EXPECT_FALSE(why_untested(faulted_job(), outcome({with_shim(attempt(0, 0, 5, 0, {step(1, 2), inject(1.1, 3), oom(1.2, 3, true),
+                                                                                   step(1.3, 3), other}), armed())}).trace));
+}
+
 // Note [Processes outside the shim] (runner/src/exec/escapes.h): a process of the job that held device memory
 // without the shim, said by its probe or found by the runner in NVML's list, makes a tested job an error that
 // names it; in the reference run too.
