@@ -7,6 +7,7 @@ failed, 125 skipped (no torch).
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -30,6 +31,11 @@ if "-k" in argv_rest:
     only = argv_rest[i + 1]
     del argv_rest[i:i + 2]
 out = argv_rest[0] if argv_rest else tempfile.mkdtemp(prefix="oomh-evidence-")
+# A run starts from an empty folder: evidence3's resume-reference-outside keeps its checkpoints beside its
+# {workdir} (in the job's folder, which a later run into the same --out keeps), and a checkpoint left there by
+# an earlier run would make its first attempt resume at the last step, with no OOM to recover from.
+if argv_rest and os.path.isdir(out):
+    shutil.rmtree(out)
 binary = os.path.join(build, "runner", "oomharness")
 env = dict(os.environ)
 env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
