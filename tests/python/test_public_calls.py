@@ -39,6 +39,20 @@ def has(module):
     return importlib.util.find_spec(module) is not None
 
 
+# A 1024x1024 layer on the device trained one AdamW step and saved with a host tensor beside it (path); fresh()
+# makes another layer and optimizer. Then the body of a test, at the same indentation.
+SAVED_ADAMW_LAYER = """
+            import gc, os, tempfile
+            def fresh():
+                lin = torch.nn.Linear(1024, 1024, bias=False).cuda()
+                return lin, torch.optim.AdamW(lin.parameters())
+            lin, opt = fresh()
+            lin(torch.randn(2, 1024, device="cuda")).sum().backward(); opt.step()
+            path = os.path.join(tempfile.mkdtemp(), "ck.pt")
+            torch.save({"model": lin.state_dict(), "optimizer": opt.state_dict(), "host": torch.arange(3)}, path)
+            del lin, opt; gc.collect()"""
+
+
 class PublicCalls(unittest.TestCase):
     def check(self, body, expect_out):
         proc = run(body)
@@ -116,16 +130,7 @@ class PublicCalls(unittest.TestCase):
     # checkpoint loaded with map_location="cuda" (weights 4 + exp_avg 4 + exp_avg_sq 4); the device booked 4.
     # AdamW's step count (not capturable) stays where the checkpoint put it: a 512-byte block with "cuda".
     def test_optimizer_state_loaded_from_a_cuda_checkpoint_is_booked(self):
-        self.check("""
-            import gc, os, tempfile
-            def fresh():
-                lin = torch.nn.Linear(1024, 1024, bias=False).cuda()
-                return lin, torch.optim.AdamW(lin.parameters())
-            lin, opt = fresh()
-            lin(torch.randn(2, 1024, device="cuda")).sum().backward(); opt.step()
-            path = os.path.join(tempfile.mkdtemp(), "ck.pt")
-            torch.save({"model": lin.state_dict(), "optimizer": opt.state_dict()}, path)
-            del lin, opt; gc.collect()
+        self.check(SAVED_ADAMW_LAYER + """
             for where in ("cuda", "cpu"):
                 lin, opt = fresh()
                 base = torch.cuda.memory_allocated() - 4 * MiB  # all but the fresh layer's weights
@@ -144,16 +149,7 @@ class PublicCalls(unittest.TestCase):
     # map_location="cuda" above put it in a 512-byte block). Before, the file said "cpu": the loaded tensors
     # said cpu and held nothing on the device while the checkpoint was in hand (the first line).
     def test_a_checkpoint_loaded_with_no_map_location_goes_back_where_it_was(self):
-        self.check("""
-            import gc, os, tempfile
-            def fresh():
-                lin = torch.nn.Linear(1024, 1024, bias=False).cuda()
-                return lin, torch.optim.AdamW(lin.parameters())
-            lin, opt = fresh()
-            lin(torch.randn(2, 1024, device="cuda")).sum().backward(); opt.step()
-            path = os.path.join(tempfile.mkdtemp(), "ck.pt")
-            torch.save({"model": lin.state_dict(), "optimizer": opt.state_dict(), "host": torch.arange(3)}, path)
-            del lin, opt; gc.collect()
+        self.check(SAVED_ADAMW_LAYER + """
             lin, opt = fresh()
             base = torch.cuda.memory_allocated() - 4 * MiB
             ck = torch.load(path)
