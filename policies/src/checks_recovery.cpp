@@ -813,18 +813,15 @@ Verdict checkpoint_resume_one(const Trace& trace, const nlohmann::json& args) {
     // Note [A reference run that resumed] (issue 42, class 11): the reference run starts in an empty {workdir},
     // but a program that keeps its checkpoints elsewhere (a path relative to the suite's folder) finds the
     // faulted attempts' files and resumes from them: it trained nothing to compare with, so say which file.
+    // (`saves` holds every attempt's saves by now: the loop above walked them all.)
     for (const Attempt& r : trace.reference)
       for (const Event& e : r.events) {
         if (e.src != events::kSrcProbe || e.kind != events::kLoad) continue;
         const Checkpoint load = checkpoint_of(r, e);
-        std::optional<Checkpoint> saved;  // the newest save of what it loaded (a path is written again and again)
-        for (const Attempt& a : trace.attempts)
-          for (const Event& s : a.events) {
-            if (s.src != events::kSrcProbe || s.kind != events::kSave) continue;
-            const Checkpoint save = checkpoint_of(a, s);
-            if ((!load.digest.empty() && load.digest == save.digest) || (load.path != "<stream>" && same_path(load.path, save.path)))
-              saved = save;
-          }
+        const Checkpoint* saved = nullptr;  // the newest save of what it loaded (a path is written again and again)
+        for (const Checkpoint& save : saves)
+          if ((!load.digest.empty() && load.digest == save.digest) || (load.path != "<stream>" && same_path(load.path, save.path)))
+            saved = &save;
         if (!saved) continue;
         ev.push_back({r.index, load.t, "the reference run loaded " + load.path});
         return verdict(VerdictStatus::inconclusive,

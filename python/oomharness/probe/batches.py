@@ -59,9 +59,6 @@ class Batches:
         self.loader_fresh = False         # ... and not used by a training forward yet
         self.seq_first = weakref.WeakKeyDictionary()    # model -> holds a sequence-first module
         self.wants_data = ctx.settings.wants("data")       # the samples' digests: only where a check compares them
-        self._reset_data()
-
-    def _reset_data(self):
         # Note [A step is its data]: the data of the training forwards since the last step, one record per
         # forward (gradient accumulation), and how many of them a completed backward put into the gradients
         # (Note [Micro-batches an OOM leaves]).
@@ -202,10 +199,8 @@ class Batches:
                 data["whole"] = False
             if 1 < len(forwards) <= MAX_PARTS:
                 data["parts"] = [digests.hex64(f.digest) for f in forwards]
-        kept = forwards[:keep]
-        self._reset_data()
-        self.forwards = kept
-        self.backed = len(kept)
+        self.forwards = forwards[:keep]
+        self.backed = len(self.forwards)
         return data
 
     # ---- the events

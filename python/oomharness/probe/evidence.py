@@ -150,14 +150,9 @@ def sequence_first(torch, module):
 
 
 def _batch_first(m):
-    if hasattr(m, "batch_first"):
-        return bool(m.batch_first)
-    # nn.Transformer keeps batch_first on its layers (its own attribute since PyTorch 1.9 only)
-    layers = getattr(getattr(m, "encoder", None), "layers", None)
-    if layers:
-        return bool(getattr(layers[0], "batch_first", getattr(getattr(layers[0], "self_attn", None), "batch_first", False)))
-    attn = getattr(m, "self_attn", None)
-    return bool(getattr(attn, "batch_first", False))
+    # Recurrent modules and nn.Transformer keep batch_first themselves; its encoder and decoder layers keep it
+    # on their attention (self_attn).
+    return bool(getattr(m, "batch_first", getattr(getattr(m, "self_attn", None), "batch_first", False)))
 
 
 def batch_dim(t, loader_count, seq_first):

@@ -12,8 +12,8 @@ there: a checkpoint of a GPU's model and optimizer state loads onto the GPU, and
 the code moves it. A storage on the virtual device is a host storage (Note [What a tensor on the virtual
 device says it is] in tensors.py), so torch.save wrote "cpu", and a resume that loaded it plainly held
 nothing on the device (and got tensors that said cpu). torch.save now writes "cuda:0" for a storage the device
-holds, and torch.load with no map_location books what its location moved to CUDA (the storage's .cuda(),
-which the load calls for "cuda:0", leaves it on the host and says so). Such a file read by PyTorch outside
+holds, and torch.load with no map_location books what its location moved to CUDA (the storage's .cuda(), or
+.to(device=...) on PyTorch >= 2.4, which the load calls for "cuda:0", leaves it on the host and says so). Such a file read by PyTorch outside
 the harness on a machine with no GPU needs map_location="cpu", as a GPU's checkpoint does."""
 
 import importlib.util
