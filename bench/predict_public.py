@@ -68,7 +68,8 @@ cap = os.environ.get("PREDICT_PUBLIC_CAP")
 if cap:
     total = torch.cuda.get_device_properties(0).total_memory
     torch.cuda.set_per_process_memory_fraction(min(1.0, int(cap) / total))
-atexit.register(lambda: print("MAX_MEMORY_RESERVED %d" % torch.cuda.max_memory_reserved(), flush=True))
+atexit.register(lambda: print("MAX_MEMORY_RESERVED %d MAX_MEMORY_ALLOCATED %d" % (
+    torch.cuda.max_memory_reserved(), torch.cuda.max_memory_allocated()), flush=True))
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
@@ -128,13 +129,14 @@ def gpu_run(args, name, work, batch=None, cap=None):
         env["PREDICT_PUBLIC_CAP"] = str(cap)
     cmd = command(args, name, work, batch)
     r = subprocess.run([cmd[0], "-c", WRAPPER] + cmd[1:], capture_output=True, text=True, env=env, cwd=work)
-    m = re.findall(r"MAX_MEMORY_RESERVED (\d+)", r.stdout)
-    return r.returncode, (int(m[-1]) if m else None), r.stderr
+    m = re.findall(r"MAX_MEMORY_RESERVED (\d+) MAX_MEMORY_ALLOCATED (\d+)", r.stdout)
+    return r.returncode, (tuple(map(int, m[-1])) if m else (None, None)), r.stderr
 
 
 def gpu_one(args, name, work):
-    rc, reserved, err = gpu_run(args, name, work)
-    row = {"name": name, "exit": rc, "max_memory_reserved": reserved}
+    rc, (reserved, allocated), err = gpu_run(args, name, work)
+    # allocated beside reserved tells what the tensors needed from what the caching allocator kept around them
+    row = {"name": name, "exit": rc, "max_memory_reserved": reserved, "max_memory_allocated": allocated}
     if rc != 0:
         row["said"] = (err.strip().splitlines() or [""])[-1][:300]
     if args.batch_under and name in BATCH_UNDER:
@@ -193,6 +195,8 @@ def main():
         compare(*args.compare)
         return 0
     args.programs = os.path.abspath(args.programs)
+    if os.sep in args.python:  # the commands run in a scratch folder: a relative path would not resolve there
+        args.python = os.path.abspath(args.python)
     names = [n for n in args.only.split(",") if n] or list(CONFIGS)
     unknown = [n for n in names if n not in CONFIGS]
     if unknown:

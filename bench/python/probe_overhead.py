@@ -81,31 +81,46 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--model", choices=("tiny", "mlp"), default="tiny")
-    ap.add_argument("--evidence", default="all",
+    ap.add_argument("--evidence", action="append",
                     help="OOMH_EVIDENCE for the probed runs: 'all' (every part, as a job run by hand), '' (none: "
                          "a job whose checks need no per-step evidence), or a list such as 'batches,data' "
-                         "(Note [A probe that pays for what is checked] in include/oomharness/evidence.h)")
+                         "(Note [A probe that pays for what is checked] in include/oomharness/evidence.h); given "
+                         "several times, each repetition runs the bare loop and then every one of them, so that "
+                         "the variants are measured side by side (default: all)")
     a = ap.parse_args()
-    plain, synced, probed = [], [], []
+    variants = a.evidence if a.evidence is not None else ["all"]
+    plain, synced, probed = [], [], {e: [] for e in variants}
     gpu = a.device == "cuda"
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(a.reps):
             plain.append(run(a.steps, False, tmp, a.device, a.model))
             if gpu:
                 synced.append(run(a.steps, False, tmp, a.device, a.model, item=True))
-            probed.append(run(a.steps, True, tmp, a.device, a.model, evidence=a.evidence))
+            for e in variants:
+                probed[e].append(run(a.steps, True, tmp, a.device, a.model, evidence=e))
+            # Each repetition as it ends, so that a run cut short by a time limit still says what it measured.
+            print(f"repetition {len(plain)}: bare {plain[-1] * 1e6:.1f}"
+                  + (f", bare with .item() {synced[-1] * 1e6:.1f}" if gpu else "")
+                  + "".join(f", {e!r} {probed[e][-1] * 1e6:.1f}" for e in variants) + " us/step", flush=True)
     runs = lambda vs: ", ".join(f"{v * 1e6:.1f}" for v in vs)
-    p, q = statistics.median(plain), statistics.median(probed)
-    print(f"device {a.device}, model {a.model}, {a.steps} steps, {a.reps} runs each, evidence {a.evidence!r}")
+    p = statistics.median(plain)
+    print(f"device {a.device}, model {a.model}, {a.steps} steps, {a.reps} runs each, evidence "
+          + ", ".join(repr(e) for e in variants))
     print(f"without probe: {p * 1e6:.1f} us/step  (runs: {runs(plain)})")
     if gpu:
         s = statistics.median(synced)
         print(f"without probe, loss.item() each step: {s * 1e6:.1f} us/step  (runs: {runs(synced)})")
-    print(f"with probe:    {q * 1e6:.1f} us/step  (runs: {runs(probed)})")
-    print(f"probe cost:    {(q - p) * 1e6:.1f} us/step ({(q - p) / p * 100:.2f}% of a step)")
-    if gpu:
-        print(f"  of which the wait for the step's kernels (.item()): {(s - p) * 1e6:.1f} us/step; "
-              f"the rest: {(q - s) * 1e6:.1f} us/step ({(q - s) / s * 100:.2f}% of a step that reads its loss)")
+    for e in variants:
+        q = statistics.median(probed[e])
+        # Each probed run against the bare run of its own repetition, made just before it: the machine's drift
+        # between repetitions cancels out of these differences, not out of the medians' difference above.
+        paired = sorted((b - a0) * 1e6 for a0, b in zip(plain, probed[e]))
+        print(f"with probe, evidence {e!r}: {q * 1e6:.1f} us/step  (runs: {runs(probed[e])})")
+        print(f"  probe cost: {(q - p) * 1e6:.1f} us/step ({(q - p) / p * 100:.2f}% of a step); paired "
+              f"differences: median {statistics.median(paired):.1f}, from {paired[0]:.1f} to {paired[-1]:.1f}")
+        if gpu:
+            print(f"  of which the wait for the step's kernels (.item()): {(s - p) * 1e6:.1f} us/step; "
+                  f"the rest: {(q - s) * 1e6:.1f} us/step ({(q - s) / s * 100:.2f}% of a step that reads its loss)")
 
 
 if __name__ == "__main__":

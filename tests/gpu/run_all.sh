@@ -79,9 +79,10 @@ inject=$build/injector/liboomharness_inject.so
 summary=$work/summary.txt
 budget=${RUN_ALL_BUDGET:-575}
 all_phases="build pytests virtual ecosystem realworld ctest injector libtorch probe fidelity-caps selftest demo armed reservation reservesuite fidelity-reserve
-            compat drivercalls shimbench runnerbench packing throughput scale virtualsuite sweep budget explain fragment probecost stepfaults explaingpu ranks2gpu multigpu predict libooms probeprofile ecosystemboth public"
+            compat drivercalls shimbench runnerbench packing throughput scale virtualsuite sweep budget explain fragment probecost stepfaults explaingpu ranks2gpu multigpu predict libooms probeprofile ecosystemboth public
+            rnn escape predictpublic gpuenv"
 phases=${*:-${all_phases/pytests virtual ecosystem realworld /}}
-[ $# -eq 0 ] && phases=${phases/ scale virtualsuite sweep budget explain fragment probecost stepfaults explaingpu ranks2gpu multigpu predict libooms probeprofile ecosystemboth public/}  # by name only
+[ $# -eq 0 ] && phases=${phases/ scale virtualsuite sweep budget explain fragment probecost stepfaults explaingpu ranks2gpu multigpu predict libooms probeprofile ecosystemboth public rnn escape predictpublic gpuenv/}  # by name only
 wave1="ctest injector libtorch probe fidelity-caps"
 wave2="selftest demo armed"
 timing="drivercalls shimbench runnerbench packing throughput scale"
@@ -90,7 +91,8 @@ timing="drivercalls shimbench runnerbench packing throughput scale"
 # little over; the budget check uses them.
 declare -A EST=([build]=80 [pytests]=200 [virtual]=240 [ecosystem]=200 [realworld]=240 [ctest]=60 [injector]=30 [libtorch]=30 [probe]=40 [fidelity-caps]=30
                 [selftest]=60 [demo]=60 [armed]=60 [reservation]=55 [reservesuite]=30 [fidelity-reserve]=20 [throughput]=145
-                [packing]=150 [drivercalls]=35 [shimbench]=30 [runnerbench]=10 [compat]=5 [scale]=200 [virtualsuite]=120 [sweep]=120 [budget]=120 [explain]=5 [fragment]=60 [probecost]=180 [stepfaults]=150 [explaingpu]=150 [ranks2gpu]=120 [multigpu]=420 [predict]=420 [libooms]=60 [probeprofile]=90 [ecosystemboth]=300 [public]=420)
+                [packing]=150 [drivercalls]=35 [shimbench]=30 [runnerbench]=10 [compat]=5 [scale]=200 [virtualsuite]=120 [sweep]=120 [budget]=120 [explain]=5 [fragment]=60 [probecost]=330 [stepfaults]=150 [explaingpu]=150 [ranks2gpu]=120 [multigpu]=420 [predict]=420 [libooms]=60 [probeprofile]=90 [ecosystemboth]=300 [public]=420
+                [rnn]=60 [escape]=60 [predictpublic]=420 [gpuenv]=15)
 
 # RE2 (Debian's libre2-dev) is not on the GPU machine, where nothing can be installed: carry Debian's two
 # packages in .re2/ (`apt-get download libre2-9 libre2-dev`, name .re2 in the device call's carry) and they
@@ -309,10 +311,25 @@ ok = (a, r) == (torch.cuda.memory_allocated(), torch.cuda.memory_reserved())
 print("RESULT probe_memory_fields", "PASS" if ok else "FAIL", a, r, torch.cuda.memory_allocated(), torch.cuda.memory_reserved())' &&
       python3 "$root/tests/gpu/library_ooms.py" spaced &&
       # Note [A probe that pays for what is checked] (include/oomharness/evidence.h): every part, and none.
-      python3 "$root/bench/python/probe_overhead.py" --device cuda --model tiny --steps 2000 --reps 3 --evidence all &&
-      python3 "$root/bench/python/probe_overhead.py" --device cuda --model tiny --steps 2000 --reps 3 --evidence '' &&
-      python3 "$root/bench/python/probe_overhead.py" --device cuda --model mlp --steps 500 --reps 3 --evidence all &&
-      python3 "$root/bench/python/probe_overhead.py" --device cuda --model mlp --steps 500 --reps 3 --evidence '' ;;
+      # Side by side in each repetition: none, what every job gathers for its findings, and every part.
+      python3 "$root/bench/python/probe_overhead.py" --device cuda --model tiny --steps 2000 --reps 5 \
+        --evidence '' --evidence batches,grads,evaluation --evidence all &&
+      python3 "$root/bench/python/probe_overhead.py" --device cuda --model mlp --steps 500 --reps 5 \
+        --evidence '' --evidence batches,grads,evaluation --evidence all ;;
+    rnn)  # issue 41: what cuDNN's RNNs hold beside the tensors (tests/gpu/rnn_memory.py), for the virtual device
+      python3 "$root/tests/gpu/rnn_memory.py" | tee "$out/rnn_memory.jsonl" ;;
+    escape)  # issue 44 (1): a process of the job outside the shim, seen by the driver's process list (NVML)
+      bash "$root/tests/gpu/escape_gpu.sh" "$build" "$work/escape" ;;
+    predictpublic)  # issue 43: the public configurations of bench/predict_public.py on this GPU, no harness
+      python3 "$root/bench/predict_public.py" --gpu --python python3 --programs "$root/tests/public/programs" \
+        --batch-under --json "$out/predict_public_gpu.json" ;;
+    gpuenv)  # what the machine offers: the public corpus's libraries, Slurm (issue 45), NVML
+      for m in torch torchvision timm transformers accelerate lightning peft trl litgpt datasets safetensors deepspeed \
+               ultralytics mmengine torchtitan; do
+        python3 -c "import $m, sys; print('import $m', getattr($m, '__version__', '?'))" 2>/dev/null || echo "import $m: no"
+      done
+      for b in srun slurmd slurmctld munged; do echo "$b: $(command -v $b || echo no)"; done
+      nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader ;;
     stepfaults)  # issue 40: a step fault fires at its step every time, through the probe's request layer
       OOMH_SOURCE_DIR=$root python3 "$root/tests/python/step_faults.py" "$work/stepfaults" --gpu ;;
     predict)  # issues 31/32: shape-only predictions (this CPU) against the GPU's max_memory_reserved and largest batch
