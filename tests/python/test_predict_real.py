@@ -123,7 +123,7 @@ print("counted", dev.prediction()["saved"])
         self.assertEqual(lines["counted"], "2")
 
     def test_a_safetensors_file_of_fake_tensors_is_sparse_and_loads_back(self):
-        # Note [A safetensors file of fake tensors] (fake_state.py): Trainer's model.safetensors in a shape-only
+        # Note [A safetensors file of fake tensors] (safetensors_files.py): Trainer's model.safetensors in a shape-only
         # run. The file is valid safetensors (safetensors' own reader takes it), its size is the model's, its
         # disk use is not, and load_file reads it back as fake tensors booked where asked.
         try:
@@ -142,22 +142,47 @@ st = os.stat(%r)
 size = sum(t.numel() * t.element_size() for t in state.values())
 print("file", st.st_size > size, st.st_blocks * 512 < 64 * 1024)
 with safe_open(%r, framework="pt") as f:
-    print("header", sorted(f.keys()), f.metadata()["format"], f.get_slice("0.weight").get_shape())
-    print("real", f.get_tensor("step").tolist())
+    print("header", f.keys(), f.metadata()["format"], f.get_slice("0.weight").get_shape())
+    w, step = f.get_tensor("0.weight"), f.get_tensor("step")
+    print("opened", type(w).__name__, tuple(w.shape), w.dtype, dev.on_device(w), type(step).__name__, step.tolist())
+    part = f.get_slice("0.weight")[:16]
+    print("slice", type(part).__name__, tuple(part.shape), part.untyped_storage().nbytes())
+    try:
+        f.get_tensor("nope")
+    except KeyError as e:
+        print("missing", "nope" in str(e))
+before = dev.model.allocated
+with safe_open(%r, framework="pt", device="cuda") as f:
+    g = f.get_tensor("0.weight")
+    print("opened_cuda", type(g).__name__, dev.on_device(g), dev.model.allocated - before >= 2048 * 1024 * 2)
 back = load_file(%r, device="cuda")
 w = back["0.weight"]
 print("loaded", type(w).__name__, tuple(w.shape), w.dtype, all(dev.on_device(t) for t in back.values()),
-      sum(t.untyped_storage().nbytes() for t in back.values()) == size)
+      sum(t.untyped_storage().nbytes() for t in back.values()) == size, back["step"].tolist())
 host = load_file(%r)
 print("host", dev.on_device(host["1.weight"]), dev.prediction()["saved"])
-""" % ((path,) * 5))
+from safetensors.torch import save
+print("bytes_real", len(save({"a": torch.ones(3)})) > 12)
+try:
+    save(state)
+    print("bytes_fake", "saved")
+except Exception as e:
+    print("bytes_fake", type(e).__name__, "safetensors.torch.save() of a fake tensor" in str(e), "save_file" in str(e))
+""" % ((path,) * 6))
         self.assertEqual(r.returncode, 0, r.stderr)
         lines = dict(line.split(" ", 1) for line in r.stdout.splitlines())
         self.assertEqual(lines["file"], "True True")  # full length, sparse on disk
         self.assertEqual(lines["header"], "['0.bias', '0.weight', '1.weight', 'step'] pt [2048, 1024]")
-        self.assertEqual(lines["real"], "[7]")  # a real tensor's bytes are written
-        self.assertEqual(lines["loaded"], "FakeTensor (2048, 1024) torch.float16 True True")
+        # safe_open of the file gives its fakes, and its real tensor real: its bytes were written and read back
+        self.assertEqual(lines["opened"], "FakeTensor (2048, 1024) torch.float16 False Tensor [7]")
+        self.assertEqual(lines["slice"], "FakeTensor (16, 1024) 32768")  # a tensor of its own, the slice's size
+        self.assertEqual(lines["missing"], "True")
+        self.assertEqual(lines["opened_cuda"], "FakeTensor True True")  # booked where asked
+        self.assertEqual(lines["loaded"], "FakeTensor (2048, 1024) torch.float16 True True [7]")
         self.assertEqual(lines["host"], "False 1")
+        self.assertEqual(lines["bytes_real"], "True")  # real tensors: safetensors' own save
+        # fake ones: the device's error naming the call (unsupported.py), not a traceback from safetensors
+        self.assertEqual(lines["bytes_fake"], "Unsupported True True")
 
     def test_fake_tensors_have_distinct_addresses(self):
         # Note [A fake tensor's address] (fake_state.py): every meta storage's data_ptr() was 0, so Transformers'
@@ -173,6 +198,35 @@ print("view", a.weight[1:].data_ptr() - a.weight.data_ptr(), a.weight[1:].untype
         lines = dict(line.split(" ", 1) for line in r.stdout.splitlines())
         self.assertEqual(lines["storages"], "3 False True")  # the tied pair shares one, the others differ
         self.assertEqual(lines["view"], "16 True")
+
+    def test_data_parallel_on_one_device_trains_and_a_module_on_the_host_is_refused(self):
+        # Note [nn.DataParallel in shape-only mode] (shape_only.py): timm's and torchvision's references wrap the
+        # model in nn.DataParallel; its forward refused the fakes, which say cpu ("module must have its parameters
+        # and buffers on device cuda:0"), so predict gave nothing for them (bench/predict_public.py).
+        r = in_process(r"""
+def make():
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                               torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, 10))
+m = torch.nn.DataParallel(make()).cuda()
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+for _ in range(2):
+    out = m(torch.randn(4, 3, 16, 16))  # a host batch: the device's scatter copies it over
+    out.sum().backward()
+    opt.step()
+    opt.zero_grad()
+print("trained", type(out).__name__, tuple(out.shape), dev.on_device(out), m.src_device_obj)
+host = torch.nn.DataParallel(make(), device_ids=[0])
+host.module.cpu()  # left on the host: torch's own check refuses it, as on a GPU
+try:
+    host(torch.randn(4, 3, 16, 16))
+    print("host", "accepted")
+except RuntimeError as e:
+    print("host", "refused" if "must have its parameters and buffers on device" in str(e) else repr(e))
+""")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = dict(line.split(" ", 1) for line in r.stdout.splitlines())
+        self.assertEqual(lines["trained"], "FakeTensor (4, 10) True cuda:0")
+        self.assertEqual(lines["host"], "refused")
 
     def test_a_real_checkpoint_loads_as_it_is(self):
         # Placeholders are recognised by their magic bytes only: a real tensor with all-zero strides over a

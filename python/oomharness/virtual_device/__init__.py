@@ -13,7 +13,8 @@ has the feasibility study's facts). A package of parts, each small enough to rea
   parallel.py    nn.DataParallel on one device, NCCL asked for (gloo stands in)
   unsupported.py what it cannot run: one sentence naming the call and the user's line
   pinned.py      pinned host memory behind PyTorch's cache
-  shape_only.py  tensors with shapes and no data, for `oomharness predict`
+  shape_only.py  tensors with shapes and no data, for `oomharness predict`; fake_state.py their checkpoints
+                 and the values read back from them, safetensors_files.py their safetensors files
 
 Everything the parts replace is a row of the patch table (Note [The patch table] in _patches.py).
 """

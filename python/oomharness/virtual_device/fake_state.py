@@ -1,5 +1,6 @@
 """Fake tensors that leave the device's world in shape-only mode: a checkpoint written with torch.save and read
-back with torch.load, and values asked for as Python or NumPy objects (`.tolist()`, `.numpy()`).
+back with torch.load, and values asked for as Python or NumPy objects (`.tolist()`, `.numpy()`). safetensors
+files of fake tensors are safetensors_files.py's.
 
 Note [A checkpoint of fake tensors]
 A fake tensor has no data, so torch.save cannot write it as it is (PyTorch refuses to pickle the meta
@@ -15,17 +16,6 @@ is booked there again when the load restores locations (map_location None, as to
 back on CUDA), and the device's loading part books the others when map_location names CUDA. So the bytes
 booked are the checkpoint's real bytes, never 32. Placeholders are found in what torch.load returns: nested
 dicts, lists and tuples, and the parameters and buffers of modules in them (loading.tensors_in's reach).
-
-Note [A safetensors file of fake tensors]
-safetensors' writer reads each tensor's bytes, which a fake tensor has not (Hugging Face's Trainer, PEFT and
-Accelerate save model.safetensors at every checkpoint). In shape-only mode `safetensors.torch.save_file` of
-a dict with fake tensors writes a valid safetensors file whose fake tensors' bytes are zeros the file never
-stores: the header (names, dtypes, shapes, offsets, and `__metadata__` with the key `oomharness` saying it
-came from a shape-only run), the real tensors' bytes, and the file extended to its full length as a sparse
-file, so a 7B model's checkpoint costs a few kilobytes of disk. `load_file` in shape-only mode reads such a file
-back as fake tensors from its header alone (booked on the device when `device` names CUDA); any other file
-loads as it is. Not handled: `safetensors.torch.save` (bytes in memory: they would be the model's size) and
-`safe_open` of such a file, which reads the zeros.
 
 Note [A fake tensor's address]
 A fake tensor's storage is a meta storage, whose data_ptr() is 0 for every one of them. Code that tells
@@ -44,15 +34,12 @@ stand-in, as PyTorch formats `.item()` of a real one.
 """
 
 import importlib.util
-import json
-import struct
 from collections import OrderedDict
 
 import numpy as np
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
-from .tensors import is_cuda as tensors_is_cuda
 
 MAGIC = b"oomharness:shape-only:tensor:v1"  # 31 bytes; the 32nd says where the tensor was
 assert len(MAGIC) == 31
@@ -108,8 +95,8 @@ class FakeState:
         patches.replace(WHO, "torch.UntypedStorage", "data_ptr", self._storage_data_ptr)  # Note [A fake tensor's address]
         patches.replace(WHO, "torch.Tensor", "data_ptr", self._tensor_data_ptr)
         if importlib.util.find_spec("safetensors") is not None:  # Note [A safetensors file of fake tensors]
-            patches.replace(WHO, "safetensors.torch", "save_file", self._save_file)
-            patches.replace(WHO, "safetensors.torch", "load_file", self._load_file)
+            from .safetensors_files import SafetensorsFiles  # it reads is_fake from here
+            SafetensorsFiles(self).install(patches)
         # FakeTensor has its own tolist (an item() per element): the stand-in goes there.
         patches.replace(WHO, "torch._subclasses.fake_tensor.FakeTensor", "tolist", self._tolist)
         patches.replace(WHO, "torch.Tensor", "numpy", self._numpy)
@@ -217,61 +204,6 @@ class FakeState:
             return original(t)
         return data_ptr
 
-    # ---- Note [A safetensors file of fake tensors]
-    def _save_file(self, original):
-        dev = self.device
-
-        def save_file(tensors, filename, metadata=None):
-            if not any(is_fake(t) for t in tensors.values()):
-                return original(tensors, filename, metadata)
-            header, chunks, end = {}, [], 0
-            for name in sorted(tensors):
-                t = tensors[name]
-                code = _SAFETENSORS_DTYPES.get(t.dtype)
-                if code is None:
-                    raise TypeError("shape-only mode cannot save a %s tensor to safetensors (%s)" % (t.dtype, name))
-                size = t.numel() * t.element_size()
-                header[name] = {"dtype": code, "shape": list(t.shape), "data_offsets": [end, end + size]}
-                if not is_fake(t):
-                    with dev.host_work():
-                        chunks.append((end, t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()))
-                end += size
-            meta = {str(k): str(v) for k, v in (metadata or {}).items()}
-            meta[SAFETENSORS_KEY] = "shape-only: the fake tensors' bytes are zeros"
-            header["__metadata__"] = meta
-            text = json.dumps(header, separators=(",", ":")).encode()
-            text += b" " * (-len(text) % 8)
-            start = 8 + len(text)
-            with open(filename, "wb") as f:
-                f.write(struct.pack("<Q", len(text)) + text)
-                for offset, data in chunks:
-                    f.seek(start + offset)
-                    f.write(data)
-                f.truncate(start + end)
-            self.saved += 1
-        return save_file
-
-    def _load_file(self, original):
-        dev = self.device
-
-        def load_file(filename, device="cpu"):
-            header = _shape_only_header(filename)
-            if header is None:
-                return original(filename, device)
-            on_device = tensors_is_cuda(device)
-            out = {}
-            for name, info in header.items():
-                if name == "__metadata__":
-                    continue
-                with dev.fake:
-                    t = torch.empty(tuple(info["shape"]), dtype=_SAFETENSORS_NAMES[info["dtype"]])
-                if on_device:
-                    dev.book(t)
-                out[name] = t
-                self.loaded += 1
-            return out
-        return load_file
-
     # ---- Note [Values read back from a fake tensor]
     def _tolist(self, original):
         dev = self.device
@@ -314,32 +246,3 @@ _NUMPY = {torch.float32: np.float32, torch.float64: np.float64, torch.float16: n
 
 def _numpy_dtype(dtype):
     return _NUMPY.get(dtype, np.float32)  # bfloat16 has no NumPy type: .numpy() of a real one fails too
-
-
-# Note [A safetensors file of fake tensors]: safetensors' dtype names.
-SAFETENSORS_KEY = "oomharness"
-_SAFETENSORS_DTYPES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
-                       torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8",
-                       torch.uint8: "U8", torch.bool: "BOOL"}
-for _name, _code in (("float8_e4m3fn", "F8_E4M3"), ("float8_e5m2", "F8_E5M2")):
-    if hasattr(torch, _name):
-        _SAFETENSORS_DTYPES[getattr(torch, _name)] = _code
-_SAFETENSORS_NAMES = {v: k for k, v in _SAFETENSORS_DTYPES.items()}
-
-
-def _shape_only_header(filename):
-    """The header of a safetensors file a shape-only run wrote, or None (any other file, or no such file)."""
-    try:
-        with open(filename, "rb") as f:
-            n = struct.unpack("<Q", f.read(8))[0]
-            if n > 100 << 20:
-                return None
-            header = json.loads(f.read(n))
-    except (OSError, ValueError, struct.error, TypeError):
-        return None
-    meta = header.get("__metadata__") if isinstance(header, dict) else None
-    if not isinstance(meta, dict) or SAFETENSORS_KEY not in meta:
-        return None
-    if any(isinstance(v, dict) and v.get("dtype") not in _SAFETENSORS_NAMES for k, v in header.items() if k != "__metadata__"):
-        return None
-    return header

@@ -142,6 +142,7 @@ class ShapeOnlyDevice(VirtualDevice):
         self._patch_swap()
         self._patch_checks()
         self._patch_parameters()
+        self._patch_data_parallel()
         self.state.install(self.ctx.patches)
         if self.kernels == "gpu":
             self._patch_optimizer_defaults()
@@ -236,6 +237,33 @@ class ShapeOnlyDevice(VirtualDevice):
                         t1.data = t2.detach()
             return swap_tensors
         self.ctx.patches.replace(WHO, "torch.utils", "swap_tensors", swap)
+
+    def _patch_data_parallel(self):
+        """Note [nn.DataParallel in shape-only mode]
+        nn.DataParallel's forward checks that every parameter and buffer is on `src_device_obj` (cuda:0). On
+        the full virtual device a tensor says cuda:0 (Note [What a tensor on the virtual device says it is] in
+        tensors.py); a fake tensor's `device` is FakeTensor's own property, which says its fake device, the
+        CPU, and cannot be made to say cuda:0 without the fake mode's own device logic (_find_common_device)
+        reading it too. So for one device, and only when every parameter and buffer is on the device, the
+        forward runs with `src_device_obj` set to the fakes' device for its duration: the check passes as it
+        would on a GPU, the scatter is the device's (Note [nn.DataParallel on the virtual device]), and a
+        module left on the host still gets torch's own error."""
+        dev = self
+
+        def patch(original):
+            def forward(module, *inputs, **kwargs):
+                ids = getattr(module, "device_ids", None) or []
+                held = list(module.module.parameters()) + list(module.module.buffers()) if len(ids) == 1 else []
+                if not held or not all(dev.on_device(t) for t in held):
+                    return original(module, *inputs, **kwargs)
+                wanted = module.src_device_obj
+                module.src_device_obj = held[0].device
+                try:
+                    return original(module, *inputs, **kwargs)
+                finally:
+                    module.src_device_obj = wanted
+            return forward
+        self.ctx.patches.replace(WHO, "torch.nn.parallel.data_parallel.DataParallel", "forward", patch)
 
     def _patch_parameters(self):
         """Note [Shape-only mode]: a real Parameter registered on a module is replaced by a fake one."""
