@@ -575,12 +575,22 @@ std::optional<Verdict> resume_by_content(const Trace& trace, size_t i, const std
   auto next_steps = view::steps_of(next);
   double first_t = next_steps.empty() ? std::numeric_limits<double>::infinity() : next_steps.front().t;
   std::vector<Checkpoint> loads;
+  // The model's state at its first training forward: the `model_state` of the attempt's first step. A module
+  // run in training mode outside any step (Ultralytics builds its model again on resume and runs the Detect
+  // head once to find its strides, before the state is put in) is not the model that trained; only when no
+  // model_state names the first step is the first one taken.
   const Event* model_state = nullptr;
+  const Event* first_model_state = nullptr;
+  const int64_t first_step = next_steps.empty() ? -1 : next_steps.front().step;
   for (const Event& e : next.events) {
     if (e.src != events::kSrcProbe) continue;
     if (e.kind == events::kLoad && e.t <= first_t) loads.push_back(checkpoint_of(next, e));
-    if (e.kind == events::kModelState && !model_state) model_state = &e;
+    if (e.kind != events::kModelState) continue;
+    if (!first_model_state) first_model_state = &e;
+    if (!model_state && first_step >= 0 && e.integer("step", -1) == first_step) model_state = &e;
   }
+  if (!model_state) model_state = first_model_state;
+  const Event* state_at_first_step = model_state;  // what it restored is read there too, below
   std::string who = attempt_name(next.index);
   if (loads.empty())
     return verdict(VerdictStatus::fail, who + " started from scratch: it loaded no checkpoint, though " + state_text(newest) +
@@ -637,9 +647,10 @@ std::optional<Verdict> resume_by_content(const Trace& trace, size_t i, const std
   // Note [What a resume restored] (python/oomharness/probe/checkpoints.py): the optimizer's state, when the job's
   // optimizer held one as it saved, must be restored: Adam without its moments starts over.
   std::string restored_words;
-  const Event* restored_event = nullptr;
+  auto has_restored = [](const Event* e) { return e && e->has("restored") && e->fields["restored"].is_array(); };
+  const Event* restored_event = has_restored(state_at_first_step) ? state_at_first_step : nullptr;
   for (const Event& e : next.events)
-    if (e.src == events::kSrcProbe && e.kind == events::kModelState && e.has("restored") && e.fields["restored"].is_array()) {
+    if (!restored_event && e.src == events::kSrcProbe && e.kind == events::kModelState && has_restored(&e)) {
       restored_event = &e;
       break;
     }

@@ -277,6 +277,31 @@ TEST(EvidenceResume, ALoopRestartedAtStepOneFails) {
                  "(attempt 1's step 7): its loop went back");
 }
 
+// A module run in training mode before the first step (Ultralytics' Detect head, run once to find the strides
+// of the model it builds again on resume, before the loaded state is put in) is not the model that trained:
+// the model_state of the attempt's first step is the one judged.
+TEST(EvidenceResume, AForwardBeforeTheFirstStepIsNotTheModelThatTrained) {
+  for (bool trained_model_holds_it : {true, false}) {
+    TraceBuilder b = died_after_atomic_saves();
+    b.attempt().event("probe", "checkpoint_load", {{"path", "ckpt/last.pt"}, {"step", 6}, {"digest", "c6"}});
+    nlohmann::json head = model_state({}, 4);
+    head["step"] = -1;
+    head["model"] = "Detect";
+    head["restored"] = nlohmann::json::array();  // nothing yet: the optimizer's state is loaded after it
+    b.event("probe", "model_state", head);
+    nlohmann::json trained = trained_model_holds_it ? model_state({{{"c6"}, 4}}) : model_state({}, 4);
+    trained["restored"] = {"optimizer"};
+    b.event("probe", "model_state", trained);
+    for (int k = 6; k < 10; ++k) step(b, k + 1, 16, data(16, batch(k)));
+    b.exit(0);
+    if (trained_model_holds_it)
+      EXPECT_VERDICT(check("checkpoint_resume", b.build()), pass, "which its model held) on the batch that followed it after the OOM "
+                                                                  "ended attempt 1; it restored: model, optimizer");
+    else
+      EXPECT_VERDICT(check("checkpoint_resume", b.build()), fail, "4 of its model's 4 tensors at its first step match no loaded checkpoint");
+  }
+}
+
 TEST(EvidenceResume, AStateLoadedButNotUsedFails) {
   TraceBuilder b = died_after_atomic_saves();
   b.attempt().event("probe", "checkpoint_load", {{"path", "ckpt/last.pt"}, {"step", 6}, {"digest", "c6"}});

@@ -1,6 +1,7 @@
 """The probe's evidence (python/oomharness/probe/evidence.py, issue 26): a batch's digest is the sum of its samples'
 (pieces add up, other samples do not), the batch dimension comes from evidence, and a checkpoint's digest is
 its content, whatever path or stream carried it."""
+import copy
 import io
 import os
 import shutil
@@ -185,6 +186,24 @@ class CheckpointDigest(unittest.TestCase):
         got = E.model_state(torch, loaded, [E.state_digest(torch, model)[:2] + (E.state_digest(torch, model)[3],)])
         self.assertEqual((got["unmatched"], got["unseen"], got["from"][0]["tensors"]), (0, 0, 4))
 
+
+    def test_a_state_made_wider_again_is_the_same_state(self):
+        # Note [A checkpoint is its content]: Ultralytics saves its EMA model as deepcopy(model).half() and resumes
+        # with .float(): the same values, exactly. Matched by dtype, none of its tensors matched (yolo-resume, a
+        # false red). A state rounded on the way (bfloat16) is another state.
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 2)).half()
+        saved = E.state_digest(torch, {"ema": model})
+        resumed = copy.deepcopy(model).float()
+        got = E.model_state(torch, resumed, [saved[:2] + (saved[3],)])
+        self.assertEqual((got["unmatched"], got["unseen"], got["from"][0]["tensors"]), (0, 0, 4))
+        full = torch.nn.Linear(8, 8)
+        kept = E.state_digest(torch, full.state_dict())
+        rounded = copy.deepcopy(full).to(torch.bfloat16)
+        self.assertEqual(E.model_state(torch, rounded, [kept[:2] + (kept[3],)])["unmatched"], 2)
+        # the kind of values still counts: an integer tensor is not a float one with the same values
+        self.assertNotEqual(D.tensor_hash(torch, torch.arange(4)), D.tensor_hash(torch, torch.arange(4).float()))
+        self.assertEqual(D.tensor_hash(torch, torch.arange(4).half()), D.tensor_hash(torch, torch.arange(4).double()))
 
     def test_the_digest_survives_renames_copies_and_streams(self):
         model = torch.nn.Linear(8, 4)

@@ -322,6 +322,37 @@ class ProbeTest(unittest.TestCase):
         steps = [e["fields"]["step"] for e in events if e["kind"] == "step"]
         self.assertEqual(steps, [1, 8], "counting goes on from the loaded checkpoint's step")
 
+    def test_a_counter_below_the_restored_optimizers_count_is_not_the_step(self):
+        # Note [A step is what the optimizer did]: Accelerate's load_state reads optimizer.bin (AdamW, 4 steps
+        # taken) and then random_states_0.pkl, whose `step` is its accumulation position, 0. The resumed steps
+        # went on from 1 ("training stopped at step 4 of 8"). A counter at or above the optimizer's count is
+        # still taken (a checkpoint's own step, the explicit API).
+        code = textwrap.dedent("""
+            import sys, torch
+            model = torch.nn.Linear(2, 2)
+            opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+            for _ in range(4):
+                model(torch.ones(4, 2)).sum().backward(); opt.step(); opt.zero_grad()
+            torch.save(opt.state_dict(), "optimizer.bin")
+            torch.save({"step": int(sys.argv[1]), "python": 1}, "random_states_0.pkl")
+        """)
+        resume = textwrap.dedent("""
+            import torch
+            model = torch.nn.Linear(2, 2)
+            opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+            opt.load_state_dict(torch.load("optimizer.bin"))
+            torch.load("random_states_0.pkl")
+            model(torch.ones(4, 2)).sum().backward(); opt.step()
+        """)
+        for counter, first in ((0, 5), (6, 7)):
+            with self.subTest(counter=counter):
+                self.assertEqual(self.job.run(code, args=[str(counter)]).returncode, 0)
+                before = len(self.job.lines())
+                r = self.job.run(resume)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                steps = [e["fields"]["step"] for e in self.job.read_events()[before:] if e["kind"] == "step"]
+                self.assertEqual(steps, [first])
+
     def test_empty_cache_is_recorded_and_safe_on_cpu(self):
         r = self.job.run("import torch\ntorch.cuda.empty_cache()\ntorch.cuda.memory.empty_cache()\nprint(torch.cuda.is_initialized())")
         self.assertEqual(r.returncode, 0, r.stderr)

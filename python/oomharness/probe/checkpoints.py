@@ -22,7 +22,10 @@ WHO = "probe.checkpoints"
 #   - the optimizer's own count: Optimizer.load_state_dict gives each parameter's state its `step` (Adam,
 #     AdamW, RMSprop, Adagrad, NAdam, RAdam, Adamax, ...: the optimizer steps taken), whatever file or
 #     folder it came from; the largest is the steps done, in the probe's own count (optimizer steps).
-# The optimizer's count moves it only before the process completed a step of its own. Not seen: a stateless
+# The optimizer's count moves it only before the process completed a step of its own. A loaded counter below
+# the count an optimizer restored in this process before its first step is not the training step, and is not
+# taken: Accelerate's random_states_0.pkl keeps `step`, its gradient-accumulation position (0), and was loaded
+# after optimizer.bin had said 4 steps were done. Not seen: a stateless
 # optimizer (SGD without momentum keeps no step) whose counter is in a side file: its steps are numbered
 # from 1 again, and `completes` says so.
 COUNTER_KEYS = ("step", "global_step", "global_steps", "iter_num", "iteration", "iterations", "num_updates",
@@ -214,6 +217,8 @@ class Checkpoints:
             self.quiet_content = fields
             return
         s = checkpoint_step(obj)
+        if s is not None and not self.stepped and self.optimizer_steps is not None and s < self.optimizer_steps:
+            s = None  # Note [A step is what the optimizer did]: not the training step
         if s is not None:
             self.report_loaded(path_of(f), s, **fields)
         else:

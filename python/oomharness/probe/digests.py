@@ -127,9 +127,20 @@ def _spaced_values(torch, t, k):
     return None if host is None else _bits(torch, host.reshape(-1)).tolist()
 
 
+def value_kind(t):
+    """What a tensor's values are, not how wide: a state saved in float16 and made float32 again holds the same
+    values (Note [A checkpoint is its content])."""
+    if t.is_complex():
+        return "complex"
+    if t.is_floating_point():
+        return "floating"
+    return "bool" if str(t.dtype) == "torch.bool" else "integer"
+
+
 def tensor_hash(torch, t):
-    """One tensor's 64-bit fingerprint: dtype, shape and up to TENSOR_VALUES values strided over it."""
-    h = text_hash("%s%s" % (t.dtype, tuple(t.shape)))
+    """One tensor's 64-bit fingerprint: the kind of its values, its shape and up to TENSOR_VALUES values strided
+    over it (floats through float64, so a value converted exactly to a wider type keeps its fingerprint)."""
+    h = text_hash("%s%s" % (value_kind(t), tuple(t.shape)))
     n = t.numel()
     if n == 0 or t.is_sparse or t.is_quantized:
         return mix(h)
@@ -301,4 +312,4 @@ def walk_state(torch, obj, path="", out=None, depth=0):
 
 
 __all__ = ["MASK", "batch_hash", "distinct", "hex64", "item_hash", "mix", "plain", "sample_hashes", "signed",
-           "tensor_hash", "text_hash", "walk_state"]
+           "tensor_hash", "text_hash", "value_kind", "walk_state"]

@@ -16,16 +16,20 @@ Note [A checkpoint is its content]
 A path says little: the best code saves to `last.pt.tmp` and renames it, copies `last.pt` to `best.pt`,
 saves to an in-memory stream and writes the bytes itself, saves by a relative path and loads by an absolute
 one. So torch.save and torch.load report `digest`: a hash of what was saved or loaded, the tensors (by key
-path, dtype, shape and up to TENSOR_VALUES sampled values) and the plain values (ints, floats, strings)
+path, kind of values, shape and up to TENSOR_VALUES sampled values) and the plain values (ints, floats, strings)
 that the object holds. The object loaded back from any copy of the bytes has the digest the save reported.
 Beside it, at the first training forward of each model after one or more loads, the probe compares the
 model's state_dict with the tensors of the objects loaded (`model_state`): each of the model's tensors is
-looked up by its dtype, shape and sampled values among the loaded tensors, and the event says, for each set
+looked up by its shape and sampled values among the loaded tensors, and the event says, for each set
 of loaded objects that hold the same tensors, how many of the model's tensors they hold (`from`), how many no
 loaded object holds though one has a tensor of that name (`unmatched`), and how many no loaded object names
 (`unseen`: loaded by other means, such as safetensors). A resume that loaded the file but did not put it into the model,
-or put an older or pretrained state into it, shows there. Not seen: checkpoints written by other means
-than torch.save (safetensors, numpy), and a state saved in another dtype than the model's.
+or put an older or pretrained state into it, shows there. Values, not their width: a floating value is
+hashed through float64, and the fingerprint names the kind of values (floating, complex, integer, boolean),
+not the dtype, so a state saved in float16 and made float32 again (Ultralytics saves its EMA model as
+`deepcopy(model).half()` and resumes with `.float()`), which holds exactly the same values, is the same
+state; one rounded on the way (float32 saved, bfloat16 loaded) is not. Not seen: checkpoints written by
+other means than torch.save (safetensors, numpy).
 """
 
 import collections.abc
