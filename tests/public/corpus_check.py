@@ -66,12 +66,14 @@ KNOWN = {
                          "mid-epoch checkpoint restarts a plain DataLoader at the epoch's first batch (Lightning "
                          "warns: training_epoch_loop.py 'resuming from a checkpoint that ended before the epoch "
                          "ended'), so step 5 trains on step 1's batch"),
-    "litgpt-resume": ("failed", {"exit": "pass", "checkpoint_resume": "fail", "completes": "fail"}, "c",
-                      "a false red: pretrain.py's fabric.load(resume, state) puts step-00000004/lit_model.pth into "
-                      "the model (Strategy.load_checkpoint -> load_module_state_dict), and training goes on from "
-                      "iter_num 4, yet the check finds 76 of the model's 76 tensors in no loaded checkpoint at the "
-                      "first step. The model is torch.compile'd (pretrain.py); not yet known whether the probe's "
-                      "comparison saw dynamo's traced tensors or the step count restarted (issue 42, class 9)"),
+    "litgpt-resume": ("inconclusive", {"exit": "pass", "checkpoint_resume": "inconclusive", "completes": "pass"}, "c",
+                      "no longer a false red: fabric.load(resume, state) puts step-00000004/lit_model.pth into the "
+                      "model and the model_state of the first step says so (76 of 76 tensors); the check had read an "
+                      "earlier model_state, of the meta copy fit() runs to count FLOPs (Note [A model on the meta "
+                      "device]), and the optimizer's 4 steps give the step count. Left: the first step of each "
+                      "attempt carries a [4, 512] input beside its [4, 128] batch (the loader's indices 4-7 "
+                      "with 0-3, and with 16-19 after the resume), not traced yet, so the resumed step's data "
+                      "matches no earlier batch: inconclusive"),
     "yolo-oom-halving": ("failed", {"exit": "fail", "oom_visible": "pass", "batch_halving": "fail"}, "b or d",
                          "the first epoch's OOM at batch 32 is halved to 16 (trainer.py 'Reducing to batch=16'), "
                          "epoch 1 trains, then epoch 2 runs out of memory at batch 16 and BaseTrainer re-raises "

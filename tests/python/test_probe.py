@@ -353,6 +353,38 @@ class ProbeTest(unittest.TestCase):
                 steps = [e["fields"]["step"] for e in self.job.read_events()[before:] if e["kind"] == "step"]
                 self.assertEqual(steps, [first])
 
+    def test_a_model_on_the_meta_device_is_not_a_models_forward(self):
+        # Note [A model on the meta device] (forwards.py): litgpt's fit() runs a meta copy of its model forward and
+        # backward to count FLOPs after the resume's load. It started the step and its meta input became part
+        # of the step's data; its state matched no loaded checkpoint. Checked with every part and with the
+        # lean probe (which then watched the meta model instead of the one that trains).
+        code = textwrap.dedent("""
+            import torch
+            torch.manual_seed(0)
+            model = torch.nn.Linear(4, 4)
+            torch.save({"model": model.state_dict(), "step": 3}, "ck.pt")
+            model.load_state_dict(torch.load("ck.pt")["model"])
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            with torch.device("meta"):
+                meta = torch.nn.Linear(4, 4)
+            meta(torch.ones(4, 4, device="meta")).sum().backward()
+            for _ in range(2):
+                model(torch.ones(2, 4)).sum().backward(); opt.step(); opt.zero_grad()
+        """)
+        # With every part the steps go on from the checkpoint's; the lean part with batches numbers from 1 (it
+        # reads no checkpoint) and hears the model it watches through its class.
+        for evidence, first in (("all", 4), ("batches", 1)):
+            with self.subTest(evidence=evidence):
+                before = len(self.job.lines())
+                r = self.job.run(code, extra_env={"OOMH_EVIDENCE": evidence})
+                self.assertEqual(r.returncode, 0, r.stderr)
+                events = self.job.read_events()[before:]
+                states = [(e["fields"]["model"], e["fields"]["unmatched"]) for e in events if e["kind"] == "model_state"]
+                steps = [(e["fields"]["step"], e["fields"].get("batch_size")) for e in events if e["kind"] == "step"]
+                if evidence == "all":
+                    self.assertEqual(states, [("Linear", 0)])
+                self.assertEqual(steps, [(first, 2), (first + 1, 2)], "the meta model's batch of 4 is no step's")
+
     def test_empty_cache_is_recorded_and_safe_on_cpu(self):
         r = self.job.run("import torch\ntorch.cuda.empty_cache()\ntorch.cuda.memory.empty_cache()\nprint(torch.cuda.is_initialized())")
         self.assertEqual(r.returncode, 0, r.stderr)

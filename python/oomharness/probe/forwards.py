@@ -24,6 +24,15 @@ so torch.save(model) of the whole module (YOLO's checkpoints) would try to pickl
 (an EMA copy) would copy them. The model's class gets a __call__ that hears calls of that one module object
 and passes every other straight on; uninstalling puts the class back. What the lean part does not hear: a
 second model's forwards (a GAN's discriminator, a teacher), and an evaluation of a model that never trained.
+
+Note [A model on the meta device]
+A model whose parameters are on the meta device computes nothing: code builds one to count FLOPs or infer
+shapes. litgpt's fit() runs a meta copy of its model forward and backward (lightning's measure_flops) after
+a resume's load and before the first step; taken for a model's forward, it started the step, its meta input
+counted as the step's data (a [4, 512] "batch" beside the real [4, 128] one, so the resumed step's data
+matched nothing trained before), and its state matched no loaded checkpoint. Its forward is not a model's;
+the answer is not remembered, since a model built on meta and then materialized (`to_empty`, as torchtitan
+does) is one from then on.
 """
 
 import sys
@@ -133,11 +142,15 @@ class Forwards:
         self.ctx.patches.registered(WHO, "the training model's class's __call__ (Note [One model's forwards])", restore)
 
     def model_like(self, module):
-        """A module whose forward is a model's: it has parameters and is not a loss."""
+        """A module whose forward is a model's: it has parameters, not on the meta device (Note [A model on the
+        meta device]), and is not a loss."""
         known = self.is_model.get(module)
         if known is None:
             loss_type = getattr(self.ctx.torch.nn.modules.loss, "_Loss", ())
-            known = not isinstance(module, loss_type) and next(module.parameters(), None) is not None
+            first = next(module.parameters(), None)
+            if first is not None and first.device.type == "meta":
+                return False  # not remembered: a model built on meta and then materialized (to_empty) is one
+            known = not isinstance(module, loss_type) and first is not None
             try:
                 self.is_model[module] = known
             except TypeError:
