@@ -649,11 +649,12 @@ std::optional<Verdict> resume_by_content(const Trace& trace, size_t i, const std
   std::string restored_words;
   auto has_restored = [](const Event* e) { return e && e->has("restored") && e->fields["restored"].is_array(); };
   const Event* restored_event = has_restored(state_at_first_step) ? state_at_first_step : nullptr;
-  for (const Event& e : next.events)
-    if (!restored_event && e.src == events::kSrcProbe && e.kind == events::kModelState && has_restored(&e)) {
-      restored_event = &e;
-      break;
-    }
+  if (!restored_event)
+    for (const Event& e : next.events)
+      if (e.src == events::kSrcProbe && e.kind == events::kModelState && has_restored(&e)) {
+        restored_event = &e;
+        break;
+      }
   if (restored_event) {
     std::set<std::string> parts;
     for (const auto& p : restored_event->fields["restored"])

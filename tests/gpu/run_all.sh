@@ -36,6 +36,10 @@
 #   public  only when named (issues 41, 46): the public programs (tests/public/corpus.yaml) whose libraries this
 #           machine's python3 imports (corpus_check.py --importable), on this GPU and on the virtual device, compared
 #           job by job into $OUT/public-compare.txt, and the GPU's verdicts against the expected ones
+#   rnn escape predictpublic gpuenv only when named (issues 41, 44, 43, 45): cuDNN's RNN memory against the native
+#           kernels (tests/gpu/rnn_memory.py), a trainer outside the shim named by NVML (tests/gpu/escape_gpu.sh),
+#           bench/predict_public.py's configurations on this GPU without the harness, and what the machine offers
+#           (the public corpus's libraries, Slurm's daemons)
 #   pytests only when named: the Python probe's and recovery code's unit tests with this machine's PyTorch,
 #           on the CPU, in the background until the timing phases (CI runs them on every change with
 #           Debian's PyTorch; here they took 177-279 s and held the timing phases back by 35-90 s)
@@ -326,7 +330,7 @@ print("RESULT probe_memory_fields", "PASS" if ok else "FAIL", a, r, torch.cuda.m
     gpuenv)  # what the machine offers: the public corpus's libraries, Slurm (issue 45), NVML
       for m in torch torchvision timm transformers accelerate lightning peft trl litgpt datasets safetensors deepspeed \
                ultralytics mmengine torchtitan; do
-        python3 -c "import $m, sys; print('import $m', getattr($m, '__version__', '?'))" 2>/dev/null || echo "import $m: no"
+        python3 -c "import $m; print('import $m', getattr($m, '__version__', '?'))" 2>/dev/null || echo "import $m: no"
       done
       for b in srun slurmd slurmctld munged; do echo "$b: $(command -v $b || echo no)"; done
       nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader ;;

@@ -95,12 +95,11 @@ class SafetensorsFiles:
             return out
         return load_file
 
-    def make(self, filename, header, name):
-        """The tensor `name` of a shape-only safetensors file on the host: real (its bytes read from the file)
-        when it was real when saved, else a fake made from its header."""
-        info = header[name]
+    def make(self, filename, info, real):
+        """A tensor of a shape-only safetensors file (its header entry `info`) on the host: real, its bytes read
+        from the file, when it was real when saved; else a fake made from the header."""
         dtype, shape = _SAFETENSORS_NAMES[info["dtype"]], tuple(info["shape"])
-        if name in _real_names(header):
+        if real:
             start, end = info["data_offsets"]
             with open(filename, "rb") as f:
                 f.seek(8 + struct.unpack("<Q", f.read(8))[0] + start)
@@ -131,8 +130,9 @@ class SafetensorsFiles:
         return save
 
 
-# safetensors' dtype names.
+# safetensors' dtype names, and the metadata keys of a shape-only file.
 SAFETENSORS_KEY = "oomharness"
+SAFETENSORS_REAL_KEY = "oomharness.real"  # the names of the tensors that were real when saved (a JSON list)
 _SAFETENSORS_DTYPES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
                        torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8",
                        torch.uint8: "U8", torch.bool: "BOOL"}
@@ -140,9 +140,6 @@ for _name, _code in (("float8_e4m3fn", "F8_E4M3"), ("float8_e5m2", "F8_E5M2")):
     if hasattr(torch, _name):
         _SAFETENSORS_DTYPES[getattr(torch, _name)] = _code
 _SAFETENSORS_NAMES = {v: k for k, v in _SAFETENSORS_DTYPES.items()}
-
-
-SAFETENSORS_REAL_KEY = "oomharness.real"  # the names of the tensors that were real when saved (a JSON list)
 
 
 def _real_names(header):
@@ -160,6 +157,7 @@ class _ShapeOnlyFile:
     def __init__(self, filename, header, files):
         self._filename, self._header, self._files = filename, header, files
         self._names = [k for k in header if k != "__metadata__"]
+        self._real = _real_names(header)  # read from the metadata once, not per tensor
 
     def __enter__(self):
         return self
@@ -182,8 +180,7 @@ class _ShapeOnlyFile:
         return dict(self._header.get("__metadata__") or {})
 
     def get_tensor(self, name):
-        self._info(name)
-        return self._files.make(self._filename, self._header, name)
+        return self._files.make(self._filename, self._info(name), name in self._real)
 
     def get_tensors(self):
         return OrderedDict((k, self.get_tensor(k)) for k in self.offset_keys())
