@@ -39,6 +39,7 @@ inline constexpr OptionSpec kOptionTable[] = {
     {"OOMH_PHASE_EVENTS", false, "1: the Python probe also logs a phase event at each phase change"},
     {"OOMH_RESERVE_PID", false, "pid of the job's reservation sidecar (set by the runner)"},
     {"OOMH_FLUSH_AT_STEPS", false, "steps at which the Python probe empties PyTorch's cache (set by the runner for step faults)"},
+    {"OOMH_SAVED_STEPS", false, "digest:completed,...: what the earlier attempts' checkpoints held, for the Python probe to number a resume (set by the runner)"},
     {"OOMH_STEP_BASE", false, "0 or 1: the number of the first training step, for the Python probe (set by the runner from step_base)"},
     {"OOMH_RECORD_STEP", false, "N or A..B: the shim writes one alloc event per allocation call in those steps (set by oomharness sweep for its golden run)"},
     {"OOMH_DEVICE", false, "virtual: the Python package installs the virtual CUDA device (set by the runner)"},

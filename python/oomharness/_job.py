@@ -46,6 +46,17 @@ def _steps(value):
     return out
 
 
+def _saved_steps(value):
+    """Note [A resume numbered by what it loaded] in runner/src/exec/launch.h: {content digest: steps completed
+    when an earlier attempt saved it}. The runner wrote it; anything else in it is skipped."""
+    out = {}
+    for part in (value or "").split(",")[:64]:
+        digest, _, completed = part.partition(":")
+        if len(digest) == 16 and all(c in "0123456789abcdef" for c in digest) and completed.isdigit():
+            out[digest] = int(completed)
+    return out
+
+
 def _step_base(value):
     # The runner checked the value (0 or 1); anything else run by hand counts from 1 (Note [Step convention]).
     return 0 if (value or "").strip() == "0" else 1
@@ -73,6 +84,7 @@ OPTIONS = (
     ("OOMH_SNAPSHOT", "snapshot_dir", _text, "record PyTorch's memory history; dump a snapshot at the first OOM"),
     ("OOMH_FLUSH_AT_STEPS", "flush_at", _steps, "steps the faults target: empty the cache as each begins"),
     ("OOMH_STEP_BASE", "step_base", _step_base, "0 or 1: the number of the job's first step"),
+    ("OOMH_SAVED_STEPS", "saved_steps", _saved_steps, "digest:completed,...: the earlier attempts' checkpoints"),
     ("OOMH_RECORD_STEP", "record_step", _text, "a sweep's golden run: name the user's line of each segment"),
     ("OOMH_EVIDENCE", "evidence", _evidence, "the evidence the job's checks need (_abi.EVIDENCE; all: every kind)"),
     ("OOMH_CHECK_EVENTS", "check_events", _flag, "1: refuse event fields the C++ schema lacks (the tests)"),

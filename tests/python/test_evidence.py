@@ -154,6 +154,15 @@ class ResumeStep(unittest.TestCase):
         self.assertIsNone(checkpoint_step({"step": -4}))
         self.assertIsNone(checkpoint_step([1, 2]))
 
+    def test_what_the_earlier_attempts_saved(self):
+        # Note [A resume numbered by what it loaded] (runner/src/exec/launch.h): the runner's OOMH_SAVED_STEPS,
+        # read once; anything but 16 lower-case hex digits and a count is skipped, never misread.
+        from oomharness._job import JobSettings
+        text = "00000000000000a2:2,bad,00000000000000A3:3,0000000000000004:x,,00000000000000a6:6:1,00000000000000a8:8"
+        self.assertEqual(JobSettings({"OOMH_SAVED_STEPS": text}).saved_steps,
+                         {"00000000000000a2": 2, "00000000000000a8": 8})
+        self.assertEqual(JobSettings({}).saved_steps, {})
+
     def test_the_optimizers_own_count(self):
         from oomharness.probe.checkpoints import optimizer_steps
         model = torch.nn.Linear(4, 2)

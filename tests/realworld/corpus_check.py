@@ -57,12 +57,7 @@ HOST_FAULTS = {"pinned-loader-fallback", "pinned-loader-no-fallback"}
 # The known gaps: job -> (the verdict the virtual device gives today, why). The lead empties this list as
 # the fixes land (issue 27's classification, cuBLAS model and zero-code batch size; the probe's resumed step).
 INCONCLUSIVE_HALVING = ("inconclusive", dict(OK, batch_halving="inconclusive"))
-KNOWN_GAPS = {
-    "safetensors-checkpoint": (("failed", {"exit": "pass", "checkpoint_resume": "fail", "completes": "fail"}),
-                               "the probe takes a resumed run's step from a torch.load'ed dict's step/global_step; "
-                               "a step kept in trainer_state.json beside model.safetensors is not seen, so the "
-                               "resumed attempt counts its steps from 1 (training 'stops at step 4 of 10')"),
-}
+KNOWN_GAPS = {}
 
 
 def run_corpus(out):

@@ -25,9 +25,11 @@ WHO = "probe.checkpoints"
 # The optimizer's count moves it only before the process completed a step of its own. A loaded counter below
 # the count an optimizer restored in this process before its first step is not the training step, and is not
 # taken: Accelerate's random_states_0.pkl keeps `step`, its gradient-accumulation position (0), and was loaded
-# after optimizer.bin had said 4 steps were done. Not seen: a stateless
-# optimizer (SGD without momentum keeps no step) whose counter is in a side file: its steps are numbered
-# from 1 again, and `completes` says so.
+# after optimizer.bin had said 4 steps were done. Before both comes the content itself: a process that loads
+# what an earlier attempt of the job saved starts where that attempt's count was at the save (Note [A resume
+# numbered by what it loaded] in runner/src/exec/launch.h), which also covers a counter kept in a side file
+# beside an optimizer that keeps none (SGD). Not seen: such a program's first attempt, loading a checkpoint
+# no attempt of this job saved: its steps are numbered from 1 again, and `completes` says so.
 COUNTER_KEYS = ("step", "global_step", "global_steps", "iter_num", "iteration", "iterations", "num_updates",
                 "train_step", "current_step", "steps", "iter", "it")
 
@@ -219,6 +221,11 @@ class Checkpoints:
         s = checkpoint_step(obj)
         if s is not None and not self.stepped and self.optimizer_steps is not None and s < self.optimizer_steps:
             s = None  # Note [A step is what the optimizer did]: not the training step
+        saved = None if self.stepped else self.ctx.settings.saved_steps.get(fields.get("digest"))
+        if saved is not None:
+            # Note [A resume numbered by what it loaded]: content an earlier attempt saved with `saved` steps
+            # done, in the probe's own count; it outranks the object's counter, which is the program's.
+            s = self.ctx.clock.number(saved)
         if s is not None:
             self.report_loaded(path_of(f), s, **fields)
         else:

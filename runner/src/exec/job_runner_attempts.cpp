@@ -140,6 +140,7 @@ void JobRunner::Impl::launch_rank(JobState& j, bool reference, int n, size_t slo
   actx.events_path = r.events_path;
   actx.plan_json = j.spec->plan(r.attempt.faults_enabled).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   actx.flush_steps = j.spec->flush_steps(r.attempt.faults_enabled);
+  if (!reference) actx.saved_steps = saved_steps(j.outcome->trace.attempts);  // the attempts before this one
   actx.workdir = work;
   for (const Placement& q : j.placements)
     if (q.gpu) actx.gpus.push_back(*q.gpu);

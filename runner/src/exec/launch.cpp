@@ -2,6 +2,7 @@
 
 #include "exec/launch.h"
 
+#include "oomharness/events.h"
 #include "oomharness/process_ids.h"
 
 #include <filesystem>
@@ -56,6 +57,33 @@ std::vector<std::string> flatten(const EnvMap& env) {
 }
 }  // namespace
 
+std::string saved_steps(const std::vector<Attempt>& earlier) {
+  constexpr size_t kMostSaves = 64;
+  std::vector<std::pair<std::string, int64_t>> saves;  // in order
+  for (const Attempt& a : earlier)
+    for (const Event& e : a.events) {
+      if (e.src != events::kSrcProbe || e.kind != events::kSave) continue;
+      std::string digest = e.text("digest");
+      int64_t completed = e.integer("completed", -1);
+      bool hex = digest.size() == 16 && digest.find_first_not_of("0123456789abcdef") == std::string::npos;
+      if (hex && completed >= 0) saves.emplace_back(std::move(digest), completed);
+    }
+  if (saves.size() > kMostSaves) saves.erase(saves.begin(), saves.end() - kMostSaves);
+  std::map<std::string, std::optional<int64_t>> count;  // nullopt: saved at two different counts
+  for (const auto& [digest, completed] : saves) {
+    auto [it, fresh] = count.try_emplace(digest, completed);
+    if (!fresh && it->second != completed) it->second.reset();
+  }
+  std::string out;
+  for (const auto& [digest, completed] : saves) {
+    auto it = count.find(digest);
+    if (it == count.end() || !it->second) continue;
+    out += (out.empty() ? "" : ",") + digest + ":" + std::to_string(*it->second);
+    count.erase(it);  // once each
+  }
+  return out;
+}
+
 std::vector<std::string> job_environment(const JobSpec& job, const HarnessPaths& paths, const AttemptContext& ctx) {
   EnvMap env = runner_environment();
   for (const auto& [k, v] : job.env) env[k] = substitute_runtime(v, ctx.workdir, ctx.attempt);
@@ -97,6 +125,7 @@ std::vector<std::string> job_environment(const JobSpec& job, const HarnessPaths&
     for (int64_t s : ctx.flush_steps) steps += (steps.empty() ? "" : ",") + std::to_string(s);
     env["OOMH_FLUSH_AT_STEPS"] = steps;
   }
+  if (!ctx.saved_steps.empty()) env["OOMH_SAVED_STEPS"] = ctx.saved_steps;  // Note [A resume numbered by what it loaded]
   if (job.step_base != 1) env["OOMH_STEP_BASE"] = std::to_string(job.step_base);  // Note [Step numbering]
   // Note [A probe that pays for what is checked] (include/oomharness/evidence.h): the job's own env may ask
   // for more ("all").

@@ -39,7 +39,21 @@ struct AttemptContext {
   std::string master_addr;
   int master_port = 0;
   std::string stacks_path;
+  std::string saved_steps;    // OOMH_SAVED_STEPS: saved_steps() of the earlier attempts
 };
+
+// Note [A resume numbered by what it loaded]
+// A resumed attempt must number its steps from where the checkpoint it loaded left off, or it "stops at step 4
+// of 10" having trained to step 10. The probe reads that from the loaded object's counter or the optimizer's
+// own count (Note [A step is what the optimizer did] in python/oomharness/probe/checkpoints.py); a program
+// that keeps its step in a side file (Hugging Face's trainer_state.json, a JSON beside model.safetensors)
+// with an optimizer that keeps no count (SGD) gave neither. What cannot be missed is the content: each earlier
+// attempt's probe wrote, with every checkpoint it saved, the content's digest and the steps it had completed
+// then, in its own count. The runner hands those to the next attempt (OOMH_SAVED_STEPS: "digest:completed"
+// joined by commas), and a process that loads, before its first step, content one of them saved starts its
+// count there. A digest saved at two different counts (a model that did not change between two saves) says
+// nothing and is left out; so is anything but 16 hex digits and a count, and past the last 64 saves.
+std::string saved_steps(const std::vector<Attempt>& earlier);
 
 // A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, then closed): a distributed job's
 // MASTER_PORT. 0 when none could be had.

@@ -1,6 +1,7 @@
 // The runner's pieces that need no process: line splitting, the OOM detector, observe regexes, the
 // output tail, event-log ingestion, GPU packing, the plan, templating and the job environment.
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,7 @@
 #include "exec/gpu_packing.h"
 #include "exec/launch.h"
 #include "exec/output.h"
+#include "oomharness/events.h"
 
 namespace oomh::exec {
 namespace {
@@ -245,6 +247,46 @@ TEST(Launch, EnvironmentCarriesTheHarness) {
   EXPECT_EQ(env_value(env, "OOMH_PROBE"), "<unset>");
   unsetenv("LD_PRELOAD");
   unsetenv("PYTHONPATH");
+}
+
+Event save_event(std::string digest, nlohmann::json completed, const char* src = events::kSrcProbe) {
+  Event e;
+  e.src = src;
+  e.kind = events::kSave;
+  e.fields = {{"path", "/w/ckpt.pt"}, {"digest", std::move(digest)}, {"completed", std::move(completed)}};
+  return e;
+}
+
+// Note [A resume numbered by what it loaded]: what the earlier attempts saved, in their probe's count.
+TEST(Launch, TellsAResumeWhatTheEarlierAttemptsSavedAtWhichStep) {
+  std::vector<Attempt> earlier(2);
+  earlier[0].events = {save_event("00000000000000a2", 2), save_event("00000000000000a4", 4),
+                       save_event("00000000000000a4", 4),                    // saved twice at one count: once
+                       save_event("00000000000000b0", 2), save_event("00000000000000b0", 6),  // two counts: nothing
+                       save_event("not-a-digest", 8), save_event("00000000000000A8", 8),      // not 16 lower-case hex
+                       save_event("00000000000000c0", -3), save_event("00000000000000c1", "7"),  // not a count
+                       save_event("00000000000000d0", 5, events::kSrcShim)};  // not the probe's
+  earlier[1].events = {save_event("00000000000000a6", 6)};
+  EXPECT_EQ(saved_steps(earlier), "00000000000000a2:2,00000000000000a4:4,00000000000000a6:6");
+  EXPECT_EQ(saved_steps({}), "");
+  // Only the last 64 saves: a job that saves every step cannot make the environment grow without bound.
+  std::vector<Attempt> many(1);
+  for (int k = 0; k < 100; ++k) {
+    char digest[17];
+    std::snprintf(digest, sizeof digest, "%016x", k);
+    many[0].events.push_back(save_event(digest, k));
+  }
+  std::string text = saved_steps(many);
+  EXPECT_EQ(std::count(text.begin(), text.end(), ','), 63);
+  EXPECT_EQ(text.rfind("0000000000000024:36,", 0), 0u);  // the 37th save is the first of the last 64
+
+  JobSpec job;
+  job.name = "j";
+  HarnessPaths paths{"/h/inject.so", "/h/python", "/h/reserve", "", ""};
+  AttemptContext ctx{"j", 1, "/oomh-1-0-1", "/o/ev.jsonl", "{}", {}, "/w", {}, std::nullopt};
+  EXPECT_EQ(env_value(job_environment(job, paths, ctx), "OOMH_SAVED_STEPS"), "<unset>");
+  ctx.saved_steps = saved_steps(earlier);
+  EXPECT_EQ(env_value(job_environment(job, paths, ctx), "OOMH_SAVED_STEPS"), ctx.saved_steps);
 }
 
 // Step faults and step-scheduled caps need the step's allocations to reach the driver: the probe is told
