@@ -118,6 +118,13 @@ std::vector<std::string> job_environment(const JobSpec& job, const HarnessPaths&
     env.try_emplace("CUDA_DOUBLE_MEMORY", std::string(kVirtualDeviceMemory));
     env.try_emplace("CUDA_DOUBLE_CONTEXT_MEMORY", std::string(kVirtualDeviceContext));
     prepend_path(env, "LD_LIBRARY_PATH", paths.virtual_driver_dir + "/nvml");
+    // Note [Triton kernels on the virtual device]
+    // Code that launches its own Triton kernels when a tensor's device is CUDA (TRL's SFTTrainer computes its
+    // loss with the fused kernels of trl/kernels/chunked_logprob.py) met Triton's CUDA launcher, which needs a
+    // GPU: an ImportError from Triton's cache, nothing tested. Triton's own interpreter runs the same kernels on
+    // the CPU (each argument's storage copied to the host and back: no device memory), so the job's kernels
+    // run as written; Inductor honours it too. A job's own env may set it otherwise.
+    env.try_emplace("TRITON_INTERPRET", "1");
   }
   // For the Python probe and for C++ code using oomh::recover::begin_step alike.
   if (!ctx.flush_steps.empty()) {

@@ -289,6 +289,19 @@ TEST(Launch, TellsAResumeWhatTheEarlierAttemptsSavedAtWhichStep) {
   EXPECT_EQ(env_value(job_environment(job, paths, ctx), "OOMH_SAVED_STEPS"), ctx.saved_steps);
 }
 
+// Note [Triton kernels on the virtual device]: Triton's interpreter, unless the job's env says otherwise.
+TEST(Launch, RunsTritonKernelsInTheInterpreterOnTheVirtualDevice) {
+  JobSpec job;
+  job.name = "j";
+  HarnessPaths paths{"/h/inject.so", "/h/python", "/h/reserve", "/h/double", "/h/vdouble"};
+  AttemptContext ctx{"j", 0, "/oomh-1-0-0", "/o/ev.jsonl", "{}", {}, "/w", {}, std::nullopt};
+  EXPECT_EQ(env_value(job_environment(job, paths, ctx), "TRITON_INTERPRET"), "<unset>");  // on a GPU
+  job.device = DeviceChoice::virtual_device;
+  EXPECT_EQ(env_value(job_environment(job, paths, ctx), "TRITON_INTERPRET"), "1");
+  job.env["TRITON_INTERPRET"] = "0";
+  EXPECT_EQ(env_value(job_environment(job, paths, ctx), "TRITON_INTERPRET"), "0");
+}
+
 // Step faults and step-scheduled caps need the step's allocations to reach the driver: the probe is told
 // which steps to begin with an empty cache.
 TEST(Launch, TellsTheProbeWhichStepsAFaultTargets) {
