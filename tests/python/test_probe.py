@@ -143,6 +143,43 @@ class ProbeTest(unittest.TestCase):
         finally:
             job.close()
 
+    def test_a_block_recomputed_in_backward_is_not_a_forward_of_the_step(self):
+        # Note [A forward recomputed in backward] (probe/forwards.py): activation checkpointing runs each block's
+        # forward again inside the backward, with the reentrant checkpoint and the non-reentrant one; the step's
+        # data and samples are its own forward's. A second model's forward between two steps still counts.
+        code = textwrap.dedent("""
+            import torch
+            from torch.utils.checkpoint import checkpoint
+            torch.manual_seed(0)
+            class Net(torch.nn.Module):
+                def __init__(self, reentrant):
+                    super().__init__()
+                    self.blocks = torch.nn.ModuleList(torch.nn.Linear(6, 6) for _ in range(3))
+                    self.reentrant = reentrant
+                def forward(self, x):
+                    for b in self.blocks:
+                        x = checkpoint(b, x, use_reentrant=self.reentrant)
+                    return x
+            for reentrant in (True, False):
+                model = Net(reentrant)
+                opt = torch.optim.SGD(model.parameters(), lr=0.1)
+                for step in range(2):
+                    model(torch.randn(8, 6, requires_grad=reentrant)).sum().backward()
+                    opt.step()
+                    opt.zero_grad()
+        """)
+        job = Job()
+        try:
+            r = job.run(code, extra_env={"OOMH_EVIDENCE": "batches,data"})
+            self.assertEqual(r.returncode, 0, r.stderr)
+            events = job.read_events()
+            steps = [e["fields"] for e in events if e["kind"] == "step"]
+            self.assertEqual([(s.get("data", {}).get("samples"), "parts" in s.get("data", {})) for s in steps],
+                             [(8, False)] * 4)
+            self.assertEqual([e["fields"]["count"] for e in events if e["kind"] == "samples"], [8] * 4)
+        finally:
+            job.close()
+
     def test_a_spec_looked_up_first_still_installs_the_probe(self):
         # Note [Waiting for torch] (_boot.py): Transformers and Datasets call importlib.util.find_spec("torch") at
         # their own import, before anything imports torch; the import that follows must still get the probe.

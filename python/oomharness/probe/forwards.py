@@ -33,6 +33,16 @@ counted as the step's data (a [4, 512] "batch" beside the real [4, 128] one, so 
 matched nothing trained before), and its state matched no loaded checkpoint. Its forward is not a model's;
 the answer is not remembered, since a model built on meta and then materialized (`to_empty`, as torchtitan
 does) is one from then on.
+
+Note [A forward recomputed in backward]
+Activation checkpointing (torch.utils.checkpoint, Hugging Face's gradient_checkpointing, which TRL's SFTConfig
+turns on by default) runs each checkpointed block's forward again while autograd executes the backward. The
+depth is 0 then (a backward resets it) and the block has parameters, so it was taken for a model's top-level
+forward: TRL's step of 8 samples counted 40 (the model's forward and four decoder layers again), and the data
+of a step no longer equalled the data of the same batch met by an OOM in its forward, so a resume that went
+on exactly where it stopped was "inconclusive". A forward that runs inside a backward (autograd's graph task
+is set on that thread: torch._C._current_graph_task_id() is not -1, with the reentrant checkpoint and the
+non-reentrant one alike) is a recomputation of data the step already has, never a forward of its own.
 """
 
 import sys
@@ -58,8 +68,10 @@ class Forwards:
         self.is_model = weakref.WeakKeyDictionary()
         self.lean = not ctx.settings.wants(*EVERY_FORWARD)
         self.handles = []
+        self.graph_task = None                    # torch._C._current_graph_task_id (Note [A forward recomputed in backward])
 
     def install(self, torch):
+        self.graph_task = getattr(torch._C, "_current_graph_task_id", None)
         module_mod = torch.nn.modules.module
         handles = self.handles
 
@@ -161,7 +173,7 @@ class Forwards:
         if self.depth > 0 and module is not self.top:
             self.depth += 1
             return
-        if not self.model_like(module):
+        if not self.model_like(module) or self.recomputing():
             self.depth += 1
             return
         self.depth = 1
@@ -173,6 +185,10 @@ class Forwards:
         if kwargs is None and not evidence.has_tensor(torch, args):
             kwargs = evidence.call_kwargs(module, frame)  # Note [Keyword inputs] (evidence.py)
         self.ctx.hooks.call("forward", module, args, kwargs, training, frame)
+
+    def recomputing(self):
+        """Note [A forward recomputed in backward]: this thread is inside a backward."""
+        return self.graph_task is not None and self.graph_task() != -1
 
     def post(self, module, rest):
         if self.depth > 0:
