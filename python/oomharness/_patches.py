@@ -62,6 +62,7 @@ SITES = (
     ("torch.Tensor", ("cuda", "to", "cpu", "pin_memory", "record_stream", "device") + NEW_TENSOR_METHODS,
      ("device.tensors",)),
     ("torch", ("set_default_device", "get_default_device"), ("device.tensors",)),
+    ("torch.utils._device.DeviceContext", ("__torch_function__",), ("device.tensors",)),
     ("torch.nn.parameter.UninitializedTensorMixin", ("materialize",), ("device.tensors",)),
     ("torch.autograd", ("grad",), ("device.libraries",)),
     ("torch.autograd", ("backward",), ("device.libraries", "probe.steps")),

@@ -262,6 +262,28 @@ else:
         self.assertEqual(lines[1], "False")
         self.assertEqual(lines[2], "True cuda True")
 
+    def test_a_device_context_gives_its_device(self):
+        # Note [A device context on the virtual device] (tensors.py): `with torch.device("meta")` makes meta tensors
+        # (litgpt counts FLOPs on a meta copy of its model), `with torch.device("cuda")` books what its constructors
+        # make, and the innermost context wins inside set_default_device("cuda").
+        out = run("""
+with torch.device("meta"):
+    m = torch.nn.Linear(512, 512)
+    x = torch.randint(0, 1, (4, 512))
+print(m.weight.is_meta, x.is_meta, torch.cuda.memory_allocated())
+with torch.device("cuda"):
+    layer = torch.nn.Linear(256, 256, bias=False)
+    w = torch.hann_window(1024)
+print(dev.on_device(layer.weight), dev.on_device(w), torch.cuda.memory_allocated() >= 256 * 256 * 4 + 1024 * 4)
+torch.set_default_device("cuda")
+with torch.device("meta"):
+    inner = torch.zeros(8)
+outer = torch.zeros(8)
+torch.set_default_device(None)
+print(inner.is_meta, dev.on_device(outer), dev.on_device(torch.zeros(8)))
+""")
+        self.assertEqual(out.split("\n")[:3], ["True True 0", "True True True", "True True False"])
+
     def test_the_same_losses_as_on_the_cpu(self):
         on_device = run(MLP + "print(losses)\n")
         on_cpu = run(MLP.replace(".cuda()", "") + "print(losses)\n", device=False)

@@ -41,6 +41,43 @@ _UNINITIALIZED = getattr(torch.nn.parameter, "UninitializedTensorMixin", ())
 # `.cuda()` leaves it as it is and remembers it, and its materialize makes it on the device, booked there.
 
 
+# Note [A device context on the virtual device]
+# `with torch.device("meta"):` (or "cuda", or a DeviceContext that torch.set_default_device pushes) is a torch
+# function mode: it gives a device to the constructor functions that torch.utils._device._device_constructors()
+# lists, a set built once, by attribute, at its first use. Built after the factories were replaced, it held the
+# replacements, and the original each of them calls was no member: the context gave no device, so under the
+# virtual device `with torch.device("meta")` made host tensors (litgpt's fit() counts FLOPs on a meta copy of its
+# model with a [4, 512] input: it trained as a model on real memory, its input one more part of the step's data).
+# So the set is built from the originals, before any replacement; the factories leave a context to the mode
+# (whose device then wins, as it does in torch), and the mode's own answer is replaced for a CUDA context:
+# the constructor runs on the CPU and its tensor is booked, as with device="cuda". torch.set_default_device
+# ("cuda") is the device's own flag, the real context the CPU's, so the factories keep booking for it unless a
+# context with another device is entered inside it (the innermost DeviceContext on the mode stack says).
+
+
+def context_device():
+    """The device of the innermost torch.device context (or set_default_device's), None without one. From the
+    function-mode stack, not torch.utils._device.CURRENT_DEVICE: a `with torch.device(...)` entered inside
+    set_default_device's context is pushed above it without changing that global (PyTorch 2.14)."""
+    if _device_module is None:
+        return None
+    try:
+        stack = torch.overrides._get_current_function_mode_stack()
+    except Exception:
+        return None
+    for mode in reversed(stack):
+        if isinstance(mode, _device_module.DeviceContext):
+            return mode.device
+    return None
+
+
+try:
+    import torch.utils._device as _device_module
+    _device_module._device_constructors()  # Note [A device context on the virtual device]: the originals
+except Exception:  # a torch without device contexts
+    _device_module = None
+
+
 def is_cpu(device):
     if isinstance(device, torch.device):
         return device.type == "cpu"
@@ -92,6 +129,7 @@ class Tensors:
         # Note [A lazy parameter sent to the device]
         patches.replace(WHO, "torch.nn.parameter.UninitializedTensorMixin", "materialize", self._materialize)
         patches.replace(WHO, "torch", "set_default_device", self._set_default_device)
+        patches.replace(WHO, "torch.utils._device.DeviceContext", "__torch_function__", self._device_context)
         patches.replace(WHO, "torch", "get_default_device", lambda original: lambda: (
             torch.device("cuda", 0) if self.default_on_device else original()))
 
@@ -149,6 +187,10 @@ class Tensors:
 
         def wrapper(*args, **kwargs):
             device = kwargs.get("device")
+            if device is None and self.default_on_device:
+                inside = context_device()  # Note [A device context on the virtual device]
+                if inside is not None and inside.type != "cpu":
+                    return fn(*args, **kwargs)  # the context's device (meta, or cuda: booked by the mode)
             if is_cuda(device) or (device is None and self.default_on_device and not dev.creating()):
                 dev.check_thread()
                 kwargs["device"] = "cpu"
@@ -231,6 +273,24 @@ class Tensors:
                 return None  # work is synchronous on the CPU: nothing to keep alive for another stream
             return original(t, stream)
         return record_stream
+
+    def _device_context(self, original):
+        """Note [A device context on the virtual device]: a CUDA context's constructors make host tensors, booked."""
+        dev = self.device
+
+        def __torch_function__(mode, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if (is_cuda(getattr(mode, "device", None)) and kwargs.get("device") is None and _device_module is not None
+                    and func in _device_module._device_constructors()):
+                dev.check_thread()
+                kwargs["device"] = "cpu"
+                with dev.making():
+                    out = func(*args, **kwargs)
+                if isinstance(out, torch.Tensor):
+                    dev.book(out)
+                return out
+            return original(mode, func, types, args, kwargs)
+        return __torch_function__
 
     def _set_default_device(self, original):
         def set_default_device(device):
