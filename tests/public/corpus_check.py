@@ -34,7 +34,7 @@ from corpus_check import table  # noqa: E402  (tests/realworld's: one table of d
 CI_SCENARIOS = ["hf-trainer-cap", "hf-trainer-datasets-first", "hf-trainer-resume", "peft-lora-resume",
                 "accelerate-resume", "lightning-batch-finder", "lightning-resume", "mmengine-resume",
                 "timm-dataparallel", "torchvision-cnn-step-fault", "torchvision-cnn-resume", "lstm-resume",
-                "deepspeed-zero2-resume", "timm-dataparallel-resume"]
+                "deepspeed-zero2-resume", "timm-dataparallel-resume", "trl-sft-resume", "litgpt-resume"]
 
 # job -> (today's job status, {check: today's verdict}, class, why)
 CUBLAS_HELPER = ("the cap's first OOM comes before autograd's cuBLAS handle exists; after the helper's retry at "
@@ -43,14 +43,9 @@ CUBLAS_HELPER = ("the cap's first OOM comes before autograd's cuBLAS handle exis
                  "helper re-raises: the program's own limit, as the H200 showed for Accelerate's helper in "
                  "issue 32 and for this program's Accelerate loop (accelerate-find-batch-size: the same "
                  "CUBLAS_STATUS_ALLOC_FAILED on an H200, tests/gpu/run_all.sh public, 2026-11-28)")
-STEP_NOT_IN_DICT = ("the probe takes a resumed run's step only from a torch.load'ed dict's step/global_step (or "
-                    "probe.step); %s, so the resumed attempt's steps are counted from 1 and training 'stops at "
-                    "step 4 of 8' though the program went on to step 8")
 KNOWN = {
     "hf-trainer-auto-batch": ("failed", {"exit": "fail", "oom_visible": "pass", "batch_halving": "fail",
                                          "completes": "inconclusive"}, "d", CUBLAS_HELPER),
-    "trl-sft-resume": ("failed", {"exit": "pass", "checkpoint_resume": "inconclusive", "completes": "fail"}, "c",
-                       STEP_NOT_IN_DICT % "Trainer keeps global_step in checkpoint-4/trainer_state.json"),
     "accelerate-find-batch-size": ("failed", {"exit": "fail", "oom_visible": "pass", "batch_halving": "fail",
                                               "completes": "inconclusive"}, "d", CUBLAS_HELPER),
     "accelerate-resume": ("inconclusive", {"exit": "pass", "checkpoint_resume": "inconclusive", "completes": "pass"},
@@ -66,14 +61,6 @@ KNOWN = {
                          "mid-epoch checkpoint restarts a plain DataLoader at the epoch's first batch (Lightning "
                          "warns: training_epoch_loop.py 'resuming from a checkpoint that ended before the epoch "
                          "ended'), so step 5 trains on step 1's batch"),
-    "litgpt-resume": ("inconclusive", {"exit": "pass", "checkpoint_resume": "inconclusive", "completes": "pass"}, "c",
-                      "no longer a false red: fabric.load(resume, state) puts step-00000004/lit_model.pth into the "
-                      "model and the model_state of the first step says so (76 of 76 tensors); the check had read an "
-                      "earlier model_state, of the meta copy fit() runs to count FLOPs (Note [A model on the meta "
-                      "device]), and the optimizer's 4 steps give the step count. Left: the first step of each "
-                      "attempt carries a [4, 512] input beside its [4, 128] batch (the loader's indices 4-7 "
-                      "with 0-3, and with 16-19 after the resume), not traced yet, so the resumed step's data "
-                      "matches no earlier batch: inconclusive"),
     "yolo-oom-halving": ("failed", {"exit": "fail", "oom_visible": "pass", "batch_halving": "fail"}, "b or d",
                          "the first epoch's OOM at batch 32 is halved to 16 (trainer.py 'Reducing to batch=16'), "
                          "epoch 1 trains, then epoch 2 runs out of memory at batch 16 and BaseTrainer re-raises "
