@@ -77,10 +77,6 @@ KNOWN = {
                         "mmengine 0.10.7 resumes with torch.load's default weights_only=True (PyTorch >= 2.6), "
                         "which refuses its own mmengine.logging.history_buffer.HistoryBuffer in the checkpoint: "
                         "Runner(resume=True) is broken beside torch 2.14 (UnpicklingError)"),
-    "lstm-resume": ("inconclusive", {"exit": "pass", "checkpoint_resume": "inconclusive", "completes": "pass"}, "c",
-                    "the resumed step 5 trains on data[4*35:5*35] exactly as attempt 1 would have; the check finds "
-                    "no record of that batch in attempt 1 (its OOM at step 5 carries no data digest for the "
-                    "sequence-first input), so it calls the data order unknown"),
     "torchtitan-debug-resume": ("failed", {"exit": "fail", "checkpoint_resume": "inconclusive",
                                            "completes": "inconclusive"}, "a",
                                 "NCCL runs as gloo on the virtual device and DTensor's RNG tracker finds a CUDA "

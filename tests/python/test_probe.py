@@ -180,6 +180,49 @@ class ProbeTest(unittest.TestCase):
         finally:
             job.close()
 
+    def test_the_state_a_recurrent_model_is_given_is_not_its_data(self):
+        # Note [State the model returned is not data] (probe/batches.py): the same tokens with the state carried
+        # from the step before (detached) or a fresh zero state are the same data; a float input beside them
+        # that is neither (noise per sample) still is data.
+        code = textwrap.dedent("""
+            import torch
+            torch.manual_seed(0)
+            class LM(torch.nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.emb = torch.nn.Embedding(50, 8)
+                    self.rnn = torch.nn.LSTM(8, 8)
+                def forward(self, tokens, hidden, noise=None):
+                    out, hidden = self.rnn(self.emb(tokens), hidden)
+                    return (out if noise is None else out + noise), hidden
+            model = LM()
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            data = [torch.randint(0, 50, (5, 4), generator=torch.Generator().manual_seed(k)) for k in range(3)]
+            zeros = lambda: (torch.zeros(1, 4, 8), torch.zeros(1, 4, 8))
+            for mode in ("carried", "fresh", "noise"):
+                hidden = zeros()
+                for tokens in data:
+                    if mode == "fresh":
+                        hidden = zeros()
+                    noise = torch.randn(5, 4, 8) if mode == "noise" else None
+                    out, hidden = model(tokens, hidden, noise)
+                    hidden = tuple(h.detach() for h in hidden)
+                    out.sum().backward()
+                    opt.step()
+                    opt.zero_grad()
+        """)
+        job = Job()
+        try:
+            r = job.run(code, extra_env={"OOMH_EVIDENCE": "batches,data"})
+            self.assertEqual(r.returncode, 0, r.stderr)
+            digests = [e["fields"]["data"]["digest"] for e in job.read_events() if e["kind"] == "step"]
+            self.assertEqual(len(digests), 9)
+            self.assertEqual(digests[0:3], digests[3:6], "the carried state and a fresh one are not the data")
+            self.assertEqual(len(set(digests[0:3])), 3)
+            self.assertTrue(all(a != b for a, b in zip(digests[0:3], digests[6:9])), "noise beside the tokens is data")
+        finally:
+            job.close()
+
     def test_a_spec_looked_up_first_still_installs_the_probe(self):
         # Note [Waiting for torch] (_boot.py): Transformers and Datasets call importlib.util.find_spec("torch") at
         # their own import, before anything imports torch; the import that follows must still get the probe.

@@ -31,6 +31,18 @@ or a module's: the `grads_cleared` hook of the grads part) drops those, as it dr
 a forward whose backward is still to come (`out = model(x); opt.zero_grad(); loss.backward()`). The samples
 count the same way. Not seen: gradients cleared by hand (`p.grad = None` in a loop) between the OOM
 and the redo: the dropped micro-batches still count, a false green for that code only.
+
+Note [State the model returned is not data]
+A recurrent model is called with its state beside the batch: `output, hidden = model(data, hidden)`, the
+hidden state of the step before, detached (the word-language-model example's repackage_hidden), or a fresh
+one of zeros (init_hidden) at the start and after a resume. It has the batch's dimension, so it was hashed as
+the step's data, and a resume that went on at exactly the right tokens differed from the OOM's batch by its
+state (lstm-resume: inconclusive, "a batch no earlier attempt trained on"). Beside a forward's first input
+(always data), a tensor is not the step's data when it is (a) the storage of an output of the model's last
+training forward, still alive (held by a weak reference of the storage, so no later storage can take its
+address: never a coincidence), or (b) floating point and all zeros (a fresh state; a zero float input
+carries no sample's identity). Integer tensors (labels, masks, token types) stay data whatever their values,
+so that a half-batch and its whole are hashed over the same tensors (Note [Micro-batches an OOM leaves]).
 """
 
 import collections
@@ -41,6 +53,34 @@ from . import digests, evidence
 
 WHO = "probe.batches"
 MAX_PARTS = 64  # forwards of one step whose digests a step event lists (Note [A step is its data])
+MAX_RETURNED = 64  # outputs of a forward kept by storage (Note [State the model returned is not data])
+
+
+class _StorageRef:
+    """A weak reference to a storage: while it lives, no other storage can have the storage's address."""
+    __slots__ = ("cdata",)
+
+    def __init__(self, storage):
+        self.cdata = storage._weak_ref()
+
+    def __del__(self):
+        try:
+            _free_weak_ref(self.cdata)
+        except Exception:
+            pass
+
+
+def _free_weak_ref(cdata):
+    import torch
+    torch.UntypedStorage._free_weak_ref(cdata)
+
+
+def storage_key(t):
+    """The address of t's storage (compared with _StorageRef'ed ones only)."""
+    try:
+        return t.untyped_storage()._cdata
+    except Exception:
+        return None
 
 # One training forward's data: samples, digest (the sum of its per-sample hashes), hashes (a tensor of them, or
 # None), per_sample, whole, the first input's shape, its batch dimension and how it was found, the loader's indices.
@@ -64,6 +104,8 @@ class Batches:
         # (Note [Micro-batches an OOM leaves]).
         self.forwards = []                # Forward records, in order
         self.backed = 0                   # the first `backed` records are in the gradients
+        self.returned = {}                # storage key -> its weak reference: the last training forward's outputs
+                                          # (Note [State the model returned is not data])
 
     def install(self, torch):
         """Note [The DataLoader's indices] (evidence.py): the indices each batch was made of, in the order the
@@ -140,8 +182,10 @@ class Batches:
             return count
         with evidence.off_books(self.ctx.device):
             samples, digest, per_sample, whole, hashes = 0, 0, True, True, None
-            for u in tensors:
+            for k, u in enumerate(tensors):
                 if u.dim() <= dim or int(u.shape[dim]) != count:
+                    continue
+                if k and self.is_state(u):
                     continue
                 got = digests.sample_hashes(torch, u, dim)
                 if got is None:
@@ -155,6 +199,28 @@ class Batches:
                     hashes = got[3] if hashes is None else hashes + got[3]
         self.add_forward(samples, digest, hashes if per_sample else None, per_sample, whole, list(shape), dim, how)
         return count
+
+    def is_state(self, u):
+        """Note [State the model returned is not data]: a tensor beside the first input that is the model's own
+        earlier output, or a float tensor of zeros."""
+        if self.returned and storage_key(u) in self.returned:
+            return True
+        return bool(u.is_floating_point()) and not bool(u.any())
+
+    def on_forward_done(self, module, result):
+        """Note [State the model returned is not data]: the outputs of a training forward, by storage."""
+        torch = self.ctx.torch
+        if not self.wants_data or not (module.training and torch.is_grad_enabled()):
+            return
+        tensors, _ = evidence.input_leaves(torch, (result,), None)
+        refs = {}
+        for t in tensors[:MAX_RETURNED]:
+            try:
+                storage = t.untyped_storage()
+                refs[storage._cdata] = _StorageRef(storage)
+            except Exception:
+                continue
+        self.returned = refs
 
     def items_of(self, items, training):
         """A forward whose batch is a list of samples (Note [What a batch comes in]): its length, and, for a

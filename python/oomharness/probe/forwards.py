@@ -138,6 +138,7 @@ class Forwards:
                 safely(forwards.ctx.hooks.call, "exception", exc)
                 raise
             forwards.depth = 0
+            safely(forwards.ctx.hooks.call, "forward_done", mod, result)
             return result
 
         def restore():
@@ -199,6 +200,8 @@ class Forwards:
             # With always_call, the hook also runs when forward raised: the OOM left the top-level forward.
             if result is None and exc is not None:
                 self.ctx.hooks.call("exception", exc)
+            elif result is not None:
+                self.ctx.hooks.call("forward_done", module, result)
 
     # Note [Which forward is a model's]: the depth starts again.
     def on_backward(self, tensors):
