@@ -4,6 +4,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import struct
 import subprocess
 import sys
@@ -52,10 +53,12 @@ class Job:
             f.write(buf)
 
     def close(self):
+        """The control block and the job's folder go: a test leaves nothing behind."""
         try:
             os.unlink(self.shm)
         except OSError:
             pass
+        shutil.rmtree(self.dir, ignore_errors=True)
 
     def env(self, probe=True, extra=None):
         env = dict(os.environ)
