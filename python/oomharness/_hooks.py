@@ -22,7 +22,8 @@ HOOKS = {
     "cuda_init": ("()", "the job initialised CUDA (torch.cuda._lazy_call): never initialised by the probe itself"),
     "step_begins": ("(n)", "step n begins, between steps: nothing of it is in flight yet"),
     "forward": ("(module, args, kwargs, training, frame)", "a top-level forward of a model begins"),
-    "forward_done": ("(module, result)", "a top-level forward of a model returned `result`"),
+    "forward_done": ("(module, result)", "a top-level forward of a model returned `result` (where the job's checks "
+                     "need its data)"),
     "exception": ("(exc)", "an exception passed a place the probe wraps (forward, backward, save, load)"),
     "backward": ("(tensors)", "torch.autograd.backward is called"),
     "backward_done": ("()", "torch.autograd.backward returned: the forwards before it are in the gradients"),

@@ -67,6 +67,7 @@ class Forwards:
         self.top = None                           # the top-level module of the forward in progress
         self.is_model = weakref.WeakKeyDictionary()
         self.lean = not ctx.settings.wants(*EVERY_FORWARD)
+        self.results_wanted = ctx.settings.wants("data")  # forward_done: only the batches part's data reads it
         self.handles = []
         self.graph_task = None                    # torch._C._current_graph_task_id (Note [A forward recomputed in backward])
 
@@ -138,7 +139,8 @@ class Forwards:
                 safely(forwards.ctx.hooks.call, "exception", exc)
                 raise
             forwards.depth = 0
-            safely(forwards.ctx.hooks.call, "forward_done", mod, result)
+            if forwards.results_wanted:
+                safely(forwards.ctx.hooks.call, "forward_done", mod, result)
             return result
 
         def restore():
@@ -200,7 +202,7 @@ class Forwards:
             # With always_call, the hook also runs when forward raised: the OOM left the top-level forward.
             if result is None and exc is not None:
                 self.ctx.hooks.call("exception", exc)
-            elif result is not None:
+            elif result is not None and self.results_wanted:
                 self.ctx.hooks.call("forward_done", module, result)
 
     # Note [Which forward is a model's]: the depth starts again.
