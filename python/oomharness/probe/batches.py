@@ -46,6 +46,7 @@ so that a half-batch and its whole are hashed over the same tensors (Note [Micro
 """
 
 import collections
+import sys
 import weakref
 
 from .._hooks import safely
@@ -64,6 +65,8 @@ class _StorageRef:
         self.cdata = storage._weak_ref()
 
     def __del__(self):
+        if sys.is_finalizing():
+            return  # torch may be half torn down: the process's end frees everything anyway
         try:
             _free_weak_ref(self.cdata)
         except Exception:
@@ -206,6 +209,9 @@ class Batches:
         if self.returned and storage_key(u) in self.returned:
             return True
         return bool(u.is_floating_point()) and not bool(u.any())
+
+    def on_exit(self, uncaught):
+        self.returned = {}  # the weak references go while torch is whole (_StorageRef)
 
     def on_forward_done(self, module, result):
         """Note [State the model returned is not data]: the outputs of a training forward, by storage."""
