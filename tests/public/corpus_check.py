@@ -79,9 +79,14 @@ KNOWN = {
                         "Runner(resume=True) is broken beside torch 2.14 (UnpicklingError)"),
     "torchtitan-debug-resume": ("failed", {"exit": "fail", "checkpoint_resume": "inconclusive",
                                            "completes": "inconclusive"}, "a",
-                                "NCCL runs as gloo on the virtual device and DTensor's RNG tracker finds a CUDA "
-                                "generator's state (issue 41), but the job then stalls in init_weights (inside a "
-                                "C++ call, little CPU) until its 6-minute timeout: not in CI_SCENARIOS for that"),
+                                "NCCL runs as gloo on the virtual device, then the job never ends: torch's "
+                                "trunc_normal_ rejection loop in init_weights draws the same numbers forever. "
+                                "DTensor's RNG tracker wraps each random operation in fork_rng, which restores "
+                                "the CPU generator afterwards, and the virtual device draws device random numbers "
+                                "from the CPU generator (Note [The CUDA generator's state]): every draw repeats "
+                                "the last (found this session; the fix is a generator for the device's random "
+                                "operations, seeded from the Philox seed and offset, not made yet): not in "
+                                "CI_SCENARIOS for that"),
 }
 
 # predict scenarios: name -> (argv after `predict`, what is expected)
