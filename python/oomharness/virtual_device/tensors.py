@@ -192,16 +192,21 @@ class Tensors:
                 if inside is not None and inside.type != "cpu":
                     return fn(*args, **kwargs)  # the context's device (meta, or cuda: booked by the mode)
             if is_cuda(device) or (device is None and self.default_on_device and not dev.creating()):
-                dev.check_thread()
-                kwargs["device"] = "cpu"
-                with dev.making():
-                    out = fn(*args, **kwargs)
-                # Some factories (torch.tensor) build their tensor without an operation the mode sees.
-                if isinstance(out, torch.Tensor):
-                    dev.book(out)
-                return out
+                return self.made_on_device(fn, args, kwargs)
             return fn(*args, **kwargs)
         return wrapper
+
+    def made_on_device(self, fn, args, kwargs):
+        """fn(*args, **kwargs), a constructor asked for the device: made on the host and booked."""
+        dev = self.device
+        dev.check_thread()
+        kwargs["device"] = "cpu"
+        with dev.making():
+            out = fn(*args, **kwargs)
+        # Some factories (torch.tensor) build their tensor without an operation the mode sees.
+        if isinstance(out, torch.Tensor):
+            dev.book(out)
+        return out
 
     def to_device(self, t):
         """The host-to-device copy of `t` (itself when it is on the device already)."""
@@ -276,19 +281,11 @@ class Tensors:
 
     def _device_context(self, original):
         """Note [A device context on the virtual device]: a CUDA context's constructors make host tensors, booked."""
-        dev = self.device
-
         def __torch_function__(mode, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             if (is_cuda(getattr(mode, "device", None)) and kwargs.get("device") is None and _device_module is not None
                     and func in _device_module._device_constructors()):
-                dev.check_thread()
-                kwargs["device"] = "cpu"
-                with dev.making():
-                    out = func(*args, **kwargs)
-                if isinstance(out, torch.Tensor):
-                    dev.book(out)
-                return out
+                return self.made_on_device(func, args, kwargs)
             return original(mode, func, types, args, kwargs)
         return __torch_function__
 
