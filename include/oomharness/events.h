@@ -81,10 +81,11 @@ inline constexpr const char* kAttemptExit = "attempt_exit";
 inline constexpr const char* kObserved = "observed";
 inline constexpr const char* kReclaimed = "reclaimed";
 inline constexpr const char* kHang = "hang";
+inline constexpr const char* kStoppedForRestart = "stopped_for_restart";
 
 // Note [Name tables] in name_table.h: every kind, the source that writes it, and its fields (docs/events.md
 // says more). A `warning` comes from the shim, the runner and the probe alike (listed under the shim).
-inline constexpr NameTable<std::string_view, 38> kEventKinds{{
+inline constexpr NameTable<std::string_view, 39> kEventKinds{{
     {kSrcShim, kShimStart,
      "pid, ppid, exec (bool), forked (bool), rules, cap, plan (\"accepted\"|\"rejected\"), plan_error"},
     {kSrcShim, kDriverCall, "entry, export, dlsym, proc_address (the process's first driver call)"},
@@ -141,6 +142,11 @@ inline constexpr NameTable<std::string_view, 38> kEventKinds{{
      "a distributed job's rank stopped advancing after another rank ended: rank (the one that stalled), step (its "
      "last step in progress, -1 unknown), waited (seconds since another rank ended or since its last step, whichever "
      "is later), stall (the limit), after_rank (the rank that ended first)"},
+    // Note [A restart of every rank] in job_runner_hangs.cpp.
+    {kSrcRunner, kStoppedForRestart,
+     "a rank the runner stopped because another rank died of what restarts the job (restart.on), as torchrun's "
+     "agent stops a failed worker's group: rank (the one stopped), step (its step in progress, -1 unknown), "
+     "after_rank (the rank that died), waited (seconds since it died)"},
 }};
 
 // Note [Event fields]
@@ -199,6 +205,7 @@ inline constexpr KindFields kEventFields[] = {
     {kObserved, "key value stream line"},
     {kReclaimed, "pid device bytes"},
     {kHang, "rank step waited stall after_rank after"},
+    {kStoppedForRestart, "rank step after_rank waited"},
 };
 
 // kEventFields lists the kinds of kEventKinds, in its order.

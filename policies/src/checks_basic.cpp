@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <set>
 
 #include "checks.h"
 #include "oomharness/events.h"
@@ -289,8 +290,25 @@ Verdict no_hang(const Trace& trace, const nlohmann::json& args) {
   if (unjudged)
     return verdict(VerdictStatus::inconclusive, "could not judge: the event log of " + attempt_name(unjudged->index) +
                                                     " was thinned and its ranks' steps were not all kept, so the gaps between them are not known");
+  // Note [A restart of every rank] in job_runner_hangs.cpp: the ranks the runner stopped to restart them all.
+  std::string restarted;
+  for (const Attempt& a : trace.attempts) {
+    std::set<int> stopped;
+    int after = -1;
+    for (const Event& e : a.events)
+      if (e.src == events::kSrcRunner && e.kind == events::kStoppedForRestart) {
+        stopped.insert(static_cast<int>(e.integer("rank")));
+        after = static_cast<int>(e.integer("after_rank"));
+      }
+    if (stopped.empty()) continue;
+    std::string who;
+    for (int r : stopped) who += (who.empty() ? "rank " : ", ") + std::to_string(r);
+    restarted += "; in " + attempt_name(a.index) + " the runner stopped " + who + " after " +
+                 rank_end_text(a, after, false) + ", to restart every rank as torchrun's agent does (" +
+                 (stopped.size() == 1 ? "its" : "their") + " wait for it is not counted as a hang)";
+  }
   return verdict(VerdictStatus::pass, "no gap between steps was longer than " + view::seconds_text(limit) +
-                                          " (longest " + view::seconds_text(longest) + ")" +
+                                          " (longest " + view::seconds_text(longest) + ")" + restarted +
                                           (trace.target_step ? std::string()
                                                              : "; completion was not checked (the job has no target step): the time "
                                                                "after the last step of an attempt that exited 0 is not counted"));

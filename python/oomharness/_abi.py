@@ -77,6 +77,7 @@ EVENT_KINDS = {
     "observed": ("runner", ("key", "value", "stream", "line")),
     "reclaimed": ("runner", ("pid", "device", "bytes")),
     "hang": ("runner", ("rank", "step", "waited", "stall", "after_rank", "after")),
+    "stopped_for_restart": ("runner", ("rank", "step", "after_rank", "waited")),
 }
 ANY_PROBE_FIELDS = ("rank",)
 ANY_FIELDS = ("truncated",)

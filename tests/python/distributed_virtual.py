@@ -59,7 +59,8 @@ def expect(cond, what):
 
 # ---- 1. shell ranks ------------------------------------------------------------------------------------
 proc, jobs = run(os.path.join(source, "tests", "python", "distributed_ranks.yaml"), os.path.join(out, "ranks"), [])
-expect(set(jobs) == {"env-per-rank", "rank1-oom-rank0-finishes", "hostile-rank-ignores-term", "restart-restarts-every-rank"},
+expect(set(jobs) == {"env-per-rank", "rank1-oom-rank0-finishes", "hostile-rank-ignores-term", "restart-restarts-every-rank",
+                     "restart-stops-a-waiting-rank", "no-restart-so-the-wait-is-a-hang"},
        "ranks suite: jobs %s" % sorted(jobs))
 for name, j in jobs.items():
     expect(j["status"] == "passed", "%s: %s (%s)" % (name, j["status"], j.get("message", "")))
@@ -109,6 +110,24 @@ if j:
            "restart: every rank of each attempt %s" % [a.get("ranks") for a in attempts])
     expect(all(os.path.exists(os.path.join(os.path.dirname(attempts[0]["ranks"][0]["log_path"]), "attempt-1.rank%d.log" % k))
                for k in (0, 1)) if attempts and attempts[0].get("ranks") else False, "restart: attempt 2 did not start both ranks")
+
+# Note [A restart of every rank]: the waiting rank stopped kRestartGrace (5 s) after rank 1 died, not after
+# the 20 s stall limit; no hang recorded; both ranks ran again and completed.
+j = jobs.get("restart-stops-a-waiting-rank")
+if j:
+    attempts = j["attempts"]
+    expect([a["outcome"] for a in attempts] == ["nonzero", "ok"], "restart-stops: attempt outcomes %s" % [a["outcome"] for a in attempts])
+    first = attempts[0] if attempts else {}
+    took = first.get("duration", 0)
+    expect(4 <= took < 12, "restart-stops: attempt 1 took %.1f s (rank 0 stopped 5 s after rank 1 died)" % took)
+    v = verdict(j, "no_hang")
+    expect(v is not None and v["status"] == "pass" and "the runner stopped rank 0 after rank 1" in v["reason"],
+           "restart-stops: no_hang %s" % v)
+j = jobs.get("no-restart-so-the-wait-is-a-hang")
+if j:
+    v = verdict(j, "no_hang")
+    expect(v is not None and v["status"] == "fail" and v["reason"].startswith("rank 0 waited"), "no-restart: no_hang %s" % v)
+    expect(len(j["attempts"]) == 1, "no-restart: %d attempts" % len(j["attempts"]))
 
 # ---- 1b. one GPU per rank, through the CLI, on a made-up machine of three GPUs ---------------------------
 # A fake nvidia-smi on PATH lists GPUs 0, 1 and 2 (Note [One GPU per rank]); no job here touches CUDA.

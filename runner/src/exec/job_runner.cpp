@@ -44,11 +44,9 @@ namespace oomh {
 using namespace exec;
 namespace fs = std::filesystem;
 
-namespace {
-
 // Does `restart.on` ask for a new attempt after `a`? A timed-out or interrupted attempt never restarts
 // (the hang would come back, or the user asked to stop); a clean exit never does.
-bool wants_restart(const Attempt& a, const std::vector<std::string>& on) {
+bool exec::wants_restart(const Attempt& a, const std::vector<std::string>& on) {
   if (a.end_kind == AttemptEnd::timed_out || a.end_kind == AttemptEnd::interrupted || a.end_kind == AttemptEnd::failed_to_start)
     return false;
   bool nonzero = a.end_kind == AttemptEnd::exited && a.exit_code && *a.exit_code != 0;
@@ -73,8 +71,6 @@ bool wants_restart(const Attempt& a, const std::vector<std::string>& on) {
   }
   return false;
 }
-
-}  // namespace
 
 // Note [One job, one folder] in suite/limits.h.
 std::string job_dir_name(const std::string& job) { return suite::folder_name(job); }

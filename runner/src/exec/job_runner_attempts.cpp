@@ -72,6 +72,7 @@ void JobRunner::Impl::start_attempt(JobState& j, bool reference) {
   j.first_end_t = 0;
   j.first_end_oom = false;
   j.hang_called = false;
+  j.restart_stop_called = false;
   j.stacks.assign(static_cast<size_t>(ranks), std::string());
   int port = ranks > 1 ? (group ? group->port(reference, n) : free_local_port()) : 0;
   // Every rank's slot exists before any starts: a rank that fails to start finishes at once and must find

@@ -51,6 +51,8 @@ void JobRunner::Impl::check_hang(JobState& j) {
   if (options.node_group && j.spec->ranks >= 2) watch_nodes(j);
   if (j.spec->ranks < 2 || j.hang_called || j.first_end_rank < 0 || stopping) return;
   double t = now();
+  if (!j.restart_stop_called)
+    if (const AttemptRun* dead = rank_that_restarts_all(j, t)) return stop_for_restart(j, *dead, t);
   AttemptRun* worst = nullptr;
   double worst_wait = 0;
   for (auto& c : j.current) {
@@ -97,6 +99,55 @@ void JobRunner::Impl::watch_nodes(JobState& j) {
       j.end_published = true;  // it is the other node's to tell
     }
   if (!j.hang_called && !stopping && group.hang_elsewhere(j.group_key)) take_stacks(j, nullptr, 0);
+}
+
+// Note [A restart of every rank]
+// A job with `restart:` restarts every rank together (scope all, the only scope). When one rank's process
+// dies of what `restart.on` names, the others cannot go on: over gloo they fail at once ("Connection closed by
+// peer"), but an NCCL peer waits in its collective until the process group's timeout, and Note [Hang
+// detection] would call that wait a hang once the stall limit passed (docs/distributed.md: the same correct
+// checkpointing job passed no_hang on gloo and failed it on NCCL). The wait is not the job's: torchrun's
+// elastic agent, which these ranks stand for, stops the rest of a failed worker's group (SIGTERM, then
+// SIGKILL) and starts all of them again. So the runner does the same: kRestartGrace seconds after the rank
+// died (at most half the stall limit, so that the hang watch never comes first), when the job has a restart
+// left and the dead rank's own attempt is one `restart.on` restarts (an OOM, by default), every rank still
+// running gets a `stopped_for_restart` event and is stopped as a hung one is (no stacks: nothing hung). The
+// grace lets a rank that can end by itself do so, and keeps gloo's own errors in the trace. The dead rank
+// ended first, so the merged attempt is still decided by it (merge_ranks) and restarts. Where no restart
+// follows (none left, another reason, a rank that raised an OOM and still runs, a reference run) the hang
+// watch stays as it was; a rank that catches its OOM and waits is still found by it. On Slurm's nodes
+// (Note [Ranks on several nodes]) only a death on this node is seen this way; the other nodes' ranks are
+// still watched for a hang.
+const AttemptRun* JobRunner::Impl::rank_that_restarts_all(const JobState& j, double t) const {
+  const RestartSpec& rs = j.spec->restart;
+  if (j.restarts >= rs.max) return nullptr;
+  const double grace = std::min(kRestartGrace, 0.5 * j.spec->hang_stall);
+  const AttemptRun* dead = nullptr;
+  bool others_running = false;
+  for (const auto& c : j.current) {
+    if (!c || c->reference || c->rank < 0 || static_cast<size_t>(c->rank) >= j.rank_ends.size()) continue;
+    if (!c->finished) {
+      others_running = others_running || (!c->exited && c->stop == AttemptRun::Stop::none && c->proc);
+      continue;
+    }
+    const Attempt& a = j.rank_ends[static_cast<size_t>(c->rank)];
+    if (!dead && t - a.end >= grace && wants_restart(a, rs.on)) dead = c.get();
+  }
+  return others_running ? dead : nullptr;
+}
+
+void JobRunner::Impl::stop_for_restart(JobState& j, const AttemptRun& dead, double t) {
+  j.restart_stop_called = true;
+  const double waited = t - j.rank_ends[static_cast<size_t>(dead.rank)].end;
+  for (auto& c : j.current) {
+    if (!c || c->exited || c->finished || c->stop != AttemptRun::Stop::none || !c->proc) continue;
+    c->attempt.events.push_back(runner_event(events::kStoppedForRestart, t,
+                                             {{"rank", c->rank},
+                                              {"step", c->seen_step == INT64_MIN ? int64_t{-1} : c->seen_step},
+                                              {"after_rank", dead.rank},
+                                              {"waited", waited}}));
+    stop_attempt(*c, AttemptRun::Stop::restart);
+  }
 }
 
 void JobRunner::Impl::take_stacks(JobState& j, AttemptRun* stalled, double waited) {

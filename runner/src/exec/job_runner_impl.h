@@ -55,6 +55,8 @@ inline constexpr double kSidecarStopGrace = 5;         // seconds between SIGTER
 inline constexpr double kDrainTimeout = 5;             // seconds to wait for pipes after the process exited
 inline constexpr double kStacksWait = 0.5;             // seconds between SIGUSR1 (stacks) and SIGTERM for a hang
 inline constexpr double kHangGrace = 1;                // seconds between SIGTERM and SIGKILL for a hung rank
+inline constexpr double kRestartGrace = 5;             // seconds the other ranks get to end by themselves after a
+                                                       // rank died of what restarts the job (Note [A restart of every rank])
 inline constexpr size_t kMaxStacksBytes = 256 * 1024;  // of one rank's stack dump kept in the trace
 
 inline double now() { return events::now_seconds(); }
@@ -62,6 +64,9 @@ inline double now() { return events::now_seconds(); }
 inline std::chrono::steady_clock::duration seconds(double s) {
   return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(std::max(0.0, s)));
 }
+
+// Does `restart.on` ask for a new attempt after `a` (a whole attempt, or one rank's)?
+bool wants_restart(const Attempt& a, const std::vector<std::string>& on);
 
 // An event the runner itself records (src "runner") into an attempt.
 Event runner_event(const char* kind, double t, nlohmann::json fields);
@@ -107,7 +112,7 @@ struct AttemptRun {
   int64_t seen_step = INT64_MIN;  // the control block's step at the last sample, and when it last changed
   double seen_step_t = 0;
   bool exited = false, out_done = false, err_done = false, finished = false;
-  enum class Stop { none, timeout, interrupt, hang } stop = Stop::none;
+  enum class Stop { none, timeout, interrupt, hang, restart } stop = Stop::none;
   int status = 0;
   exec::ObservedValues observed;  // Note [Bounded observed values] in output.h
   std::vector<Event> hits;  // one line's, before `observed` takes them
@@ -159,6 +164,7 @@ struct JobState {
   double first_end_t = 0;
   bool first_end_oom = false;       // it raised an OOM (it may still run) rather than exited
   bool hang_called = false;
+  bool restart_stop_called = false;  // Note [A restart of every rank] in job_runner_hangs.cpp
   std::vector<std::string> stacks;  // per rank, read after SIGUSR1
   // Note [Ranks on several nodes] in node_group.h (a Slurm node agent only): the attempt's key in the nodes'
   // shared folder, whether this node's first end was told to the others, when they were last looked at, and
@@ -229,6 +235,8 @@ struct JobRunner::Impl {
   void watch_nodes(JobState& j);  // Note [Ranks on several nodes]
   // `stalled` null: another node called the hang (it recorded the event); this node takes its ranks' stacks.
   void take_stacks(JobState& j, AttemptRun* stalled, double waited);
+  const AttemptRun* rank_that_restarts_all(const JobState& j, double t) const;  // Note [A restart of every rank]
+  void stop_for_restart(JobState& j, const AttemptRun& dead, double t);
   void fail_attempt(AttemptRun& r, const std::string& why);
   void read_stream(AttemptRun* r, bool is_err);
   void consume(AttemptRun& r, bool is_err, const char* data, size_t n, bool eof);

@@ -126,8 +126,10 @@ void JobRunner::Impl::stop_attempt(AttemptRun& r, AttemptRun::Stop why) {
   r.stop = why;
   kill(-r.pgid, SIGTERM);
   AttemptRun* rp = &r;
-  // Note [Hang detection]: a rank stuck in a collective has nothing to save; it gets at most kHangGrace.
-  r.kill_timer.expires_after(seconds(why == AttemptRun::Stop::hang ? std::min(kHangGrace, r.job->spec->grace) : r.job->spec->grace));
+  // Note [Hang detection]: a rank stuck in a collective has nothing to save; it gets at most kHangGrace. So
+  // does one stopped for a restart of every rank (Note [A restart of every rank]).
+  const bool stuck = why == AttemptRun::Stop::hang || why == AttemptRun::Stop::restart;
+  r.kill_timer.expires_after(seconds(stuck ? std::min(kHangGrace, r.job->spec->grace) : r.job->spec->grace));
   r.kill_timer.async_wait([rp](boost::system::error_code e) {
     if (!e && !rp->exited) kill(-rp->pgid, SIGKILL);
   });
