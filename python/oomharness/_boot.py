@@ -64,6 +64,7 @@ def _after_torch(module):
     from oomharness import _job
     ctx = _job.current()  # Note [One job context]: made once, handed to the device and the probe
     ctx.torch = module
+    _keep_stacks(ctx)
     if ctx.settings.device == "virtual":
         # First, so that the probe's layers go on top of the device's (Note [The patch table]).
         try:
@@ -165,6 +166,40 @@ def _stacks_on_signal():
         _stacks_file.append(f)
     except Exception:
         pass
+
+
+def _keep_stacks(ctx):
+    """Note [Stacks a job's signal handler cannot take away]
+    faulthandler answers SIGUSR1 from C, so a rank blocked in a collective still writes its stacks; but a job
+    that sets its own SIGUSR1 handler with signal.signal replaces it. Lightning does (its signal connector puts
+    back, at the end of a fit, the handlers signal.getsignal named at its start, which cannot see
+    faulthandler's: SIG_DFL; on 2 H200s a Lightning DDP rank that hung after its OOM was then killed by the
+    runner's SIGUSR1, signal 10, and no_hang had no stack of either rank). So after each signal.signal for
+    SIGUSR1 the stacks are registered again on top, chained to the job's handler when it has one (faulthandler
+    writes the stacks, then the job's handler runs as before); a default or ignored SIGUSR1 is not chained, so
+    that the runner's signal never kills the rank whose stacks it asked for."""
+    if not _stacks_file:
+        return
+    import faulthandler
+    import signal as signal_module
+
+    def make(original):
+        def signal(signalnum, handler):
+            previous = original(signalnum, handler)
+            if signalnum == signal_module.SIGUSR1:
+                try:
+                    # faulthandler.register does not install its handler again while it counts itself
+                    # registered; unregister puts back what it found at the first registration, so the job's
+                    # handler is set once more before the stacks go on top of it.
+                    faulthandler.unregister(signal_module.SIGUSR1)
+                    original(signalnum, handler)
+                    faulthandler.register(signal_module.SIGUSR1, file=_stacks_file[0], all_threads=True,
+                                          chain=handler not in (signal_module.SIG_DFL, signal_module.SIG_IGN))
+                except Exception:
+                    pass
+            return previous
+        return signal
+    ctx.patches.replace("job.stacks", "signal", "signal", make)
 
 
 def install():

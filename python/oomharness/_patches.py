@@ -114,6 +114,8 @@ SITES = (
     ("torch.random", ("set_rng_state",), ("probe.checkpoints",)),
     ("random", ("setstate",), ("probe.checkpoints",)),
     ("sys", ("excepthook",), ("device.unsupported", "probe.ooms")),
+    # Note [Stacks a job's signal handler cannot take away] (_boot.py).
+    ("signal", ("signal",), ("job.stacks",)),
 ) + tuple((owner, names, ("device.runtime",)) for owner, names in CUDA_MIRRORS)
 
 # What is installed without replacing an attribute: (who, what).

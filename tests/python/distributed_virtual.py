@@ -202,6 +202,15 @@ if j:
            "hangs: every rank's stacks must be in the results")
     expect(len(ranks) == 2 and "in all_reduce" in ranks[0]["stacks"], "hangs: rank 0's stack lacks all_reduce")
 
+# Note [Stacks a job's signal handler cannot take away]: the hung rank had set SIGUSR1 to its default.
+proc, jobs = run(os.path.join(source, "tests", "python", "distributed_stacks.yaml"), os.path.join(out, "stacks"), ["--simulate"])
+j = jobs.get("job-resets-sigusr1", {})
+ranks = (j.get("attempts") or [{}])[0].get("ranks", [])
+v = verdict(j, "no_hang") if j else None
+expect(v is not None and v["status"] == "fail" and "in wait_for_the_peer" in (v["reason"] or ""), "stacks: no_hang %s" % v)
+expect(len(ranks) == 2 and "wait_for_the_peer" in ranks[0].get("stacks", "") and ranks[0].get("signal") != 10,
+       "stacks: rank 0 %s" % (ranks[:1],))
+
 for p in problems:
     print("FAILED: " + p)
 sys.exit(1 if problems else 0)

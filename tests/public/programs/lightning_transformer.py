@@ -2,7 +2,9 @@
 2-layer Transformer LM) on its own dataset class (WikiText2, reading data/wikitext-2.txt: we write that file
 with synthetic words, so nothing is downloaded), trained by `Trainer.fit` with `ModelCheckpoint` (every
 `--save_every` steps, `save_last`) and resumed by `ckpt_path="last"`; `--find_batch_size` adds the
-`BatchSizeFinder` callback (its power mode) on the data module's `batch_size`."""
+`BatchSizeFinder` callback (its power mode) on the data module's `batch_size`. `--devices N` trains with
+Lightning's DDP strategy on N GPUs (started by the harness's `ranks: N`, which Lightning finds as torchelastic's
+environment; `--backend gloo` for the virtual device, which has no NCCL)."""
 import argparse
 import os
 import random
@@ -27,6 +29,8 @@ def main():
     ap.add_argument("--save_every", type=int, default=2)
     ap.add_argument("--vocab", type=int, default=20000)
     ap.add_argument("--find_batch_size", action="store_true")
+    ap.add_argument("--devices", type=int, default=1)
+    ap.add_argument("--backend", default=None)
     a = ap.parse_args()
     import lightning as L
     from lightning.pytorch.callbacks import BatchSizeFinder, ModelCheckpoint
@@ -57,7 +61,11 @@ def main():
     callbacks = [ModelCheckpoint(dirpath=ckpt_dir, every_n_train_steps=a.save_every, save_last=True, save_top_k=-1)]
     if a.find_batch_size:
         callbacks.append(BatchSizeFinder(mode="power", init_val=a.batch_size, max_trials=4))
-    trainer = L.Trainer(default_root_dir=".", max_steps=a.max_steps, accelerator="gpu", devices=1,
+    strategy = "auto"
+    if a.devices > 1:
+        from lightning.pytorch.strategies import DDPStrategy
+        strategy = DDPStrategy(process_group_backend=a.backend)
+    trainer = L.Trainer(default_root_dir=".", max_steps=a.max_steps, accelerator="gpu", devices=a.devices, strategy=strategy,
                         callbacks=callbacks, logger=False, enable_progress_bar=False, log_every_n_steps=1,
                         enable_model_summary=False)
     last = os.path.join(ckpt_dir, "last.ckpt")
