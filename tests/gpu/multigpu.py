@@ -94,24 +94,42 @@ hang = verdicts(j).get("no_hang", ("", ""))
 claim("ranks_all_hang_found", hang[0] == "fail" and j.get("duration", 1e9) < 200,
       "%s: %s (job took %.1fs)" % (j.get("status"), hang[1][:300], j.get("duration", 0)), job="ranks-all-hang")
 
-# 5. A public trainer (Lightning's DDP over NCCL): rank 1 dies at step 5, every rank restarts from Lightning's
-# last.ckpt. The expert's verdict (multigpu.sh): OOM seen, 8 steps, no hang (rank 0's NCCL wait ended by the
-# runner's restart: Note [A restart of every rank]), checkpoint_resume failing on the repeated epoch start.
+# 5. Public trainers with their own DDP over NCCL, rank 1 faulted at step 5 (multigpu.sh says what each should get).
+def show(name, j, v):
+    print("== %s: status %s, %d attempts, %.1f s" % (name, j.get("status"), len(j.get("attempts", [])), j.get("duration", 0)))
+    for k, (status, reason) in v.items():
+        print("   verdict %s: %s: %s" % (k, status, reason[:500]))
+    for a in j.get("attempts", []):
+        for r in a.get("ranks", []):
+            if r.get("stacks"):
+                print("   attempt %d rank %d stacks:\n      %s" % (a["index"], r["rank"], r["stacks"][:1500].replace("\n", "\n      ")))
+    for line in rank_tails(j):
+        print("   " + line)
+
+
 name = "lightning-ddp-resume"
 if not simulate and name in jobs:
     j = jobs[name]
     v = verdicts(j)
-    print("== %s: status %s, %d attempts, %.1f s" % (name, j.get("status"), len(j.get("attempts", [])), j.get("duration", 0)))
-    for k, (status, reason) in v.items():
-        print("   verdict %s: %s: %s" % (k, status, reason[:500]))
-    for line in rank_tails(j):
-        print("   " + line)
-    claim("lightning_ddp_restarted", len(j.get("attempts", [])) == 2 and j.get("attempts", [{}])[0].get("duration", 1e9) < 60,
-          "attempts %s" % [(a.get("outcome"), round(a.get("duration", 0), 1)) for a in j.get("attempts", [])])
-    claim("lightning_ddp_no_hang", v.get("no_hang", ("",))[0] == "pass" and "stopped rank 0" in v.get("no_hang", ("", ""))[1],
+    show(name, j, v)
+    ranks = (j.get("attempts") or [{}])[0].get("ranks", [])
+    hang = v.get("no_hang", ("", ""))
+    claim("lightning_ddp_hang_found", hang[0] == "fail" and j.get("duration", 1e9) < 120 and v.get("oom_visible", ("",))[0] == "pass",
+          "%s in %.1f s: %s" % (hang[0], j.get("duration", 0), hang[1][:300]))
+    claim("lightning_ddp_rank1_in_teardown", len(ranks) == 2 and "destroy_process_group" in ranks[1].get("stacks", ""),
+          "rank 1's stack: %s" % (ranks[1].get("stacks", "")[-300:] if len(ranks) == 2 else "no ranks"))
+name = "accelerate-ddp-resume"
+if not simulate and name in jobs:
+    j = jobs[name]
+    v = verdicts(j)
+    show(name, j, v)
+    attempts = j.get("attempts", [])
+    claim("accelerate_ddp_restarted", len(attempts) == 2 and attempts[0].get("duration", 1e9) < 60,
+          "attempts %s" % [(a.get("outcome"), round(a.get("duration", 0), 1)) for a in attempts])
+    claim("accelerate_ddp_no_hang", v.get("no_hang", ("",))[0] == "pass" and "stopped rank 0" in v.get("no_hang", ("", ""))[1],
           "%s: %s" % v.get("no_hang", ("?", "")))
-    claim("lightning_ddp_expert_verdict", v.get("oom_visible", ("",))[0] == "pass" and v.get("completes", ("",))[0] == "pass"
-          and v.get("checkpoint_resume", ("",))[0] == "fail",
+    claim("accelerate_ddp_expert_verdict", v.get("oom_visible", ("",))[0] == "pass" and v.get("completes", ("",))[0] == "pass"
+          and v.get("checkpoint_resume", ("",))[0] != "pass",
           "status %s %s" % (j.get("status"), {k: s for k, (s, _) in v.items()}))
 
 # 3. Packing across GPUs, and no job on a GPU it was not given.

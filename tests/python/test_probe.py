@@ -426,7 +426,13 @@ class ProbeTest(unittest.TestCase):
         """)
         for counter, first in ((0, 5), (6, 7)):
             with self.subTest(counter=counter):
+                before = len(self.job.lines())
                 self.assertEqual(self.job.run(code, args=[str(counter)]).returncode, 0)
+                # The save is numbered the same way: random_states_0.pkl written after optimizer.bin's 4 steps is
+                # the checkpoint of step 4, not of step 0 (on 2 GPUs checkpoint_resume expected step 1).
+                saves = [(os.path.basename(e["fields"]["path"]), e["fields"]["step"])
+                         for e in self.job.read_events()[before:] if e["kind"] == "checkpoint_save"]
+                self.assertEqual(saves, [("optimizer.bin", 4), ("random_states_0.pkl", max(counter, 4))])
                 before = len(self.job.lines())
                 r = self.job.run(resume)
                 self.assertEqual(r.returncode, 0, r.stderr)

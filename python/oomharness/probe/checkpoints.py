@@ -25,7 +25,13 @@ WHO = "probe.checkpoints"
 # The optimizer's count moves it only before the process completed a step of its own. A loaded counter below
 # the count an optimizer restored in this process before its first step is not the training step, and is not
 # taken: Accelerate's random_states_0.pkl keeps `step`, its gradient-accumulation position (0), and was loaded
-# after optimizer.bin had said 4 steps were done. Before both comes the content itself: a process that loads
+# after optimizer.bin had said 4 steps were done. A save is read the same way: a counter below the count of an
+# optimizer state this process saved at the same point (no step completed between: one checkpoint's files) is
+# not the training step either, and the save is numbered by the probe's own count. Accelerate's save_state
+# writes optimizer.bin and then random_states_0.pkl; on 2 H200s with DDP, checkpoint_resume took the
+# newest file, random_states_0.pkl, for "the checkpoint saved at step 0" and failed a resume at step 5
+# ("expected step 1"). A counter in the same object as the optimizer's state is the checkpoint's own, and is
+# taken as it is. Before both comes the content itself: a process that loads
 # what an earlier attempt of the job saved starts where that attempt's count was at the save (Note [A resume
 # numbered by what it loaded] in runner/src/exec/launch.h), which also covers a counter kept in a side file
 # beside an optimizer that keeps none (SGD). Not seen: such a program's first attempt, loading a checkpoint
@@ -55,6 +61,23 @@ def checkpoint_step(obj):
             if n is not None:
                 return n
     return None
+
+
+def saved_optimizer_steps(obj):
+    """The optimizer steps an optimizer's state_dict (at the top of a saved object, or one level down) says
+    were taken; None when it holds none."""
+    if not isinstance(obj, dict):
+        return None
+    best = None
+    for scope in [obj] + [v for v in list(obj.values())[:64] if isinstance(v, dict)]:
+        state = scope.get("state")
+        if not isinstance(state, dict) or "param_groups" not in scope:
+            continue
+        for v in list(state.values())[:4096]:
+            n = _counter(v.get("step")) if isinstance(v, dict) and "step" in v else None
+            if n is not None and (best is None or n > best):
+                best = n
+    return best
 
 
 def optimizer_steps(optimizer):
@@ -97,6 +120,7 @@ class Checkpoints:
         self.quiet = 0                          # > 0: inside probe.quiet(): the caller reports the save or load
         self.quiet_content = None               # what a torch.save/load inside quiet() saw, for the caller's report
         self.restored = []                      # Note [What a resume restored], in the order seen
+        self.saved_optimizer = None             # (completed, its count): the last optimizer state saved
         self.optimizer_steps = None             # the optimizer's count at its load (Note [A step is what the optimizer did])
         self.stepped = False                    # this process completed a step
 
@@ -191,6 +215,12 @@ class Checkpoints:
             self.quiet_content = fields
         else:
             s = checkpoint_step(obj)
+            held = saved_optimizer_steps(obj)
+            if held is not None:
+                self.saved_optimizer = (clock.completed, held)
+            elif s is not None and self.saved_optimizer and self.saved_optimizer[0] == clock.completed \
+                    and s < self.saved_optimizer[1]:
+                s = None  # Note [A step is what the optimizer did]: not the training step
             self.ctx.emit("checkpoint_save", path=path_of(f), step=clock.number(clock.completed) if s is None else s,
                           **fields)
 

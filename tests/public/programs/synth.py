@@ -3,6 +3,7 @@ saved as Hugging Face's tokenizer.json + tokenizer_config.json (what AutoTokeniz
 and sentences of varying length (so that a collator pads its batches). Deterministic: seed 0."""
 import json
 import os
+import shutil
 import random
 
 
@@ -23,10 +24,12 @@ def sentences(n, min_words=8, max_words=60, seed=0):
 
 
 def tokenizer_dir(path):
-    """A word-level tokenizer of 256 tokens in Hugging Face's format; returns `path`."""
-    os.makedirs(path, exist_ok=True)
+    """A word-level tokenizer of 256 tokens in Hugging Face's format; returns `path`. Written beside it and
+    renamed into place, whole: the ranks of a distributed job write it at the same time."""
     if os.path.exists(os.path.join(path, "tokenizer.json")):
         return path
+    final, path = path, "%s.tmp-%d" % (path.rstrip("/"), os.getpid())
+    os.makedirs(path, exist_ok=True)
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
     vocab = {w: i for i, w in enumerate(SPECIALS + WORDS)}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
@@ -39,7 +42,11 @@ def tokenizer_dir(path):
                    "add_bos_token": True}, f)
     with open(os.path.join(path, "special_tokens_map.json"), "w") as f:
         json.dump({"pad_token": "<pad>", "unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>"}, f)
-    return path
+    try:
+        os.rename(path, final)  # onto nothing or an empty folder; another rank's whole one stays
+    except OSError:
+        shutil.rmtree(path, ignore_errors=True)
+    return final
 
 
 def hf_tokenizer(path):
