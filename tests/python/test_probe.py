@@ -78,6 +78,65 @@ class ProbeTest(unittest.TestCase):
         self.assertEqual(seen["all"][0], ["batch_from", "batch_size", "data", "grads_cleared", "loss", "step"],
                          "'all' is every part, as with no variable")
 
+    def test_a_step_waits_for_the_gpu_only_where_a_check_reads_the_loss(self):
+        # Note [A probe that pays for what is checked] (include/oomharness/evidence.h): on a GPU a tensor read as
+        # a Python number (.item(), float(t), bool(t), .tolist(): aten._local_scalar_dense), a copy to the host,
+        # a synchronize or a reading of the allocator's statistics waits for the step's kernels or costs a
+        # call into the allocator. The lean probe and every job's default one do none of it per step; the
+        # losses part reads one number per step (which shows the count sees it). CUDA is said to be in use
+        # (torch.cuda.is_initialized), so that the probe takes its GPU branches on the CPU too; the CUDA
+        # functions are counted, not called.
+        code = textwrap.dedent("""
+            import collections, json, torch
+            from torch.utils._python_dispatch import TorchDispatchMode
+            torch.manual_seed(0)
+            model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            x, y = torch.randn(8, 6), torch.randint(0, 3, (8,))
+            def step():
+                opt.zero_grad()
+                torch.nn.functional.cross_entropy(model(x), y).backward()
+                opt.step()
+            step()  # the first step: the lean forwards part takes its global hooks out (Note [Which forward is a model's])
+            seen = collections.Counter()
+            WAITS = (torch.ops.aten._local_scalar_dense.default, torch.ops.aten._to_copy.default,
+                     torch.ops.aten.copy_.default)
+            class Count(TorchDispatchMode):
+                def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                    if func in WAITS:
+                        seen[str(func)] += 1
+                    return func(*args, **(kwargs or {}))
+            def counted(name):
+                def call(*args, **kwargs):
+                    seen[name] += 1
+                    raise RuntimeError("counted, not called")
+                return call
+            torch.cuda.is_initialized = lambda: True
+            for name in ("synchronize", "memory_allocated", "memory_reserved", "memory_stats", "mem_get_info",
+                         "max_memory_allocated", "max_memory_reserved"):
+                setattr(torch.cuda, name, counted("torch.cuda." + name))
+            for name in ("synchronize", "query", "elapsed_time"):
+                setattr(torch.cuda.Event, name, counted("torch.cuda.Event." + name))
+            torch._C._cuda_memoryStats = counted("torch._C._cuda_memoryStats")
+            with Count():
+                for _ in range(5):
+                    step()
+            print(json.dumps(dict(seen)))
+        """)
+        per_step = {}
+        for evidence in ("", "batches,grads,evaluation", "losses"):
+            job = Job()
+            try:
+                r = job.run(code, extra_env={"OOMH_EVIDENCE": evidence})
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertEqual(len([k for k in job.kinds() if k == "step"]), 6, evidence)
+                per_step[evidence] = {k: v / 5 for k, v in json.loads(r.stdout.splitlines()[-1]).items()}
+            finally:
+                job.close()
+        self.assertEqual(per_step[""], {}, "the lean probe waits for nothing")
+        self.assertEqual(per_step["batches,grads,evaluation"], {}, "every job's default probe waits for nothing")
+        self.assertEqual(per_step["losses"], {"aten._local_scalar_dense.default": 1.0}, "the loss: one read a step")
+
     def test_the_lean_probe_hears_the_models_own_forwards(self):
         # Note [One model's forwards] (probe/forwards.py): with the findings' evidence only (what every job gets:
         # Note [Findings on every job] in policies/findings.h), the batch size of each step and each evaluation
