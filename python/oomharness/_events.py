@@ -63,7 +63,55 @@ def _clean(value):
 
 
 _KIND_TEXT = {}  # kind -> its JSON string (a handful of kinds: each is dumped once)
+_KEY_TEXT = {}   # field name -> '"name":' (the fields of the table: each is dumped once)
 _COMPACT = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+
+
+def _plain(s):
+    """Whether json writes `s` as it is, between quotes (no escape, no \\u), and whole."""
+    return len(s) <= _MAX_STRING and s.isascii() and s.isprintable() and '"' not in s and "\\" not in s
+
+
+def _body(fields):
+    """The JSON text of `fields`. Note [An event line without the encoder]."""
+    parts = []
+    for k, v in fields.items():
+        key = _KEY_TEXT.get(k)
+        if key is None:
+            key = json.dumps(str(k)) + ":"
+            if len(_KEY_TEXT) < 1024:
+                _KEY_TEXT[k] = key
+        kind = type(v)
+        if kind is int:
+            parts.append(key + int.__repr__(v))
+        elif kind is bool:
+            parts.append(key + ("true" if v else "false"))
+        elif kind is str and _plain(v):
+            parts.append(key + '"' + v + '"')
+        elif v is None:
+            parts.append(key + "null")
+        elif kind is float:
+            parts.append(key + (float.__repr__(v) if math.isfinite(v) else "null"))
+        else:
+            parts.append(key + _COMPACT.encode(_clean(v)))
+    return "{" + ",".join(parts) + "}"
+
+
+# Note [An event line without the encoder]
+# The step event is written at every step, and on a small step its line was most of what the probe cost:
+# json's encoder costs more than ten microseconds a line inside a training loop, though a few alone. A flat
+# field (an int, a bool, None, a float, a string json writes as it is) is written by hand, as json would
+# write it; anything else (a string to escape or cut, a list, a dict: a breakdown) goes through json. The
+# pid is read once, and again in a forked child (a DataLoader worker), not with a system call per line.
+_pid = os.getpid()
+
+
+def _forked():
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def format_line(kind, fields, now_ns=None, pid=None):
@@ -72,10 +120,9 @@ def format_line(kind, fields, now_ns=None, pid=None):
     kind_text = _KIND_TEXT.get(kind)
     if kind_text is None:
         kind_text = _KIND_TEXT.setdefault(kind, json.dumps(kind))
-    head = '{"t":%d.%06d,"pid":%d,"src":"%s","kind":%s,"fields":' % (
-        ns // 1_000_000_000, (ns // 1000) % 1_000_000, os.getpid() if pid is None else pid, SRC, kind_text)
-    body = _COMPACT.encode({k: _clean(v) for k, v in fields.items()})
-    return (head + body + "}\n").encode("utf-8")
+    return ('{"t":%d.%06d,"pid":%d,"src":"%s","kind":%s,"fields":%s}\n' % (
+        ns // 1_000_000_000, (ns // 1000) % 1_000_000, _pid if pid is None else pid, SRC, kind_text,
+        _body(fields))).encode("utf-8")
 
 
 _SEAL_PREFIX = b',"seal":"'

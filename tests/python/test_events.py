@@ -34,6 +34,34 @@ def unseal(line, key):
     return text if mac == m.group(2) else None
 
 
+class Lines(unittest.TestCase):
+    def test_a_line_written_by_hand_is_the_one_json_writes(self):
+        # Note [An event line without the encoder] (_events.py): flat fields by hand, the rest through json;
+        # either way the line json.dumps would write.
+        values = [0, -5, 2 ** 70, True, False, None, 1.5, 1 / 3, -0.0, 1e300, float("nan"), float("inf"), "inputs",
+                  'a"b', "a\\b", "\u00e9", "\x7f", "tab\t", "x" * 1001, [1, 2.5, "q", float("nan")], {"samples": 4}]
+        for i, v in enumerate(values):
+            fields = {"step": i, "value": v}
+            line = _events.format_line("step", fields, now_ns=1_700_000_000_123_456_000, pid=42)
+            clean = {k: _events._clean(x) for k, x in fields.items()}
+            body = json.dumps(clean, separators=(",", ":"), allow_nan=False).encode()
+            self.assertEqual(line, b'{"t":1700000000.123456,"pid":42,"src":"probe","kind":"step","fields":' + body
+                             + b"}\n", repr(v))
+
+    def test_a_forked_child_writes_its_own_pid(self):
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.write(w, _events.format_line("step", {"step": 1}))
+            os._exit(0)
+        os.waitpid(pid, 0)
+        child = json.loads(os.read(r, 4096))
+        os.close(r)
+        os.close(w)
+        self.assertEqual(child["pid"], pid)
+        self.assertEqual(json.loads(_events.format_line("step", {"step": 1}))["pid"], os.getpid())
+
+
 class Seals(unittest.TestCase):
     def test_a_sealed_line_is_the_line_and_its_keyed_blake2b(self):
         line = _events.format_line("step", {"step": 5, "batch_size": 64}, now_ns=1_700_000_000_123_456_000, pid=42)
