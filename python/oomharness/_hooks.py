@@ -2,15 +2,19 @@
 
 Note [The hook bus]
 A part is a small object that owns its state and subscribes to the few hooks it needs, by defining a method
-on_<hook> (the probe's steps part defines on_forward, its memory part on_device_peak, ...). HOOKS declares
-every hook once, with its arguments and when it is called; registering a part whose on_ method names no
-hook is an error, so a misspelt subscription cannot go unheard. A hook is called with call(name, ...): the
-subscribers run in the order they registered (the probe registers its parts in PARTS' order, which is the
-order of an event's fields), each guarded, since everything in the job's process is a guest and swallows its
-own failures (Note [The probe is a guest] in probe/__init__.py). Two things are let through: a schema error
-of the event writer (Note [Event fields] in include/oomharness/events.h), and an exception a part raises on
-purpose into the training code, marked with TO_THE_CODE (the OOM of Note [An OOM the probe raises] in
-probe/faults.py).
+on_<hook> (the probe's steps part defines on_forward, its memory part on_device_peak, ...). HOOKS declares every
+hook once, with its arguments and when it is called; registering a part whose on_ method names no hook is an
+error, so a misspelt subscription cannot go unheard. A part that has nothing to do at a hook in this job (the
+memory part's step fields where no check reads memory) sets that on_<hook> to None on itself before it is
+registered, and is not called there: a hook is called at every step, and a call that does nothing still costs
+the step (Note [A probe that pays for what is checked] in include/oomharness/evidence.h). A part that learns
+only at install that it has nothing to do at all (the faults part without a shim) takes itself off the bus
+(unregister). A hook is called with call(name, ...): the subscribers run in the order they registered (the probe
+registers its parts in PARTS' order, which is the order of an event's fields), each guarded, since everything in
+the job's process is a guest and swallows its own failures (Note [The probe is a guest] in probe/__init__.py).
+Two things are let through: a schema error of the event writer (Note [Event fields] in
+include/oomharness/events.h), and an exception a part raises on purpose into the training code, marked with
+TO_THE_CODE (the OOM of Note [An OOM the probe raises] in probe/faults.py).
 """
 
 from ._events import SchemaError
@@ -54,7 +58,9 @@ class HookBus:
             name = attr[3:]
             if name not in HOOKS:
                 raise ValueError("%s.%s subscribes to no hook: HOOKS has %s" % (type(part).__name__, attr, ", ".join(HOOKS)))
-            self._subscribers[name].append(getattr(part, attr))
+            fn = getattr(part, attr)
+            if fn is not None:  # None: the part does not listen there in this job (Note [The hook bus])
+                self._subscribers[name].append(fn)
 
     def unregister(self, part):
         for subscribers in self._subscribers.values():

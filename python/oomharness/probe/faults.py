@@ -32,11 +32,15 @@ class Faults:
 
     def install(self, torch):
         if self.ctx.device is not None:
-            return  # the virtual device's allocator model asks for every request itself
+            # The virtual device's allocator model asks for every request itself: nothing to hear (Note [The
+            # hook bus] in _hooks.py).
+            self.ctx.hooks.unregister(self)
+            return
         try:
             shim = ctypes.CDLL(None)
             register, request = shim.oomh_register_requests, shim.oomh_request
         except (AttributeError, OSError):
+            self.ctx.hooks.unregister(self)
             return  # no shim in this process: the driver layer is all there is
         register.argtypes, register.restype = [ctypes.c_int], None
         request.argtypes = [ctypes.c_int, ctypes.c_ulonglong, ctypes.c_int, ctypes.c_longlong, ctypes.c_int]

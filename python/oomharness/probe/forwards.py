@@ -67,6 +67,11 @@ class Forwards:
         self.top = None                           # the top-level module of the forward in progress
         self.is_model = weakref.WeakKeyDictionary()
         self.lean = not ctx.settings.wants(*EVERY_FORWARD)
+        if self.lean:
+            # The model's own __call__ starts the depth again after each of its forwards (watch()), which are
+            # all the lean part hears: nothing to do at each step's backward, optimizer step and end (Note [The
+            # hook bus] in _hooks.py).
+            self.on_backward = self.on_optimizer_begins = self.on_step_done = None
         self.results_wanted = ctx.settings.wants("data")  # forward_done: only the batches part's data reads it
         self.handles = []
         self.graph_task = None                    # torch._C._current_graph_task_id (Note [A forward recomputed in backward])
@@ -176,7 +181,9 @@ class Forwards:
         if self.depth > 0 and module is not self.top:
             self.depth += 1
             return
-        if not self.model_like(module) or self.recomputing():
+        # The model of the last forward was a model's then (model_like): a WeakKeyDictionary look-up costs a weak
+        # reference, once per model.
+        if (module is not self.top and not self.model_like(module)) or self.recomputing():
             self.depth += 1
             return
         self.depth = 1

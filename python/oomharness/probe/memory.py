@@ -62,6 +62,8 @@ class Memory:
         # Memory at each step's end, and breakdowns where it grew: only where a check reads them (Note [A probe
         # that pays for what is checked] in include/oomharness/evidence.h). At OOMs and peaks, always.
         self.per_step = ctx.settings.wants("memory")
+        if not self.per_step:
+            self.on_step_fields = None  # Note [The hook bus]: not called at each step
 
     def install(self, torch):
         self.ctx.patches.replace(WHO, "torch.cuda", "empty_cache", self._empty_cache)

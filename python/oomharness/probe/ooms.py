@@ -68,7 +68,8 @@ class Ooms:
         self.note_exception(exc)
 
     def on_step_ending(self):
-        self.resolve_all()
+        if self.unresolved:
+            self.resolve_all()
         self.unclaimed = 0
 
     def new_oom(self, message, caught=None, device=None, size=None, exc=None):
