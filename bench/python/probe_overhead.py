@@ -7,9 +7,11 @@
 
 The tiny model makes a step cost little, so that the probe's absolute cost per step (its module and
 optimizer hooks, the control-block writes, one event line) stands out; `--model mlp` (4096 wide, batch 512)
-is a step of a size a GPU is used for. On a GPU the probe reads each step's loss with `.item()`, which waits
-for the step's kernels: the loop is also timed without the probe but with its own `.item()` per step (as
-most loops that log their loss do), so the cost of that wait and the rest of the probe's are told apart.
+is a step of a size a GPU is used for. On a GPU the probe's losses part (OOMH_EVIDENCE all or losses) reads
+each step's loss with `.item()`, which waits for the step's kernels; the lean probe and every job's default
+one wait for nothing (tests/python/test_probe.py counts it). The loop is also timed without the probe but with
+its own `.item()` per step (as most loops that log their loss do), so the cost of that wait and the rest of
+the probe's are told apart.
 Prints the per-step times and their differences in microseconds.
 """
 import argparse
