@@ -70,6 +70,10 @@ SITES = (
     ("torch.amp.grad_scaler.GradScaler", ("__init__",), ("device.amp",)),
     ("torch.cuda.amp.GradScaler", ("__init__",), ("device.amp",)),
     ("torch.cuda", CUDA_RUNTIME, ("device.runtime",)),
+    # Note [The CUDA generator's state] (virtual_device/runtime.py): CUDA counts as initialised, as
+    # is_initialized() says, so activation checkpointing saves and restores the device's RNG state.
+    ("torch.cuda", ("_initialized",), ("device.runtime",)),
+    ("torch", ("compile",), ("device.runtime",)),
     ("torch.cuda", ("empty_cache",), ("device.runtime", "probe.memory")),
     ("torch.cuda.memory", ("empty_cache",), ("device.runtime", "probe.memory")),
     ("torch.cuda.nvtx", NVTX, ("device.runtime",)),

@@ -284,6 +284,42 @@ print(inner.is_meta, dev.on_device(outer), dev.on_device(torch.zeros(8)))
 """)
         self.assertEqual(out.split("\n")[:3], ["True True 0", "True True True", "True True False"])
 
+    def test_the_device_draws_from_its_own_generator(self):
+        # Note [The CUDA generator's state] (runtime.py): DTensor's RNG tracker (torchtitan) sets CUDA's offset
+        # before each random operation inside fork_rng, which restores the CPU's generator after it: the two draws
+        # repeated each other when the device drew from the CPU's, and trunc_normal_'s rejection loop never ended.
+        # Setting a state read before draws the same again; device draws leave the CPU's stream alone; a
+        # checkpointed block's recomputation draws its dropout mask again exactly.
+        out = run("""
+import torch.utils.checkpoint as cp
+torch.manual_seed(0)
+x = torch.empty(8, device="cuda")
+draws = []
+for offset in (4, 8):
+    with torch.random.fork_rng(devices=[0]):
+        s = torch.cuda.get_rng_state()
+        s[8:] = torch.tensor(list(offset.to_bytes(8, "little")), dtype=torch.uint8)
+        torch.cuda.set_rng_state(s)
+        draws.append(torch.empty_like(x).normal_())
+state = torch.cuda.get_rng_state()
+a = torch.randn(5, device="cuda")
+torch.cuda.set_rng_state(state)
+cpu = torch.get_rng_state()
+b = torch.randn(5, device="cuda")
+torch.nn.functional.dropout(torch.ones(100, device="cuda"), 0.5)
+print(torch.equal(draws[0], draws[1]), torch.equal(a, b), torch.equal(cpu, torch.get_rng_state()))
+lin = torch.nn.Linear(16, 16).cuda()
+z = torch.randn(4, 16, device="cuda", requires_grad=True)
+block = lambda v: torch.nn.functional.dropout(lin(v), 0.5, training=True)
+torch.manual_seed(1)
+cp.checkpoint(block, z, use_reentrant=False).sum().backward()
+g, z.grad = z.grad.clone(), None
+torch.manual_seed(1)
+block(z).sum().backward()
+print(torch.equal(g, z.grad))
+""")
+        self.assertEqual(out.split("\n")[:2], ["False True True", "True"])
+
     def test_the_same_losses_as_on_the_cpu(self):
         on_device = run(MLP + "print(losses)\n")
         on_cpu = run(MLP.replace(".cuda()", "") + "print(losses)\n", device=False)

@@ -78,6 +78,7 @@ class VirtualDevice:
         self.peak_mark = 0          # allocated bytes above which the next new high is a `device_peak`
         self.parts = {name: make(self) for name, make in PARTS}
         self.libraries = self.parts["libraries"]
+        self.rng = self.parts["runtime"].rng  # the dispatch mode draws from it (Note [The CUDA generator's state])
         model.before_new_segment = self.sweep  # every storage that died gives its block back first
 
     # ---- storages

@@ -4,12 +4,21 @@ device.py), and hands the operations a GPU runs differently to their watchers: B
 the libraries part, attention's probabilities and `.item()` to the device."""
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 
 from .libraries import BLAS_OPS
 
 
 class DeviceMode(TorchDispatchMode):
+    # Note [Higher-order operators on the virtual device]
+    # A higher-order operator (flex_attention, which torchtitan's llama3 uses; cond, invoke_subgraph, ...)
+    # reaches a dispatch mode whole, and torch refuses it ("There was no rule registered for
+    # HigherOrderOperator ...") unless the mode says it takes them. The device takes them: the operator runs as
+    # torch runs it eagerly (flex_attention's dense implementation on the CPU), with the mode off inside it, and
+    # its outputs are booked as any operation's are. What it holds while it runs is not seen, as a fused
+    # kernel's would not be on a GPU.
+    supports_higher_order_operators = True
+
     def __init__(self, device):
         super().__init__()
         self.device = device
@@ -18,7 +27,14 @@ class DeviceMode(TorchDispatchMode):
     # dispatch mode's by bench/python/virtual_device_cost.py).
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         dev = self.device
-        out = func(*args, **kwargs) if kwargs else func(*args)
+        seeded = _SEEDED.get(func)
+        if seeded is None:
+            seeded = _SEEDED[func] = torch.Tag.nondeterministic_seeded in getattr(func, "tags", ())
+        if seeded and _on_device(dev, args, kwargs):
+            # Note [The CUDA generator's state] in runtime.py: the device's own random numbers.
+            out = dev.rng.draw(lambda: func(*args, **kwargs) if kwargs else func(*args))
+        else:
+            out = func(*args, **kwargs) if kwargs else func(*args)
         if dev.copying_to_host():
             return out
         key = dev._key
@@ -34,7 +50,7 @@ class DeviceMode(TorchDispatchMode):
         outs = (out,) if isinstance(out, torch.Tensor) else _tensors(out if isinstance(out, (list, tuple)) else (), None)
         host = _HOST_OUTPUTS.get(func)
         if host is None:
-            host = _HOST_OUTPUTS[func] = _HOST_OUTPUTS_BY_NAME.get(func.overloadpacket.__name__, ())
+            host = _HOST_OUTPUTS[func] = _HOST_OUTPUTS_BY_NAME.get(_op_name(func), ())
         swept = False
         for i, t in enumerate(outs):
             if i in host:
@@ -49,10 +65,47 @@ class DeviceMode(TorchDispatchMode):
         # After the outputs: a library asks for its handle when the operation runs, its result already allocated.
         watch = _WATCHED.get(func)
         if watch is None:
-            watch = _WATCHED[func] = _WATCHED_BY_NAME.get(func.overloadpacket.__name__, False)
+            watch = _WATCHED[func] = _WATCHED_BY_NAME.get(_op_name(func), False)
         if watch:
             watch(dev, out, args)
         return out
+
+
+_SEEDED = {}  # func -> whether torch tags it nondeterministic_seeded (a random operation)
+
+
+def _op_name(func):
+    """An ATen operation's name (its overload packet's); a higher-order operator's own."""
+    packet = getattr(func, "overloadpacket", None)
+    return packet.__name__ if packet is not None else getattr(func, "_name", "")
+
+
+def _on_device(dev, args, kwargs):
+    """Whether an operation works on the device: it makes the device's tensors, or reads one. A tensor subclass
+    that wraps others reaches the mode whole, and the operations on what it wraps run inside its own dispatch,
+    which the mode does not see: a DTensor is on the device when its mesh is CUDA's (its local shard, made
+    inside that dispatch by empty_like, is a host tensor nobody booked), another subclass when a tensor it
+    wraps is on the device."""
+    if dev.creating():
+        return True
+    if dev.copying_to_host():
+        return False
+    for a in _tensors(args, kwargs):
+        if type(a) is not torch.Tensor and is_traceable_wrapper_subclass(a):
+            mesh = getattr(a, "device_mesh", None)
+            if getattr(mesh, "device_type", None) == "cuda":
+                return True
+            try:
+                inner = [getattr(a, name, None) for name in a.__tensor_flatten__()[0]]
+            except Exception:  # noqa: BLE001 - a subclass that cannot say what it wraps is not the device's
+                continue
+            if _on_device(dev, inner, None):
+                return True
+            continue
+        k = dev._key(a)
+        if k is not None and dev._live(k):
+            return True
+    return False
 
 
 def _tensors(args, kwargs):

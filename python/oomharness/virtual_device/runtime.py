@@ -104,30 +104,81 @@ class PhiloxState:
     """Note [The CUDA generator's state]
     On a GPU, torch.cuda.get_rng_state() is the Philox generator's seed and offset, 16 bytes (a uint8 tensor),
     and code reads them: DTensor's RNG tracker (FSDP2, torchtitan) takes the offset from bytes 8-16 and sets a
-    state with a new offset before each random operation. The virtual device draws its random numbers from the
-    CPU generator (torch.manual_seed seeds it; code that restores CUDA's state restores the CPU's beside it, as
-    activation checkpointing and fork_rng do), and keeps CUDA's 16 bytes here: manual_seed sets the seed and a
-    zero offset, set_rng_state stores what it is given, get_rng_state returns a copy. Random numbers then match
-    no GPU's, as before; what code reads and writes of the state has a GPU's shape."""
+    state with a new offset before each random operation; activation checkpointing saves the state at the
+    forward and sets it again for the recomputation; fork_rng saves and restores it around a block.
+
+    The virtual device draws a device tensor's random numbers (every operation torch tags
+    nondeterministic_seeded: dropout, normal_, uniform_, bernoulli, randn, randperm, ...) from a generator of its
+    own, not from the CPU's: the dispatch mode runs each such operation with the CPU's default generator set to
+    the device's state and puts the CPU's back after (draw()). Its state is defined by the 16 bytes: manual_seed
+    sets the seed and a zero offset; each draw moves the offset on by the numbers drawn (rounded up to 4, as
+    Philox's counter moves); get_rng_state returns seed and offset, and the generator restarts from exactly
+    that (seed, offset), so that set_rng_state of those bytes later draws the same numbers again, as on a GPU.
+    Before, the device drew from the CPU generator and kept the 16 bytes aside: fork_rng, which restores the
+    CPU's state after the block, made every draw inside a DTensor RNG tracker repeat the one before it, and
+    torchtitan's truncated-normal init (trunc_normal_'s rejection loop) never ended (public corpus,
+    torchtitan-debug-resume). Random numbers still match no GPU's; what code reads and writes of the state,
+    and what setting it does, have a GPU's shape. torch.utils.checkpoint saves the device's state only where
+    torch.cuda._initialized says CUDA was initialised, and the device says so (a patch-table row), so that
+    a checkpointed block's recomputation draws its dropout masks again exactly (tests/python/
+    test_virtual_device.py)."""
 
     def __init__(self, seed=67280421310721):  # CUDA's default seed (c10::default_rng_seed_val)
+        self._make = torch.Generator(device="cpu")
+        self._drawing = 0
         self.manual_seed(seed)
 
     def manual_seed(self, seed):
-        # On the host whatever the default device (these bytes are no tensor of the job's).
-        seed = int(seed) & 0xFFFFFFFFFFFFFFFF
-        self.state = torch.tensor(list(seed.to_bytes(8, "little")) + [0] * 8, dtype=torch.uint8, device="cpu")
+        self.seed = int(seed) & 0xFFFFFFFFFFFFFFFF
+        self.offset = 0
+        self._restart()
+
+    def _restart(self):
+        """The generator's state for (seed, offset): one mt19937 seeded from both."""
+        self._make.manual_seed((self.seed * 0x9E3779B97F4A7C15 + self.offset) & 0xFFFFFFFFFFFFFFFF)
+        self.generator_state = self._make.get_state()
+        if self._drawing:  # inside draw() the CPU's generator stands for this one: it follows
+            torch.default_generator.set_state(self.generator_state)
 
     def initial_seed(self):
-        return int.from_bytes(bytes(self.state[:8].tolist()), "little")
+        return self.seed
 
     def get_state(self):
-        return self.state.clone()
+        # On the host whatever the default device (these bytes are no tensor of the job's).
+        self._restart()  # what follows is what set_rng_state of these bytes will draw again
+        return torch.tensor(list(self.seed.to_bytes(8, "little")) + list(self.offset.to_bytes(8, "little")),
+                            dtype=torch.uint8, device="cpu")
 
     def set_state(self, state):
         if not isinstance(state, torch.Tensor) or state.dtype != torch.uint8:
             raise TypeError("torch.cuda.set_rng_state expects a torch.ByteTensor, got %s" % type(state).__name__)
-        self.state = state.detach().to("cpu").clone()
+        raw = bytes(state.detach().to("cpu").reshape(-1)[:16].tolist())
+        raw = raw + bytes(16 - len(raw))
+        self.seed = int.from_bytes(raw[:8], "little")
+        self.offset = int.from_bytes(raw[8:], "little")
+        self._restart()
+
+    def draw(self, run):
+        """run() with the CPU's default generator standing for this one; the CPU's own state is left as it was.
+        A DTensor's operation reaches the dispatch mode whole, and its local random operation runs inside
+        DTensor's own dispatch (which the mode does not see) after the RNG tracker has set CUDA's state: while
+        drawing, setting the state sets the CPU generator that stands for it too."""
+        cpu = torch.default_generator
+        saved = cpu.get_state()
+        cpu.set_state(self.generator_state)
+        self._drawing += 1
+        try:
+            out = run()
+        finally:
+            self._drawing -= 1
+            self.generator_state = cpu.get_state()
+            cpu.set_state(saved)
+        n = 0
+        for t in (out if isinstance(out, (list, tuple)) else (out,)):
+            if isinstance(t, torch.Tensor):
+                n += t.numel()
+        self.offset = (self.offset + max(4, (n + 3) // 4 * 4)) & 0xFFFFFFFFFFFFFFFF
+        return out
 
 
 class _DeviceGuard:
@@ -285,6 +336,10 @@ class Runtime:
         # The allocator's own entry, which the probe calls to flush the cache before a faulted step (Note
         # [Flushing before a faulted step] in probe/steps.py), so that the code's empty_cache() stays its own.
         patches.replace(WHO, "torch._C", "_cuda_emptyCache", answer("empty_cache"), add=True)
+        # Read as a variable, not through is_initialized(), by torch.utils.checkpoint: without it a checkpointed
+        # block's recomputation would not set the device's RNG state back (Note [The CUDA generator's state]).
+        patches.replace(WHO, "torch.cuda", "_initialized", lambda original: True)
+        patches.replace(WHO, "torch", "compile", self._compile)
         # The allocator's OOM observers (the probe's: Note [Caught or not] in probe/ooms.py) hear of each OOM
         # the model raises, as the native allocator's do on PyTorch 2.x.
         patches.replace(WHO, "torch._C", "_cuda_attach_out_of_memory_observer", lambda original: model.oom_observers.append,
@@ -294,6 +349,25 @@ class Runtime:
         for name in _patches.NVTX:
             patches.replace(WHO, "torch.cuda.nvtx", name, lambda original, value=nvtx[name]: value)
         self._install_accelerator(answers, patches)
+
+    def _compile(self, original):
+        """Note [torch.compile on the virtual device]
+        Dynamo does not trace under a dispatch mode of the user's kind ("non-infra torch dispatch mode present,
+        this is not supported today in torch.compile"): under the device's mode every compiled frame is
+        skipped and runs eagerly, which is what the device models. With fullgraph=True a skipped frame is an
+        error instead ("torch.compile with fullgraph=True found no compiled frames"): torchtitan compiles
+        flex_attention that way. So torch.compile is asked for fullgraph=False here (what it returns is still
+        torch's own: an OptimizedModule keeps _orig_mod), and the job says once that compiled code ran eagerly
+        (a `divergence`, `compile`): a GPU runs fused kernels, which hold less."""
+        device = self.device
+
+        def compile(model=None, *args, **kwargs):
+            if kwargs.get("fullgraph"):
+                kwargs["fullgraph"] = False
+            device.diverged("compile", "torch.compile ran the code eagerly (the virtual device's dispatch mode makes "
+                            "Dynamo skip every frame): a GPU runs compiled, fused kernels, which hold less")
+            return original(model, *args, **kwargs) if model is not None else original(*args, **kwargs)
+        return compile
 
     def _install_accelerator(self, answers, patches):
         """torch.accelerator (PyTorch 2.x) answers as torch.cuda does."""
