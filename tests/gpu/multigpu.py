@@ -129,7 +129,7 @@ if not simulate and name in jobs:
     claim("accelerate_ddp_no_hang", v.get("no_hang", ("",))[0] == "pass" and "stopped rank 0" in v.get("no_hang", ("", ""))[1],
           "%s: %s" % v.get("no_hang", ("?", "")))
     claim("accelerate_ddp_expert_verdict", v.get("oom_visible", ("",))[0] == "pass" and v.get("completes", ("",))[0] == "pass"
-          and v.get("checkpoint_resume", ("",))[0] != "pass",
+          and v.get("checkpoint_resume", ("",))[0] == "pass",
           "status %s %s" % (j.get("status"), {k: s for k, (s, _) in v.items()}))
 
 # 3. Packing across GPUs, and no job on a GPU it was not given.

@@ -123,6 +123,12 @@ YAML
 #   exits; rank 0's NCCL wait is ended by the runner's restart (Note [A restart of every rank]), no hang; 8
 #   steps complete; checkpoint_resume cannot be passed, as on one GPU (tests/public/corpus_check.py KNOWN:
 #   load_state restores step 4's RNG state, so the shuffled epoch's order differs and the data cannot be matched).
+#   What the H200s showed (2026-11-28), after the probe read Accelerate's save right: checkpoint_resume passes,
+#   on the data, and the harness is right. With more than one process accelerate/data_loader.py
+#   prepare_data_loader gives the RandomSampler a generator of its own, seeded once by a draw from the global
+#   RNG at prepare() (after set_seed(0): the same seed in both attempts), so the resumed epoch has attempt 1's
+#   order and skip_first_batches(4) lands on step 5's batch; with one process the sampler draws from the global
+#   RNG, which load_state put at step 4's state. The expected verdict below is the run's.
 if [ -z "$sim" ] && python3 -c "import lightning" 2>/dev/null; then
   cat >>"$out/multigpu.yaml" <<YAML
   - name: lightning-ddp-resume
