@@ -34,7 +34,8 @@ from corpus_check import table  # noqa: E402  (tests/realworld's: one table of d
 CI_SCENARIOS = ["hf-trainer-cap", "hf-trainer-datasets-first", "hf-trainer-resume", "peft-lora-resume",
                 "accelerate-resume", "lightning-batch-finder", "lightning-resume", "mmengine-resume",
                 "timm-dataparallel", "torchvision-cnn-step-fault", "torchvision-cnn-resume", "lstm-resume",
-                "deepspeed-zero2-resume", "timm-dataparallel-resume", "trl-sft-resume", "litgpt-resume"]
+                "deepspeed-zero2-resume", "timm-dataparallel-resume", "trl-sft-resume", "litgpt-resume",
+                "accelerate-ddp-resume"]
 
 # job -> (today's job status, {check: today's verdict}, class, why)
 CUBLAS_HELPER = ("the cap's first OOM comes before autograd's cuBLAS handle exists; after the helper's retry at "

@@ -498,6 +498,25 @@ class ProbeTest(unittest.TestCase):
                 steps = [e["fields"]["step"] for e in self.job.read_events()[before:] if e["kind"] == "step"]
                 self.assertEqual(steps, [first])
 
+    def test_a_save_below_its_own_optimizers_count_is_numbered_by_the_probe(self):
+        # Note [A step is what the optimizer did]: Accelerate's rank 1 writes only random_states_1.pkl (`step` 0,
+        # its accumulation position) while its AdamW has taken 4 steps: the checkpoint of step 4 (it "lost 4
+        # steps" under max_lost_steps). A counter from 0 (3 after 4 steps) is still taken as the program's.
+        code = textwrap.dedent("""
+            import sys, torch
+            model = torch.nn.Linear(2, 2)
+            opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+            for _ in range(4):
+                model(torch.ones(4, 2)).sum().backward(); opt.step(); opt.zero_grad()
+            torch.save({"step": int(sys.argv[1]), "python": 1}, "random_states_1.pkl")
+        """)
+        for counter, step in ((0, 4), (3, 3), (9, 9)):
+            with self.subTest(counter=counter):
+                before = len(self.job.lines())
+                self.assertEqual(self.job.run(code, args=[str(counter)]).returncode, 0)
+                saves = [e["fields"]["step"] for e in self.job.read_events()[before:] if e["kind"] == "checkpoint_save"]
+                self.assertEqual(saves, [step])
+
     def test_a_model_on_the_meta_device_is_not_a_models_forward(self):
         # Note [A model on the meta device] (forwards.py): litgpt's fit() runs a meta copy of its model forward and
         # backward to count FLOPs after the resume's load. It started the step and its meta input became part

@@ -320,6 +320,36 @@ print(torch.equal(g, z.grad))
 """)
         self.assertEqual(out.split("\n")[:2], ["False True True", "True"])
 
+    def test_a_device_per_local_rank(self):
+        # Note [A device per local rank] (runtime.py): a rank of a 2-rank job counts 2 devices, takes its own with
+        # set_device(LOCAL_RANK) (DDP then indexes its per-device streams by it: "list index out of range" with
+        # one), and its tensors say so; torch.cuda.device(i) is the current device inside; an index past the
+        # count is CUDA's error. Outside a distributed job there is one device.
+        body = """
+print(torch.cuda.device_count(), torch.cuda.current_device())
+try:
+    torch.cuda.set_device(1)
+    x = torch.zeros(4, device="cuda")
+    with torch.cuda.device(0):
+        inside = torch.cuda.current_device()
+    print(torch.cuda.current_device(), x.device, torch.cuda.Stream().device, inside, torch.accelerator.device_count())
+    torch.cuda.set_device(2)
+except RuntimeError as e:
+    print("refused:", "invalid device ordinal" in str(e))
+"""
+        import os
+        saved = os.environ.get("LOCAL_WORLD_SIZE")
+        try:
+            os.environ["LOCAL_WORLD_SIZE"] = "2"
+            two = run(body).split("\n")
+            del os.environ["LOCAL_WORLD_SIZE"]
+            one = run(body).split("\n")
+        finally:
+            if saved is not None:
+                os.environ["LOCAL_WORLD_SIZE"] = saved
+        self.assertEqual(two[:3], ["2 0", "1 cuda:1 cuda:1 0 2", "refused: True"])
+        self.assertEqual(one[:2], ["1 0", "refused: True"])
+
     def test_the_same_losses_as_on_the_cpu(self):
         on_device = run(MLP + "print(losses)\n")
         on_cpu = run(MLP.replace(".cuda()", "") + "print(losses)\n", device=False)

@@ -27,11 +27,12 @@ WHO = "probe.checkpoints"
 # taken: Accelerate's random_states_0.pkl keeps `step`, its gradient-accumulation position (0), and was loaded
 # after optimizer.bin had said 4 steps were done. A save is read the same way: a counter below the count of an
 # optimizer state this process saved at the same point (no step completed between: one checkpoint's files) is
-# not the training step either, and the save is numbered by the probe's own count. Accelerate's save_state
-# writes optimizer.bin and then random_states_0.pkl; on 2 H200s with DDP, checkpoint_resume took the
-# newest file, random_states_0.pkl, for "the checkpoint saved at step 0" and failed a resume at step 5
-# ("expected step 1"). A counter in the same object as the optimizer's state is the checkpoint's own, and is
-# taken as it is. Before both comes the content itself: a process that loads
+# not the training step either, and neither is one more than one below the count of this process's own
+# optimizers (a counter from 0 names the last step done, one below): the save is then numbered by the probe's
+# own count. Accelerate's save_state writes optimizer.bin and then random_states_0.pkl; on 2 H200s with DDP,
+# checkpoint_resume took the newest file, random_states_0.pkl, for "the checkpoint saved at step 0" and failed
+# a resume at step 5 ("expected step 1"); rank 1, which writes only random_states_1.pkl, "lost 4 steps". A
+# counter in the same object as the optimizer's state is the checkpoint's own, and is taken as it is. Before both comes the content itself: a process that loads
 # what an earlier attempt of the job saved starts where that attempt's count was at the save (Note [A resume
 # numbered by what it loaded] in runner/src/exec/launch.h), which also covers a counter kept in a side file
 # beside an optimizer that keeps none (SGD). Not seen: such a program's first attempt, loading a checkpoint
@@ -218,11 +219,20 @@ class Checkpoints:
             held = saved_optimizer_steps(obj)
             if held is not None:
                 self.saved_optimizer = (clock.completed, held)
-            elif s is not None and self.saved_optimizer and self.saved_optimizer[0] == clock.completed \
-                    and s < self.saved_optimizer[1]:
+            elif s is not None and self._below_the_optimizers(s):
                 s = None  # Note [A step is what the optimizer did]: not the training step
             self.ctx.emit("checkpoint_save", path=path_of(f), step=clock.number(clock.completed) if s is None else s,
                           **fields)
+
+    def _below_the_optimizers(self, s):
+        """Whether a saved counter `s` is below what the optimizers say was done: below the count of an
+        optimizer state this process saved at the same point, or more than one below its own optimizers'
+        count (a counter from 0 names the last step done, one below the count)."""
+        clock = self.ctx.clock
+        if self.saved_optimizer and self.saved_optimizer[0] == clock.completed and s < self.saved_optimizer[1]:
+            return True
+        counts = [n for n in (optimizer_steps(o) for o in list(self.ctx.seen.optimizers)) if n is not None]
+        return bool(counts) and s + 1 < max(counts)
 
     def optimizer_state_held(self):
         """Whether an optimizer of the job holds state (Note [What a resume restored]); None: none seen."""

@@ -13,6 +13,7 @@ the device to the host and books them. tests/python/test_cuda_build.py runs each
 these, under every PyTorch of the CI matrix.
 """
 
+import os
 import time
 
 import torch
@@ -69,7 +70,9 @@ def _graphs_not_modelled(name):
 
 class Stream:
     def __init__(self, device=None, priority=0, **kwargs):
-        self.device = torch.device("cuda", 0)
+        index = _DeviceGuard.devices.index_of(device) if _DeviceGuard.devices else None
+        self.device = torch.device("cuda", index if index is not None and index >= 0 else
+                                   (_DeviceGuard.devices.index if _DeviceGuard.devices else 0))
         self.priority = priority
         self.cuda_stream = 0
 
@@ -181,16 +184,75 @@ class PhiloxState:
         return out
 
 
+class Devices:
+    """Note [A device per local rank]
+    A rank of a distributed job (the runner's `ranks:`, or torchrun) sees every GPU of its node and takes its
+    own with torch.cuda.set_device(LOCAL_RANK); DDP, Lightning and Accelerate then index that device (DDP's
+    per-device stream list, Lightning's check that the GPUs asked for exist). The virtual device models one
+    GPU per process, the one the process uses: it counts LOCAL_WORLD_SIZE devices (1 outside a distributed
+    job), remembers the current one (set_device, torch.cuda.device(i), _exchange_device), and a device tensor
+    says it is on the current device. Every allocation of the process is booked in its one memory model, as a
+    rank's own GPU's; `torch.cuda.memory_allocated(other)` answers for it too (a rank that reads another GPU's
+    figures reads its own). An index outside the count is CUDA's error ("invalid device ordinal")."""
+
+    def __init__(self, count=None):
+        if count is None:
+            try:
+                count = int(os.environ.get("LOCAL_WORLD_SIZE") or 1)
+            except ValueError:
+                count = 1
+        self.count = min(max(count, 1), 64)
+        self.index = 0
+        self.current = torch.device("cuda", 0)
+
+    def index_of(self, device):
+        """The index `device` names (an int, "cuda", "cuda:1", a torch.device); None: the current one."""
+        if device is None:
+            return None
+        if isinstance(device, int):
+            return device
+        if isinstance(device, str):
+            device = torch.device(device)
+        if isinstance(device, torch.device):
+            return device.index
+        return None
+
+    def set(self, device):
+        i = self.index_of(device)
+        if i is None or i < 0:
+            return
+        if i >= self.count:
+            raise RuntimeError("CUDA error: invalid device ordinal (the virtual device has %d device%s: one per "
+                               "local rank)" % (self.count, "" if self.count == 1 else "s"))
+        self.index = i
+        self.current = torch.device("cuda", i)
+
+    def exchange(self, device):
+        before = self.index
+        self.set(device)
+        return before
+
+
 class _DeviceGuard:
-    """torch.cuda.device(i) / device_of(t): one device, so a guard that changes nothing."""
+    """torch.cuda.device(i) / device_of(t): the current device inside (Note [A device per local rank])."""
+
+    devices = None  # set by Runtime.answers
 
     def __init__(self, device=None):
-        self.idx = 0
+        if device is not None and isinstance(device, torch.Tensor):
+            device = None  # device_of(t): a tensor on the device is on the current one
+        self.target = self.devices.index_of(device) if self.devices else None
+        self.idx = self.target if self.target is not None else 0
+        self.saved = None
 
     def __enter__(self):
+        if self.devices and self.target is not None and self.target >= 0:
+            self.saved = self.devices.exchange(self.target)
         return self
 
     def __exit__(self, *exc):
+        if self.saved is not None:
+            self.devices.set(self.saved)
         return False
 
 
@@ -216,6 +278,7 @@ class Runtime:
         self.default_stream = Stream()
         self.current = self.default_stream
         self.rng = PhiloxState()
+        self.devices = Devices()
 
     def make_current(self, stream):
         # The cuBLAS workspace is per handle and stream (Libraries.blas_call): the device knows the current one.
@@ -226,6 +289,7 @@ class Runtime:
         """What torch.cuda's functions answer on the virtual device: name -> value."""
         dev, model = self.device, self.device.model
         runtime = self
+        devices = _DeviceGuard.devices = self.devices
 
         def memory_allocated(device=None):
             dev.sweep()
@@ -288,8 +352,9 @@ class Runtime:
             runtime.make_current(stream if stream is not None else runtime.default_stream)
 
         answers = {
-            "is_available": lambda: True, "device_count": lambda: 1, "current_device": lambda: 0,
-            "set_device": lambda d: None, "synchronize": lambda device=None: None, "is_initialized": lambda: True,
+            "is_available": lambda: True, "device_count": lambda: devices.count,
+            "current_device": lambda: devices.index, "set_device": devices.set,
+            "synchronize": lambda device=None: None, "is_initialized": lambda: True,
             "init": lambda: None, "get_device_name": lambda device=None: _Properties().name,
             "get_device_properties": lambda device=None: _Properties(),
             "memory_allocated": memory_allocated, "memory_reserved": memory_reserved,
@@ -311,8 +376,8 @@ class Runtime:
             "Event": Event, "Stream": Stream, "ExternalStream": Stream, "StreamContext": _StreamContext,
             "stream": _StreamContext, "current_stream": lambda device=None: runtime.current,
             "default_stream": lambda device=None: runtime.default_stream, "set_stream": set_stream,
-            "device": _DeviceGuard, "device_of": _DeviceGuard, "_exchange_device": lambda device: 0,
-            "_maybe_exchange_device": lambda device: 0, "_lazy_init": lambda: None,
+            "device": _DeviceGuard, "device_of": _DeviceGuard, "_exchange_device": devices.exchange,
+            "_maybe_exchange_device": devices.exchange, "_lazy_init": lambda: None,
         }
         # CUDA graphs are not modelled: a clear error where the CPU build's dummy class would say "Tried to
         # instantiate dummy base class CUDAGraph" (Note [No CUDA runtime under the virtual device]).
@@ -371,10 +436,11 @@ class Runtime:
 
     def _install_accelerator(self, answers, patches):
         """torch.accelerator (PyTorch 2.x) answers as torch.cuda does."""
-        accel = {"is_available": lambda: True, "device_count": lambda: 1,
+        devices = self.devices
+        accel = {"is_available": lambda: True, "device_count": lambda: devices.count,
                  "current_accelerator": lambda check_available=False: torch.device("cuda"),
-                 "current_device_index": lambda: 0, "current_device_idx": lambda: 0,
-                 "set_device_index": lambda device: None, "set_device_idx": lambda device: None,
+                 "current_device_index": lambda: devices.index, "current_device_idx": lambda: devices.index,
+                 "set_device_index": devices.set, "set_device_idx": devices.set,
                  "synchronize": lambda device=None: None,
                  # Adam and AdamW (PyTorch >= 2.10) ask the accelerator's current stream whether a graph is
                  # being captured, before every step: the virtual device's stream never is.

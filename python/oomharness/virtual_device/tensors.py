@@ -4,7 +4,8 @@ land on the CPU and are booked on the device; `.cpu()` and `.to("cpu")` make hos
 to the driver (Note [Host memory] in injector/engine/fault_plan.h, pinned.py).
 
 Note [What a tensor on the virtual device says it is]
-A tensor on the device says `t.device == torch.device("cuda", 0)`, as on a GPU: public code decides by it
+A tensor on the device says `t.device == torch.device("cuda", 0)` (the current device's index in a rank that
+took another: Note [A device per local rank] in runtime.py), as on a GPU: public code decides by it
 where to put what it makes (`x.to(p.device)`, `torch.zeros(..., device=x.device)`, an optimizer's
 `load_state_dict` moving its state with `value.to(device=param.device)`), and whether it runs on a GPU at all
 (Ultralytics' AutoBatch returns its default batch when `next(model.parameters()).device.type == "cpu"`;
@@ -31,7 +32,6 @@ from .. import _patches
 from . import pinned
 
 WHO = "device.tensors"
-CUDA0 = torch.device("cuda", 0)
 _UNINITIALIZED = getattr(torch.nn.parameter, "UninitializedTensorMixin", ())
 
 # Note [A lazy parameter sent to the device]
@@ -131,7 +131,7 @@ class Tensors:
         patches.replace(WHO, "torch", "set_default_device", self._set_default_device)
         patches.replace(WHO, "torch.utils._device.DeviceContext", "__torch_function__", self._device_context)
         patches.replace(WHO, "torch", "get_default_device", lambda original: lambda: (
-            torch.device("cuda", 0) if self.default_on_device else original()))
+            self.device.parts["runtime"].devices.current if self.default_on_device else original()))
 
     # ---- what a tensor says it is (Note [What a tensor on the virtual device says it is])
     @contextlib.contextmanager
@@ -145,12 +145,13 @@ class Tensors:
 
     def _device_property(self, original):
         dev, local = self.device, self._local
+        devices = dev.parts["runtime"].devices
         real = original.__get__  # TensorBase's getset descriptor
 
         def device(t):
             d = real(t)
             if d.type == "cpu" and not getattr(local, "truth", 0) and dev.on_device(t):
-                return CUDA0
+                return devices.current  # Note [A device per local rank] in runtime.py
             return d
         return property(device, doc=original.__doc__)
 
