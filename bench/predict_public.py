@@ -70,6 +70,16 @@ if cap:
     torch.cuda.set_per_process_memory_fraction(min(1.0, int(cap) / total))
 atexit.register(lambda: print("MAX_MEMORY_RESERVED %d MAX_MEMORY_ALLOCATED %d" % (
     torch.cuda.max_memory_reserved(), torch.cuda.max_memory_allocated()), flush=True))
+anatomy = os.environ.get("PREDICT_PUBLIC_ANATOMY")
+if anatomy:  # bench/python/peak_anatomy.py: what the GPU holds at its peak, by who made it
+    sys.path.insert(0, os.environ["PREDICT_PUBLIC_BENCH"])
+    import json, peak_anatomy
+    torch.cuda.memory._record_memory_history(max_entries=4000000, context="all", stacks="all")
+
+    def _anatomy():
+        with open(anatomy, "w") as f:
+            json.dump(peak_anatomy.summarise(torch.cuda.memory._snapshot()), f, indent=1)
+    atexit.register(_anatomy)  # runs before the figures' line above (atexit is last in, first out)
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
@@ -127,6 +137,10 @@ def gpu_run(args, name, work, batch=None, cap=None):
     env = dict(os.environ)
     if cap:
         env["PREDICT_PUBLIC_CAP"] = str(cap)
+    elif args.anatomy:  # the uncapped run at the predicted batch only, not the bisection's
+        os.makedirs(args.anatomy, exist_ok=True)
+        env.update(PREDICT_PUBLIC_ANATOMY=os.path.join(os.path.abspath(args.anatomy), name + ".json"),
+                   PREDICT_PUBLIC_BENCH=os.path.join(ROOT, "bench", "python"), TORCH_SYMBOLIZE_MODE="dladdr")
     cmd = command(args, name, work, batch)
     r = subprocess.run([cmd[0], "-c", WRAPPER] + cmd[1:], capture_output=True, text=True, env=env, cwd=work)
     m = re.findall(r"MAX_MEMORY_RESERVED (\d+) MAX_MEMORY_ALLOCATED (\d+)", r.stdout)
@@ -189,6 +203,9 @@ def main():
     ap.add_argument("--batch-under", action="store_true", help="also the largest batch under BATCH_UNDER's caps")
     ap.add_argument("--gpu", action="store_true", help="run the commands on the GPU without the harness")
     ap.add_argument("--json", default="")
+    ap.add_argument("--anatomy", default="", metavar="DIR",
+                    help="GPU side: what the GPU holds at its peak, by who made it (bench/python/peak_anatomy.py), "
+                         "one JSON per configuration in DIR")
     ap.add_argument("--compare", nargs=2, metavar=("CPU_JSON", "GPU_JSON"))
     args = ap.parse_args()
     if args.compare:

@@ -36,6 +36,8 @@
 #   public  only when named (issues 41, 46): the public programs (tests/public/corpus.yaml) whose libraries this
 #           machine's python3 imports (corpus_check.py --importable), on this GPU and on the virtual device, compared
 #           job by job into $OUT/public-compare.txt, and the GPU's verdicts against the expected ones
+#   anatomy only when named (issue 43): bench/predict_public.py's configurations on this GPU, each under PyTorch's
+#           allocator history: the live blocks at the peak by who made them, $OUT/anatomy/NAME.json (ANATOMY_ONLY=a,b)
 #   rnn escape predictpublic gpuenv only when named (issues 41, 44, 43, 45): cuDNN's RNN memory against the native
 #           kernels (tests/gpu/rnn_memory.py), a trainer outside the shim named by NVML (tests/gpu/escape_gpu.sh),
 #           bench/predict_public.py's configurations on this GPU without the harness, and what the machine offers
@@ -84,9 +86,9 @@ summary=$work/summary.txt
 budget=${RUN_ALL_BUDGET:-575}
 all_phases="build pytests virtual ecosystem realworld ctest injector libtorch probe fidelity-caps selftest demo armed reservation reservesuite fidelity-reserve
             compat drivercalls shimbench runnerbench packing throughput scale virtualsuite sweep budget explain fragment probecost stepfaults explaingpu ranks2gpu multigpu predict libooms probeprofile ecosystemboth public
-            rnn escape predictpublic gpuenv"
+            rnn escape predictpublic anatomy gpuenv"
 phases=${*:-${all_phases/pytests virtual ecosystem realworld /}}
-[ $# -eq 0 ] && phases=${phases/ scale virtualsuite sweep budget explain fragment probecost stepfaults explaingpu ranks2gpu multigpu predict libooms probeprofile ecosystemboth public rnn escape predictpublic gpuenv/}  # by name only
+[ $# -eq 0 ] && phases=${phases/ scale virtualsuite sweep budget explain fragment probecost stepfaults explaingpu ranks2gpu multigpu predict libooms probeprofile ecosystemboth public rnn escape predictpublic anatomy gpuenv/}  # by name only
 wave1="ctest injector libtorch probe fidelity-caps"
 wave2="selftest demo armed"
 timing="drivercalls shimbench runnerbench packing throughput scale"
@@ -96,7 +98,7 @@ timing="drivercalls shimbench runnerbench packing throughput scale"
 declare -A EST=([build]=80 [pytests]=200 [virtual]=240 [ecosystem]=200 [realworld]=240 [ctest]=60 [injector]=30 [libtorch]=30 [probe]=40 [fidelity-caps]=30
                 [selftest]=60 [demo]=60 [armed]=60 [reservation]=55 [reservesuite]=30 [fidelity-reserve]=20 [throughput]=145
                 [packing]=150 [drivercalls]=35 [shimbench]=30 [runnerbench]=10 [compat]=5 [scale]=200 [virtualsuite]=120 [sweep]=120 [budget]=120 [explain]=5 [fragment]=60 [probecost]=330 [stepfaults]=150 [explaingpu]=150 [ranks2gpu]=120 [multigpu]=420 [predict]=420 [libooms]=60 [probeprofile]=90 [ecosystemboth]=300 [public]=420
-                [rnn]=60 [escape]=60 [predictpublic]=420 [gpuenv]=15)
+                [rnn]=60 [escape]=60 [predictpublic]=420 [anatomy]=300 [gpuenv]=15)
 
 # RE2 (Debian's libre2-dev) is not on the GPU machine, where nothing can be installed: carry Debian's two
 # packages in .re2/ (`apt-get download libre2-9 libre2-dev`, name .re2 in the device call's carry) and they
@@ -327,6 +329,10 @@ print("RESULT probe_memory_fields", "PASS" if ok else "FAIL", a, r, torch.cuda.m
     predictpublic)  # issue 43: the public configurations of bench/predict_public.py on this GPU, no harness
       python3 "$root/bench/predict_public.py" --gpu --python python3 --programs "$root/tests/public/programs" \
         --batch-under --json "$out/predict_public_gpu.json" ;;
+    anatomy)  # issue 43: what the GPU holds at its peak for each configuration, by who made it (no harness)
+      python3 "$root/bench/predict_public.py" --gpu --python python3 --programs "$root/tests/public/programs" \
+        ${ANATOMY_ONLY:+--only "$ANATOMY_ONLY"} --anatomy "$work/anatomy" --json "$out/anatomy_gpu.json" &&
+      tar czf "$out/anatomy.tgz" -C "$work/anatomy" . ;;  # one file: the device tool brings back only a few
     gpuenv)  # what the machine offers: the public corpus's libraries, Slurm (issue 45), NVML
       for m in torch torchvision timm transformers accelerate lightning peft trl litgpt datasets safetensors deepspeed \
                ultralytics mmengine torchtitan; do
