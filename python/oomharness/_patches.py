@@ -98,6 +98,8 @@ SITES = (
     ("torch", FINITE_CHECKS, (SHAPE_ONLY,)),
     ("torch.Tensor", FINITE_CHECKS, (SHAPE_ONLY,)),
     ("torch.optim.*", ("_default_to_fused_or_foreach",), ("device.tensors", SHAPE_ONLY)),
+    # Note [Attention as a GPU runs it], Note [Dropout as a GPU runs it] (virtual_device/kernels.py).
+    ("torch.nn.functional", ("scaled_dot_product_attention", "dropout"), (SHAPE_ONLY,)),
     ("torch.nn.Module", ("register_parameter",), (SHAPE_ONLY,)),
     ("torch.nn.parallel.data_parallel.DataParallel", ("forward",), (SHAPE_ONLY,)),
     ("torch.Tensor", ("numpy", "__format__"), (SHAPE_ONLY,)),
@@ -127,6 +129,7 @@ REGISTRATIONS = (
     ("job", "the control block's event count, added at exit (atexit)"),
     ("job", "a process outside the shim that held device memory, said at exit (atexit)"),
     ("device", "the device's TorchDispatchMode, entered on the thread that imported torch"),
+    ("device.amp", "CUDA's autocast lists for the CPU's autocast (AutocastCPU kernels)"),
     (SHAPE_ONLY, "its part on the hook bus: the steps and phases a prediction covers, the stop after N steps"),
     (SHAPE_ONLY, "the prediction written at exit (atexit)"),
     ("probe.forwards", "the global module forward pre-hook and forward hook"),

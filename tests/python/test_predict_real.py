@@ -248,6 +248,79 @@ print("expanded", type(e).__name__, tuple(e.shape), e.untyped_storage().nbytes()
         self.assertEqual(lines["expanded"], "Tensor (5, 7) 32 0")
 
 
+class GpuKernels(unittest.TestCase):
+    """Note [Kernels a GPU runs]: what a GPU's kernel choices hold, in shape-only mode (the GPU's kernels by
+    default), against the CPU's choices (OOMH_SHAPE_KERNELS=cpu), which must not book them."""
+
+    def run_both(self, code):
+        gpu = in_process(code)
+        self.assertEqual(gpu.returncode, 0, gpu.stderr)
+        env = dict(os.environ, OOMH_SHAPE_KERNELS="cpu")
+        head = "import sys\nsys.path.insert(0, %r)\nimport numpy as np, torch\n" \
+               "from oomharness.virtual_device import install_with_budget\n" \
+               "dev = install_with_budget(1 << 34, shape_only=True)\n" % os.path.join(SOURCE, "python")
+        cpu = subprocess.run([sys.executable, "-c", head + code], capture_output=True, text=True, timeout=300,
+                             env=env)
+        self.assertEqual(cpu.returncode, 0, cpu.stderr)
+        return (dict(line.split(" ", 1) for line in gpu.stdout.splitlines()),
+                dict(line.split(" ", 1) for line in cpu.stdout.splitlines()))
+
+    def test_setreduceconfig_arithmetic_gives_the_buffers_an_h200_asked_for(self):
+        sys.path.insert(0, os.path.join(SOURCE, "python"))
+        from oomharness.virtual_device.reductions import scratch_bytes
+        # Measured on an H200 (bench/python/op_memory.py, Note [A reduction's scratch on a GPU]): the bias
+        # gradients of a 384-wide GPT at 64 x 256 tokens, float32.
+        self.assertEqual(scratch_bytes((16384, 1536), (1536, 1), [0], 4, 4), (132 << 20, 48))
+        self.assertEqual(scratch_bytes((16384, 384), (384, 1), [0], 4, 4)[0], 48 << 20)
+        self.assertEqual(scratch_bytes((64, 256, 384), (98304, 384, 1), [0, 1], 4, 4)[0], 48 << 20)  # coalesced
+        # Along the fastest dimension, each output's inputs stay in one block: nothing staged.
+        self.assertEqual(scratch_bytes((16384, 1536), (1536, 1), [1], 4, 4), (0, 0))
+        # A whole-tensor sum stages one accumulator per block, without the 128x: a few KiB.
+        self.assertLess(scratch_bytes((16384, 1536), (1536, 1), [0, 1], 4, 4)[0], 64 << 10)
+        self.assertEqual(scratch_bytes((8, 16), (16, 1), [0], 4, 4), (0, 0))  # too little work to split
+
+    def test_a_bias_gradient_books_the_reductions_staging_buffer(self):
+        gpu, cpu = self.run_both(r"""
+g = torch.empty(16384, 1536, device="cuda")
+dev.model.reset_peak()
+before = dev.model.allocated
+b = g.sum(0)
+print("peak", dev.model.peak_allocated - before, "after", dev.model.allocated - before)
+""")
+        peak, _, after = gpu["peak"].split()
+        self.assertEqual(int(after), 6144)  # the output alone stays
+        self.assertEqual(int(peak), 6144 + (132 << 20) + 512)  # and the buffer and its semaphores were held
+        self.assertEqual(cpu["peak"].split()[0], "6144")
+
+    def test_attention_and_dropout_take_the_gpus_kernels(self):
+        gpu, cpu = self.run_both(r"""
+import torch.nn.functional as F
+q, k, v = (torch.empty(8, 4, 128, 64, device="cuda", requires_grad=True) for _ in range(3))
+mask = torch.ones(8, 1, 1, 128, dtype=torch.bool, device="cuda")
+before = dev.model.allocated
+y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.1)
+print("masked", type(y.grad_fn).__name__, (dev.model.allocated - before) < 8 * 4 * 128 * 128 * 4)
+y.sum().backward()
+print("grads", tuple(q.grad.shape), tuple(v.grad.shape))
+h = tuple(torch.empty(8, 4, 128, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+print("bf16", type(F.scaled_dot_product_attention(*h, is_causal=True).grad_fn).__name__)
+x = torch.empty(1024, 1024, device="cuda", requires_grad=True)
+before = dev.model.allocated
+d = F.dropout(x, 0.1, training=True)
+print("dropout", type(d.grad_fn).__name__, dev.model.allocated - before)
+print("eval", F.dropout(x, 0.1, training=False) is x)
+""")
+        self.assertEqual(gpu["masked"], "ScaledDotProductEfficientAttentionBackward0 True")
+        self.assertEqual(gpu["grads"], "(8, 4, 128, 64) (8, 4, 128, 64)")
+        self.assertEqual(gpu["bf16"], "ScaledDotProductFlashAttentionBackward0")
+        self.assertEqual(gpu["dropout"], "NativeDropoutBackward0 %d" % ((4 << 20) + (1 << 20)))  # output + bool mask
+        self.assertEqual(gpu["eval"], "True")
+        # The CPU's choices: the masked call computes attention from its parts, keeping the probabilities.
+        self.assertNotIn("Efficient", cpu["masked"])
+        self.assertTrue(cpu["masked"].endswith("False"), cpu["masked"])
+        self.assertNotIn("NativeDropout", cpu["dropout"])
+
+
 class PredictReal(unittest.TestCase):
     """Through the runner: the programs of tests/python/predict_programs."""
 

@@ -204,6 +204,69 @@ print(sorted(dev.divergences))
         self.assertEqual(lines[1], "False True", "the scaler is off and the optimizer still stepped")
         self.assertEqual(lines[2], "['autocast', 'grad_scaler']")
 
+    def test_cuda_autocast_casts_what_cudas_lists_cast(self):
+        # Note [CUDA's autocast lists on the CPU]: measured on an H200, GPT-2's cross_entropy under bf16 autocast
+        # ran log_softmax in bfloat16 and cast it to float32 for nll_loss; the CPU's autocast casts the logits.
+        out = run("""
+import torch.nn.functional as F
+x = torch.randn(8, 64, device="cuda", requires_grad=True)
+w = torch.randn(64, 64, device="cuda", requires_grad=True)
+t = torch.randint(0, 64, (8,), device="cuda")
+with torch.autocast("cuda", dtype=torch.bfloat16):
+    logits = x @ w
+    loss = F.cross_entropy(logits, t)
+    chain = []
+    fn = loss.grad_fn
+    while fn is not None and len(chain) < 4:
+        chain.append(type(fn).__name__)
+        fn = fn.next_functions[0][0] if fn.next_functions else None
+    print(logits.dtype, loss.dtype, chain)
+    print(F.layer_norm(logits, (64,)).dtype, F.softmax(logits, -1).dtype, logits.exp().dtype, logits.sum().dtype,
+          torch.log_softmax(logits, -1, dtype=torch.bfloat16).dtype)
+    try:
+        F.binary_cross_entropy(torch.sigmoid(logits), torch.rand(8, 64, device="cuda"))
+        print("bce ran")
+    except RuntimeError as e:
+        print("bce refused:", str(e).splitlines()[0])
+loss.backward()
+print(x.grad.dtype)
+from oomharness import _job
+_job.current().patches.uninstall("device.amp")
+with torch.autocast("cpu", dtype=torch.bfloat16):
+    print("cpu's lists again:", F.layer_norm(x @ w, (64,)).dtype)
+""")
+        lines = out.split("\n")
+        self.assertEqual(lines[0], "torch.bfloat16 torch.float32 ['NllLossBackward0', 'ToCopyBackward0', "
+                                   "'LogSoftmaxBackward0', 'MmBackward0']")
+        # layer_norm, softmax (no dtype), exp and sum in float32, as CUDA's lists say; a dtype given stays.
+        self.assertEqual(lines[1], "torch.float32 torch.float32 torch.float32 torch.float32 torch.bfloat16")
+        self.assertEqual(lines[2], "bce refused: torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are "
+                                   "unsafe to autocast.")
+        self.assertEqual(lines[3], "torch.float32")
+        self.assertEqual(lines[4], "cpu's lists again: torch.bfloat16")
+
+    def test_the_cuda_lists_are_the_installed_pytorchs(self):
+        # ATen/autocast_mode.h of the torch under test, where its headers are installed: the CUDA lists the
+        # device applies are the ones it was built with.
+        import re
+        import torch
+        header = os.path.join(os.path.dirname(torch.__file__), "include", "ATen", "autocast_mode.h")
+        if not os.path.exists(header):
+            self.skipTest("this torch has no headers")
+        sys.path.insert(0, PY)
+        from oomharness.virtual_device import autocast_policy
+        text = open(header).read()
+        found = {}
+        for macro, policy in (("LOWER_PRECISION_FP", "lower_precision_fp"), ("FP32", "fp32"),
+                              ("FP32_SET_OPT_DTYPE", "fp32_set_opt_dtype"), ("PROMOTE", "promote")):
+            body = re.search(r"#define AT_FORALL_%s\(_\)(.*?)(?:\n#|\n\n)" % macro, text, re.S).group(1)
+            for name, overload in re.findall(r"_\((\w+)(?:,\s*(\w+))?\)", body):
+                found["%s.%s" % (name, overload or "default")] = policy
+        self.assertGreater(len(found), 100, "the header's lists were read")
+        self.assertEqual(set(found.values()), {"lower_precision_fp", "fp32", "fp32_set_opt_dtype", "promote"})
+        expected = {k: v for k, v in autocast_policy.CUDA.items() if v in set(found.values())}
+        self.assertEqual(found, expected)
+
     def test_the_device_says_what_it_is_and_where_it_diverged_in_the_event_log(self):
         with tempfile.TemporaryDirectory() as d:
             log = os.path.join(d, "events.jsonl")

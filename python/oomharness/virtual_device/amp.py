@@ -1,11 +1,14 @@
-"""The virtual device's mixed-precision part: CUDA autocast runs as CPU bfloat16 autocast, and a GradScaler is
-disabled (Note [Divergences] in device.py). CUDA autocast to float32 (`torch.autocast("cuda",
+"""The virtual device's mixed-precision part: CUDA autocast runs as CPU bfloat16 autocast with CUDA's cast lists
+(Note [CUDA's autocast lists on the CPU] in autocast_policy.py), and a GradScaler is disabled (Note
+[Divergences] in device.py). CUDA autocast to float32 (`torch.autocast("cuda",
 dtype=torch.float32)`, which code uses to turn a region back to full precision inside a float16 one, and
 which a GPU runs with float32 activations) runs as CPU autocast to float32: the CPU's autocast refuses float32
 in its constructor ("the target dtype is not supported. Disabling autocast."), yet runs it once set, casting
 the region's matmuls and convolutions to float32 as CUDA's does, so the device sets it after the check."""
 
 import torch
+
+from . import autocast_policy
 
 WHO = "device.amp"
 
@@ -42,6 +45,7 @@ class Amp:
             return init
 
         patches.replace(WHO, "torch.amp.autocast_mode.autocast", "__init__", autocast_init)
+        autocast_policy.install(patches, WHO)
         patches.replace(WHO, "torch.amp.grad_scaler.GradScaler", "__init__", scaler_init)
         # torch.cuda.amp.GradScaler is a subclass of torch.amp's on PyTorch 2.3+ (its __init__ calls the
         # base's): wrapped only where it is a class of its own.

@@ -7,6 +7,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 
 from .libraries import BLAS_OPS
+from .reductions import WATCHERS as REDUCTION_WATCHERS
 
 
 class DeviceMode(TorchDispatchMode):
@@ -148,6 +149,7 @@ _WATCHED_BY_NAME = {name: (lambda dev, out, args: dev.libraries.blas_call()) for
 _WATCHED_BY_NAME.update({"_softmax": _softmax, "softmax": _softmax, "convolution": _convolution,
                          "_local_scalar_dense": _scalar_read,
                          "convolution_backward": _convolution})
+_WATCHED_BY_NAME.update(REDUCTION_WATCHERS)  # Note [A reduction's scratch on a GPU]
 _WATCHED = {}  # operation -> its watcher, or False: looked up by name once per operation
 
 # Outputs a GPU makes in host memory from device inputs (by position): a packed sequence's batch_sizes and a

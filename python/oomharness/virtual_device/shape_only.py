@@ -57,7 +57,9 @@ Where PyTorch picks a different kernel on a GPU than on the CPU and the choice c
 picks the GPU's by default, since it predicts a GPU run: optimizers that would default to the foreach
 implementation on CUDA (Adam, AdamW, SGD, ...: all parameters on the device, not differentiable, not fused)
 take it here too, and foreach keeps whole-model temporaries (Adam's sqrt(v) for every parameter at once) that
-the per-tensor loop does not. OOMH_SHAPE_KERNELS=cpu keeps the CPU's choices, so that a prediction compares
+the per-tensor loop does not; scaled_dot_product_attention takes the kernel a GPU would (Note [Attention as a
+GPU runs it] in kernels.py) and so does dropout (Note [Dropout as a GPU runs it]); reductions book the staging buffer a GPU's kernel asks for (Note [A
+reduction's scratch on a GPU] in reductions.py). OOMH_SHAPE_KERNELS=cpu keeps the CPU's choices, so that a prediction compares
 with the full virtual device's figure (tests/python/test_predict.py).
 """
 
@@ -70,6 +72,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from .. import _breakdown, _sites
 from .. import _patches
+from .kernels import gpu_attention, gpu_dropout
 from .device import VirtualDevice
 from .fake_state import FakeState
 from .libraries import LIBRARY_ERRORS
@@ -146,6 +149,10 @@ class ShapeOnlyDevice(VirtualDevice):
         self.state.install(self.ctx.patches)
         if self.kernels == "gpu":
             self._patch_optimizer_defaults()
+            # Note [Attention as a GPU runs it], Note [Dropout as a GPU runs it] (kernels.py)
+            self.ctx.patches.replace(WHO, "torch.nn.functional", "scaled_dot_product_attention",
+                                     lambda original: gpu_attention(self, original))
+            self.ctx.patches.replace(WHO, "torch.nn.functional", "dropout", lambda original: gpu_dropout(self, original))
         self.ctx.emit("shape_only", kernels=self.kernels, context=self.context)
         atexit.register(self.write_prediction)
         self.ctx.patches.registered(WHO, "the prediction written at exit (atexit)",
