@@ -101,11 +101,11 @@ loaded = list(tensors_in(ck))
 booked = sum(t.untyped_storage().nbytes() for t in loaded if dev.on_device(t))
 print("booked", booked >= params + 2 * trained, all(dev.on_device(t) for t in loaded), booked, params, trained)
 m.load_state_dict(ck["model"]); opt.load_state_dict(ck["opt"])
-before = dev.model.allocated
+before = torch.cuda.memory_allocated()  # as PyTorch's figure: storages that died are given back first
 torch.save(m, %r)
 m2 = torch.load(%r, weights_only=False)
 print("module", type(m2[1].weight_ih_l0).__name__, isinstance(m2[1].weight_ih_l0, torch.nn.Parameter),
-      dev.on_device(m2[1].weight_ih_l0), dev.model.allocated - before >= params)
+      dev.on_device(m2[1].weight_ih_l0), torch.cuda.memory_allocated() - before >= params)
 out, _ = m2[1](torch.randn(5, 2, 512).cuda())
 print("runs", tuple(out.shape))
 ck = torch.load(%r, map_location="cpu")
@@ -319,6 +319,42 @@ print("eval", F.dropout(x, 0.1, training=False) is x)
         self.assertNotIn("Efficient", cpu["masked"])
         self.assertTrue(cpu["masked"].endswith("False"), cpu["masked"])
         self.assertNotIn("NativeDropout", cpu["dropout"])
+
+
+class HostGenerator(unittest.TestCase):
+    """Note [The host generator under a fake model]: a model initialised on fakes moves the CPU generator on as
+    a real initialisation does, so what the program draws on the host next is what a real run draws."""
+
+    MODEL = r"""
+torch.manual_seed(0)
+model = torch.nn.Sequential(
+    torch.nn.Linear(64, 64),                # kaiming_uniform_ and a bias: drawn for real into a scratch tensor
+    torch.nn.Linear(5000, 1000),            # 5M elements: counted draws (uniform_)
+    torch.nn.Embedding(65537, 65),          # 4.26M elements, normal_ with a tail of 1 (16 drawn again)
+    torch.nn.Embedding(70000, 64))          # normal_, no tail
+torch.nn.init.normal_(model[1].weight.data.view(1000, 5000)[:, :10])  # a small non-contiguous view
+print("next", torch.randperm(10).tolist(), torch.rand(2).tolist())
+"""
+
+    def test_the_host_draws_after_a_fake_models_initialisation_are_a_real_runs(self):
+        real = subprocess.run([sys.executable, "-c", "import torch\n" + self.MODEL], capture_output=True, text=True,
+                              timeout=300)
+        self.assertEqual(real.returncode, 0, real.stderr)
+        fake = in_process(self.MODEL + "print('fake', type(model[1].weight).__name__, dev.host_generator.drawn, "
+                                       "sorted(dev.divergences))\n")
+        self.assertEqual(fake.returncode, 0, fake.stderr)
+        lines = dict(line.split(" ", 1) for line in fake.stdout.splitlines())
+        self.assertEqual(lines["next"], real.stdout.split(" ", 1)[1].strip())
+        kind, drawn, divergences = lines["fake"].split(" ", 2)
+        self.assertEqual(kind, "FakeTensor")
+        self.assertGreater(int(drawn), 13_000_000)
+        self.assertEqual(divergences, "[]")
+
+    def test_beyond_its_budget_it_says_the_host_draws_differ(self):
+        r = in_process("from oomharness.virtual_device import host_rng\nhost_rng.BUDGET = 1 << 20\n" + self.MODEL +
+                       "print('divergences', sorted(dev.divergences))\n")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("divergences ['host_random']", r.stdout)
 
 
 class PredictReal(unittest.TestCase):

@@ -6,7 +6,8 @@ scaled_dot_product_attention is one Python call that PyTorch sends to one of sev
 decides memory: the CPU takes its flash kernel only without dropout and without a mask, and otherwise computes
 attention from its parts (the math path), keeping the B x H x L x S probabilities for backward; a GPU (PyTorch's
 sdp_utils for CUDA, sm_80 and later) takes FlashAttention for float16/bfloat16 without an arbitrary mask, and
-the memory-efficient kernel otherwise (float32, a mask, dropout): neither keeps the probabilities. Measured on
+the memory-efficient kernel otherwise (float32, a mask, dropout): neither keeps the probabilities. Under
+autocast the arguments take the low-precision type first, as CUDA's autocast casts them. Measured on
 an H200 (PyTorch 2.11, bench/python/op_memory.py): the Accelerate loop of the public corpus (a padding mask,
 dropout 0.1, float32) ran `_scaled_dot_product_efficient_attention` on the GPU and the math path on the
 virtual device, which booked 6-7 MiB of probabilities per layer that the GPU never held (a prediction 14-20%
@@ -37,6 +38,14 @@ def gpu_attention(dev, original):
 
     def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
                                      scale=None, enable_gqa=False):
+        if torch.is_autocast_enabled("cpu"):
+            # CUDA's autocast lists scaled_dot_product_attention as lower_precision_fp (Note [CUDA's autocast
+            # lists on the CPU]): its floating arguments take the autocast type before the kernel is chosen
+            # (Llama-style code computes RoPE in float32 and hands float32 queries to it).
+            low = torch.get_autocast_dtype("cpu")
+            query, key, value, attn_mask = (
+                t.to(low) if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != torch.float64
+                else t for t in (query, key, value, attn_mask))
         head = query.shape[-1] if isinstance(query, torch.Tensor) else 0
         if (enable_gqa or not isinstance(query, torch.Tensor) or query.is_nested or query.dim() != 4
                 or not dev.on_device(query) or head > 256 or head % 8 or query.dtype not in _FLASH_DTYPES +

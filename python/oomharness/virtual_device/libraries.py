@@ -58,6 +58,15 @@ BLAS_OPS = frozenset(("mm", "addmm", "bmm", "baddbmm", "addbmm", "addmv", "mv", 
                       "_addmm_activation"))
 DEFAULT_CUBLAS_WORKSPACE_CONFIG = ":4096:8"  # PyTorch 2.x on Hopper (sm90): 8 buffers of 4 MiB
 
+# Note [cuBLASLt's workspace]
+# A Linear layer's addmm with its bias goes through cuBLASLt on a GPU (Blas.cpp's gemm_and_bias epilogue),
+# which takes a workspace of its own from the caching allocator, once per handle and stream, after the cuBLAS
+# workspace: 1 MiB, measured on an H200 (PyTorch 2.11, tests/gpu/anatomy_of.sh: a 1.0 MiB block made in
+# at::cuda::getCUDABlasLtWorkspace at the first forward Linear). At 1 MiB it comes from the small pool, where
+# it decides whether the next small tensors need a segment of their own. Booked at the first addmm with a
+# one-dimensional bias (and _addmm_activation) of each thread and stream.
+CUBLASLT_WORKSPACE_BYTES = 1 << 20
+
 
 def cublas_workspace_bytes(config=None):
     """One cuBLAS workspace's bytes for CUBLAS_WORKSPACE_CONFIG (":SIZE_KiB:COUNT" pairs, as cuBLAS reads it);
@@ -82,6 +91,7 @@ class Libraries:
     def __init__(self, device):
         self.device = device
         self.workspaces = {}  # ("forward" / "backward", stream) -> the cuBLAS workspace's block
+        self.lt_workspaces = {}  # the same keys -> cuBLASLt's workspace's block (Note [cuBLASLt's workspace])
         self.handles = {}     # ("cublas" / "cudnn", "forward" / "backward") -> (the driver's block, bytes)
         self._local = threading.local()
 
@@ -133,14 +143,17 @@ class Libraries:
         """The bytes the handles hold outside the caching allocator."""
         return sum(size for _, size in self.handles.values())
 
-    def blas_call(self):
-        """The cuBLAS handle and workspace of the thread (and stream) a GPU would run this BLAS call on."""
+    def blas_call(self, lt=False):
+        """The cuBLAS handle and workspace of the thread (and stream) a GPU would run this BLAS call on; `lt`:
+        the call goes through cuBLASLt (Note [cuBLASLt's workspace])."""
         which = self.thread()
         self.handle("cublas", which)
         stream = self.device.current_stream
         key = (which, id(stream) if stream is not None else 0)
         if key not in self.workspaces:  # a refused workspace is asked for again at the next call, as on a GPU
             self.workspaces[key] = self.device.model.malloc(cublas_workspace_bytes())
+        if lt and key not in self.lt_workspaces:
+            self.lt_workspaces[key] = self.device.model.malloc(CUBLASLT_WORKSPACE_BYTES)
 
     def conv_call(self):
         """The cuDNN handle of the thread a GPU would run this convolution on."""
@@ -148,4 +161,5 @@ class Libraries:
 
     def workspace_bytes(self):
         """The bytes of the cuBLAS workspaces held now (a breakdown's `workspace`)."""
-        return sum(b.size for b in self.workspaces.values() if b is not None and not b.free)
+        return sum(b.size for b in list(self.workspaces.values()) + list(self.lt_workspaces.values())
+                   if b is not None and not b.free)

@@ -72,6 +72,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from .. import _breakdown, _sites
 from .. import _patches
+from .host_rng import HostGenerator
 from .kernels import gpu_attention, gpu_dropout
 from .device import VirtualDevice
 from .fake_state import FakeState
@@ -85,6 +86,7 @@ _SCALAR = _aten._local_scalar_dense.default
 _ALWAYS = {"isnan": False, "isinf": False, "isposinf": False, "isneginf": False, "isfinite": True}
 _CARRY = {"any": False, "all": False, "logical_not": True, "bitwise_not": True}  # name -> flips the value
 MAX_OOMS = 4
+_HOST_SEEDED = {}  # func -> whether torch tags it nondeterministic_seeded
 SNAP_FRACTION = 1024  # Note [The exact peak]
 
 
@@ -109,6 +111,7 @@ class ShapeOnlyDevice(VirtualDevice):
         self.state = FakeState(self)
         self.phase_peaks = {}      # phase -> the highest allocated booked in it (Note [What a prediction covers])
         self.coverage = _Coverage(self, getattr(ctx.settings, "shape_steps", None))
+        self.host_generator = HostGenerator(self)
 
     @staticmethod
     def _key(t):
@@ -386,6 +389,11 @@ class _ShapeOnlyMode(DeviceMode):
         dev = self.device
         if func is _SCALAR and isinstance(args[0], FakeTensor):
             return dev.stand_in(args[0])
+        seeded = _HOST_SEEDED.get(func)
+        if seeded is None:
+            seeded = _HOST_SEEDED[func] = torch.Tag.nondeterministic_seeded in getattr(func, "tags", ())
+        if seeded and args and isinstance(args[0], FakeTensor) and not dev.on_device(args[0]):
+            dev.host_generator.follow(func, args, kwargs)  # Note [The host generator under a fake model]
         if dev.creating() and not dev.copying_to_host():
             with dev.fake:  # a tensor made for the device: fake (Note [Shape-only mode])
                 out = super().__torch_dispatch__(func, types, args, kwargs)
