@@ -12,5 +12,6 @@ om nanogpt-char "$root/tests/python/predict_programs/gpt_memmap.py" --data "$w/t
 om nanogpt-124m-bf16-accum "$root/tests/python/predict_programs/gpt_memmap.py" --data "$w/tokens-50304.bin" --vocab 50304 --block 1024 --d 768 --layers 12 --batch 4 --steps 1 --amp --accum 2
 om resnet18-fakedata "$p/vision_loop.py" --arch torchvision:resnet18 -b 32 --steps 1 --image-size 224
 om lstm-default "$p/lstm_lm.py" --batch_size 20 --steps 1
+om lightning-transformer "$p/lightning_transformer.py" --default_root_dir "$w/pl" --batch_size 64 --max_steps 1 --save_every 100
 om accelerate-loop "$p/accelerate_loop.py" --output_dir "$w/acc" --batch_size 32 --max_steps 1 --checkpointing_steps 100
 tar czf "$out/op_memory.tgz" -C "$w" $(cd "$w" && ls *.json *.log)

@@ -47,12 +47,17 @@ def gpu_attention(dev, original):
                 t.to(low) if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != torch.float64
                 else t for t in (query, key, value, attn_mask))
         head = query.shape[-1] if isinstance(query, torch.Tensor) else 0
-        if (enable_gqa or not isinstance(query, torch.Tensor) or query.is_nested or query.dim() != 4
-                or not dev.on_device(query) or head > 256 or head % 8 or query.dtype not in _FLASH_DTYPES +
-                (torch.float32,) or (attn_mask is not None and is_causal)):
+        usable = (isinstance(query, torch.Tensor) and not enable_gqa and not query.is_nested and query.dim() == 4
+                  and dev.on_device(query) and query.dtype in _FLASH_DTYPES + (torch.float32,)
+                  and not (attn_mask is not None and is_causal))
+        # sdp_utils' head-dimension checks: FlashAttention a multiple of 8 up to 256, the memory-efficient
+        # kernel 16-byte aligned rows (a multiple of 4 in float32, of 8 in 16 bits); else the math path.
+        flash = usable and attn_mask is None and query.dtype in _FLASH_DTYPES and head <= 256 and head % 8 == 0
+        efficient = usable and head % (16 // query.element_size()) == 0
+        if not (flash or efficient):
             return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
                             scale=scale, enable_gqa=enable_gqa)
-        if attn_mask is None and query.dtype in _FLASH_DTYPES:
+        if flash:
             return aten._scaled_dot_product_flash_attention(query, key, value, dropout_p, is_causal,
                                                             scale=scale)[0]
         bias = attn_mask
