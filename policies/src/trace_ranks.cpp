@@ -143,6 +143,18 @@ std::set<int> tag_ranks_by_pid(Attempt& a, size_t at_least) {
   }
   return seen;
 }
+
+// A rank of a node's torchrun ends as its torchrun did: the attempt's index, times, end, log and faults.
+void take_node_end(Attempt& own, const Attempt& node) {
+  own.index = node.index;
+  own.start = node.start;
+  own.end = node.end;
+  own.end_kind = node.end_kind;
+  own.exit_code = node.exit_code;
+  own.signal = node.signal;
+  own.faults_enabled = node.faults_enabled;
+  own.log_path = node.log_path;
+}
 }  // namespace
 
 Attempt merge_node_torchruns(std::vector<Attempt> nodes, int ranks_per_node) {
@@ -175,15 +187,8 @@ Attempt merge_node_torchruns(std::vector<Attempt> nodes, int ranks_per_node) {
                         std::to_string(k + 1));
       } else {
         node_of[static_cast<size_t>(r)] = static_cast<int>(k);
-        own.index = node.index;
-        own.start = node.start;
-        own.end = node.end;
-        own.end_kind = node.end_kind;
-        own.exit_code = node.exit_code;
-        own.signal = node.signal;
+        take_node_end(own, node);
         own.oom_message = node.oom_message;
-        own.faults_enabled = node.faults_enabled;
-        own.log_path = node.log_path;
       }
       for (const Event& e : node.events)
         if (rank_of(e) == r) own.events.push_back(e);
@@ -200,15 +205,7 @@ Attempt merge_node_torchruns(std::vector<Attempt> nodes, int ranks_per_node) {
   for (size_t r = 0; r < ranks.size(); ++r) {
     if (node_of[r] >= 0) continue;
     const Attempt& node = nodes[std::min(nodes.size() - 1, r / static_cast<size_t>(per_node))];
-    Attempt& own = ranks[r];
-    own.index = node.index;
-    own.start = node.start;
-    own.end = node.end;
-    own.end_kind = node.end_kind;
-    own.exit_code = node.exit_code;
-    own.signal = node.signal;
-    own.faults_enabled = node.faults_enabled;
-    own.log_path = node.log_path;
+    take_node_end(ranks[r], node);
   }
   Attempt out = merge_ranks(std::move(ranks));
   out.events.insert(out.events.end(), std::make_move_iterator(shared.begin()), std::make_move_iterator(shared.end()));

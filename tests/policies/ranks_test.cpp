@@ -158,18 +158,20 @@ TEST(CheckpointResume, AnotherRanksBatchIsNotThisRanksData) {
   EXPECT_THAT(v.reason, HasSubstr("went back"));
 }
 
+// An event of process `pid` from `src`, as a log line would give it.
+Event ev(double t, int pid, const std::string& src, const std::string& kind, nlohmann::json f) {
+  Event e;
+  e.t = t;
+  e.pid = pid;
+  e.src = src;
+  e.kind = kind;
+  e.fields = std::move(f);
+  return e;
+}
+
 // Note [Ranks seen in events]: a job that starts torchrun itself is one process to the runner; its ranks'
 // probes tag their events with RANK, and the attempt is folded as if the runner had run the ranks.
 TEST(SplitRanksFromEvents, ATorchrunJobIsJudgedRankByRank) {
-  auto ev = [](double t, int pid, const std::string& src, const std::string& kind, nlohmann::json f) {
-    Event e;
-    e.t = t;
-    e.pid = pid;
-    e.src = src;
-    e.kind = kind;
-    e.fields = std::move(f);
-    return e;
-  };
   Attempt a;
   a.start = 0;
   a.end = 20;
@@ -212,15 +214,6 @@ TEST(SplitRanksFromEvents, ATorchrunJobIsJudgedRankByRank) {
 // Note [One torchrun per node]: each node's torchrun and its ranks share one log; pids are per node, so the
 // same pid on two nodes is two processes, and every rank takes its own node's torchrun's end.
 TEST(MergeNodeTorchruns, EachNodesPidsNameItsOwnRanks) {
-  auto ev = [](double t, int pid, const std::string& src, const std::string& kind, nlohmann::json f) {
-    Event e;
-    e.t = t;
-    e.pid = pid;
-    e.src = src;
-    e.kind = kind;
-    e.fields = std::move(f);
-    return e;
-  };
   auto node = [&](int first_rank, int exit_code, bool oom_on_second) {
     Attempt a;
     a.start = 0;
