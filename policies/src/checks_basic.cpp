@@ -234,12 +234,19 @@ Verdict no_hang(const Trace& trace, const nlohmann::json& args) {
       int rank = static_cast<int>(e.integer("rank"));
       std::string where;
       if (rank >= 0 && static_cast<size_t>(rank) < a.ranks.size()) where = innermost_frame(a.ranks[static_cast<size_t>(rank)].stacks);
-      std::string reason = "rank " + std::to_string(rank) + " waited " + view::seconds_text(e.number("waited")) +
-                           (where.empty() ? " (no stack: it did not answer)" : " in " + where) + " after " +
-                           rank_end_text(a, static_cast<int>(e.integer("after_rank")), e.text("after") == "oom") + " (stall limit " +
-                           view::seconds_text(e.number("stall")) + "); the runner took every rank's stacks and ended " +
-                           attempt_name(a.index);
-      return verdict(VerdictStatus::fail, reason, {{a.index, e.t, "rank " + std::to_string(rank) + " hung"}});
+      // Note [One torchrun per node] (runner/src/exec/node_group.h): a node's torchrun stood for its ranks,
+      // which share its control block: the node is named, and there are no stacks.
+      const bool node = rank < 0 && e.has("node");
+      std::string who = node ? "the ranks of node " + std::to_string(e.integer("node") + 1) + " (its torchrun)" : "rank " + std::to_string(rank);
+      std::string after = rank_end_text(a, static_cast<int>(e.integer("after_rank")), e.text("after") == "oom");
+      if (e.integer("after_rank") < 0 && e.has("after_node"))
+        after = "a rank of node " + std::to_string(e.integer("after_node") + 1) +
+                (e.text("after") == "oom" ? " raised an out-of-memory error" : "'s torchrun ended");
+      std::string reason = who + " waited " + view::seconds_text(e.number("waited")) +
+                           (node ? "" : where.empty() ? " (no stack: it did not answer)" : " in " + where) + " after " + after +
+                           " (stall limit " + view::seconds_text(e.number("stall")) + "); the runner " +
+                           (node ? "stopped every node's torchrun and ended " : "took every rank's stacks and ended ") + attempt_name(a.index);
+      return verdict(VerdictStatus::fail, reason, {{a.index, e.t, (node ? "node " + std::to_string(e.integer("node") + 1) : "rank " + std::to_string(rank)) + " hung"}});
     }
   bool any_step = false;
   double longest = 0;

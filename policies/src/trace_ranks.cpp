@@ -124,8 +124,10 @@ Attempt merge_ranks(std::vector<Attempt> ranks) {
   return out;
 }
 
-bool split_ranks_from_events(Attempt& a) {
-  if (!a.ranks.empty()) return false;
+namespace {
+// Note [Ranks seen in events]: the probe tags its events with its process's RANK; the shim's events of the
+// same pid get that rank, when at least `at_least` ranks were seen. Returns the ranks seen.
+std::set<int> tag_ranks_by_pid(Attempt& a, size_t at_least) {
   std::map<int, int> rank_of_pid;
   std::set<int> seen;
   for (const Event& e : a.events)
@@ -134,11 +136,98 @@ bool split_ranks_from_events(Attempt& a) {
         rank_of_pid[e.pid] = r;
         seen.insert(r);
       }
-  if (seen.size() < 2) return false;
+  if (seen.size() < at_least) return seen;
   for (Event& e : a.events) {
     if (e.src == events::kSrcRunner || rank_of(e) >= 0 || !e.fields.is_object()) continue;
     if (auto it = rank_of_pid.find(e.pid); it != rank_of_pid.end()) e.fields["rank"] = it->second;
   }
+  return seen;
+}
+
+// A rank of a node's torchrun ends as its torchrun did: the attempt's index, times, end, log and faults.
+void take_node_end(Attempt& own, const Attempt& node) {
+  own.index = node.index;
+  own.start = node.start;
+  own.end = node.end;
+  own.end_kind = node.end_kind;
+  own.exit_code = node.exit_code;
+  own.signal = node.signal;
+  own.faults_enabled = node.faults_enabled;
+  own.log_path = node.log_path;
+}
+}  // namespace
+
+Attempt merge_node_torchruns(std::vector<Attempt> nodes, int ranks_per_node) {
+  const int per_node = std::max(1, ranks_per_node);
+  std::vector<Attempt> ranks(nodes.size() * static_cast<size_t>(per_node));
+  std::vector<int> node_of(ranks.size(), -1);
+  std::vector<std::string> twice;
+  std::vector<Event> shared;
+  for (size_t k = 0; k < nodes.size(); ++k) {
+    Attempt& node = nodes[k];
+    // Pids are the node's own (each node agent's jobs live in a PID namespace of their own): a pid names a
+    // rank only within its node's log, so each node's events get their ranks before the nodes meet.
+    std::set<int> seen = tag_ranks_by_pid(node, 1);
+    const bool assumed = seen.empty();
+    if (assumed)  // nothing of its ranks was heard: the ranks --node_rank k gives
+      for (int r = 0; r < per_node; ++r) seen.insert(static_cast<int>(k) * per_node + r);
+    const int first = *seen.begin();
+    // Events of no rank (the torchrun's own, the runner's, values read from the shared output) stay of no
+    // rank, as in a local torchrun job's attempt: no rank is credited with a step another printed.
+    for (const Event& e : node.events)
+      if (rank_of(e) < 0) shared.push_back(e);
+    for (int r : seen) {
+      if (static_cast<size_t>(r) >= ranks.size()) {  // torchrun started more ranks than the job said
+        ranks.resize(static_cast<size_t>(r) + 1);
+        node_of.resize(ranks.size(), -1);
+      }
+      Attempt& own = ranks[static_cast<size_t>(r)];
+      if (node_of[static_cast<size_t>(r)] >= 0) {
+        twice.push_back("rank " + std::to_string(r) + " on node " + std::to_string(node_of[static_cast<size_t>(r)] + 1) + " and node " +
+                        std::to_string(k + 1));
+      } else {
+        node_of[static_cast<size_t>(r)] = static_cast<int>(k);
+        take_node_end(own, node);
+        own.oom_message = node.oom_message;
+      }
+      for (const Event& e : node.events)
+        if (rank_of(e) == r) own.events.push_back(e);
+      if (r != first) continue;
+      // What the node's ranks share (the torchrun's output, its control block's samples and shim record,
+      // its log's thinning) is counted once, with its first rank.
+      own.output_tail = node.output_tail;
+      own.samples = std::move(node.samples);
+      own.shim = node.shim;
+      own.thinned = node.thinned;
+    }
+  }
+  // A rank no node's events named (it died before the probe started): the node --node_rank gives it.
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    if (node_of[r] >= 0) continue;
+    const Attempt& node = nodes[std::min(nodes.size() - 1, r / static_cast<size_t>(per_node))];
+    take_node_end(ranks[r], node);
+  }
+  Attempt out = merge_ranks(std::move(ranks));
+  out.events.insert(out.events.end(), std::make_move_iterator(shared.begin()), std::make_move_iterator(shared.end()));
+  std::stable_sort(out.events.begin(), out.events.end(), [](const Event& x, const Event& y) { return x.t < y.t; });
+  if (!twice.empty()) {
+    Event w;
+    w.t = out.end;
+    w.src = events::kSrcRunner;
+    w.kind = events::kWarning;
+    std::string which;
+    for (const std::string& t : twice) which += (which.empty() ? "" : ", ") + t;
+    w.fields = {{"message", "the nodes' torchruns made more than one world: their events name " + which +
+                                " (each node's torchrun must be given --nnodes, its own --node_rank and the same rendezvous)"}};
+    out.events.push_back(std::move(w));
+  }
+  return out;
+}
+
+bool split_ranks_from_events(Attempt& a) {
+  if (!a.ranks.empty()) return false;
+  std::set<int> seen = tag_ranks_by_pid(a, 2);
+  if (seen.size() < 2) return false;
   for (int k = 0; k <= *seen.rbegin(); ++k) {
     // The rank's view: the launcher's end, the rank's own events (its OOM message, if any, is in the
     // shared output, which cannot say whose it was).

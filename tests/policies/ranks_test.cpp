@@ -158,18 +158,20 @@ TEST(CheckpointResume, AnotherRanksBatchIsNotThisRanksData) {
   EXPECT_THAT(v.reason, HasSubstr("went back"));
 }
 
+// An event of process `pid` from `src`, as a log line would give it.
+Event ev(double t, int pid, const std::string& src, const std::string& kind, nlohmann::json f) {
+  Event e;
+  e.t = t;
+  e.pid = pid;
+  e.src = src;
+  e.kind = kind;
+  e.fields = std::move(f);
+  return e;
+}
+
 // Note [Ranks seen in events]: a job that starts torchrun itself is one process to the runner; its ranks'
 // probes tag their events with RANK, and the attempt is folded as if the runner had run the ranks.
 TEST(SplitRanksFromEvents, ATorchrunJobIsJudgedRankByRank) {
-  auto ev = [](double t, int pid, const std::string& src, const std::string& kind, nlohmann::json f) {
-    Event e;
-    e.t = t;
-    e.pid = pid;
-    e.src = src;
-    e.kind = kind;
-    e.fields = std::move(f);
-    return e;
-  };
   Attempt a;
   a.start = 0;
   a.end = 20;
@@ -207,6 +209,65 @@ TEST(SplitRanksFromEvents, ATorchrunJobIsJudgedRankByRank) {
   Verdict completes = check("completes", t, 3);
   EXPECT_EQ(completes.status, VerdictStatus::fail) << completes.reason;
   EXPECT_THAT(completes.reason, HasSubstr("rank 1 stopped at step 1 of 3"));
+}
+
+// Note [One torchrun per node]: each node's torchrun and its ranks share one log; pids are per node, so the
+// same pid on two nodes is two processes, and every rank takes its own node's torchrun's end.
+TEST(MergeNodeTorchruns, EachNodesPidsNameItsOwnRanks) {
+  auto node = [&](int first_rank, int exit_code, bool oom_on_second) {
+    Attempt a;
+    a.start = 0;
+    a.end = 20;
+    a.exit_code = exit_code;
+    a.log_path = "/o/attempt-0.node" + std::to_string(first_rank / 2) + ".log";
+    a.output_tail = "node of rank " + std::to_string(first_rank) + "\n";
+    a.events = {ev(0, 1, "runner", "attempt_start", {{"attempt", 0}}),
+                ev(1, 2, "shim", "shim_start", nlohmann::json::object()),  // the torchrun: the same pid on both nodes
+                ev(2, 3, "probe", "step", {{"step", 1}, {"batch_size", 64}, {"rank", first_rank}}),
+                ev(2, 4, "probe", "step", {{"step", 1}, {"batch_size", 64}, {"rank", first_rank + 1}}),
+                ev(3, 3, "probe", "step", {{"step", 2}, {"batch_size", 64}, {"rank", first_rank}})};
+    if (oom_on_second) {
+      a.events.push_back(ev(3, 4, "shim", "inject", {{"entry", "cuMemAlloc_v2"}, {"size", 1 << 20}}));
+      a.events.push_back(ev(4, 4, "probe", "oom", {{"step", 2}, {"batch_size", 64}, {"phase", "forward"}, {"caught", false}, {"rank", first_rank + 1}}));
+    } else {
+      a.events.push_back(ev(3, 4, "probe", "step", {{"step", 2}, {"batch_size", 64}, {"rank", first_rank + 1}}));
+    }
+    a.shim = ShimRecord{};
+    a.shim->processes = 3;
+    return a;
+  };
+  Attempt a = merge_node_torchruns({node(0, 0, false), node(2, 1, true)}, 2);
+  ASSERT_EQ(a.ranks.size(), 4u);
+  for (const Event& e : a.events)
+    if (e.kind == "inject") EXPECT_EQ(rank_of(e), 3) << "node 2's pid 4 is rank 3, not node 1's rank 1";
+  EXPECT_EQ(a.ranks[0].exit_code, 0);
+  EXPECT_EQ(a.ranks[1].exit_code, 0);
+  EXPECT_EQ(a.ranks[2].exit_code, 1) << "every rank of node 2 ends as its torchrun did";
+  EXPECT_EQ(a.ranks[3].exit_code, 1);
+  EXPECT_TRUE(a.ranks[3].ended_by_oom);
+  EXPECT_FALSE(a.ranks[2].ended_by_oom);
+  EXPECT_EQ(a.ranks[3].log_path, "/o/attempt-0.node1.log");
+  EXPECT_EQ(a.exit_code, 1) << "the attempt ends as the node that failed";
+  ASSERT_TRUE(a.shim);
+  EXPECT_EQ(a.shim->processes, 6u) << "each node's shim record counted once";
+  EXPECT_EQ(a.ranks[3].last_step, 1);
+  EXPECT_EQ(a.ranks[1].last_step, 2);
+
+  // A node that reported nothing of its ranks: they take its end, by --node_rank; a rank two nodes name is
+  // said (their torchruns made two worlds).
+  Attempt silent;
+  silent.start = 0;
+  silent.end = 5;
+  silent.end_kind = AttemptEnd::signalled;
+  silent.signal = 9;
+  Attempt b = merge_node_torchruns({node(0, 0, false), silent}, 2);
+  ASSERT_EQ(b.ranks.size(), 4u);
+  EXPECT_EQ(b.ranks[3].end_kind, AttemptEnd::signalled);
+  Attempt c = merge_node_torchruns({node(0, 0, false), node(0, 0, false)}, 2);
+  bool warned = false;
+  for (const Event& e : c.events)
+    if (e.kind == "warning" && e.text("message").find("rank 0 on node 1 and node 2") != std::string::npos) warned = true;
+  EXPECT_TRUE(warned);
 }
 
 constexpr const char* kStacks =

@@ -66,8 +66,11 @@ def run(args, **kw):
     return r
 
 
-def run_suite(out, *select):
-    args = [BIN, "run", SUITE, "--simulate", "--slurm-poll", "0.2", "-o", out]
+TORCHRUN_SUITE = os.path.join(SOURCE, "tests", "slurm", "multinode_torchrun.yaml")
+
+
+def run_suite(out, *select, suite=SUITE):
+    args = [BIN, "run", suite, "--simulate", "--slurm-poll", "0.2", "-o", out]
     for s in select:
         args += ["-k", s]
     return run(args)
@@ -194,11 +197,11 @@ def case_multinode_checkpoint(tmp):
     print("all ranks of both nodes restarted together and resumed; the twin failed naming rank 3")
 
 
-def case_multinode_node_killed(tmp):
+def case_multinode_node_killed(tmp, suite=SUITE, name="mn-node-killed", log_name="attempt-0.rank3.log"):
     """Node 2 disappears mid-run (every process in its namespace SIGKILLed: slurmd, the step, the ranks):
     the job is an error naming oomh-n2, never a pass, never an OOM verdict. The cluster is brought back."""
     out = os.path.join(tmp, "out")
-    args = [BIN, "run", SUITE, "--simulate", "--slurm-poll", "0.2", "-o", out, "-k", "mn-node-killed"]
+    args = [BIN, "run", suite, "--simulate", "--slurm-poll", "0.2", "-o", out, "-k", name]
     print("+ " + " ".join(args), flush=True)
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=job_env())
     try:
@@ -206,9 +209,9 @@ def case_multinode_node_killed(tmp):
         log3 = None
         while time.time() < deadline:
             for root, _, files in os.walk(os.path.join(out, "jobs")):
-                if "attempt-0.rank3.log" in files:
-                    log3 = os.path.join(root, "attempt-0.rank3.log")
-            if log3 and re.search(r"^step 3 ", open(log3, errors="replace").read(), re.M):
+                if log_name in files:
+                    log3 = os.path.join(root, log_name)
+            if log3 and re.search(r"^(\[\w+\]:)?step 3 ", open(log3, errors="replace").read(), re.M):
                 break
             if proc.poll() is not None:
                 fail("the run ended before node 2's ranks trained: %s" % proc.stdout.read())
@@ -231,7 +234,7 @@ def case_multinode_node_killed(tmp):
         print(up.stdout, up.stderr, flush=True)
     if proc.returncode == 0:
         fail("the run passed although a node disappeared")
-    job = jobs_of(out)["mn-node-killed"]
+    job = jobs_of(out)[name]
     if job["status"] != "error":
         fail("status %s, expected error (%s)" % (job["status"], job.get("message")))
     msg = job.get("message", "")
@@ -240,6 +243,139 @@ def case_multinode_node_killed(tmp):
     if any(v["status"] == "pass" for v in job["verdicts"]):
         fail("a verdict passed: %s" % job["verdicts"])
     print("node killed: error naming oomh-n2 %.1f s after the kill: %s" % (took, msg[:300]))
+
+
+def events_of(path):
+    """The event log's lines, each with its `fields` (where the probe puts `rank`) lifted beside src and kind."""
+    out = []
+    with open(path, errors="replace") as f:
+        for line in f:
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue
+            out.append(dict(e.get("fields") or {}, pid=e.get("pid"), src=e.get("src"), kind=e.get("kind")))
+    return out
+
+
+def check_torchrun_nodes(job):
+    """One torchrun per node: each attempt has one log and event log per node (no per-rank files), the node's
+    log says it ran on oomh-n1 / oomh-n2, and the ranks each node's event log names are that node's ranks, by
+    --node_rank (0-1 on the first, 2-3 on the second): the ranks really ran 2 per node under 2 torchruns."""
+    for i, a in enumerate(job["attempts"]):
+        ranks = sorted(r["rank"] for r in a.get("ranks", []))
+        if ranks != [0, 1, 2, 3]:
+            fail("%s attempt %d: ranks %s, not 0-3" % (job["name"], i, ranks))
+        folder = os.path.dirname(a["ranks"][0]["log_path"])
+        files = sorted(f for f in os.listdir(folder) if f.startswith("attempt-%d." % i))
+        if files != ["attempt-%d.node%d.%s" % (i, k, x) for k in (0, 1) for x in ("events.jsonl", "log")]:
+            fail("%s attempt %d: files %s, not one log and event log per node" % (job["name"], i, files))
+        for k, host in ((0, "oomh-n1"), (1, "oomh-n2")):
+            log = os.path.join(folder, "attempt-%d.node%d.log" % (i, k))
+            with open(log, errors="replace") as f:
+                m = re.search(r"^host (\S+) node (\d+)$", f.read(), re.M)
+            if not m or m.group(1) != host or m.group(2) != str(k):
+                fail("%s: %s says %s, expected host %s node %d" % (job["name"], log, m and m.group(0), host, k))
+            evs = events_of(os.path.join(folder, "attempt-%d.node%d.events.jsonl" % (i, k)))
+            named = sorted({e["rank"] for e in evs if e.get("src") == "probe" and isinstance(e.get("rank"), int)})
+            if named != [2 * k, 2 * k + 1]:
+                fail("%s: node %d's event log names ranks %s, not %s" % (job["name"], k + 1, named, [2 * k, 2 * k + 1]))
+            # Each node's torchrun and its 2 ranks ran under the shim (3 processes or more: torch may start helpers).
+            armed = [e for e in evs if e.get("src") == "shim" and e.get("kind") == "shim_start"]
+            if len(armed) < 3:
+                fail("%s: node %d: %d processes under the shim, expected its torchrun and 2 ranks" % (job["name"], k + 1, len(armed)))
+
+
+def case_multinode_torchrun(tmp):
+    """One torchrun per node, rank 3 (node 2) faulted at step 4: the consistent trainer's 4 ranks recover
+    together (every check passes) and the fault hit rank 3's process alone; the trainer where only rank 3
+    halves fails ranks_recover_together, naming rank 3; a hang across the nodes' torchruns is found at the
+    stall limit and the attempt ended."""
+    out = os.path.join(tmp, "out")
+    r = run_suite(out, "mn-torchrun-consistent", "mn-torchrun-local-halving", "mn-torchrun-hang", suite=TORCHRUN_SUITE)
+    if r.returncode != 0:
+        fail("the run did not pass (exit %d)" % r.returncode)
+    jobs = jobs_of(out)
+    good, broken, hang = jobs["mn-torchrun-consistent"], jobs["mn-torchrun-local-halving"], jobs["mn-torchrun-hang"]
+    expect_status(good, "passed")
+    check_torchrun_nodes(good)
+    v = verdicts(good)
+    for policy in ("exit", "oom_visible", "completes", "ranks_recover_together", "no_hang"):
+        if v.get(policy, {}).get("status") != "pass":
+            fail("mn-torchrun-consistent: %s did not pass: %s" % (policy, v.get(policy)))
+    if "4 ranks" not in v["completes"]["reason"]:
+        fail("completes did not judge 4 ranks: %s" % v["completes"]["reason"])
+    # The fault fired in rank 3's process alone: every injection in the node logs is rank 3's (by its pid's
+    # probe events, on node 2), and there is one.
+    folder = os.path.dirname(good["attempts"][0]["ranks"][0]["log_path"])
+    injected = {}
+    for k in (0, 1):
+        evs = events_of(os.path.join(folder, "attempt-0.node%d.events.jsonl" % k))
+        rank_of_pid = {e["pid"]: e["rank"] for e in evs if e.get("src") == "probe" and isinstance(e.get("rank"), int)}
+        for e in evs:
+            if e.get("src") == "shim" and e.get("kind") == "inject":
+                key = (k, rank_of_pid.get(e["pid"]))
+                injected[key] = injected.get(key, 0) + 1
+    if set(injected) != {(1, 3)}:
+        fail("the fault did not fire on rank 3 (node 2) alone: injections by (node, rank) %s" % injected)
+    expect_status(broken, "passed")  # its must_fail check failed, as expected
+    check_torchrun_nodes(broken)
+    rr = verdicts(broken)["ranks_recover_together"]
+    if rr["status"] != "fail" or "rank 3" not in rr["reason"]:
+        fail("mn-torchrun-local-halving: ranks_recover_together: %s" % rr)
+    expect_status(hang, "passed")  # its must_fail checks failed, as expected
+    check_torchrun_nodes(hang)
+    nh = verdicts(hang)["no_hang"]
+    if nh["status"] != "fail" or "waited" not in nh["reason"] or "(its torchrun)" not in nh["reason"]:
+        fail("mn-torchrun-hang: no_hang: %s" % nh)
+    a = hang["attempts"][0]
+    if a["duration"] > 60:
+        fail("the hang took %.0f s to end (stall limit 5 s): not the runner's doing" % a["duration"])
+    print("one torchrun per node: ranks recovered together; the twin failed naming rank 3; hang found after %.1f s: %s"
+          % (a["duration"], nh["reason"]))
+
+
+def case_multinode_torchrun_node_killed(tmp):
+    """One torchrun per node, and node 2 disappears mid-run: the same error naming oomh-n2 (the heartbeat of
+    Note [Ranks on several nodes] does not depend on who starts the ranks)."""
+    case_multinode_node_killed(tmp, TORCHRUN_SUITE, "mn-torchrun-node-killed", "attempt-0.node1.log")
+
+
+TORCHRUN_BAD = """version: 1
+name: bad
+backend: slurm
+jobs:
+  - name: bad
+    device: virtual
+    nodes: 2
+    ranks_per_node: 2
+    shell: true
+    run: %s
+"""
+
+
+def case_multinode_torchrun_bad_input(tmp):
+    """A torchrun job whose --nnodes or --nproc_per_node contradicts nodes x ranks_per_node, or that is
+    --standalone or lacks --nnodes, is refused by the loader (exit 4) before anything reaches Slurm; one whose
+    values are shell variables is taken (the runner assumes them) and checked no further here."""
+    cases = [("nnodes", "exec torchrun --nnodes=3 --nproc_per_node=2 t.py", "torchrun --nnodes 3, and the job has nodes: 2"),
+             ("nproc", "exec python3 -m torch.distributed.run --nnodes 2 --nproc-per-node 4 t.py", "would start 4 ranks, not 2"),
+             ("standalone", "torchrun --standalone --nproc_per_node 2 t.py", "--standalone is one node"),
+             ("no-nnodes", "torchrun --nproc_per_node 2 t.py", "not given --nnodes")]
+    for name, command, words in cases:
+        suite = os.path.join(tmp, name + ".yaml")
+        with open(suite, "w") as f:
+            f.write(TORCHRUN_BAD % json.dumps(command))
+        r = run([BIN, "validate", suite])
+        if r.returncode != 4 or words not in r.stdout + r.stderr:
+            fail("%s: exit %d, expected 4 saying '%s'" % (name, r.returncode, words))
+    suite = os.path.join(tmp, "readable-not.yaml")
+    with open(suite, "w") as f:
+        f.write(TORCHRUN_BAD % json.dumps("torchrun --nnodes=$SLURM_NNODES --nproc_per_node=$M t.py"))
+    r = run([BIN, "validate", suite])
+    if r.returncode != 0:
+        fail("a torchrun job whose values are shell variables was refused: exit %d" % r.returncode)
+    print("every contradiction refused by the loader; shell variables assumed")
 
 
 BAD_SUITE = """version: 1

@@ -55,7 +55,9 @@ void JobRunner::Impl::start_attempt(JobState& j, bool reference) {
   // runs ranks first .. first+here-1 of the job's `ranks`.
   NodeGroup* group = options.node_group.get();
   int ranks = std::max(1, j.spec->ranks);
-  int here = group ? group->ranks_per_node() : ranks;
+  // Note [One torchrun per node] in node_group.h: then this node runs one process, its torchrun.
+  const bool node_torchrun = group && one_torchrun_per_node(*j.spec);
+  int here = node_torchrun ? 1 : group ? group->ranks_per_node() : ranks;
   int first = group ? group->first_rank() : 0;
   j.group_key = NodeGroup::key(reference, n);
   j.end_published = false;
@@ -66,9 +68,10 @@ void JobRunner::Impl::start_attempt(JobState& j, bool reference) {
     else if (j.outcome->error.empty()) j.outcome->error = *problem;
     return finish_job(j);
   }
-  j.rank_ends.assign(ranks > 1 ? static_cast<size_t>(ranks) : 0, Attempt{});
+  j.rank_ends.assign(ranks > 1 && !node_torchrun ? static_cast<size_t>(ranks) : 0, Attempt{});
   j.ranks_ended = 0;
   j.first_end_rank = -1;
+  j.first_end_node = -1;
   j.first_end_t = 0;
   j.first_end_oom = false;
   j.hang_called = false;
@@ -80,21 +83,26 @@ void JobRunner::Impl::start_attempt(JobState& j, bool reference) {
   for (int k = 0; k < here; ++k) j.current.push_back(std::make_unique<AttemptRun>(*ctx));
   for (int k = 0; k < here; ++k) {
     if (j.finished) return;
-    launch_rank(j, reference, n, static_cast<size_t>(k), ranks > 1 ? first + k : -1, port, work);
+    launch_rank(j, reference, n, static_cast<size_t>(k), ranks > 1 && !node_torchrun ? first + k : -1, port, work,
+                node_torchrun ? group->node() : -1);
   }
 }
 
-// One process of attempt `n`: the whole attempt for a job without ranks (rank -1), else rank `rank`.
-void JobRunner::Impl::launch_rank(JobState& j, bool reference, int n, size_t slot, int rank, int port, const std::string& work) {
+// One process of attempt `n`: the whole attempt for a job without ranks (rank -1), else rank `rank`; or,
+// with `node` 0 or more, node `node`'s torchrun (Note [One torchrun per node] in node_group.h).
+void JobRunner::Impl::launch_rank(JobState& j, bool reference, int n, size_t slot, int rank, int port, const std::string& work,
+                                  int node) {
   AttemptRun& r = *j.current[slot];
   r.job = &j;
   r.reference = reference;
   r.rank = rank;
+  r.node = node;
   r.attempt.index = n;
   r.attempt.faults_enabled = !reference && j.faults_enabled;
   r.attempt.start = now();
   r.seen_step_t = r.attempt.start;
-  std::string stem = (reference ? "reference-" : "attempt-") + std::to_string(n) + (rank >= 0 ? ".rank" + std::to_string(rank) : "");
+  std::string stem = (reference ? "reference-" : "attempt-") + std::to_string(n) + (rank >= 0 ? ".rank" + std::to_string(rank) : "") +
+                     (node >= 0 ? ".node" + std::to_string(node) : "");
   r.attempt.log_path = (fs::path(j.dir) / (stem + ".log")).string();
   r.events_path = (fs::path(j.dir) / (stem + ".events.jsonl")).string();
   // Note [A run folder the runner owns] in run_folder.h: relative to the job's folder, no link followed.
@@ -157,15 +165,24 @@ void JobRunner::Impl::launch_rank(JobState& j, bool reference, int n, size_t slo
       actx.node = group->node();
       actx.master_addr = group->master_addr();
     }
+  } else if (node >= 0) {
+    const NodeGroup& group = *options.node_group;
+    actx.torchrun_node = node;
+    actx.nodes = group.nodes();
+    actx.local_world_size = group.ranks_per_node();
+    actx.world_size = std::max(1, j.spec->ranks);
+    actx.master_addr = group.master_addr();
+    actx.master_port = port;
   }
   std::vector<std::string> env = job_environment(*j.spec, options.paths, actx);
   // As the job names it: the sidecar lives in the run's namespace too (Note [A runner its jobs cannot signal]).
   if (j.sidecar && j.sidecar->proc)
     env.push_back("OOMH_RESERVE_PID=" + std::to_string(pid_inside(static_cast<pid_t>(j.sidecar->proc->id()))));
   std::vector<std::string> argv = attempt_argv(*j.spec, work, n);
-  if (!reference && n == 0 && rank <= 0) j.outcome->argv = argv;
+  if (!reference && n == 0 && rank <= 0 && node <= 0) j.outcome->argv = argv;
   nlohmann::json start_fields = {{"attempt", n}, {"argv", argv}};
-  if (rank >= 0) start_fields["master_port"] = port;
+  if (rank >= 0 || node >= 0) start_fields["master_port"] = port;
+  if (node >= 0) start_fields["node"] = node;
   if (j.sidecar && j.sidecar->ready) start_fields["reserved"] = j.sidecar->held;  // real bytes held beside it
   r.attempt.events.push_back(runner_event(events::kAttemptStart, r.attempt.start, start_fields));
   if (argv.empty()) return fail_attempt(r, "the job has no command");
@@ -196,7 +213,7 @@ void JobRunner::Impl::launch_rank(JobState& j, bool reference, int n, size_t slo
   // (setpgid from this side would race with setsid, which fails in a process that already leads a group.)
   r.pgid = r.proc->id();
   register_job_session(r.pgid);  // Note [Signals a job may send] in signals.h
-  if (rank <= 0) progress(j, JobProgress::State::running, &r);
+  if (rank <= 0 && node <= 0) progress(j, JobProgress::State::running, &r);
 
   AttemptRun* rp = &r;
   r.proc->async_wait([this, rp](boost::system::error_code, int) { on_exit(rp); });
@@ -241,8 +258,9 @@ std::optional<std::string> JobRunner::Impl::replaced_event_log(const AttemptRun&
 void JobRunner::Impl::fail_attempt(AttemptRun& r, const std::string& why) {
   JobState& j = *r.job;
   r.attempt.end = now();
-  if (r.rank >= 0 && j.first_end_rank < 0) {
+  if ((r.rank >= 0 || r.node >= 0) && j.first_end_t <= 0) {
     j.first_end_rank = r.rank;
+    j.first_end_node = r.node;
     j.first_end_t = r.attempt.end;
   }
   r.attempt.end_kind = AttemptEnd::failed_to_start;
@@ -377,6 +395,34 @@ void JobRunner::Impl::finish_attempt(AttemptRun& r) {
     j.rank_ends.clear();
     for (RankEnd& re : merged.ranks) re.stacks = j.stacks[static_cast<size_t>(re.rank)];
     into.push_back(std::move(merged));
+  } else if (r.node >= 0) {
+    // Note [One torchrun per node] in node_group.h: every node's torchrun's attempt, folded into the ranks
+    // their events name, the same on every node. A node that disappeared: its ranks marked lost.
+    NodeGroup& group = *options.node_group;
+    std::vector<NodeGroup::RankPart> mine, all;
+    mine.push_back({group.node(), std::move(a), std::string()});
+    std::optional<std::string> problem = j.node_lost.empty() ? group.exchange(j.group_key, mine, all, stop_requested) : j.node_lost;
+    std::vector<Attempt> nodes(static_cast<size_t>(group.nodes()));
+    if (problem) {
+      for (size_t k = 0; k < nodes.size(); ++k) {
+        Attempt& lost = nodes[k];
+        lost.index = mine.front().attempt.index;
+        lost.start = lost.end = now();
+        lost.end_kind = AttemptEnd::signalled;
+        lost.signal = SIGKILL;
+        lost.output_tail = "oomharness: this node did not report its end: " + *problem + "\n";
+      }
+      nodes[static_cast<size_t>(group.node())] = std::move(mine.front().attempt);
+    } else {
+      for (NodeGroup::RankPart& p : all)
+        if (p.rank >= 0 && static_cast<size_t>(p.rank) < nodes.size()) nodes[static_cast<size_t>(p.rank)] = std::move(p.attempt);
+    }
+    into.push_back(merge_node_torchruns(std::move(nodes), group.ranks_per_node()));
+    if (problem) {
+      if (*problem == kGroupInterrupted) j.outcome->interrupted = true;
+      else if (j.outcome->error.empty()) j.outcome->error = *problem;
+      return finish_job(j);
+    }
   } else {
     split_ranks_from_events(a);  // a job that starts torchrun itself (Note [Ranks seen in events])
     into.push_back(std::move(a));

@@ -49,7 +49,7 @@ std::string read_text_file(const std::string& path, size_t cap) {
 // the exit: the job is still ended, with no stacks.
 void JobRunner::Impl::check_hang(JobState& j) {
   if (options.node_group && j.spec->ranks >= 2) watch_nodes(j);
-  if (j.spec->ranks < 2 || j.hang_called || j.first_end_rank < 0 || stopping) return;
+  if (j.spec->ranks < 2 || j.hang_called || j.first_end_t <= 0 || stopping) return;
   double t = now();
   if (!j.restart_stop_called)
     if (const AttemptRun* dead = rank_that_restarts_all(j, t)) return stop_for_restart(j, *dead, t);
@@ -84,16 +84,17 @@ void JobRunner::Impl::watch_nodes(JobState& j) {
       if (c && c->proc && !c->exited && c->stop == AttemptRun::Stop::none) stop_attempt(*c, AttemptRun::Stop::hang);
     return;
   }
-  if (j.first_end_rank >= 0 && !j.end_published) {
+  if (j.first_end_t > 0 && !j.end_published) {
     j.end_published = true;
     group.publish_end(j.group_key, j.first_end_rank, j.first_end_oom);
   }
   double t = now();
   if (t - j.group_look < 0.25) return;
   j.group_look = t;
-  if (j.first_end_rank < 0)
+  if (j.first_end_t <= 0)
     if (auto end = group.remote_end(j.group_key)) {
       j.first_end_rank = end->rank;
+      j.first_end_node = end->rank < 0 ? end->node : -1;
       j.first_end_t = t;
       j.first_end_oom = end->oom;
       j.end_published = true;  // it is the other node's to tell
@@ -153,17 +154,23 @@ void JobRunner::Impl::stop_for_restart(JobState& j, const AttemptRun& dead, doub
 void JobRunner::Impl::take_stacks(JobState& j, AttemptRun* stalled, double waited) {
   j.hang_called = true;
   if (stalled) {
-    stalled->attempt.events.push_back(runner_event(events::kHang, now(),
-                                                   {{"rank", stalled->rank},
-                                                    {"step", stalled->seen_step == INT64_MIN ? int64_t{-1} : stalled->seen_step},
-                                                    {"waited", waited},
-                                                    {"stall", j.spec->hang_stall},
-                                                    {"after_rank", j.first_end_rank},
-                                                    {"after", j.first_end_oom ? "oom" : "exit"}}));
+    nlohmann::json fields = {{"rank", stalled->rank},
+                             {"step", stalled->seen_step == INT64_MIN ? int64_t{-1} : stalled->seen_step},
+                             {"waited", waited},
+                             {"stall", j.spec->hang_stall},
+                             {"after_rank", j.first_end_rank},
+                             {"after", j.first_end_oom ? "oom" : "exit"}};
+    // Note [One torchrun per node] in node_group.h: the stalled process is a node's torchrun (its ranks share
+    // one control block), and the first end may be another node's torchrun's.
+    if (stalled->node >= 0) fields["node"] = stalled->node;
+    if (j.first_end_rank < 0 && j.first_end_node >= 0) fields["after_node"] = j.first_end_node;
+    stalled->attempt.events.push_back(runner_event(events::kHang, now(), std::move(fields)));
     if (options.node_group) options.node_group->publish_hang(j.group_key, stalled->rank);
   }
+  // A node's torchrun is not asked for stacks: SIGUSR1 would end its agent (Python's default for it), and its
+  // ranks have no stack files of their own (Note [One torchrun per node]).
   for (auto& c : j.current)
-    if (c && c->proc && !c->exited) kill(static_cast<pid_t>(c->proc->id()), SIGUSR1);
+    if (c && c->proc && !c->exited && c->node < 0) kill(static_cast<pid_t>(c->proc->id()), SIGUSR1);
   if (!j.stacks_timer) j.stacks_timer = std::make_unique<asio::steady_timer>(*ctx);
   j.stacks_timer->expires_after(seconds(kStacksWait));
   JobState* jp = &j;

@@ -106,6 +106,7 @@ struct AttemptRun {
   int events_fd = -1;
   bool restored = false;     // its folder was removed while it ran and made again (restore_removed_folders)
   int rank = -1;             // a job with ranks > 1: this process's rank (Note [Ranks] in trace.h)
+  int node = -1;             // one torchrun per node: the node whose torchrun it is (Note [One torchrun per node])
   std::string stacks_path;   // OOMH_STACKS
   std::vector<int> outside_seen;  // Note [Processes outside the shim]: pids already written as outside the shim
   bool plan_tamper_seen = false;  // Note [A plan only the runner writes]: the runner's own `tamper` event is in
@@ -161,6 +162,8 @@ struct JobState {
   std::vector<Attempt> rank_ends;   // rank k's attempt, once it has finished
   size_t ranks_ended = 0;
   int first_end_rank = -1;          // the rank whose process exited (or that raised an OOM) first, and when
+  int first_end_node = -1;          // ... or the node whose torchrun did (Note [One torchrun per node]; its rank is
+                                    // not known while it runs); first_end_t > 0 once either is set
   double first_end_t = 0;
   bool first_end_oom = false;       // it raised an OOM (it may still run) rather than exited
   bool hang_called = false;
@@ -230,7 +233,7 @@ struct JobRunner::Impl {
 
   // Attempts.
   void start_attempt(JobState& j, bool reference);
-  void launch_rank(JobState& j, bool reference, int n, size_t slot, int rank, int port, const std::string& work);
+  void launch_rank(JobState& j, bool reference, int n, size_t slot, int rank, int port, const std::string& work, int node = -1);
   void check_hang(JobState& j);
   void watch_nodes(JobState& j);  // Note [Ranks on several nodes]
   // `stalled` null: another node called the hang (it recorded the event); this node takes its ranks' stacks.

@@ -96,8 +96,9 @@ void JobRunner::Impl::kill_orphans(const AttemptRun* r, bool all) {
 void JobRunner::Impl::on_exit(AttemptRun* r) {
   r->exited = true;
   r->attempt.end = now();
-  if (r->rank >= 0 && r->job->first_end_rank < 0) {
+  if ((r->rank >= 0 || r->node >= 0) && r->job->first_end_t <= 0) {
     r->job->first_end_rank = r->rank;
+    r->job->first_end_node = r->node;
     r->job->first_end_t = r->attempt.end;
   }
   r->status = r->proc->native_exit_code();

@@ -85,8 +85,9 @@ void JobRunner::Impl::sample(AttemptRun& r, bool last) {
     r.seen_step_t = now();
   }
   // Note [Hang detection]: a rank that raised an OOM starts the watch as one that exited does.
-  if (r.rank >= 0 && r.job->first_end_rank < 0 && cb->ooms_seen.load(std::memory_order_relaxed) > 0) {
+  if ((r.rank >= 0 || r.node >= 0) && r.job->first_end_t <= 0 && cb->ooms_seen.load(std::memory_order_relaxed) > 0) {
     r.job->first_end_rank = r.rank;
+    r.job->first_end_node = r.node;
     r.job->first_end_t = now();
     r.job->first_end_oom = true;
   }

@@ -49,6 +49,19 @@ void append_path(EnvMap& env, const std::string& name, const std::string& item) 
   env[name] = (it == env.end() || it->second.empty()) ? item : it->second + ":" + item;
 }
 
+// The variables srun gives task `procid` of a step of `nodes` x `per_node` tasks (Note [Slurm's task
+// variables for each rank]).
+void slurm_task_variables(EnvMap& env, int procid, int localid, int node, int nodes, int per_node) {
+  const std::string tasks_per_node = std::to_string(per_node) + (nodes > 1 ? "(x" + std::to_string(nodes) + ")" : "");
+  env["SLURM_PROCID"] = std::to_string(procid);
+  env["SLURM_LOCALID"] = std::to_string(localid);
+  env["SLURM_NODEID"] = std::to_string(node);
+  env["SLURM_NNODES"] = std::to_string(nodes);
+  env["SLURM_NTASKS"] = env["SLURM_NPROCS"] = env["SLURM_STEP_NUM_TASKS"] = std::to_string(nodes * per_node);
+  env["SLURM_NTASKS_PER_NODE"] = std::to_string(per_node);
+  env["SLURM_TASKS_PER_NODE"] = env["SLURM_STEP_TASKS_PER_NODE"] = tasks_per_node;
+}
+
 std::vector<std::string> flatten(const EnvMap& env) {
   std::vector<std::string> out;
   out.reserve(env.size());
@@ -158,14 +171,14 @@ std::vector<std::string> job_environment(const JobSpec& job, const HarnessPaths&
       const int world = ctx.world_size;
       const int per_node = ctx.local_world_size > 0 ? ctx.local_world_size : world;
       const int nodes = per_node > 0 ? (world + per_node - 1) / per_node : 1;
-      const std::string tasks_per_node = std::to_string(per_node) + (nodes > 1 ? "(x" + std::to_string(nodes) + ")" : "");
-      env["SLURM_PROCID"] = std::to_string(*ctx.rank);
-      env["SLURM_LOCALID"] = std::to_string(ctx.local_rank.value_or(*ctx.rank));
-      env["SLURM_NODEID"] = std::to_string(ctx.node);
-      env["SLURM_NTASKS"] = env["SLURM_NPROCS"] = env["SLURM_STEP_NUM_TASKS"] = std::to_string(world);
-      env["SLURM_NTASKS_PER_NODE"] = std::to_string(per_node);
-      env["SLURM_TASKS_PER_NODE"] = env["SLURM_STEP_TASKS_PER_NODE"] = tasks_per_node;
+      slurm_task_variables(env, *ctx.rank, ctx.local_rank.value_or(*ctx.rank), ctx.node, nodes, per_node);
     }
+  } else if (ctx.torchrun_node) {
+    // Note [One torchrun per node] in node_group.h: what `srun --ntasks-per-node=1 torchrun ...` gives each
+    // node's torchrun: the node's task, and the rendezvous; torchrun gives its ranks RANK and the rest.
+    env["MASTER_ADDR"] = ctx.master_addr.empty() ? std::string("127.0.0.1") : ctx.master_addr;
+    env["MASTER_PORT"] = std::to_string(ctx.master_port);
+    slurm_task_variables(env, *ctx.torchrun_node, 0, *ctx.torchrun_node, ctx.nodes, 1);
   }
   prepend_path(env, "LD_LIBRARY_PATH", paths.driver_library_dir);
   if (!ctx.gpus.empty() && job.device != DeviceChoice::virtual_device) {

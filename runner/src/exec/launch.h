@@ -39,6 +39,10 @@ struct AttemptContext {
   std::string master_addr;
   int master_port = 0;
   std::string stacks_path;
+  // Note [One torchrun per node] in node_group.h: this process is node `torchrun_node`'s torchrun, of
+  // `nodes`; it gets MASTER_ADDR, MASTER_PORT and one Slurm task per node's variables, and no rank.
+  std::optional<int> torchrun_node;
+  int nodes = 1;
   std::string saved_steps;    // OOMH_SAVED_STEPS: saved_steps() of the earlier attempts
 };
 

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "oomharness/runner/agent_plan.h"
+#include "suite/torchrun_command.h"
 
 namespace oomh::exec {
 
@@ -42,6 +43,8 @@ NodeGroup::NodeGroup(Setup s) : s_(std::move(s)) {
   for (int k = 0; k < s_.nodes; ++k)
     if (k != s_.node) seen_[k] = Seen{"", mono()};
 }
+
+bool one_torchrun_per_node(const JobSpec& job) { return job.nodes > 1 && suite::torchrun_command(job.argv).has_value(); }
 
 std::string NodeGroup::path(const std::string& name) const { return (fs::path(s_.dir) / name).string(); }
 
@@ -106,7 +109,7 @@ std::optional<NodeGroup::End> NodeGroup::remote_end(const std::string& key) {
     if (!text) continue;
     try {
       auto j = nlohmann::json::parse(*text);
-      return End{j.at("rank").get<int>(), j.at("oom").get<bool>()};
+      return End{j.at("rank").get<int>(), j.at("oom").get<bool>(), k};
     } catch (const std::exception&) {
     }
   }

@@ -24,6 +24,30 @@
 //   kNodeSilence seconds (by this node's clock: no clocks are compared) has disappeared (its slurmd and
 //   tasks killed, the node down): the others stop their ranks and the job is an error that names that node,
 //   never a pass and never an OOM verdict.
+//
+// Note [One torchrun per node]
+// On a cluster, distributed PyTorch is often `srun torchrun --nnodes=$SLURM_NNODES --nproc_per_node=M
+// --node_rank=$SLURM_NODEID --rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT train.py`: one torchrun per node, which
+// starts the node's M ranks. A job on several nodes whose command starts torchrun (Note [A command that starts
+// torchrun] in runner/src/suite/torchrun_command.h; the loader has refused an --nnodes or --nproc_per_node it
+// can read that contradicts nodes and ranks_per_node) is run that way: each node agent starts ONE process, the
+// node's torchrun, under the shim, with what srun gives one task per node (SLURM_NODEID, SLURM_NNODES,
+// SLURM_PROCID = the node, SLURM_LOCALID 0, SLURM_NTASKS = the nodes) and MASTER_ADDR/MASTER_PORT of the
+// attempt (above), and no RANK, LOCAL_RANK or WORLD_SIZE: torchrun gives those to its ranks. The ranks of a
+// node then share the node's output log, event log and control block (`attempt-0.node1.log`, ...), as the
+// ranks of a local job that starts torchrun itself do (docs/distributed.md); the probe tags each event with
+// its process's RANK and the shim's `rank:` filter reads RANK, so a fault on rank k hits global rank k on
+// whichever node torchrun put it. At the end of each attempt the nodes exchange their torchruns' attempts
+// (as ranks' parts, keyed by node) and every node folds them with merge_node_torchruns (trace.h): each
+// node's shim events take the rank of their pid within that node's log (pids are per node), every rank gets
+// its node's torchrun's end, and the ranks are merged as above; so restarts are of every node together.
+// The first end, the hang watch and the heartbeat are as above, with a node's torchrun standing for its
+// ranks: its exit or its control block's first OOM starts every node's watch (its rank is not known while it
+// runs: the `hang` event names the nodes instead), and a torchrun whose block's step stalls is hung. What
+// is lost against ranks the agents start themselves: no stacks (a torchrun is not sent SIGUSR1, its ranks
+// have no stack files), the step a node's hang watch reads is whichever of its ranks wrote last, and a rank
+// that dies of what restarts the job does not stop the other nodes early (Note [A restart of every rank]):
+// over gloo they fail at once; over NCCL the hang watch ends the attempt.
 
 #include <atomic>
 #include <functional>
@@ -35,6 +59,9 @@
 #include "oomharness/runner/model.h"
 
 namespace oomh::exec {
+
+// Note [One torchrun per node]: a job on several nodes whose command starts torchrun.
+bool one_torchrun_per_node(const JobSpec& job);
 
 inline constexpr double kNodeSilence = 10;  // seconds without a heartbeat after which a node is gone
 inline constexpr const char* kGroupInterrupted = "interrupted";  // what start() and exchange() say when `stop` was set
@@ -71,8 +98,9 @@ class NodeGroup {
   // This node's first end (the first of its ranks to exit or raise an OOM); the first other node's.
   void publish_end(const std::string& key, int rank, bool oom);
   struct End {
-    int rank = -1;
+    int rank = -1;  // -1: a node's torchrun ended (Note [One torchrun per node]), whose rank is not known
     bool oom = false;
+    int node = -1;  // the node that said so
   };
   std::optional<End> remote_end(const std::string& key);
   // A hang called on this node; the node that called one elsewhere.

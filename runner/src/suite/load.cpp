@@ -36,6 +36,7 @@
 #include "suite/job_table.h"
 #include "suite/loader.h"
 #include "suite/limits.h"
+#include "suite/torchrun_command.h"
 #include "suite/matrix.h"
 #include "suite/names.h"
 #include "suite/reader.h"
@@ -908,6 +909,17 @@ std::optional<Loader::JobTemplate> Loader::make_job(Partial job, const SourceLoc
   if (!job.run || job.bad.count("run") || job.bad.count("shell")) return std::nullopt;
   auto argv = command(*job.run, job.fields.shell.value_or(false), f / "run");
   if (!argv || !ok) return std::nullopt;
+  // Note [A command that starts torchrun]: on several nodes, what torchrun is asked for must be the job's.
+  if (jf.nodes && *jf.nodes > 1) {
+    std::vector<std::string> words;
+    for (const Text& a : *argv) words.push_back(a.text);
+    if (auto tr = suite::torchrun_command(words))
+      if (auto problem = suite::torchrun_contradiction(*tr, *jf.nodes, jf.ranks_per_node.value_or(1), jf.env.count("PET_NNODES") > 0,
+                                                       jf.env.count("PET_NPROC_PER_NODE") > 0)) {
+        d_.error(job.run->value_at, (f / "run").str() + ": " + *problem);
+        return std::nullopt;
+      }
+  }
   JobTemplate t;
   t.name = *job.fields.name;
   t.where = where;

@@ -11,6 +11,7 @@
 #include "exec/cpu_share.h"
 #include "exec/gpu_packing.h"
 #include "exec/launch.h"
+#include "exec/node_group.h"
 #include "exec/output.h"
 #include "oomharness/events.h"
 
@@ -384,6 +385,39 @@ TEST(Launch, RankEnvironment) {
     EXPECT_EQ(env_value(under_slurm, "SLURM_NTASKS_PER_NODE"), "2");
     EXPECT_EQ(env_value(under_slurm, "SLURM_TASKS_PER_NODE"), "2(x2)");
     EXPECT_EQ(env_value(under_slurm, "SLURM_JOB_ID"), "42");
+  }
+  {
+    // Note [One torchrun per node] (exec/node_group.h): node 1's torchrun, of 2 nodes of 2 ranks: one task
+    // per node and the rendezvous, no rank of its own (torchrun gives those).
+    JobSpec tr = job;
+    tr.env.clear();
+    AttemptContext node{"ddp", 0, "/oomh-1-0-0", "/o/ev.jsonl", "{}", {}, "/w", {}, std::nullopt};
+    node.torchrun_node = 1;
+    node.nodes = 2;
+    node.world_size = 4;
+    node.local_world_size = 2;
+    node.master_addr = "10.213.87.11";
+    node.master_port = 29600;
+    auto env1 = job_environment(tr, paths, node);
+    for (const char* name : {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "OOMH_STACKS"})
+      EXPECT_EQ(env_value(env1, name), "<unset>") << name;
+    EXPECT_EQ(env_value(env1, "MASTER_ADDR"), "10.213.87.11");
+    EXPECT_EQ(env_value(env1, "MASTER_PORT"), "29600");
+    EXPECT_EQ(env_value(env1, "SLURM_NODEID"), "1");
+    EXPECT_EQ(env_value(env1, "SLURM_NNODES"), "2");
+    EXPECT_EQ(env_value(env1, "SLURM_PROCID"), "1");
+    EXPECT_EQ(env_value(env1, "SLURM_LOCALID"), "0");
+    EXPECT_EQ(env_value(env1, "SLURM_NTASKS"), "2");
+    EXPECT_EQ(env_value(env1, "SLURM_TASKS_PER_NODE"), "1(x2)");
+    // Which jobs run so: several nodes, and a command that starts torchrun (Note [A command that starts torchrun]).
+    tr.nodes = 2;
+    tr.argv = {"/bin/sh", "-c", "exec torchrun --nnodes=$SLURM_NNODES --nproc_per_node=2 t.py"};
+    EXPECT_TRUE(one_torchrun_per_node(tr));
+    tr.argv = {"python3", "t.py"};
+    EXPECT_FALSE(one_torchrun_per_node(tr));
+    tr.argv = {"torchrun", "--nnodes", "1", "--nproc_per_node", "2", "t.py"};
+    tr.nodes = 1;
+    EXPECT_FALSE(one_torchrun_per_node(tr)) << "one node: one process, as on the local backend";
   }
   // Note [One GPU per rank]: every rank sees every rank's GPU, in rank order; LOCAL_RANK picks its own.
   ctx.gpus = {3, 1};

@@ -12,6 +12,7 @@
 #include "suite/names.h"
 #include "suite/shell_words.h"
 #include "suite/templates.h"
+#include "suite/torchrun_command.h"
 
 namespace oomh::suite {
 namespace {
@@ -27,6 +28,53 @@ TEST(ShellWords, SplitsOnWhitespaceAndHonoursQuotes) {
   EXPECT_EQ(split_shell_words("a 'x|y;z' \"p>q\" \\|").value(), (Words{"a", "x|y;z", "p>q", "|"}));
   EXPECT_EQ(split_shell_words("line\\\ncontinued").value(), (Words{"linecontinued"}));
   EXPECT_TRUE(split_shell_words("   ").value().empty());
+}
+
+// Note [A command that starts torchrun]: the one reader of a command for torchrun.
+TEST(TorchrunCommand, FindsTorchrunInArgvAndInShellText) {
+  auto sh = [](const std::string& text) { return Words{"/bin/sh", "-c", text}; };
+  auto tr = torchrun_command({"torchrun", "--nnodes=2", "--nproc-per-node", "4", "train.py", "--nnodes", "9"});
+  ASSERT_TRUE(tr);
+  EXPECT_EQ(tr->nnodes, "2");
+  EXPECT_EQ(tr->nproc_per_node, "4") << "the script's own --nnodes is not torchrun's";
+  tr = torchrun_command({"/usr/bin/python3.11", "-u", "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "t.py"});
+  ASSERT_TRUE(tr);
+  EXPECT_TRUE(tr->standalone);
+  EXPECT_EQ(tr->nproc_per_node, "2");
+  EXPECT_FALSE(tr->nnodes);
+  tr = torchrun_command(sh("echo \"host $(hostname)\"; exec env A=1 python3 -m torch.distributed.run --nnodes=$SLURM_NNODES "
+                           "--nproc_per_node=2 --node_rank=$SLURM_NODEID --master_addr=$MASTER_ADDR train.py"));
+  ASSERT_TRUE(tr);
+  EXPECT_EQ(tr->nnodes, "$SLURM_NNODES");
+  EXPECT_EQ(tr->nproc_per_node, "2");
+  EXPECT_TRUE(torchrun_command(sh("cd /x && OMP_NUM_THREADS=1 /opt/bin/torchrun --nnodes 2 t.py")));
+  for (const Words& w : {Words{"python3", "train.py", "--launcher", "torchrun"}, Words{"python3", "-m", "torch.distributed.launch", "t.py"},
+                         Words{"python3", "-c", "import torch.distributed.run"}, Words{"mytorchrun", "t.py"},
+                         sh("echo torchrun; python3 train.py"), sh("echo 'torchrun --nnodes 2'")})
+    EXPECT_FALSE(torchrun_command(w)) << w.back();
+}
+
+TEST(TorchrunCommand, AContradictionIsSaidAndAnUnreadableValueIsAssumed) {
+  TorchrunCommand tr;
+  tr.nnodes = "2";
+  tr.nproc_per_node = "2";
+  EXPECT_FALSE(torchrun_contradiction(tr, 2, 2, false, false));
+  tr.nnodes = "$SLURM_NNODES";
+  tr.nproc_per_node = "gpu";
+  EXPECT_FALSE(torchrun_contradiction(tr, 2, 2, false, false)) << "not readable: assumed to be the job's";
+  tr.nnodes = "1:4";
+  EXPECT_FALSE(torchrun_contradiction(tr, 2, 2, false, false));
+  tr.nnodes = "3";
+  EXPECT_NE(torchrun_contradiction(tr, 2, 2, false, false).value_or("").find("torchrun --nnodes 3, and the job has nodes: 2"), std::string::npos);
+  tr.nnodes = "2";
+  tr.nproc_per_node = "4";
+  EXPECT_NE(torchrun_contradiction(tr, 2, 2, false, false).value_or("").find("would start 4 ranks, not 2"), std::string::npos);
+  TorchrunCommand bare;
+  EXPECT_NE(torchrun_contradiction(bare, 2, 2, false, false).value_or("").find("not given --nnodes"), std::string::npos);
+  EXPECT_NE(torchrun_contradiction(bare, 2, 2, true, false).value_or("").find("not given --nproc_per_node"), std::string::npos);
+  EXPECT_FALSE(torchrun_contradiction(bare, 2, 2, true, true)) << "PET_NNODES, PET_NPROC_PER_NODE: torchrun's own way";
+  bare.standalone = true;
+  EXPECT_NE(torchrun_contradiction(bare, 2, 2, true, true).value_or("").find("--standalone"), std::string::npos);
 }
 
 TEST(ShellWords, RefusesWhatOnlyAShellUnderstands) {

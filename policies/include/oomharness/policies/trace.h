@@ -206,6 +206,16 @@ Attempt merge_ranks(std::vector<Attempt> ranks);
 // own events show it died of an OOM, so that the checks judge every rank as for `ranks: N`. Returns
 // whether it did; an attempt with `ranks` already, or with fewer than two ranks seen, is left as it is.
 bool split_ranks_from_events(Attempt& a);
+// The attempt of a job on several nodes that runs one torchrun per node (Note [One torchrun per node] in
+// runner/src/exec/node_group.h), from each node's attempt (nodes[k]: node k's torchrun and its ranks, one
+// output log, event log and control block). Each node's shim events get the rank of their pid's probe events
+// within that node's log (pids are the node's own); every rank a node's events name gets that node's
+// torchrun's end, as a rank of a local torchrun job gets its launcher's (split_ranks_from_events); a rank no
+// node named gets the end of node rank / ranks_per_node. What the ranks of a node share (the node's output,
+// samples, shim record) goes with its first rank; then merge_ranks folds them all, and events of no rank (the
+// torchruns' own, the runner's, observed values) are added as they are. A rank named by two nodes (their
+// torchruns made separate worlds) is a warning event.
+Attempt merge_node_torchruns(std::vector<Attempt> nodes, int ranks_per_node);
 // The rank an event came from: its `rank` field, -1 when it has none (a job without ranks).
 int rank_of(const Event& e);
 // The lowest step every rank completed (the minimum of the ranks' last steps), or last_completed_step()
