@@ -24,6 +24,15 @@ import sys
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
+def run_program(prog):
+    """Runs a program unchanged in this process (argv[0] its path), as `python PROGRAM ARGS` would."""
+    sys.argv = prog
+    try:
+        runpy.run_path(prog[0], run_name="__main__")
+    except SystemExit:
+        pass
+
+
 def record(args, prog):
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -37,7 +46,6 @@ def record(args, prog):
 
         def peak():
             return torch.cuda.max_memory_allocated()
-        wrap_mode = None
     else:
         sys.path.insert(0, os.path.join(ROOT, "python"))
         from oomharness.virtual_device import install_with_budget
@@ -53,20 +61,20 @@ def record(args, prog):
 
         def peak():
             return model.peak_allocated
-        wrap_mode = dev
 
-    class OpMemory(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, a=(), kw=None):
-            before = figures()
-            reset()
-            out = func(*a, **(kw or {}))
-            after = figures()
-            rows.append((str(func.overloadpacket.__name__), after - before, max(0, peak() - before)))
-            return out
+    def measured(name, call):
+        before = figures()
+        reset()
+        out = call()
+        after = figures()
+        rows.append((name, after - before, max(0, peak() - before)))
+        return out
 
-    if wrap_mode is None:
-        mode = OpMemory()
-        mode.__enter__()
+    if args.gpu:
+        class OpMemory(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, a=(), kw=None):
+                return measured(str(func.overloadpacket.__name__), lambda: func(*a, **(kw or {})))
+        OpMemory().__enter__()
     else:
         # the virtual device's own mode must stay innermost (it makes the fakes): ours goes around it, entered
         # once the device's mode is on the stack, by wrapping the device's dispatch
@@ -74,18 +82,9 @@ def record(args, prog):
         inner = cls.__torch_dispatch__
 
         def outer(self, func, types, a=(), kw=None):
-            before = figures()
-            reset()
-            out = inner(self, func, types, a, kw)
-            after = figures()
-            rows.append((str(func.overloadpacket.__name__), after - before, max(0, peak() - before)))
-            return out
+            return measured(str(func.overloadpacket.__name__), lambda: inner(self, func, types, a, kw))
         cls.__torch_dispatch__ = outer
-    sys.argv = prog
-    try:
-        runpy.run_path(prog[0], run_name="__main__")
-    except SystemExit:
-        pass
+    run_program(prog)
     return rows
 
 

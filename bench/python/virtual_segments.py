@@ -11,8 +11,9 @@ list beside it, row by row, marking the first row where the sizes differ.
 import argparse
 import json
 import os
-import runpy
 import sys
+
+from op_memory import run_program  # beside this file in bench/python
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
@@ -49,11 +50,7 @@ def main():
 
     model._new_segment = traced_segment
     model.malloc = traced_malloc
-    sys.argv = prog
-    try:
-        runpy.run_path(prog[0], run_name="__main__")
-    except SystemExit:
-        pass
+    run_program(prog)
     gpu = []
     if args.gpu:
         with open(args.gpu) as f:

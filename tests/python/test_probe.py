@@ -24,6 +24,15 @@ LOOP = textwrap.dedent("""
     print(json.dumps(losses))
 """)
 
+# An AdamW that has taken 4 steps (Note [A step is what the optimizer did]: the save-counter tests).
+FOUR_ADAMW_STEPS = textwrap.dedent("""
+    import sys, torch
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    for _ in range(4):
+        model(torch.ones(4, 2)).sum().backward(); opt.step(); opt.zero_grad()
+""")
+
 
 class ProbeTest(unittest.TestCase):
     def setUp(self):
@@ -466,12 +475,7 @@ class ProbeTest(unittest.TestCase):
         # taken) and then random_states_0.pkl, whose `step` is its accumulation position, 0. The resumed steps
         # went on from 1 ("training stopped at step 4 of 8"). A counter at or above the optimizer's count is
         # still taken (a checkpoint's own step, the explicit API).
-        code = textwrap.dedent("""
-            import sys, torch
-            model = torch.nn.Linear(2, 2)
-            opt = torch.optim.AdamW(model.parameters(), lr=0.1)
-            for _ in range(4):
-                model(torch.ones(4, 2)).sum().backward(); opt.step(); opt.zero_grad()
+        code = FOUR_ADAMW_STEPS + textwrap.dedent("""
             torch.save(opt.state_dict(), "optimizer.bin")
             torch.save({"step": int(sys.argv[1]), "python": 1}, "random_states_0.pkl")
         """)
@@ -502,12 +506,7 @@ class ProbeTest(unittest.TestCase):
         # Note [A step is what the optimizer did]: Accelerate's rank 1 writes only random_states_1.pkl (`step` 0,
         # its accumulation position) while its AdamW has taken 4 steps: the checkpoint of step 4 (it "lost 4
         # steps" under max_lost_steps). A counter from 0 (3 after 4 steps) is still taken as the program's.
-        code = textwrap.dedent("""
-            import sys, torch
-            model = torch.nn.Linear(2, 2)
-            opt = torch.optim.AdamW(model.parameters(), lr=0.1)
-            for _ in range(4):
-                model(torch.ones(4, 2)).sum().backward(); opt.step(); opt.zero_grad()
+        code = FOUR_ADAMW_STEPS + textwrap.dedent("""
             torch.save({"step": int(sys.argv[1]), "python": 1}, "random_states_1.pkl")
         """)
         for counter, step in ((0, 4), (3, 3), (9, 9)):

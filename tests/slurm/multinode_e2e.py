@@ -113,6 +113,16 @@ def expect_status(job, status):
                                                        [(v["policy"], v["status"], v.get("reason")) for v in job["verdicts"]]))
 
 
+
+def expect_four_ranks_recovered(job):
+    """Every check of a consistent 2 x 2 job passed, completes judged over its 4 ranks."""
+    v = verdicts(job)
+    for policy in ("exit", "oom_visible", "completes", "ranks_recover_together", "no_hang"):
+        if v.get(policy, {}).get("status") != "pass":
+            fail("%s: %s did not pass: %s" % (job["name"], policy, v.get(policy)))
+    if "4 ranks" not in v["completes"]["reason"]:
+        fail("completes did not judge 4 ranks: %s" % v["completes"]["reason"])
+
 # ---- cases -------------------------------------------------------------------------------------------
 
 
@@ -127,12 +137,7 @@ def case_multinode_recover(tmp):
     good, broken = jobs["mn-consistent"], jobs["mn-local-halving"]
     expect_status(good, "passed")
     check_placement(good)
-    v = verdicts(good)
-    for policy in ("exit", "oom_visible", "completes", "ranks_recover_together", "no_hang"):
-        if v.get(policy, {}).get("status") != "pass":
-            fail("mn-consistent: %s did not pass: %s" % (policy, v.get(policy)))
-    if "4 ranks" not in v["completes"]["reason"]:
-        fail("completes did not judge 4 ranks: %s" % v["completes"]["reason"])
+    expect_four_ranks_recovered(good)
     # The fault fired on rank 3 only: its event log has the injections, rank 2's (same node) has none.
     logs = {r["rank"]: r["log_path"].replace(".log", ".events.jsonl") for r in good["attempts"][0]["ranks"]}
     def injected(rank):
@@ -299,12 +304,7 @@ def case_multinode_torchrun(tmp):
     good, broken, hang = jobs["mn-torchrun-consistent"], jobs["mn-torchrun-local-halving"], jobs["mn-torchrun-hang"]
     expect_status(good, "passed")
     check_torchrun_nodes(good)
-    v = verdicts(good)
-    for policy in ("exit", "oom_visible", "completes", "ranks_recover_together", "no_hang"):
-        if v.get(policy, {}).get("status") != "pass":
-            fail("mn-torchrun-consistent: %s did not pass: %s" % (policy, v.get(policy)))
-    if "4 ranks" not in v["completes"]["reason"]:
-        fail("completes did not judge 4 ranks: %s" % v["completes"]["reason"])
+    expect_four_ranks_recovered(good)
     # The fault fired in rank 3's process alone: every injection in the node logs is rank 3's (by its pid's
     # probe events, on node 2), and there is one.
     folder = os.path.dirname(good["attempts"][0]["ranks"][0]["log_path"])

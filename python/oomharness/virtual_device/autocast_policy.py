@@ -27,6 +27,8 @@ import warnings
 
 import torch
 
+from .mode import argument_tensors
+
 # ATen/autocast_mode.h of PyTorch 2.11 to 2.14 (the same lists): operation (overload) -> policy
 _CUDA_LOWER = ("_convolution.deprecated _convolution conv1d conv2d conv3d conv_tbc conv_transpose1d "
                "conv_transpose2d.input conv_transpose3d.input convolution prelu addmm addmv addr matmul einsum mm "
@@ -97,24 +99,18 @@ def differing():
     return {name: CUDA.get(name) for name in sorted(set(CUDA) | set(CPU)) if CUDA.get(name) != CPU.get(name)}
 
 
-def _eligible(t):
+def eligible(t):
+    """Whether autocast casts t (autocast_mode.h's is_eligible): a floating tensor, not double."""
     return isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != torch.float64
 
 
-def _cast(value, dtype):
-    if _eligible(value) and value.dtype != dtype:
+def cast(value, dtype):
+    """autocast's cached_cast without the cache: an eligible tensor (or each one of a list or tuple) in dtype."""
+    if eligible(value) and value.dtype != dtype:
         return value.to(dtype)
     if isinstance(value, (list, tuple)):
-        return type(value)(_cast(v, dtype) for v in value)
+        return type(value)(cast(v, dtype) for v in value)
     return value
-
-
-def _tensors(args):
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            yield a
-        elif isinstance(a, (list, tuple)):
-            yield from (b for b in a if isinstance(b, torch.Tensor))
 
 
 def _qualified(op):
@@ -145,21 +141,21 @@ def _kernel(op, policy):
                 return op(*args, **kwargs)
         if with_dtype is not None:
             with torch._C._ExcludeDispatchKeyGuard(excluded):
-                if args and _eligible(args[0]):
+                if args and eligible(args[0]):
                     return with_dtype(*args, **kwargs, dtype=torch.float32)
                 return op(*args, **kwargs)
         if policy == "lower_precision_fp":
             dtype = torch.get_autocast_dtype("cpu")
-            args, kwargs = _cast(args, dtype), {k: _cast(v, dtype) for k, v in kwargs.items()}
+            args, kwargs = cast(args, dtype), {k: cast(v, dtype) for k, v in kwargs.items()}
         elif policy == "fp32":
-            args, kwargs = _cast(args, torch.float32), {k: _cast(v, torch.float32) for k, v in kwargs.items()}
+            args, kwargs = cast(args, torch.float32), {k: cast(v, torch.float32) for k, v in kwargs.items()}
         elif policy == "promote":
-            floats = [t.dtype for t in _tensors(list(args) + list(kwargs.values())) if t.is_floating_point()]
+            floats = [t.dtype for t in argument_tensors(args, kwargs) if t.is_floating_point()]
             if floats:
                 widest = max(floats, key=lambda d: torch.finfo(d).bits)
-                args, kwargs = _cast(args, widest), {k: _cast(v, widest) for k, v in kwargs.items()}
+                args, kwargs = cast(args, widest), {k: cast(v, widest) for k, v in kwargs.items()}
         elif policy == "fp32_set_opt_dtype":
-            if args and _eligible(args[0]) and dtype_at is not None and kwargs.get("dtype") is None:
+            if args and eligible(args[0]) and dtype_at is not None and kwargs.get("dtype") is None:
                 if len(args) > dtype_at:
                     if args[dtype_at] is None:
                         args = args[:dtype_at] + (torch.float32,) + args[dtype_at + 1:]

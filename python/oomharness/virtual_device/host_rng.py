@@ -40,10 +40,7 @@ class HostGenerator:
     def follow(self, func, args, kwargs):
         """A random operation `func` ran on the host fake args[0]: move the CPU generator on as it would have."""
         t = args[0]
-        if kwargs and kwargs.get("generator") is not None:
-            gen_given = True
-        else:
-            gen_given = False
+        gen_given = bool(kwargs) and kwargs.get("generator") is not None
         numel = t.numel()
         if numel <= SMALL:
             # A plain host tensor, made and drawn with every dispatch mode off (the fake mode, the device's)
@@ -66,10 +63,9 @@ class HostGenerator:
             self._skip("the model's initialisation draws more than %d numbers" % BUDGET)
             return
         self.drawn += draws
-        if self._buffer is None:
-            with _disable_current_modes():
-                self._buffer = torch.ops.aten.empty.memory_format([_CHUNK], dtype=torch.int32)
         with _disable_current_modes():
+            if self._buffer is None:
+                self._buffer = torch.ops.aten.empty.memory_format([_CHUNK], dtype=torch.int32)
             while draws > 0:
                 n = min(draws, _CHUNK)
                 self._buffer[:n].random_()

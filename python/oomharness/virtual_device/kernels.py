@@ -28,6 +28,8 @@ import math
 
 import torch
 
+from . import autocast_policy
+
 _FLASH_DTYPES = (torch.float16, torch.bfloat16)
 
 
@@ -42,10 +44,8 @@ def gpu_attention(dev, original):
             # CUDA's autocast lists scaled_dot_product_attention as lower_precision_fp (Note [CUDA's autocast
             # lists on the CPU]): its floating arguments take the autocast type before the kernel is chosen
             # (Llama-style code computes RoPE in float32 and hands float32 queries to it).
-            low = torch.get_autocast_dtype("cpu")
-            query, key, value, attn_mask = (
-                t.to(low) if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != torch.float64
-                else t for t in (query, key, value, attn_mask))
+            query, key, value, attn_mask = autocast_policy.cast((query, key, value, attn_mask),
+                                                                torch.get_autocast_dtype("cpu"))
         head = query.shape[-1] if isinstance(query, torch.Tensor) else 0
         usable = (isinstance(query, torch.Tensor) and not enable_gqa and not query.is_nested and query.dim() == 4
                   and dev.on_device(query) and query.dtype in _FLASH_DTYPES + (torch.float32,)

@@ -28,10 +28,7 @@ class DeviceMode(TorchDispatchMode):
     # dispatch mode's by bench/python/virtual_device_cost.py).
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         dev = self.device
-        seeded = _SEEDED.get(func)
-        if seeded is None:
-            seeded = _SEEDED[func] = torch.Tag.nondeterministic_seeded in getattr(func, "tags", ())
-        if seeded and _on_device(dev, args, kwargs):
+        if seeded(func) and _on_device(dev, args, kwargs):
             # Note [The CUDA generator's state] in runtime.py: the device's own random numbers.
             out = dev.rng.draw(lambda: func(*args, **kwargs) if kwargs else func(*args))
         else:
@@ -41,14 +38,15 @@ class DeviceMode(TorchDispatchMode):
         key = dev._key
         in_keys = []
         from_device = dev.creating()
-        for a in _tensors(args, kwargs):
+        for a in argument_tensors(args, kwargs):
             k = key(a)
             in_keys.append(k)
             if not from_device and k is not None and dev._live(k):
                 from_device = True
         if not from_device:
             return out
-        outs = (out,) if isinstance(out, torch.Tensor) else _tensors(out if isinstance(out, (list, tuple)) else (), None)
+        outs = (out,) if isinstance(out, torch.Tensor) else argument_tensors(
+            out if isinstance(out, (list, tuple)) else (), None)
         host = _HOST_OUTPUTS.get(func)
         if host is None:
             host = _HOST_OUTPUTS[func] = _HOST_OUTPUTS_BY_NAME.get(_op_name(func), ())
@@ -79,6 +77,14 @@ class DeviceMode(TorchDispatchMode):
 _SEEDED = {}  # func -> whether torch tags it nondeterministic_seeded (a random operation)
 
 
+def seeded(func):
+    """Whether an ATen operation draws random numbers (torch tags it nondeterministic_seeded)."""
+    answer = _SEEDED.get(func)
+    if answer is None:
+        answer = _SEEDED[func] = torch.Tag.nondeterministic_seeded in getattr(func, "tags", ())
+    return answer
+
+
 def _op_name(func):
     """An ATen operation's name (its overload packet's); a higher-order operator's own."""
     packet = getattr(func, "overloadpacket", None)
@@ -95,7 +101,7 @@ def _on_device(dev, args, kwargs):
         return True
     if dev.copying_to_host():
         return False
-    for a in _tensors(args, kwargs):
+    for a in argument_tensors(args, kwargs):
         if type(a) is not torch.Tensor and is_traceable_wrapper_subclass(a):
             mesh = getattr(a, "device_mesh", None)
             if getattr(mesh, "device_type", None) == "cuda":
@@ -113,7 +119,7 @@ def _on_device(dev, args, kwargs):
     return False
 
 
-def _tensors(args, kwargs):
+def argument_tensors(args, kwargs):
     """The tensors among an operation's arguments (and one level into lists: cat, stack, foreach ops)."""
     found = []
     for group in (args, kwargs.values() if kwargs else ()):

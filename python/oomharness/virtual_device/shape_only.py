@@ -77,7 +77,7 @@ from .kernels import gpu_attention, gpu_dropout
 from .device import VirtualDevice
 from .fake_state import FakeState
 from .libraries import LIBRARY_ERRORS
-from .mode import DeviceMode
+from .mode import DeviceMode, seeded
 
 WHO = _patches.SHAPE_ONLY
 
@@ -86,7 +86,6 @@ _SCALAR = _aten._local_scalar_dense.default
 _ALWAYS = {"isnan": False, "isinf": False, "isposinf": False, "isneginf": False, "isfinite": True}
 _CARRY = {"any": False, "all": False, "logical_not": True, "bitwise_not": True}  # name -> flips the value
 MAX_OOMS = 4
-_HOST_SEEDED = {}  # func -> whether torch tags it nondeterministic_seeded
 SNAP_FRACTION = 1024  # Note [The exact peak]
 
 
@@ -389,10 +388,7 @@ class _ShapeOnlyMode(DeviceMode):
         dev = self.device
         if func is _SCALAR and isinstance(args[0], FakeTensor):
             return dev.stand_in(args[0])
-        seeded = _HOST_SEEDED.get(func)
-        if seeded is None:
-            seeded = _HOST_SEEDED[func] = torch.Tag.nondeterministic_seeded in getattr(func, "tags", ())
-        if seeded and args and isinstance(args[0], FakeTensor) and not dev.on_device(args[0]):
+        if seeded(func) and args and isinstance(args[0], FakeTensor) and not dev.on_device(args[0]):
             dev.host_generator.follow(func, args, kwargs)  # Note [The host generator under a fake model]
         if dev.creating() and not dev.copying_to_host():
             with dev.fake:  # a tensor made for the device: fake (Note [Shape-only mode])
