@@ -13,6 +13,17 @@ one wait for nothing (tests/python/test_probe.py counts it). The loop is also ti
 its own `.item()` per step (as most loops that log their loss do), so the cost of that wait and the rest of
 the probe's are told apart.
 Prints the per-step times and their differences in microseconds.
+
+Note [The probe's cost in one process]
+Fresh processes differ from one another by more than the lean probe costs: on the H200 the bare loop alone
+ran from 608 to 872 us a step between runs of the same command (bench/RESULTS.md), so a paired median of
+fresh processes could not show a figure under 100 us. `--interleaved ROUNDS` measures in one process instead:
+the probe is installed as a job's is (sitecustomize at `import torch`) and then taken away (Probe.uninstall:
+the patch table restores every function it replaced and removes the global hooks) and put back between
+blocks of steps, so that each round is a block with the probe and a block without it on the same process,
+the same memory, the same CUDA context and the same core, in alternating order. The per-round differences
+are the probe's cost; their median and quartiles are printed. What it leaves out: what the probe costs once
+(installing, the first step) and what a process with the probe differs in beside the hooks (its imports).
 """
 import argparse
 import os
@@ -61,8 +72,69 @@ sync()
 print((time.perf_counter() - t0) / steps)
 '''
 
+# One process, the probe installed (OOMH_PROBE=1) and taken away again between blocks of `steps` steps: each
+# round times a block with the probe and one without, in the order ABBA, BAAB, ... so that a drift within the
+# round cancels. argv after LOOP's: rounds. Prints one "round ON OFF" line (seconds per step) per round.
+INTERLEAVED = LOOP + r'''
+rounds = int(sys.argv[5])
+import os
+from oomharness import probe as _probe
+P = _probe.get()
+assert P.installed, "the probe is not installed: OOMH_PROBE=1 and a job's environment are needed"
+# What the bench varies beside the evidence (PROBE_BENCH: a comma-separated list): "aa" times two blocks
+# without the probe against each other (the method's noise floor); "devnull" writes the events to /dev/null,
+# "nowrite" makes the lines and writes none (what the step event's write(2) costs on this host's file system);
+# "hollow" keeps the hooks and makes the parts do nothing in them (what the hooks alone cost).
+knobs = set(filter(None, os.environ.get("PROBE_BENCH", "").split(",")))
+if "devnull" in knobs:
+    P.ctx.log.fd = os.open(os.devnull, os.O_WRONLY)
+if "nowrite" in knobs:
+    from oomharness import _events
+    P.ctx.log.write = lambda kind, fields: bool(_events.format_line(kind, fields))
+if "hollow" in knobs:  # the hooks in place, the parts doing nothing in them: what the hooks alone cost
+    P.uninstall()
+    for part in P.needed:
+        for name in ("optimizer_begins", "optimizer_done", "backward_begins", "pre"):
+            if hasattr(part, name):
+                setattr(part, name, lambda *a, **k: None)
+for knob in knobs:  # "no:NAME": the part method NAME does nothing (where the parts' time goes)
+    if knob.startswith("no:"):
+        P.uninstall()
+        for part in P.needed:
+            if hasattr(part, knob[3:]):
+                setattr(part, knob[3:], lambda *a, **k: None)
+        for obj in (P.ctx, P.ctx.log, P.ctx.clock):  # the job context's: emit, write, set_phase, ...
+            if hasattr(obj, knob[3:]):
+                setattr(obj, knob[3:], lambda *a, **k: None)
+def probe_on(on):
+    on = on and "aa" not in knobs
+    if on and not P.installed:
+        for part in P.needed:  # uninstall() took them off the hook bus; install() puts their torch hooks back
+            P.ctx.hooks.register(part)
+        P.install(torch)
+    elif not on and P.installed:
+        P.uninstall()
+def block(on):
+    probe_on(on)
+    for _ in range(10):  # a few steps that settle the change (the first step after install is not the loop)
+        step()
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    sync()
+    return (time.perf_counter() - t0) / steps
+for r in range(rounds):
+    order = (True, False) if r % 2 == 0 else (False, True)
+    t = {on: block(on) for on in order}
+    print("round", t[True], t[False], flush=True)
+probe_on(True)
+'''
 
-def run(steps, probe, tmp, device="cpu", model="tiny", item=False, evidence=None):
+
+def run(steps, probe, tmp, device="cpu", model="tiny", item=False, evidence=None, rounds=None, knobs=""):
+    """Seconds per step of one fresh process; with `rounds`, [(with the probe, without)] per round of the
+    interleaved worker instead."""
     from harness import Job  # tests/python/harness.py: a real control block in /dev/shm and the probe's env
     job = Job()
     try:
@@ -70,11 +142,35 @@ def run(steps, probe, tmp, device="cpu", model="tiny", item=False, evidence=None
         env.pop("OOMH_CHECK_EVENTS", None)  # the tests' schema check is not what a job pays for
         if evidence is not None:
             env["OOMH_EVIDENCE"] = evidence
-        out = subprocess.run([sys.executable, "-c", WORKER, str(steps), device, model, "1" if item else "0"],
-                             env=env, capture_output=True, text=True, timeout=600, check=True)
-        return float(out.stdout.strip().splitlines()[-1])
+        env["PROBE_BENCH"] = knobs
+        argv = [sys.executable, "-c", WORKER, str(steps), device, model, "1" if item else "0"]
+        if rounds is not None:
+            argv[2:3] = [INTERLEAVED]
+            argv.append(str(rounds))
+        out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+        if out.returncode != 0:
+            raise SystemExit("the benchmark's worker failed (exit %d):\n%s" % (out.returncode, out.stderr[-3000:]))
+        lines = out.stdout.strip().splitlines()
+        if rounds is None:
+            return float(lines[-1])
+        return [(float(on), float(off)) for _, on, off in (line.split() for line in lines if line.startswith("round "))]
     finally:
         job.close()
+
+
+def interleaved(a, variants):
+    """Note [The probe's cost in one process]."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for variant in variants:
+            e, _, knobs = variant.partition(":")
+            pairs = run(a.steps, True, tmp, a.device, a.model, evidence=e, rounds=a.interleaved, knobs=knobs)
+            diffs = sorted((on - off) * 1e6 for on, off in pairs)
+            offs = sorted(off * 1e6 for _, off in pairs)
+            q = len(diffs) // 4
+            print(f"device {a.device}, model {a.model}, evidence {e!r}{' (' + knobs + ')' if knobs else ''}: {len(pairs)} rounds of {a.steps} steps in one "
+                  f"process; without the probe {statistics.median(offs):.1f} us/step (from {offs[0]:.1f} to {offs[-1]:.1f}); "
+                  f"probe cost per step, paired: median {statistics.median(diffs):.1f} us, quartiles {diffs[q]:.1f} "
+                  f"to {diffs[-1 - q]:.1f}, from {diffs[0]:.1f} to {diffs[-1]:.1f}", flush=True)
 
 
 def main():
@@ -88,9 +184,16 @@ def main():
                          "a job whose checks need no per-step evidence), or a list such as 'batches,data' "
                          "(Note [A probe that pays for what is checked] in include/oomharness/evidence.h); given "
                          "several times, each repetition runs the bare loop and then every one of them, so that "
-                         "the variants are measured side by side (default: all)")
+                         "the variants are measured side by side (default: all); with --interleaved, E:KNOBS adds "
+                         "the worker's PROBE_BENCH knobs (aa, devnull, nowrite: see INTERLEAVED)")
+    ap.add_argument("--interleaved", type=int, metavar="ROUNDS",
+                    help="instead of fresh processes, one process per evidence variant in which the probe is "
+                         "installed and taken away between blocks of --steps steps, ROUNDS pairs of blocks "
+                         "(Note [The probe's cost in one process])")
     a = ap.parse_args()
     variants = a.evidence if a.evidence is not None else ["all"]
+    if a.interleaved:
+        return interleaved(a, variants)
     plain, synced, probed = [], [], {e: [] for e in variants}
     gpu = a.device == "cuda"
     with tempfile.TemporaryDirectory() as tmp:
