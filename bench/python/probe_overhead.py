@@ -98,14 +98,15 @@ if "hollow" in knobs:  # the hooks in place, the parts doing nothing in them: wh
             if hasattr(part, name):
                 setattr(part, name, lambda *a, **k: None)
 for knob in knobs:  # "no:NAME": the part method NAME does nothing (where the parts' time goes)
-    if knob.startswith("no:"):
+    if knob.startswith("no:"):  # no:NAME for every part that has it, or no:Part.NAME (the class's name)
         P.uninstall()
+        owner, _, name = knob[3:].rpartition(".")
         for part in P.needed:
-            if hasattr(part, knob[3:]):
-                setattr(part, knob[3:], lambda *a, **k: None)
+            if hasattr(part, name) and owner in ("", type(part).__name__):
+                setattr(part, name, lambda *a, **k: None)
         for obj in (P.ctx, P.ctx.log, P.ctx.clock):  # the job context's: emit, write, set_phase, ...
-            if hasattr(obj, knob[3:]):
-                setattr(obj, knob[3:], lambda *a, **k: None)
+            if not owner and hasattr(obj, name):
+                setattr(obj, name, lambda *a, **k: None)
 def probe_on(on):
     on = on and "aa" not in knobs
     if on and not P.installed:
@@ -136,7 +137,7 @@ def run(steps, probe, tmp, device="cpu", model="tiny", item=False, evidence=None
     """Seconds per step of one fresh process; with `rounds`, [(with the probe, without)] per round of the
     interleaved worker instead."""
     from harness import Job  # tests/python/harness.py: a real control block in /dev/shm and the probe's env
-    job = Job()
+    job = Job(seal_key=os.urandom(32))  # sealed event lines, as under the runner
     try:
         env = job.env(probe=probe)
         env.pop("OOMH_CHECK_EVENTS", None)  # the tests' schema check is not what a job pays for
@@ -167,9 +168,13 @@ def interleaved(a, variants):
             diffs = sorted((on - off) * 1e6 for on, off in pairs)
             offs = sorted(off * 1e6 for _, off in pairs)
             q = len(diffs) // 4
+            # A distribution-free 95% interval of the median: the order statistics n/2 -+ 0.98 sqrt(n).
+            half = int(0.98 * len(diffs) ** 0.5)
+            lo, hi = diffs[max(0, len(diffs) // 2 - half - 1)], diffs[min(len(diffs) - 1, len(diffs) // 2 + half)]
             print(f"device {a.device}, model {a.model}, evidence {e!r}{' (' + knobs + ')' if knobs else ''}: {len(pairs)} rounds of {a.steps} steps in one "
                   f"process; without the probe {statistics.median(offs):.1f} us/step (from {offs[0]:.1f} to {offs[-1]:.1f}); "
-                  f"probe cost per step, paired: median {statistics.median(diffs):.1f} us, quartiles {diffs[q]:.1f} "
+                  f"probe cost per step, paired: median {statistics.median(diffs):.1f} us (95% interval {lo:.1f} to "
+                  f"{hi:.1f}), quartiles {diffs[q]:.1f} "
                   f"to {diffs[-1 - q]:.1f}, from {diffs[0]:.1f} to {diffs[-1]:.1f}", flush=True)
 
 

@@ -38,6 +38,10 @@
 #           job by job into $OUT/public-compare.txt, and the GPU's verdicts against the expected ones
 #   anatomy only when named (issue 43): bench/predict_public.py's configurations on this GPU, each under PyTorch's
 #           allocator history: the live blocks at the peak by who made them, $OUT/anatomy/NAME.json (ANATOMY_ONLY=a,b)
+#   probeinproc only when named (issue 39): the probe's cost per step in one process, installed and taken away
+#           between blocks of steps (bench/python/probe_overhead.py --interleaved), tiny and mlp
+#   convws  only when named (issue 43): cuDNN's convolution workspaces beyond their results, ResNet shapes and a
+#           random grid, $OUT/conv_workspace.jsonl (tests/gpu/conv_workspace.py)
 #   rnn escape predictpublic gpuenv only when named (issues 41, 44, 43, 45): cuDNN's RNN memory against the native
 #           kernels (tests/gpu/rnn_memory.py), a trainer outside the shim named by NVML (tests/gpu/escape_gpu.sh),
 #           bench/predict_public.py's configurations on this GPU without the harness, and what the machine offers
@@ -86,9 +90,9 @@ summary=$work/summary.txt
 budget=${RUN_ALL_BUDGET:-575}
 all_phases="build pytests virtual ecosystem realworld ctest injector libtorch probe fidelity-caps selftest demo armed reservation reservesuite fidelity-reserve
             compat drivercalls shimbench runnerbench packing throughput scale virtualsuite sweep budget explain fragment probecost stepfaults explaingpu ranks2gpu multigpu predict libooms probeprofile ecosystemboth public
-            rnn escape predictpublic anatomy gpuenv"
+            rnn escape predictpublic anatomy gpuenv probeinproc convws"
 phases=${*:-${all_phases/pytests virtual ecosystem realworld /}}
-[ $# -eq 0 ] && phases=${phases/ scale virtualsuite sweep budget explain fragment probecost stepfaults explaingpu ranks2gpu multigpu predict libooms probeprofile ecosystemboth public rnn escape predictpublic anatomy gpuenv/}  # by name only
+[ $# -eq 0 ] && phases=${phases/ scale virtualsuite sweep budget explain fragment probecost stepfaults explaingpu ranks2gpu multigpu predict libooms probeprofile ecosystemboth public rnn escape predictpublic anatomy gpuenv probeinproc convws/}  # by name only
 wave1="ctest injector libtorch probe fidelity-caps"
 wave2="selftest demo armed"
 timing="drivercalls shimbench runnerbench packing throughput scale"
@@ -98,7 +102,7 @@ timing="drivercalls shimbench runnerbench packing throughput scale"
 declare -A EST=([build]=80 [pytests]=200 [virtual]=240 [ecosystem]=200 [realworld]=240 [ctest]=60 [injector]=30 [libtorch]=30 [probe]=40 [fidelity-caps]=30
                 [selftest]=60 [demo]=60 [armed]=60 [reservation]=55 [reservesuite]=30 [fidelity-reserve]=20 [throughput]=145
                 [packing]=150 [drivercalls]=35 [shimbench]=30 [runnerbench]=10 [compat]=5 [scale]=200 [virtualsuite]=120 [sweep]=120 [budget]=120 [explain]=5 [fragment]=60 [probecost]=330 [stepfaults]=150 [explaingpu]=150 [ranks2gpu]=120 [multigpu]=420 [predict]=420 [libooms]=60 [probeprofile]=90 [ecosystemboth]=300 [public]=420
-                [rnn]=60 [escape]=60 [predictpublic]=420 [anatomy]=300 [gpuenv]=15)
+                [rnn]=60 [escape]=60 [predictpublic]=420 [anatomy]=300 [gpuenv]=15 [probeinproc]=200 [convws]=200)
 
 # RE2 (Debian's libre2-dev) is not on the GPU machine, where nothing can be installed: carry Debian's two
 # packages in .re2/ (`apt-get download libre2-9 libre2-dev`, name .re2 in the device call's carry) and they
@@ -322,6 +326,15 @@ print("RESULT probe_memory_fields", "PASS" if ok else "FAIL", a, r, torch.cuda.m
         --evidence '' --evidence batches,grads,evaluation --evidence all &&
       python3 "$root/bench/python/probe_overhead.py" --device cuda --model mlp --steps 500 --reps 5 \
         --evidence '' --evidence batches,grads,evaluation --evidence all ;;
+    probeinproc)  # issue 39: the probe's cost per step in one process, installed and taken away between blocks
+      # (Note [The probe's cost in one process] in bench/python/probe_overhead.py): none, every job's default, all
+      # and ':aa', two blocks without the probe against each other: the method's noise floor on this host
+      python3 "$root/bench/python/probe_overhead.py" --device cuda --model tiny --steps 50 --interleaved 300 \
+        --evidence '' --evidence ':aa' --evidence ':no:write' --evidence batches,grads,evaluation &&
+      python3 "$root/bench/python/probe_overhead.py" --device cuda --model mlp --steps 30 --interleaved 100 \
+        --evidence '' --evidence ':aa' ;;
+    convws)  # issue 43: what cuDNN's convolutions ask beyond their results (tests/gpu/conv_workspace.py)
+      python3 "$root/tests/gpu/conv_workspace.py" --out "$out/conv_workspace.jsonl" && tail -1 "$out/conv_workspace.jsonl" ;;
     rnn)  # issue 41: what cuDNN's RNNs hold beside the tensors (tests/gpu/rnn_memory.py), for the virtual device
       python3 "$root/tests/gpu/rnn_memory.py" | tee "$out/rnn_memory.jsonl" ;;
     escape)  # issue 44 (1): a process of the job outside the shim, seen by the driver's process list (NVML)
