@@ -321,6 +321,58 @@ print("eval", F.dropout(x, 0.1, training=False) is x)
         self.assertNotIn("NativeDropout", cpu["dropout"])
 
 
+    def test_convolutions_book_cudnns_workspace_as_measured_on_held_out_calls(self):
+        # Note [cuDNN's convolutions as a GPU runs them]: ResNet-18's and ResNet-50's convolutions are left out of
+        # the table the model reads; their workspaces measured on an H200 check it (within 10% or 2 MiB: 84% of the
+        # forwards and 74% of the backwards when the table was made).
+        sys.path.insert(0, os.path.join(SOURCE, "python"))
+        import torch
+        from oomharness.virtual_device import convolutions
+        with open(os.path.join(PROGRAMS, "conv_resnet_h200.json")) as f:
+            held_out = json.load(f)["rows"]
+        close = {False: 0, True: 0}
+        for dtype, cl, batch, c, k, h, w, kernel, stride, oh, ow, forward, backward in held_out:
+            x = torch.empty(batch, c, h, w, device="meta", dtype=getattr(torch, dtype))
+            if cl:
+                x = x.contiguous(memory_format=torch.channels_last)
+            weight = torch.empty(k, c, kernel, kernel, device="meta", dtype=x.dtype)
+            out = torch.empty(batch, k, oh, ow, device="meta", dtype=x.dtype)
+            for back, measured in ((False, forward), (True, backward)):
+                got = convolutions.workspace(back, x, weight, out, [stride, stride], 1) or 0
+                close[back] += abs(got - measured) <= max(0.1 * measured, 2 << 20)
+        self.assertGreaterEqual(close[False], 0.8 * len(held_out), close)
+        self.assertGreaterEqual(close[True], 0.7 * len(held_out), close)
+        # What the table does not hold books nothing: float64, a transposed convolution (never asked).
+        x64 = torch.empty(8, 16, 32, 32, device="meta", dtype=torch.float64)
+        self.assertIsNone(convolutions.workspace(False, x64, torch.empty(16, 16, 3, 3, device="meta", dtype=torch.float64),
+                                                 torch.empty(8, 16, 32, 32, device="meta", dtype=torch.float64), [1, 1], 1))
+        # Depthwise convolutions asked for nothing on the H200.
+        xd = torch.empty(32, 256, 28, 28, device="meta")
+        self.assertEqual(convolutions.workspace(True, xd, torch.empty(256, 1, 3, 3, device="meta"), xd, [1, 1], 256), 0)
+
+    def test_a_convolution_books_its_workspace_only_with_the_gpus_kernels(self):
+        gpu, cpu = self.run_both(r"""
+import torch.nn.functional as F
+x = torch.empty(32, 128, 28, 28, device="cuda", requires_grad=True)
+w = torch.empty(128, 128, 3, 3, device="cuda", requires_grad=True)
+dev.model.reset_peak()
+before = dev.model.allocated
+y = F.conv2d(x, w, None, 1, 1)
+print("forward", dev.model.peak_allocated - dev.model.allocated)
+dev.model.reset_peak()
+y.sum().backward()
+print("backward", dev.model.peak_allocated - dev.model.allocated > (20 << 20))
+t = F.conv_transpose2d(x, w, None, 1, 1)
+print("divergences", sorted(dev.divergences))
+""")
+        # ResNet-18's second stage at batch 32 (held out): the H200 asked 26,279,952 B in the forward.
+        self.assertLessEqual(abs(int(gpu["forward"]) - 26279952), 2 << 20, gpu)
+        self.assertEqual(gpu["backward"], "True")
+        self.assertIn("convolution", gpu["divergences"])
+        self.assertEqual(cpu["forward"], "0")  # the CPU's kernels: nothing beyond the output
+        self.assertEqual(cpu["backward"], "False")
+
+
 class HostGenerator(unittest.TestCase):
     """Note [The host generator under a fake model]: a model initialised on fakes moves the CPU generator on as
     a real initialisation does, so what the program draws on the host next is what a real run draws."""

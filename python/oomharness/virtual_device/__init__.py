@@ -8,6 +8,7 @@ has the feasibility study's facts). A package of parts, each small enough to rea
   tensors.py     .cuda(), .to(), .cpu(), factories, the default device, pins
   runtime.py     torch.cuda's answers: memory figures, empty_cache, streams, events, graphs, NVTX
   libraries.py   what cuBLAS and cuDNN hold beside the tensors
+  convolutions.py  cuDNN's convolution workspaces in shape-only mode, from cudnn_conv_table.py's measurements
   amp.py         autocast and GradScaler
   loading.py     torch.load with map_location="cuda", safetensors with device="cuda"
   parallel.py    nn.DataParallel on one device, NCCL asked for (gloo stands in)

@@ -6,6 +6,7 @@ the libraries part, attention's probabilities and `.item()` to the device."""
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 
+from . import convolutions
 from .libraries import BLAS_OPS
 from .reductions import WATCHERS as REDUCTION_WATCHERS
 
@@ -151,6 +152,10 @@ def _scalar_read(dev, out, args):
 
 def _convolution(dev, out, args):
     dev.libraries.conv_call()
+    if getattr(dev, "kernels", None) == "gpu":  # Note [cuDNN's convolutions as a GPU runs them]
+        convolutions.book_workspace(dev, out, args)
+        dev.diverged("convolution", convolutions.DIVERGENCE)
+        return
     dev.diverged("convolution", "convolutions ran on the CPU: cuDNN's handle is allocated as on a GPU, its "
                  "workspaces and algorithm choice are not modelled")
 

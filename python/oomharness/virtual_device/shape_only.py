@@ -58,9 +58,11 @@ picks the GPU's by default, since it predicts a GPU run: optimizers that would d
 implementation on CUDA (Adam, AdamW, SGD, ...: all parameters on the device, not differentiable, not fused)
 take it here too, and foreach keeps whole-model temporaries (Adam's sqrt(v) for every parameter at once) that
 the per-tensor loop does not; scaled_dot_product_attention takes the kernel a GPU would (Note [Attention as a
-GPU runs it] in kernels.py) and so does dropout (Note [Dropout as a GPU runs it]); reductions book the staging buffer a GPU's kernel asks for (Note [A
-reduction's scratch on a GPU] in reductions.py). OOMH_SHAPE_KERNELS=cpu keeps the CPU's choices, so that a prediction compares
-with the full virtual device's figure (tests/python/test_predict.py).
+GPU runs it] in kernels.py) and so does dropout (Note [Dropout as a GPU runs it]); reductions book the staging
+buffer a GPU's kernel asks for (Note [A reduction's scratch on a GPU] in reductions.py), and convolutions the
+workspace cuDNN asks for (Note [cuDNN's convolutions as a GPU runs them] in convolutions.py).
+OOMH_SHAPE_KERNELS=cpu keeps the CPU's choices, so that a prediction compares with the full virtual device's
+figure (tests/python/test_predict.py).
 """
 
 import atexit
