@@ -18,6 +18,7 @@ them, and checks that every attribute of every site is its original object again
 """
 
 import importlib
+import sys
 import types
 
 DEVICE, SHAPE_ONLY = "device", "device.shape_only"
@@ -64,6 +65,8 @@ SITES = (
     ("torch", ("set_default_device", "get_default_device"), ("device.tensors",)),
     ("torch.utils._device.DeviceContext", ("__torch_function__",), ("device.tensors",)),
     ("torch.nn.parameter.UninitializedTensorMixin", ("materialize",), ("device.tensors",)),
+    # Note [A storage resized on the device] (virtual_device/tensors.py): FSDP2 frees and gets back a parameter's memory.
+    ("torch.UntypedStorage", ("resize_",), ("device.tensors",)),
     ("torch.autograd", ("grad",), ("device.libraries",)),
     ("torch.autograd", ("backward",), ("device.libraries", "probe.steps")),
     ("torch.amp.autocast_mode.autocast", ("__init__",), ("device.amp",)),
@@ -119,6 +122,8 @@ SITES = (
     ("torch", ("set_rng_state",), ("probe.checkpoints",)),
     ("torch.random", ("set_rng_state",), ("probe.checkpoints",)),
     ("random", ("setstate",), ("probe.checkpoints",)),
+    # Note [A DCP checkpoint is one checkpoint] (probe/checkpoints.py), once the job imports the module.
+    ("torch.distributed.checkpoint", ("save", "load"), ("probe.checkpoints",)),
     ("sys", ("excepthook",), ("device.unsupported", "probe.ooms")),
     # Note [Stacks a job's signal handler cannot take away] (_boot.py).
     ("signal", ("signal",), ("job.stacks",)),
@@ -135,6 +140,7 @@ REGISTRATIONS = (
     ("probe.forwards", "the global module forward pre-hook and forward hook"),
     ("probe.forwards", "the training model's class's __call__ (Note [One model's forwards])"),
     ("probe.steps", "the global optimizer step pre-hook and post-hook"),
+    ("probe.checkpoints", "a finder that installs its replacements once the job imports their module"),
     ("probe.ooms", "the process's end (atexit)"),
     ("probe", "work at CUDA initialisation (torch.cuda._lazy_call): the OOM observer, the memory history"),
 )
@@ -215,6 +221,18 @@ class PatchTable:
             raise KeyError("the patch table (oomharness/_patches.py) lists no registration %r by %s" % (what, who))
         self._registrations.append((who, what, undo))
 
+    def when_imported(self, who, module, install):
+        """Runs install() once the job has imported `module` (now, if it has): for replacements in a module
+        that costs too much to import for every job (torch.distributed.checkpoint: half a second). Note [A
+        module patched once the job imports it]."""
+        if module in sys.modules:
+            install()
+            return
+        finder = _after_import()
+        finder.waiting.setdefault(module, []).append(install)
+        self.registered(who, "a finder that installs its replacements once the job imports their module",
+                        lambda: finder.forget(module, install))
+
     def installed(self, who=None):
         """[(owner, name, who)] of the layers in place (who: a prefix of the parts' names)."""
         return [(site.owner, site.name, w) for site in self._sites.values() for _, w, _ in site.layers
@@ -249,6 +267,76 @@ class PatchTable:
         for _, _, make in site.layers:
             value = _mark(make(value), value)
         setattr(site.owner, site.name, value)
+
+
+# Note [A module patched once the job imports it]
+# One sys.meta_path finder for the process, answering nothing itself: when a module something waits for is
+# imported, it asks the other finders for the module's spec and wraps its loader's exec_module, so that the
+# waiting installs run once the module has been executed (as _boot.py's TorchFinder waits for torch: a lookup
+# alone, importlib.util.find_spec, runs nothing). A find_spec for any other name costs a dictionary look-up.
+class _AfterImport:
+    def __init__(self):
+        self.waiting = {}   # module name -> [install]
+        self._busy = set()
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in self.waiting or name in self._busy:
+            return None
+        self._busy.add(name)
+        try:
+            spec = None
+            for finder in list(sys.meta_path):
+                find = getattr(finder, "find_spec", None)
+                if finder is self or find is None:
+                    continue
+                spec = find(name, path, target)
+                if spec is not None:
+                    break
+        except Exception:
+            return None
+        finally:
+            self._busy.discard(name)
+        loader = getattr(spec, "loader", None)
+        original = getattr(loader, "exec_module", None)
+        if original is None:
+            return spec
+
+        def exec_module(module):
+            try:
+                original(module)
+            finally:
+                try:
+                    del loader.exec_module
+                except Exception:
+                    pass
+            for install in self.waiting.pop(name, ()):
+                try:
+                    install()
+                except Exception:
+                    pass
+        try:
+            loader.exec_module = exec_module
+        except Exception:
+            pass
+        return spec
+
+    def forget(self, module, install):
+        waiting = self.waiting.get(module, [])
+        if install in waiting:
+            waiting.remove(install)
+        if not waiting:
+            self.waiting.pop(module, None)
+
+
+_finder = []
+
+
+def _after_import():
+    if not _finder:
+        _finder.append(_AfterImport())
+    if _finder[0] not in sys.meta_path:
+        sys.meta_path.insert(0, _finder[0])
+    return _finder[0]
 
 
 def _mark(replacement, original):

@@ -35,7 +35,7 @@ CI_SCENARIOS = ["hf-trainer-cap", "hf-trainer-datasets-first", "hf-trainer-resum
                 "accelerate-resume", "lightning-batch-finder", "lightning-resume", "mmengine-resume",
                 "timm-dataparallel", "torchvision-cnn-step-fault", "torchvision-cnn-resume", "lstm-resume",
                 "deepspeed-zero2-resume", "timm-dataparallel-resume", "trl-sft-resume", "litgpt-resume",
-                "accelerate-ddp-resume"]
+                "accelerate-ddp-resume", "torchtitan-debug-resume"]
 
 # job -> (today's job status, {check: today's verdict}, class, why)
 CUBLAS_HELPER = ("the cap's first OOM comes before autograd's cuBLAS handle exists; after the helper's retry at "
@@ -78,19 +78,6 @@ KNOWN = {
                         "mmengine 0.10.7 resumes with torch.load's default weights_only=True (PyTorch >= 2.6), "
                         "which refuses its own mmengine.logging.history_buffer.HistoryBuffer in the checkpoint: "
                         "Runner(resume=True) is broken beside torch 2.14 (UnpicklingError)"),
-    "torchtitan-debug-resume": ("error", {}, "a",
-                                "its first training step dies in activation checkpointing's recomputation "
-                                "(CheckpointError: 'Recomputed values ... have different metadata': weights "
-                                "saved on cuda in the forward come back as host tensors), under torchtitan's "
-                                "selective activation checkpointing with FSDP2 on the virtual device: the "
-                                "recomputed operations are not booked as the device's (not traced yet). Fixed "
-                                "on the way there (2026-11-28, fifth session): the stall in init_weights (the "
-                                "device's own generator, Note [The CUDA generator's state]), flex_attention "
-                                "refused by the device's dispatch mode (Note [Higher-order operators on the "
-                                "virtual device]) and torch.compile(fullgraph=True) failing under it (Note "
-                                "[torch.compile on the virtual device]); the job runs with "
-                                "--training.disable_cuda_graphs, a torchtitan option (CUDA graphs are not "
-                                "modelled). Not in CI_SCENARIOS"),
 }
 
 # predict scenarios: name -> (argv after `predict`, what is expected)

@@ -87,6 +87,135 @@ class ProbeTest(unittest.TestCase):
         self.assertEqual(seen["all"][0], ["batch_from", "batch_size", "data", "grads_cleared", "loss", "step"],
                          "'all' is every part, as with no variable")
 
+    def test_an_optimizer_that_steps_others_is_one_step(self):
+        # Note [An optimizer inside another's step]: torchtitan's OptimizersContainer is an Optimizer that steps
+        # one optimizer per model part; a step that raised leaves its optimizer on the stack until it steps again.
+        code = textwrap.dedent("""
+            import json, torch
+            torch.manual_seed(0)
+            parts = [torch.nn.Linear(6, 6), torch.nn.Linear(6, 3)]
+            class Container(torch.optim.Optimizer):
+                def __init__(self, parts):
+                    self.inner = [torch.optim.AdamW(p.parameters(), lr=0.01) for p in parts]
+                    super().__init__([q for p in parts for q in p.parameters()], {"lr": 0.01})
+                def step(self, closure=None):
+                    for o in self.inner:
+                        o.step()
+                def zero_grad(self, set_to_none=True):
+                    for o in self.inner:
+                        o.zero_grad(set_to_none=set_to_none)
+            opt = Container(parts)
+            model = torch.nn.Sequential(*parts)
+            x, y = torch.randn(8, 6), torch.randint(0, 3, (8,))
+            for i in range(3):
+                opt.zero_grad()
+                torch.nn.functional.cross_entropy(model(x), y).backward()
+                opt.step()
+            # an optimizer's step that raises (its post-hooks never run), then the next steps
+            boom = torch.optim.SGD(model.parameters(), lr=0.1)
+            boom.register_step_pre_hook(lambda *a: (_ for _ in ()).throw(RuntimeError("no")) if boom.fail else None)
+            boom.fail = True
+            try:
+                boom.step()
+            except RuntimeError:
+                pass
+            boom.fail = False
+            boom.step()
+            boom.step()
+        """)
+        r = self.job.run(code, extra_env={"OOMH_EVIDENCE": "batches,grads,evaluation"})
+        self.assertEqual(r.returncode, 0, r.stderr)
+        steps = [e["fields"] for e in self.job.read_events() if e["kind"] == "step"]
+        self.assertEqual([s["step"] for s in steps], [1, 2, 3, 4, 5], steps)
+        self.assertEqual([s.get("grads_cleared") for s in steps[:3]], [None, True, True], steps)
+
+    def test_a_head_the_loss_calls_is_part_of_the_models_step(self):
+        # Note [A part of a model called on its own]: torchtitan's chunked loss calls the model's lm_head after
+        # the model's forward; a network called directly while its parent's forward ran in another step stays
+        # the model (a LightningModule's training_step).
+        code = textwrap.dedent("""
+            import torch
+            torch.manual_seed(0)
+            class LM(torch.nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.body = torch.nn.Linear(8, 8)
+                    self.head = torch.nn.Linear(8, 5)
+                def forward(self, x):
+                    return self.body(x)
+            model = LM()
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            x, y = torch.randn(6, 8), torch.randint(0, 5, (6,))
+            for i in range(2):
+                opt.zero_grad()
+                h = model(x)
+                loss = sum(torch.nn.functional.cross_entropy(model.head(c), t) for c, t in zip(h.chunk(3), y.chunk(3)))
+                loss.backward()
+                opt.step()
+            for i in range(2):  # the parent's forward does not run in these steps: the body is the model
+                opt.zero_grad()
+                torch.nn.functional.cross_entropy(model.body(x)[:, :5], y).backward()
+                opt.step()
+        """)
+        r = self.job.run(code, extra_env={"OOMH_EVIDENCE": "all"})
+        self.assertEqual(r.returncode, 0, r.stderr)
+        events = self.job.read_events()
+        steps = [e["fields"] for e in events if e["kind"] == "step"]
+        samples = [e["fields"]["count"] for e in events if e["kind"] == "samples"]
+        self.assertEqual([s["step"] for s in steps], [1, 2, 3, 4])
+        self.assertEqual(samples, [6, 6, 6, 6], samples)
+        self.assertEqual([s["data"]["samples"] for s in steps], [6, 6, 6, 6], steps)
+
+    def test_a_distributed_checkpoint_is_one_save_and_one_load(self):
+        # Note [A DCP checkpoint is one checkpoint]: torch.distributed.checkpoint writes each item through
+        # torch.save on a stream; the probe reports the folder once, by the state dict's tensors, and a step
+        # torch takes inside the load to make the optimizer's state is not a training step.
+        folder = os.path.join(self.job.dir, "ck")
+        code = textwrap.dedent("""
+            import sys, torch
+            import torch.distributed.checkpoint as dcp
+            from torch.distributed.checkpoint.stateful import Stateful
+            from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+            torch.manual_seed(0)
+            model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+            opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+            class App(Stateful):
+                def state_dict(self):
+                    m, o = get_state_dict(model, opt)
+                    return {"model": m, "optim": o}
+                def load_state_dict(self, sd):
+                    set_state_dict(model, opt, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
+            x, y = torch.randn(4, 8), torch.randint(0, 4, (4,))
+            def step():
+                opt.zero_grad()
+                torch.nn.functional.cross_entropy(model(x), y).backward()
+                opt.step()
+            if sys.argv[1] == "save":
+                for i in range(3):
+                    step()
+                dcp.save({"app": App()}, checkpoint_id=sys.argv[2])
+            else:
+                dcp.load({"app": App()}, checkpoint_id=sys.argv[2])
+                step()
+        """)
+        r = self.job.run(code, extra_env={"OOMH_EVIDENCE": "all"}, args=("save", folder))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        saves = [e["fields"] for e in self.job.read_events() if e["kind"] == "checkpoint_save"]
+        self.assertEqual([(s["path"], s["step"]) for s in saves], [(folder, 3)], saves)
+        self.assertGreater(saves[0]["tensors"], 4)  # the model's and the optimizer's tensors
+        again = Job()
+        try:
+            r = again.run(code, extra_env={"OOMH_EVIDENCE": "all"}, args=("load", folder))
+            self.assertEqual(r.returncode, 0, r.stderr)
+            events = again.read_events()
+            kinds = [e["kind"] for e in events if e["kind"] in ("step", "checkpoint_load", "checkpoint_save")]
+            self.assertEqual(kinds, ["checkpoint_load", "step"], kinds)
+            load = [e["fields"] for e in events if e["kind"] == "checkpoint_load"][0]
+            self.assertEqual((load["path"], load["digest"]), (folder, saves[0]["digest"]))
+            self.assertEqual([e["fields"]["step"] for e in events if e["kind"] == "step"], [4])
+        finally:
+            again.close()
+
     def test_a_step_waits_for_the_gpu_only_where_a_check_reads_the_loss(self):
         # Note [A probe that pays for what is checked] (include/oomharness/evidence.h): on a GPU a tensor read as
         # a Python number (.item(), float(t), bool(t), .tolist(): aten._local_scalar_dense), a copy to the host,

@@ -468,6 +468,40 @@ print(torch.cuda.memory_reserved())
         self.assertEqual(lines[1], "0 True", "freed, and kept in the 20 MiB segment's cache")
         self.assertEqual(lines[2], "0")
 
+    def test_a_storage_resized_to_nothing_and_back_stays_the_devices(self):
+        # Note [A storage resized on the device]: FSDP2's free_storage/alloc_storage between forward and backward.
+        out = run("""
+w = torch.randn(1024, 1024).cuda()                     # 4 MiB: an unsharded parameter
+a = torch.cuda.memory_allocated()
+s = w.untyped_storage()
+s.resize_(0)                                           # after the forward: its memory goes back
+print(torch.cuda.memory_allocated(), w.device, w.untyped_storage().nbytes())
+s.resize_(4 << 20)                                     # before the backward: back, at a new address
+print(torch.cuda.memory_allocated() == a, w.device, (w + 1).device)
+s.resize_(8 << 20)
+print(torch.cuda.memory_allocated() - a)
+h = torch.zeros(16)
+h.untyped_storage().resize_(1 << 20)                   # a host storage stays the host's
+print(h.device, torch.cuda.memory_allocated() - a)
+del w, s
+print(torch.cuda.memory_allocated())
+# activation checkpointing's recomputation sees the weights where the forward saw them
+lin = torch.nn.Linear(64, 64).cuda()
+x = torch.randn(8, 64, device="cuda", requires_grad=True)
+y = torch.utils.checkpoint.checkpoint(lin, x, use_reentrant=False)
+lin.weight.untyped_storage().resize_(0)
+lin.weight.untyped_storage().resize_(64 * 64 * 4)
+y.sum().backward()
+print("recomputed", x.grad.device)
+""")
+        lines = out.strip().split("\n")
+        self.assertEqual(lines[0], "0 cuda:0 0")
+        self.assertEqual(lines[1], "True cuda:0 cuda:0")
+        self.assertEqual(lines[2], str(4 << 20))
+        self.assertEqual(lines[3], "cpu %d" % (4 << 20))
+        self.assertEqual(lines[4], "0")
+        self.assertEqual(lines[5], "recomputed cuda:0")
+
     def test_a_memory_fraction_is_a_cap(self):
         out = run("""
 torch.cuda.set_per_process_memory_fraction(0.25)

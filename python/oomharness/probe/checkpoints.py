@@ -124,6 +124,7 @@ class Checkpoints:
         self.saved_optimizer = None             # (completed, its count): the last optimizer state saved
         self.optimizer_steps = None             # the optimizer's count at its load (Note [A step is what the optimizer did])
         self.stepped = False                    # this process completed a step
+        self.in_dcp = 0                         # > 0: inside a DCP save or load (Note [A DCP checkpoint is one checkpoint])
 
     def install(self, torch):
         patches = self.ctx.patches
@@ -142,6 +143,67 @@ class Checkpoints:
                 patches.replace(WHO, where, "load_state_dict", self._restoring("scaler"))
         for where, name in (("torch", "set_rng_state"), ("torch.random", "set_rng_state"), ("random", "setstate")):
             patches.replace(WHO, where, name, self._restoring("rng"))
+        patches.when_imported(WHO, "torch.distributed.checkpoint", self._install_dcp)
+
+    # Note [A DCP checkpoint is one checkpoint]
+    # torch.distributed.checkpoint (DCP) saves a state dict as a folder: `dcp.save(state_dict, checkpoint_id=
+    # path)` calls state_dict() on each Stateful value (an optimizer container, a data loader, a train state)
+    # and writes every item through torch.save on a stream, one per item, and `dcp.load` reads them back into
+    # the given state dict's tensors and calls load_state_dict on its Stateful values. torchtitan checkpoints
+    # so (its CheckpointManager, every `--checkpoint.interval` steps into step-N): the probe saw 1,474 saves and
+    # 737 loads of "<stream>" in one resume, none of which was the checkpoint, and checkpoint_resume found that
+    # the resumed attempt "loaded no checkpoint". A DCP save or load is one checkpoint_save or checkpoint_load
+    # here, of the checkpoint's folder, its content the state dict's tensors (each Stateful value's state_dict()
+    # taken, a DTensor as its local shard: what this rank holds): read before the save, and after the load,
+    # where the tensors hold what was loaded. Only the tensors: a data loader's state is pickled bytes made
+    # afresh at each state_dict() call. The torch.save and torch.load calls inside are not reported. The
+    # replacements go in once the job imports torch.distributed.checkpoint (Note [A module patched once the
+    # job imports it] in _patches.py): code that calls the functions through state_dict_saver or
+    # state_dict_loader, or dcp.async_save (whose items a thread writes), is not seen so.
+    def _install_dcp(self):
+        patches = self.ctx.patches
+        patches.replace(WHO, "torch.distributed.checkpoint", "save", self._dcp("save"))
+        patches.replace(WHO, "torch.distributed.checkpoint", "load", self._dcp("load"))
+
+    def _dcp(self, kind):
+        def wrap(original):
+            def run(state_dict, *args, **kwargs):
+                self.in_dcp += 1
+                try:  # the state dicts taken in the checkpoint phase too (Note [An optimizer inside another's step])
+                    before = safely(self.dcp_content, state_dict) if kind == "save" else None
+                    result = original(state_dict, *args, **kwargs)
+                    return result, before or safely(self.dcp_content, state_dict)
+                finally:
+                    self.in_dcp -= 1
+
+            def call(state_dict, *args, **kwargs):
+                result, content = self._in_checkpoint_phase(run, state_dict, *args, **kwargs)
+                where = kwargs.get("checkpoint_id") or (args[0] if args and isinstance(args[0], (str, os.PathLike)) else None)
+                if where is None:
+                    io = kwargs.get("storage_writer" if kind == "save" else "storage_reader")
+                    where = getattr(io, "path", None) or "<dcp>"
+                if content is not None:
+                    safely(self.saved if kind == "save" else self.loaded_from, content[1], where, content[0])
+                return result
+            return call
+        return wrap
+
+    def dcp_content(self, state_dict):
+        """(the state dict with each Stateful value's state_dict(), {key path: tensor}): Note [A DCP checkpoint is
+        one checkpoint]."""
+        torch = self.ctx.torch
+        resolved = {}
+        for k, v in (state_dict.items() if isinstance(state_dict, dict) else ()):
+            if not isinstance(v, torch.Tensor) and callable(getattr(v, "state_dict", None)) \
+                    and callable(getattr(v, "load_state_dict", None)):
+                v = v.state_dict()
+            resolved[k] = v
+        tensors = {}
+        for path, leaf in digests.walk_state(torch, resolved):
+            if isinstance(leaf, torch.Tensor):
+                local = getattr(leaf, "to_local", None)
+                tensors[path] = local() if callable(local) else leaf
+        return resolved, tensors
 
     def _restoring(self, part):
         def wrap(original):
@@ -203,7 +265,11 @@ class Checkpoints:
             return result
         return save
 
-    def saved(self, obj, f):
+    def saved(self, obj, f, whole=None):
+        """A save of `obj` to f; `whole`: the object whose counter names the step, where obj is only its content
+        (a DCP save's tensors)."""
+        if self.in_dcp:
+            return  # an item of a DCP save: Note [A DCP checkpoint is one checkpoint]
         clock = self.ctx.clock
         content = safely(self.digest_of, obj)
         fields = {"completed": clock.completed}
@@ -215,6 +281,7 @@ class Checkpoints:
         if self.quiet:  # the caller reports it (checkpoint_saved), with what was written
             self.quiet_content = fields
         else:
+            obj = obj if whole is None else whole
             s = checkpoint_step(obj)
             held = saved_optimizer_steps(obj)
             if held is not None:
@@ -248,7 +315,9 @@ class Checkpoints:
             return obj
         return load
 
-    def loaded_from(self, obj, f):
+    def loaded_from(self, obj, f, whole=None):
+        if self.in_dcp:
+            return  # an item of a DCP load: Note [A DCP checkpoint is one checkpoint]
         fields = {}
         content = safely(self.digest_of, obj)
         if content is not None:
@@ -258,7 +327,7 @@ class Checkpoints:
         if self.quiet:
             self.quiet_content = fields
             return
-        s = checkpoint_step(obj)
+        s = checkpoint_step(obj if whole is None else whole)
         if s is not None and not self.stepped and self.optimizer_steps is not None and s < self.optimizer_steps:
             s = None  # Note [A step is what the optimizer did]: not the training step
         saved = None if self.stepped else self.ctx.settings.saved_steps.get(fields.get("digest"))

@@ -34,6 +34,17 @@ matched nothing trained before), and its state matched no loaded checkpoint. Its
 the answer is not remembered, since a model built on meta and then materialized (`to_empty`, as torchtitan
 does) is one from then on.
 
+Note [A part of a model called on its own]
+A loss can call a part of the model itself: torchtitan's chunked cross-entropy (components/loss.py) applies the
+model's output projection (`lm_head`) to the hidden states the model returned, in 8 chunks, after the model's
+forward has ended. At depth 0, with parameters, each call was taken for a model's forward: a step of 2 samples
+counted 18, and the data of a step no longer equalled the data of the same batch met by an OOM in the model's
+forward, so a resume that went on at the right batch was "inconclusive". A module that is a submodule of a
+model whose training forward ran in this step (since the last step ended) is part of that model's work, not a
+forward of its own. Only this step's: a LightningModule whose forward ran once (a sanity check, a batch size
+finder) and whose training_step then calls its network directly still has that network's forwards as the
+model's. A second model that is not part of the first (a GAN's discriminator, a teacher) stays a model.
+
 Note [A forward recomputed in backward]
 Activation checkpointing (torch.utils.checkpoint, Hugging Face's gradient_checkpointing, which TRL's SFTConfig
 turns on by default) runs each checkpointed block's forward again while autograd executes the backward. The
@@ -66,6 +77,8 @@ class Forwards:
         self.depth = 0                            # module call depth
         self.top = None                           # the top-level module of the forward in progress
         self.is_model = weakref.WeakKeyDictionary()
+        self.parts_of = weakref.WeakKeyDictionary()  # a model that trained -> id()s of its modules
+        self.this_step = []                       # weak references to the models whose training forward ran this step
         self.lean = not ctx.settings.wants(*EVERY_FORWARD)
         if self.lean:
             # The model's own __call__ starts the depth again after each of its forwards (watch()), which are
@@ -183,7 +196,8 @@ class Forwards:
             return
         # The model of the last forward was a model's then (model_like): a WeakKeyDictionary look-up costs a weak
         # reference, once per model.
-        if (module is not self.top and not self.model_like(module)) or self.recomputing():
+        if (module is not self.top and (not self.model_like(module) or self.part_of_a_model(module))) \
+                or self.recomputing():
             self.depth += 1
             return
         self.depth = 1
@@ -192,9 +206,29 @@ class Forwards:
         self.top = module
         torch = self.ctx.torch
         training = module.training and torch.is_grad_enabled()
+        if training and not any(ref() is module for ref in self.this_step):
+            self.this_step.append(weakref.ref(module))
         if kwargs is None and not evidence.has_tensor(torch, args):
             kwargs = evidence.call_kwargs(module, frame)  # Note [Keyword inputs] (evidence.py)
         self.ctx.hooks.call("forward", module, args, kwargs, training, frame)
+
+    def part_of_a_model(self, module):
+        """Note [A part of a model called on its own]: `module` is a submodule of a model whose training forward ran
+        in this step."""
+        for ref in self.this_step:
+            model = ref()
+            if model is None or model is module:
+                continue
+            parts = self.parts_of.get(model)
+            if parts is None:
+                parts = {id(m) for m in model.modules()}
+                try:
+                    self.parts_of[model] = parts
+                except TypeError:
+                    pass
+            if id(module) in parts:
+                return True
+        return False
 
     def recomputing(self):
         """Note [A forward recomputed in backward]: this thread is inside a backward."""
@@ -221,6 +255,7 @@ class Forwards:
 
     def on_step_done(self, fields):
         self.depth = 0
+        self.this_step = []
 
     def on_oom_seen(self, fields):
         self.depth = 0

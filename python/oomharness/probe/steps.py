@@ -30,6 +30,7 @@ import importlib
 from .._hooks import safely
 
 WHO = "probe.steps"
+CHECKPOINT = "checkpoint"  # at the bottom of Steps.in_step: an optimizer's step inside a save or a load
 
 
 class Steps:
@@ -39,6 +40,7 @@ class Steps:
         self.manual = False                      # the code reports its steps itself (probe.step)
         self.flush_at = set(ctx.settings.flush_at)
         self.last_optimizer = None               # id() of the optimizer of the last step
+        self.in_step = []                        # id()s of the optimizers whose step is in progress, outermost first
 
     def install(self, torch):
         ctx = self.ctx
@@ -88,21 +90,48 @@ class Steps:
         return __init__
 
     def backward_begins(self, args, kwargs):
+        self.in_step.clear()  # no optimizer step is in progress across a backward
         self.start_training()
         self.clock.set_phase("backward")
         tensors = args[0] if args else kwargs.get("tensors")
         self.ctx.hooks.call("backward", tensors)
 
+    # Note [An optimizer inside another's step]
+    # An optimizer can wrap others and step them from its own step: torchtitan's OptimizersContainer is a
+    # torch.optim.Optimizer whose step() steps one optimizer per model part, and the global step hooks run for
+    # both. Each counted as a step: torchtitan's 3 training steps were 6 (the container's, every other one,
+    # "without the gradients being cleared", since nothing cleared them between the inner optimizer's step and
+    # the container's). The steps in progress are a stack of optimizers: an optimizer whose step begins inside
+    # another's is part of that step, and the step ends with the outermost one's. An optimizer whose step begins
+    # while it is on the stack had its earlier step end in an exception (an OOM in the optimizer's step, which
+    # skips the post-hooks): that step is over. A training forward or a backward clears the stack. A step taken
+    # inside a save or a load is part of the checkpoint, not a training step: torch.distributed.checkpoint's
+    # set_optimizer_state_dict steps an optimizer with zero gradients and no learning rate to make its state
+    # (_init_optim_state), and torchtitan's resume counted it as step 1 before the checkpoint it loaded. (PyTorch
+    # 1.13 has only the end of a step, Optimizer._optimizer_step_code: there each counts.)
     def optimizer_begins(self, optimizer=None, *_):
+        stack, key = self.in_step, id(optimizer)
+        if key in stack:
+            del stack[stack.index(key):]
+        if not stack and self.clock.phase == "checkpoint":
+            stack.append(CHECKPOINT)  # what steps inside is the checkpoint's; cleared at the next forward
+        stack.append(key)
+        if len(stack) > 1:
+            return
         self.start_training()
         self.clock.set_phase("optimizer")
         self.ctx.hooks.call("optimizer_begins", optimizer)
 
     def optimizer_done(self, optimizer=None, *_):
+        stack, key = self.in_step, id(optimizer)
+        if key in stack:
+            del stack[stack.index(key):]
+        if optimizer is not None and key != self.last_optimizer:  # a WeakSet look-up only when it changes
+            self.ctx.seen.optimizers.add(optimizer)
+            self.last_optimizer = key
+        if stack:
+            return  # inside another optimizer's step: Note [An optimizer inside another's step]
         if optimizer is not None:
-            if id(optimizer) != self.last_optimizer:  # a WeakSet look-up only when the optimizer changes
-                self.ctx.seen.optimizers.add(optimizer)
-                self.last_optimizer = id(optimizer)
             self.ctx.hooks.call("optimizer_step", optimizer)
         if self.manual:
             self.clock.set_phase("data")
@@ -111,6 +140,7 @@ class Steps:
 
     def on_forward(self, module, args, kwargs, training, frame):
         if training:
+            self.in_step.clear()
             self.start_training()
             self.clock.set_phase("forward")
 

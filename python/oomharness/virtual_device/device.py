@@ -68,6 +68,7 @@ class VirtualDevice:
         self.ctx = ctx
         self.model = model
         self.tracked = {}   # storage data_ptr -> _Tracked
+        self.emptied = {}   # StorageImpl address -> weak reference: the device's storages resized to 0 bytes
         self.order = []     # keys, oldest first
         self._local = threading.local()  # creating, host: what this thread is doing (making(), host_work())
         self._mode = None
@@ -112,13 +113,16 @@ class VirtualDevice:
 
     def holds_storage(self, s):
         """Whether the untyped storage s is on the device (torch.save's location: loading.py)."""
-        return self._live(s.data_ptr())
+        key = self.storage_key(s)
+        return key is not None and self._live(key)
 
     def on_device(self, t):
         if not isinstance(t, torch.Tensor):
             return False
         key = self._key(t)
-        return key is not None and self._live(key)
+        if key is None:  # no memory: the device's still if it emptied it (Note [A storage resized on the device])
+            return bool(self.emptied) and self.emptied_storage(self._storage(t))
+        return self._live(key)
 
     def book(self, t):
         """Puts t's storage on the device (once). May raise torch.cuda.OutOfMemoryError."""
@@ -127,17 +131,55 @@ class VirtualDevice:
             return
         if self._live(key):
             return
-        s = self._storage(t)
+        self._book_storage(key, self._storage(t), t.shape, t.dtype, sys._getframe(1))
+
+    def _book_storage(self, key, s, shape, dtype, frame):
         block = self.model.malloc(s.nbytes())
         # Note [Where a tensor was made] (_sites.py): only a block of SITE_MIN_BYTES or more pays for the
         # walk up the stack (a few microseconds per booking).
-        site = _sites.user_site(sys._getframe(1)) if block.size >= _sites.SITE_MIN_BYTES else ()
-        self.tracked[key] = _Tracked(block, s._weak_ref(), key, t.shape, t.dtype, site)
+        site = _sites.user_site(frame) if block.size >= _sites.SITE_MIN_BYTES else ()
+        self.tracked[key] = _Tracked(block, s._weak_ref(), key, shape, dtype, site)
         self.order.append(key)
         if self.model.allocated > self.peak_mark:
             # Note [The peak breakdown] in probe/memory.py: a new high, 1/16 above the last one taken.
             self.peak_mark = self.model.allocated + self.model.allocated // 16
             self.ctx.hooks.call("device_peak")
+
+    def emptied_storage(self, s):
+        """Whether s is a storage of the device resized to 0 bytes (Note [A storage resized on the device])."""
+        weak = self.emptied.get(s._cdata)
+        if weak is None:
+            return False
+        if _expired(weak):
+            del self.emptied[s._cdata]
+            torch.UntypedStorage._free_weak_ref(weak)
+            return False
+        return True
+
+    def storage_key(self, s):
+        """The key of the untyped storage s in `tracked` (its address; None without memory)."""
+        return s.data_ptr() or None
+
+    def resized(self, s, old_key, old_bytes):
+        """s, the device's, was resized from old_bytes (Note [A storage resized on the device] in tensors.py): its
+        new memory is booked and its old block goes back (the new first where both have their own address, as
+        a GPU's resize copies before it frees)."""
+        weak = self.emptied.pop(s._cdata, None)
+        if weak is not None:
+            torch.UntypedStorage._free_weak_ref(weak)
+        nbytes = s.nbytes()
+        if nbytes == old_bytes:
+            return  # resized to the size it had: the same memory
+        key = self.storage_key(s) if nbytes else None
+        if old_key is not None and old_key == key:
+            self._release(old_key)  # one key for old and new (shape-only mode: the storage's identity)
+            old_key = None
+        if key is not None:
+            self._book_storage(key, s, (nbytes,), torch.uint8, sys._getframe(2))
+        else:
+            self.emptied[s._cdata] = s._weak_ref()
+        if old_key is not None:
+            self._release(old_key)
 
     def _release(self, key):
         entry = self.tracked.pop(key, None)

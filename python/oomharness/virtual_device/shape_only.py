@@ -121,8 +121,8 @@ class ShapeOnlyDevice(VirtualDevice):
         except Exception:  # noqa: BLE001 - sparse and other layouts have no plain storage
             return None
 
-    def holds_storage(self, s):
-        return self._live(s._cdata)
+    def storage_key(self, s):
+        return s._cdata
 
     def make_mode(self):
         return _ShapeOnlyMode(self)

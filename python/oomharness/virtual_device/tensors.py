@@ -126,6 +126,7 @@ class Tensors:
         patches.replace(WHO, "torch.Tensor", "pin_memory", lambda original: lambda t, *args, **kwargs: (
             t if dev.pinned_host is None or dev.on_device(t) else dev.pinned_host.pin(t)))
         patches.replace(WHO, "torch.Tensor", "record_stream", self._record_stream)
+        patches.replace(WHO, "torch.UntypedStorage", "resize_", self._resize)
         # Note [A lazy parameter sent to the device]
         patches.replace(WHO, "torch.nn.parameter.UninitializedTensorMixin", "materialize", self._materialize)
         patches.replace(WHO, "torch", "set_default_device", self._set_default_device)
@@ -269,6 +270,30 @@ class Tensors:
                 out = original(t, *args, **kwargs)
             return dev.host_copy(out) if out is t else out
         return to
+
+    # Note [A storage resized on the device]
+    # FSDP2 gives back an unsharded parameter's memory after the forward by resizing the parameter's storage to
+    # 0 bytes, and gets it back before the backward by resizing it to its size again (free_storage and
+    # alloc_storage in torch/distributed/fsdp/_fully_shard/_fsdp_param.py): the same storage, a new address. On
+    # a GPU each resize goes through the caching allocator: to 0 the block goes back, to a size a new block is
+    # taken (and the old one given back after the copy). The device knows its storages by address, so before
+    # this a resized storage kept its old block booked and came back as a host storage: torchtitan's debug
+    # model under FSDP2 with activation checkpointing found the weights it had saved on "cuda" in the forward
+    # recomputed on "cpu" in the backward (CheckpointError: "Recomputed values ... have different metadata"),
+    # and its all-gathered parameters were never freed between forward and backward. A resize of a storage on
+    # the device (or of one emptied on it) books the new memory and gives the old block back; a storage
+    # emptied to 0 bytes stays the device's, so that its next resize is booked.
+    def _resize(self, original):
+        dev = self.device
+
+        def resize_(storage, size):
+            old, old_bytes = dev.storage_key(storage), storage.nbytes()
+            was_on_device = old is not None and dev._live(old) or dev.emptied_storage(storage)
+            result = original(storage, size)
+            if was_on_device:
+                dev.resized(storage, old, old_bytes)
+            return result
+        return resize_
 
     def _record_stream(self, original):
         from .runtime import Stream
