@@ -81,6 +81,47 @@ def _after_torch(module):
         pass
 
 
+def spec_elsewhere(finder, name, path=None, target=None):
+    """The spec the other finders of sys.meta_path give for `name` (None: none does), for a finder that answers
+    nothing itself and wraps the real spec's loader (TorchFinder; Note [A module patched once the job imports
+    it] in _patches.py). Raises what a finder raised."""
+    for other in list(sys.meta_path):
+        find = getattr(other, "find_spec", None)
+        if other is finder or find is None:
+            continue
+        spec = find(name, path, target)
+        if spec is not None:
+            return spec
+    return None
+
+
+def after_exec(spec, after, before=None):
+    """`spec`, its loader's exec_module wrapped (an attribute on the loader instance, removed after use) so that
+    before() runs first and after(module) once the module has been executed."""
+    loader = getattr(spec, "loader", None) if spec is not None else None
+    original = getattr(loader, "exec_module", None)
+    if original is None:
+        return spec
+
+    def exec_module(module):
+        if before is not None:
+            before()
+        try:
+            original(module)
+        finally:
+            try:
+                del loader.exec_module
+            except Exception:
+                pass
+        after(module)
+
+    try:
+        loader.exec_module = exec_module
+    except Exception:
+        pass
+    return spec
+
+
 class TorchFinder:
     def __init__(self):
         self._busy = False
@@ -90,14 +131,7 @@ class TorchFinder:
             return None
         self._busy = True
         try:
-            spec = None
-            for finder in list(sys.meta_path):
-                find = getattr(finder, "find_spec", None)
-                if finder is self or find is None:
-                    continue
-                spec = find(name, path, target)
-                if spec is not None:
-                    break
+            spec = spec_elsewhere(self, name, path, target)
         except Exception:
             return None
         finally:
@@ -113,30 +147,10 @@ class TorchFinder:
                 except Exception:
                     pass
             return None
-        loader = getattr(spec, "loader", None) if spec is not None else None
-        original = getattr(loader, "exec_module", None)
-        if original is None:
-            return spec
-
-        def exec_module(module):
-            # Note [Waiting for torch]: the finder leaves once torch is really being imported, not when its spec
-            # was only looked up (importlib.util.find_spec("torch"), as Transformers and Datasets do at their own
-            # import): that spec's loader is not the one the import then uses.
-            self._leave()
-            try:
-                original(module)
-            finally:
-                try:
-                    del loader.exec_module
-                except Exception:
-                    pass
-            _after_torch(module)
-
-        try:
-            loader.exec_module = exec_module
-        except Exception:
-            pass
-        return spec
+        # Note [Waiting for torch]: the finder leaves once torch is really being imported, not when its spec was
+        # only looked up (importlib.util.find_spec("torch"), as Transformers and Datasets do at their own import):
+        # that spec's loader is not the one the import then uses.
+        return after_exec(spec, _after_torch, before=self._leave)
 
     def _leave(self):
         try:

@@ -21,6 +21,8 @@ import importlib
 import sys
 import types
 
+from ._boot import after_exec, spec_elsewhere
+
 DEVICE, SHAPE_ONLY = "device", "device.shape_only"
 
 # The factories the virtual device answers for (device="cuda", or the default device).
@@ -284,41 +286,19 @@ class _AfterImport:
             return None
         self._busy.add(name)
         try:
-            spec = None
-            for finder in list(sys.meta_path):
-                find = getattr(finder, "find_spec", None)
-                if finder is self or find is None:
-                    continue
-                spec = find(name, path, target)
-                if spec is not None:
-                    break
+            spec = spec_elsewhere(self, name, path, target)
         except Exception:
             return None
         finally:
             self._busy.discard(name)
-        loader = getattr(spec, "loader", None)
-        original = getattr(loader, "exec_module", None)
-        if original is None:
-            return spec
+        return after_exec(spec, lambda module: self.installs(name))
 
-        def exec_module(module):
+    def installs(self, name):
+        for install in self.waiting.pop(name, ()):
             try:
-                original(module)
-            finally:
-                try:
-                    del loader.exec_module
-                except Exception:
-                    pass
-            for install in self.waiting.pop(name, ()):
-                try:
-                    install()
-                except Exception:
-                    pass
-        try:
-            loader.exec_module = exec_module
-        except Exception:
-            pass
-        return spec
+                install()
+            except Exception:
+                pass
 
     def forget(self, module, install):
         waiting = self.waiting.get(module, [])
