@@ -55,6 +55,13 @@ constexpr double kShareCheckTimeout = 300;   // the shared-folder check waits fo
 // Listing the job's folder revalidates that cache; the runner looks again at every poll for kResultsGrace
 // seconds before it calls the results missing. A job in any other final state is judged at once.
 constexpr double kResultsGrace = 15;
+// Note [COMPLETING is not an end]: a job Slurm shows COMPLETING with its results in place has its batch script
+// done; it is judged so only after this long, since COMPLETING is also what a cancelled or timed-out job shows
+// for a moment before CANCELLED or TIMEOUT (a job that scancels itself was seen COMPLETING at one poll
+// once in a full ctest of 2026-11-29 on the 2-core machine, where slurm_cancelled_by_slurm's verdict then named
+// COMPLETING instead of CANCELLED). A node that is gone keeps a step COMPLETING until it is marked down,
+// minutes: after the grace the job ends as COMPLETING, as Note [Waiting for the node agents] says.
+constexpr double kCompletingGrace = 3;
 
 double now() { return events::now_seconds(); }
 
@@ -130,6 +137,7 @@ class SlurmBackend final : public Backend {
     bool ended = false;
     bool running_seen = false;
     double completed_seen = 0;  // when squeue first said COMPLETED while no results were visible
+    double completing_seen = 0;  // when squeue first said COMPLETING with the results visible
   };
 
   std::vector<std::string> common_args() const;
@@ -481,6 +489,10 @@ std::vector<JobOutcome> SlurmBackend::run(const std::vector<JobSpec>& jobs) {
           if (it->second.state == "COMPLETED" && !stop_.load() && !results_visible(e.dir, e.results)) {
             if (e.completed_seen == 0) e.completed_seen = now();
             if (now() - e.completed_seen < kResultsGrace) continue;
+          }
+          if (it->second.state == "COMPLETING") {  // Note [COMPLETING is not an end]
+            if (e.completing_seen == 0) e.completing_seen = now();
+            if (now() - e.completing_seen < kCompletingGrace) continue;
           }
           finish(i, e, outcomes[i], it->second.state, it->second.reason);
           --active;
