@@ -92,11 +92,7 @@ if "nowrite" in knobs:
     from oomharness import _events
     P.ctx.log.write = lambda kind, fields: bool(_events.format_line(kind, fields))
 if "hollow" in knobs:  # the hooks in place, the parts doing nothing in them: what the hooks alone cost
-    P.uninstall()
-    for part in P.needed:
-        for name in ("optimizer_begins", "optimizer_done", "backward_begins", "pre"):
-            if hasattr(part, name):
-                setattr(part, name, lambda *a, **k: None)
+    knobs |= {"no:" + name for name in ("optimizer_begins", "optimizer_done", "backward_begins", "pre")}
 for knob in knobs:  # "no:NAME": the part method NAME does nothing (where the parts' time goes)
     if knob.startswith("no:"):  # no:NAME for every part that has it, or no:Part.NAME (the class's name)
         P.uninstall()

@@ -476,6 +476,7 @@ a = torch.cuda.memory_allocated()
 s = w.untyped_storage()
 s.resize_(0)                                           # after the forward: its memory goes back
 print(torch.cuda.memory_allocated(), w.device, w.untyped_storage().nbytes())
+s.resize_(0)                                           # to the size it has: still the device's
 s.resize_(4 << 20)                                     # before the backward: back, at a new address
 print(torch.cuda.memory_allocated() == a, w.device, (w + 1).device)
 s.resize_(8 << 20)

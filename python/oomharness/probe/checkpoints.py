@@ -178,10 +178,9 @@ class Checkpoints:
 
             def call(state_dict, *args, **kwargs):
                 result, content = self._in_checkpoint_phase(run, state_dict, *args, **kwargs)
-                where = kwargs.get("checkpoint_id") or (args[0] if args and isinstance(args[0], (str, os.PathLike)) else None)
-                if where is None:
-                    io = kwargs.get("storage_writer" if kind == "save" else "storage_reader")
-                    where = getattr(io, "path", None) or "<dcp>"
+                # dcp.save and dcp.load take everything but the state dict by keyword (PyTorch 2.2 and later)
+                io = kwargs.get("storage_writer" if kind == "save" else "storage_reader")
+                where = kwargs.get("checkpoint_id") or getattr(io, "path", None) or "<dcp>"
                 if content is not None:
                     safely(self.saved if kind == "save" else self.loaded_from, content[1], where, content[0])
                 return result

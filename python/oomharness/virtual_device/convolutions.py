@@ -40,8 +40,6 @@ import math
 
 import torch
 
-from .cudnn_conv_table import MEASURED_ON, ROWS
-
 NEIGHBOURS = 5
 _DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
@@ -55,7 +53,10 @@ def _features(batch, c, k, h):
 
 
 def _index():
-    """class -> [(features, input + output + weight bytes, forward workspace, backward workspace)]."""
+    """class -> [(features, input + output + weight bytes, forward workspace, backward workspace)]. The table is
+    read at the first convolution of a shape-only run with the GPU's kernels, not at every device's start (it
+    takes 70 ms to import without bytecode)."""
+    from .cudnn_conv_table import ROWS
     index = {}
     for dtype, cl, groups, batch, c, k, h, w, kernel, stride, oh, ow, forward, backward in ROWS:
         element = 4 if dtype == "float32" else 2
@@ -126,6 +127,9 @@ def book_workspace(dev, out, args):
         model.free(model.malloc(size))
 
 
-DIVERGENCE = ("convolutions ran on the CPU: cuDNN's handle is allocated as on a GPU, and each call's workspace is "
-              "taken from the nearest of the convolutions measured on %s; another GPU's cuDNN may pick other "
-              "algorithms" % MEASURED_ON)
+def divergence():
+    """The `convolution` divergence's sentence in shape-only mode with the GPU's kernels."""
+    from .cudnn_conv_table import MEASURED_ON
+    return ("convolutions ran on the CPU: cuDNN's handle is allocated as on a GPU, and each call's workspace is "
+            "taken from the nearest of the convolutions measured on %s; another GPU's cuDNN may pick other "
+            "algorithms" % MEASURED_ON)

@@ -164,12 +164,12 @@ class VirtualDevice:
         """s, the device's, was resized from old_bytes (Note [A storage resized on the device] in tensors.py): its
         new memory is booked and its old block goes back (the new first where both have their own address, as
         a GPU's resize copies before it frees)."""
+        nbytes = s.nbytes()
+        if nbytes == old_bytes:
+            return  # resized to the size it had: the same memory (an emptied storage stays emptied)
         weak = self.emptied.pop(s._cdata, None)
         if weak is not None:
             torch.UntypedStorage._free_weak_ref(weak)
-        nbytes = s.nbytes()
-        if nbytes == old_bytes:
-            return  # resized to the size it had: the same memory
         key = self.storage_key(s) if nbytes else None
         if old_key is not None and old_key == key:
             self._release(old_key)  # one key for old and new (shape-only mode: the storage's identity)

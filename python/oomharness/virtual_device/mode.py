@@ -154,7 +154,8 @@ def _convolution(dev, out, args):
     dev.libraries.conv_call()
     if getattr(dev, "kernels", None) == "gpu":  # Note [cuDNN's convolutions as a GPU runs them]
         convolutions.book_workspace(dev, out, args)
-        dev.diverged("convolution", convolutions.DIVERGENCE)
+        if "convolution" not in dev.divergences:
+            dev.diverged("convolution", convolutions.divergence())
         return
     dev.diverged("convolution", "convolutions ran on the CPU: cuDNN's handle is allocated as on a GPU, its "
                  "workspaces and algorithm choice are not modelled")
